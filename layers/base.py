@@ -1,0 +1,171 @@
+"""The Layer base class: what every operator implements.
+
+Following ncnn, a layer is configured in two separate steps and then run:
+
+    layer.load_param(params)     # plain Python values from the param line (ncnn's ParamDict)
+    layer.load_model(weights)    # numpy arrays from the bin file         (ncnn's ModelBin)
+    layer.infer_shapes(shapes)   # output shapes from input shapes, before anything runs (MNN)
+    layer.forward(inputs)        # list of arrays in -> list of arrays out
+
+A layer states its capabilities as class flags: ``one_blob_only`` (one input, one output: it
+implements ``forward_one(x) -> y``) and ``support_inplace`` (it can overwrite its input:
+``forward_inplace(x)``). Parameters are declared once, in ``PARAMS``, as ``name -> Param``;
+``load_param`` reads, converts and checks them all, so no layer looks values up by hand.
+A layer never sees the graph, so it can be built and run alone in a notebook cell or a test.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, ClassVar, Sequence
+
+import numpy as np
+
+from parser.errors import LayerError, ShapeError
+
+Shape = tuple[int, ...]
+
+REQUIRED = object()  # marker: a parameter with no default
+
+
+@dataclass(frozen=True)
+class Param:
+    """Declaration of one parameter: its default and a converter that checks and normalises it."""
+
+    default: Any = REQUIRED
+    convert: Callable[[Any], Any] | None = None
+
+
+class Layer:
+    """Base of every operator. Subclasses set PARAMS / WEIGHTS and override the forward they need."""
+
+    PARAMS: ClassVar[dict[str, Param]] = {}
+    WEIGHTS: ClassVar[tuple[str, ...]] = ()       # attribute names load_model requires
+    OPTIONAL_WEIGHTS: ClassVar[tuple[str, ...]] = ()
+    one_blob_only: ClassVar[bool] = True
+    support_inplace: ClassVar[bool] = False
+    pnnx_types: ClassVar[tuple[str, ...]] = ()
+
+    def __init__(self, **params: Any):
+        self.name = ""
+        self.type = self.pnnx_types[0] if self.pnnx_types else type(self).__name__
+        self.load_param(params)
+
+    # ----- configuration --------------------------------------------------------------------
+    def load_param(self, params: dict[str, Any]) -> None:
+        """Read every declared parameter from ``params`` (missing ones take their default)."""
+        for key, spec in self.PARAMS.items():
+            value = params.get(key, spec.default)
+            if value is REQUIRED:
+                raise LayerError(f"missing parameter {key!r}")
+            if spec.convert is not None and value is not None:
+                try:
+                    value = spec.convert(value)
+                except (TypeError, ValueError) as exc:
+                    raise LayerError(f"parameter {key}={value!r}: {exc}") from None
+            setattr(self, key, value)
+        self.check_params()
+
+    def check_params(self) -> None:
+        """Hook: raise LayerError for parameter values the layer cannot accept."""
+
+    def load_model(self, weights: dict[str, np.ndarray]) -> None:
+        """Take the weight arrays (views over the bin file; never written to)."""
+        for key in self.WEIGHTS:
+            if key not in weights:
+                raise LayerError(f"missing weight @{key}")
+        for key in self.WEIGHTS + self.OPTIONAL_WEIGHTS:
+            setattr(self, key, weights.get(key))
+        self.check_weights()
+
+    def check_weights(self) -> None:
+        """Hook: raise LayerError for weights whose shapes disagree with the parameters."""
+
+    # ----- shapes ---------------------------------------------------------------------------
+    def infer_shapes(self, input_shapes: Sequence[Shape]) -> list[Shape]:
+        """Output shapes for these input shapes, or ShapeError. One-blob layers override
+        ``infer_shape``."""
+        if self.one_blob_only:
+            if len(input_shapes) != 1:
+                raise ShapeError(f"expects 1 input, got {len(input_shapes)}")
+            return [tuple(self.infer_shape(tuple(input_shapes[0])))]
+        raise NotImplementedError(f"{type(self).__name__} must implement infer_shapes")
+
+    def infer_shape(self, shape: Shape) -> Shape:
+        """Output shape of a one-blob layer; by default the input shape (elementwise layers)."""
+        return shape
+
+    # ----- running --------------------------------------------------------------------------
+    def forward(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+        """Run the layer: a list of input arrays in, a list of output arrays out."""
+        if self.one_blob_only:
+            return [self.forward_one(inputs[0])]
+        raise NotImplementedError(f"{type(self).__name__} must implement forward")
+
+    def forward_one(self, x: np.ndarray) -> np.ndarray:
+        if self.support_inplace:
+            y = x.copy()
+            self.forward_inplace(y)
+            return y
+        raise NotImplementedError(f"{type(self).__name__} must implement forward_one")
+
+    def forward_inplace(self, x: np.ndarray) -> None:
+        raise NotImplementedError(f"{type(self).__name__} does not support in-place forward")
+
+    def __repr__(self) -> str:
+        shown = ", ".join(f"{k}={getattr(self, k, None)!r}" for k in self.PARAMS)
+        return f"{type(self).__name__}({shown})"
+
+
+# ----- parameter converters: each checks a raw pnnx value and returns the normalised one -----
+
+def as_int(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"expected an integer, got {type(value).__name__}")
+    return int(value)
+
+
+def as_float(value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.number)):
+        raise TypeError(f"expected a number, got {type(value).__name__}")
+    return float(value)
+
+
+def as_bool(value: Any) -> bool:
+    if not isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"expected True or False, got {value!r}")
+    return bool(value)
+
+
+def as_str(value: Any) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"expected a string, got {type(value).__name__}")
+    return value
+
+
+def as_ints(value: Any) -> tuple[int, ...]:
+    """An int or a sequence of ints -> tuple of ints."""
+    if isinstance(value, (list, tuple)):
+        return tuple(as_int(v) for v in value)
+    return (as_int(value),)
+
+
+def as_tuple(n: int) -> Callable[[Any], tuple[int, ...]]:
+    """Converter to an n-tuple of ints; a single int is repeated (torch's _pair / _triple)."""
+
+    def convert(value: Any) -> tuple[int, ...]:
+        values = as_ints(value)
+        if len(values) == 1:
+            values = values * n
+        if len(values) != n:
+            raise ValueError(f"expected {n} integers, got {len(values)}")
+        return values
+
+    return convert
+
+
+def normalize_dim(dim: int, rank: int) -> int:
+    """A possibly negative dim -> 0 <= dim < rank, as torch does; ShapeError when out of range."""
+    if not -rank <= dim < max(rank, 1):
+        raise ShapeError(f"dim {dim} is out of range for a tensor of rank {rank}")
+    return dim % rank if rank else 0

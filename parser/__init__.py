@@ -1,0 +1,1 @@
+"""File formats, with no runtime knowledge: pnnx param text, pnnx bin (zip store), expressions."""
