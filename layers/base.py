@@ -49,7 +49,10 @@ class Layer:
     def __init__(self, **params: Any):
         self.name = ""
         self.type = self.pnnx_types[0] if self.pnnx_types else type(self).__name__
-        self.load_param(params)
+        # Built by hand (a test, a notebook): configure now. Built by the registry: the graph
+        # calls load_param itself with the operator's parameters.
+        if params or all(spec.default is not REQUIRED for spec in self.PARAMS.values()):
+            self.load_param(params)
 
     # ----- configuration --------------------------------------------------------------------
     def load_param(self, params: dict[str, Any]) -> None:
