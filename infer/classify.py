@@ -1,0 +1,130 @@
+"""Image classification with a shipped model: opencv preprocessing, a forward pass, softmax.
+
+A model in ``model_file/NAME/`` is described by its ``model.json``:
+
+    {"param": "efficientnet_lite0.pnnx.param", "bin": "efficientnet_lite0.pnnx.bin",
+     "labels": "../imagenet_classes.txt",
+     "preprocess": {"resize": 256, "crop": 224, "mean": [0.485, 0.456, 0.406],
+                    "std": [0.229, 0.224, 0.225]}}
+
+Preprocessing, as torchvision's classification presets do it: read as RGB, resize so the shorter
+side is ``resize``, cut the centre ``crop`` x ``crop`` square, scale to [0, 1], subtract ``mean``
+and divide by ``std`` per channel, and lay out as (1, 3, crop, crop).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from parser.errors import InferError
+from infer.graph import RuntimeGraph
+
+MODEL_DIR = Path(__file__).resolve().parent.parent / "model_file"
+DEFAULT_MODEL = "efficientnet_lite0"
+IMAGENET_MEAN = (0.485, 0.456, 0.406)
+IMAGENET_STD = (0.229, 0.224, 0.225)
+
+
+class ImageError(InferError):
+    """An image file that cannot be read."""
+
+
+@dataclass
+class Preprocess:
+    """How a model wants its pixels: shorter side resized, centre crop, per-channel mean/std."""
+
+    resize: int = 256
+    crop: int = 224
+    mean: Sequence[float] = IMAGENET_MEAN
+    std: Sequence[float] = IMAGENET_STD
+
+    def __call__(self, image_rgb: np.ndarray) -> np.ndarray:
+        """(H, W, 3) uint8 RGB -> (1, 3, crop, crop) float32."""
+        import cv2
+
+        h, w = image_rgb.shape[:2]
+        scale = self.resize / min(h, w)
+        size = (max(self.crop, round(w * scale)), max(self.crop, round(h * scale)))
+        shrinking = scale < 1
+        resized = cv2.resize(image_rgb, size,
+                             interpolation=cv2.INTER_AREA if shrinking else cv2.INTER_LINEAR)
+        top = (resized.shape[0] - self.crop) // 2
+        left = (resized.shape[1] - self.crop) // 2
+        crop = resized[top:top + self.crop, left:left + self.crop]          # (crop, crop, 3)
+        x = crop.astype(np.float32) / 255.0
+        x = (x - np.asarray(self.mean, np.float32)) / np.asarray(self.std, np.float32)
+        return np.ascontiguousarray(x.transpose(2, 0, 1)[None])             # (1, 3, crop, crop)
+
+
+def read_image(path: str | Path) -> np.ndarray:
+    """An image file as (H, W, 3) uint8 RGB (opencv reads BGR; grey and alpha are converted)."""
+    import cv2
+
+    image = cv2.imread(str(path), cv2.IMREAD_COLOR)
+    if image is None:
+        raise ImageError(f"{path}: cannot read this file as an image")
+    return cv2.cvtColor(image, cv2.COLOR_BGR2RGB)
+
+
+def softmax(logits: np.ndarray, axis: int = -1) -> np.ndarray:
+    """exp(x - max) / sum(exp(x - max)): probabilities from logits, without overflow."""
+    shifted = np.exp(logits - logits.max(axis=axis, keepdims=True))
+    return shifted / shifted.sum(axis=axis, keepdims=True)
+
+
+def read_labels(path: str | Path) -> list[str]:
+    return [line.rstrip("\n") for line in Path(path).read_text(encoding="utf-8").splitlines()]
+
+
+@dataclass
+class ImageClassifier:
+    """A classification model with its labels and preprocessing."""
+
+    graph: RuntimeGraph
+    labels: list[str]
+    preprocess: Preprocess = field(default_factory=Preprocess)
+    outputs_probabilities: bool = False
+
+    @classmethod
+    def load(cls, model: str | Path = DEFAULT_MODEL) -> "ImageClassifier":
+        """A model by name (a folder of model_file/), by folder, or by .pnnx.param path."""
+        path = Path(model)
+        if not path.exists() and (MODEL_DIR / str(model)).exists():
+            path = MODEL_DIR / str(model)
+        if path.is_dir():
+            return cls._from_folder(path)
+        if path.suffix == ".param" and path.exists():
+            labels = read_labels(MODEL_DIR / "imagenet_classes.txt")
+            return cls(RuntimeGraph(path).build(), labels)
+        known = sorted(p.parent.name for p in MODEL_DIR.glob("*/model.json"))
+        raise InferError(f"no model {str(model)!r}: give a .pnnx.param path, a folder with a "
+                         f"model.json, or one of the shipped models: {', '.join(known)}")
+
+    @classmethod
+    def _from_folder(cls, folder: Path) -> "ImageClassifier":
+        card = json.loads((folder / "model.json").read_text(encoding="utf-8"))
+        graph = RuntimeGraph(folder / card["param"], folder / card["bin"]).build()
+        return cls(graph, read_labels(folder / card["labels"]),
+                   Preprocess(**card.get("preprocess", {})),
+                   card.get("outputs_probabilities", False))
+
+    def probabilities(self, image_rgb: np.ndarray) -> np.ndarray:
+        """(num_classes,) class probabilities for one RGB image."""
+        (out,) = self.graph.forward(self.preprocess(image_rgb))                # (1, classes)
+        scores = out.reshape(-1)
+        return scores if self.outputs_probabilities else softmax(scores)
+
+    def classify(self, image: str | Path | np.ndarray, top: int = 5) -> list[tuple[str, float]]:
+        """The ``top`` most likely (label, probability) pairs, best first."""
+        image_rgb = read_image(image) if isinstance(image, (str, Path)) else image
+        probs = self.probabilities(image_rgb)
+        best = np.argsort(-probs, kind="stable")[:top]
+        return [(self._label(i), float(probs[i])) for i in best]
+
+    def _label(self, index: int) -> str:
+        return self.labels[index] if index < len(self.labels) else f"class {index}"

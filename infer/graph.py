@@ -1,0 +1,483 @@
+"""RuntimeGraph: from a pnnx param/bin pair to a list of output arrays.
+
+    g = RuntimeGraph("model.pnnx.param", "model.pnnx.bin")
+    g.build()                      # init() if needed, create layers, sort, check shapes
+    outputs = g.forward(x)         # list of numpy arrays, one per graph output
+
+The graph moves through three states, as KuiperInfer's does:
+
+    NEED_INIT  --init()-->  NEED_BUILD  --build()-->  COMPLETE
+
+init()    reads the param file into RuntimeOperators / RuntimeOperands, joined by operand name.
+build()   creates each operator's layer (a graph's custom layers first, then the global
+          LayerRegisterer), hands it its parameters and weights, orders the operators by a
+          reverse depth-first search, and plans shapes for the traced input shapes.
+forward() checks the inputs, plans shapes for them (re-planning for a new input size, as MNN
+          does), and runs the layers in order. A consumer reads the very array its producer
+          returned; an intermediate is dropped as soon as its last consumer has run.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import threading
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+import layers  # noqa: F401  (registers the built-in layers)
+from layers.base import Layer
+from layers.registry import LayerRegisterer, unsupported_message
+from parser.bin import PnnxBin
+from parser.errors import (GraphError, InferError, LayerError, ShapeError,
+                           UnsupportedOperatorError)
+from parser.param import read_param
+from infer.runtime import RuntimeAttribute, RuntimeOperand, RuntimeOperator, RuntimeParameter
+from infer import threads
+
+log = logging.getLogger(__name__)
+
+Shape = tuple[int, ...]
+
+INPUT_TYPE = "pnnx.Input"
+OUTPUT_TYPE = "pnnx.Output"
+TUPLE_CONSTRUCT = "prim::TupleConstruct"
+TUPLE_UNPACK = "prim::TupleUnpack"
+FLOAT_INPUT_DTYPES = {"f32": np.float32, "f64": np.float64, "f16": np.float16}
+
+
+class GraphState(enum.Enum):
+    NEED_INIT = "needs init"
+    NEED_BUILD = "needs build"
+    COMPLETE = "complete"
+
+
+class RuntimeGraph:
+    """A pnnx model ready to run. See the module docstring for the life cycle."""
+
+    def __init__(self, param_path: str | Path, bin_path: str | Path | None = None):
+        self.param_path = str(param_path)
+        if bin_path is None:
+            bin_path = _default_bin_path(self.param_path)
+        self.bin_path = str(bin_path)
+        self.state = GraphState.NEED_INIT
+        self.operators: list[RuntimeOperator] = []       # topological order after build()
+        self.operands: dict[str, RuntimeOperand] = {}
+        self.input_operators: list[RuntimeOperator] = []
+        self.output_operands: list[RuntimeOperand] = []
+        self.num_threads: int | None = None
+        self._custom_layers: dict[str, type[Layer]] = {}
+        self._bin: PnnxBin | None = None
+        self._free_after: list[list[str]] = []           # operand names to drop after each op
+        self._shape_plans: dict[tuple[Shape, ...], dict[str, Shape]] = {}
+        self._plan_lock = threading.Lock()
+
+    # ---------------------------------------------------------------- init: records -> objects
+    def init(self) -> "RuntimeGraph":
+        """Read the param file and join operators and operands by operand name."""
+        graph = read_param(self.param_path)
+        operators: list[RuntimeOperator] = []
+        operands: dict[str, RuntimeOperand] = {}
+
+        def operand(name: str) -> RuntimeOperand:
+            if name not in operands:
+                info = graph.operands.get(name)
+                operands[name] = RuntimeOperand(
+                    name, info.shape if info else None, info.dtype if info else None)
+            return operands[name]
+
+        for rec in graph.operators:
+            op = RuntimeOperator(
+                type=rec.type, name=rec.name, line=rec.line, input_names=list(rec.input_names),
+                params={k: RuntimeParameter(k, p.type, p.value) for k, p in rec.params.items()},
+                attrs={k: RuntimeAttribute(k, tuple(a.shape), a.dtype)
+                       for k, a in rec.attrs.items()})
+            for name in rec.outputs:
+                out = operand(name)
+                if out.producer is not None:
+                    raise GraphError(
+                        f"{self.param_path}:{rec.line}: operand {name!r} is produced twice "
+                        f"(also by {out.producer.label} on line {out.producer.line})",
+                        operator=op.label)
+                out.producer = op
+                op.outputs.append(out)
+            for name in rec.inputs:
+                src = operand(name)
+                if src.producer is None:
+                    raise GraphError(
+                        f"{self.param_path}:{rec.line}: operand {name!r} is used before any "
+                        f"operator produces it", operator=op.label)
+                src.consumers.append(op)
+                op.inputs.append(src)
+            operators.append(op)
+
+        self.operators, self.operands = operators, operands
+        self._flatten_tuples()
+        self.input_operators = [op for op in self.operators if op.type == INPUT_TYPE]
+        self.output_operands = [o for op in self.operators if op.type == OUTPUT_TYPE
+                                for o in op.inputs]
+        if not self.input_operators:
+            raise GraphError(f"{self.param_path}: the graph has no pnnx.Input operator")
+        if not self.output_operands:
+            raise GraphError(f"{self.param_path}: the graph has no pnnx.Output operator")
+        self.state = GraphState.NEED_BUILD
+        return self
+
+    def _flatten_tuples(self) -> None:
+        """Remove prim::TupleConstruct / TupleUnpack: pnnx packs several graph outputs into a
+        tuple before pnnx.Output. Consumers of a tuple read its members instead."""
+        for op in [op for op in self.operators if op.type == TUPLE_CONSTRUCT]:
+            (packed,) = op.outputs
+            for consumer in list(packed.consumers):
+                if consumer.type == TUPLE_UNPACK:       # unpack(construct(a, b)) -> a, b
+                    for member, unpacked in zip(op.inputs, consumer.outputs):
+                        self._replace_operand(unpacked, member)
+                    self._remove(consumer)
+                else:                                   # output(construct(a, b)) -> output(a, b)
+                    position = consumer.inputs.index(packed)
+                    consumer.inputs[position:position + 1] = op.inputs
+                    for member in op.inputs:
+                        member.consumers.append(consumer)
+            self._remove(op)
+
+    def _replace_operand(self, old: RuntimeOperand, new: RuntimeOperand) -> None:
+        for consumer in old.consumers:
+            consumer.inputs = [new if o is old else o for o in consumer.inputs]
+            new.consumers.append(consumer)
+        self.operands.pop(old.name, None)
+
+    def _remove(self, op: RuntimeOperator) -> None:
+        for src in op.inputs:
+            src.consumers = [c for c in src.consumers if c is not op]
+        for out in op.outputs:
+            self.operands.pop(out.name, None)
+        self.operators.remove(op)
+
+    # ---------------------------------------------------------------- custom layers
+    def register_custom_layer(self, type_name: str, layer_class: type[Layer]) -> None:
+        """Serve ``type_name`` on this graph only with ``layer_class`` (ncnn's
+        register_custom_layer); it overrides the global registry. Call before build()."""
+        if self.state is GraphState.COMPLETE:
+            raise GraphError("register_custom_layer must be called before build()")
+        if not (isinstance(layer_class, type) and issubclass(layer_class, Layer)):
+            raise GraphError(f"custom layer for {type_name!r} must be a Layer subclass")
+        self._custom_layers[type_name] = layer_class
+
+    def _create_layer(self, op: RuntimeOperator) -> Layer:
+        layer_class = self._custom_layers.get(op.type)
+        if layer_class is None:
+            layer_class = LayerRegisterer().layer_class(op.type)
+        layer = layer_class()
+        layer.name, layer.type = op.name, op.type
+        layer.input_names = list(op.input_names)
+        return layer
+
+    # ---------------------------------------------------------------- build
+    def build(self) -> "RuntimeGraph":
+        """Create and configure every layer, sort the operators, plan the traced shapes."""
+        if self.state is GraphState.NEED_INIT:
+            self.init()
+        if self.state is GraphState.COMPLETE:
+            return self
+        self._check_supported()
+        self._bin = PnnxBin(self.bin_path) if self._needs_bin() else None
+        for op in self.operators:
+            with _operator_context(op):
+                self._load_weights(op)
+                op.layer = self._create_layer(op)
+                op.layer.load_param(op.param_values())
+                op.layer.load_model(op.weights())
+        self.operators = self._topological_order()
+        self._free_after = self._liveness()
+        self._shape_plans.clear()
+        self.state = GraphState.COMPLETE
+        traced = self._traced_input_shapes()
+        if traced is not None:
+            self._check_annotated_shapes(self._shape_plan(traced))
+        return self
+
+    def _check_supported(self) -> None:
+        registry = LayerRegisterer()
+        missing = [op for op in self.operators
+                   if op.type not in self._custom_layers and op.type not in registry]
+        if missing:
+            op = missing[0]
+            others = sorted({m.type for m in missing[1:]} - {op.type})
+            more = f" (unsupported too: {', '.join(others)})" if others else ""
+            known = set(registry.types()) | set(self._custom_layers)
+            raise UnsupportedOperatorError(
+                f"{self.param_path}:{op.line}: {unsupported_message(op.type, known)}{more}",
+                operator=op.label)
+
+    def _needs_bin(self) -> bool:
+        return any(op.attrs for op in self.operators)
+
+    def _load_weights(self, op: RuntimeOperator) -> None:
+        """Point each attribute at its bytes in the bin file (zero-copy for float32)."""
+        for key, attr in op.attrs.items():
+            data = self._bin.read(f"{op.name}.{key}", attr.shape, attr.dtype)
+            if data.dtype.kind == "f" and data.dtype != np.float32:
+                data = data.astype(np.float32)        # f16 / bf16 / f64 weights run in float32
+            attr.data = data
+
+    def _topological_order(self) -> list[RuntimeOperator]:
+        """Reverse depth-first search (KuiperInfer): visit every operator reachable from the
+        operators with no inputs (pnnx.Input, pnnx.Attribute), append it after all its
+        consumers, then reverse. Meeting an operator still being visited means a cycle."""
+        WHITE, GREY, BLACK = 0, 1, 2
+        colour = {id(op): WHITE for op in self.operators}
+        post_order: list[RuntimeOperator] = []
+
+        def visit(root: RuntimeOperator) -> None:
+            stack = [(root, iter(_successors(root)))]      # iterative: deep graphs are fine
+            colour[id(root)] = GREY
+            while stack:
+                op, successors = stack[-1]
+                nxt = next(successors, None)
+                if nxt is None:
+                    stack.pop()
+                    colour[id(op)] = BLACK
+                    post_order.append(op)
+                elif colour[id(nxt)] == GREY:
+                    raise GraphError(
+                        f"{self.param_path}:{nxt.line}: the graph has a cycle through "
+                        f"{nxt.label} (reached again from {op.label})", operator=nxt.label)
+                elif colour[id(nxt)] == WHITE:
+                    colour[id(nxt)] = GREY
+                    stack.append((nxt, iter(_successors(nxt))))
+
+        for op in self.operators:
+            if not op.inputs and colour[id(op)] == WHITE:
+                visit(op)
+        unreached = [op for op in self.operators if colour[id(op)] == WHITE]
+        if unreached:
+            op = unreached[0]
+            raise GraphError(
+                f"{self.param_path}:{op.line}: {op.label} cannot be reached from any input "
+                f"(it lies on a cycle or depends on one)", operator=op.label)
+        post_order.reverse()
+        return post_order
+
+    def _liveness(self) -> list[list[str]]:
+        """For each operator (in run order), the operands whose last consumer it is."""
+        keep = {o.name for o in self.output_operands}
+        last_use: dict[str, int] = {}
+        for position, op in enumerate(self.operators):
+            for src in op.inputs:
+                last_use[src.name] = position
+        free_after: list[list[str]] = [[] for _ in self.operators]
+        for name, position in last_use.items():
+            if name not in keep:
+                free_after[position].append(name)
+        return free_after
+
+    # ---------------------------------------------------------------- shapes
+    def _traced_input_shapes(self) -> list[Shape] | None:
+        shapes = []
+        for op in self.input_operators:
+            shape = op.outputs[0].shape
+            if shape is None or any(d is None for d in shape):
+                return None
+            shapes.append(tuple(shape))
+        return shapes
+
+    def _shape_plan(self, input_shapes: Sequence[Shape]) -> dict[str, Shape]:
+        """Every operand's shape for these input shapes, each layer computing its own output
+        shapes (MNN's onResize). Cached per input shapes; ShapeError names the operator."""
+        key = tuple(input_shapes)
+        plan = self._shape_plans.get(key)
+        if plan is not None:
+            return plan
+        shapes: dict[str, Shape] = {}
+        inputs = iter(input_shapes)
+        for op in self.operators:
+            with _operator_context(op):
+                if op.type == INPUT_TYPE:
+                    outs = [next(inputs)]
+                elif op.type == OUTPUT_TYPE:
+                    outs = []
+                else:
+                    outs = op.layer.infer_shapes([shapes[o.name] for o in op.inputs])
+                if len(outs) != len(op.outputs):
+                    raise LayerError(f"computes {len(outs)} output shapes for "
+                                     f"{len(op.outputs)} outputs")
+            for out, shape in zip(op.outputs, outs):
+                shapes[out.name] = tuple(int(d) for d in shape)
+        with self._plan_lock:
+            self._shape_plans[key] = shapes
+        return shapes
+
+    def _check_annotated_shapes(self, plan: dict[str, Shape]) -> None:
+        """The traced shapes the layers compute must agree with the file's '#' annotations."""
+        for op in self.operators:
+            for out in op.outputs:
+                declared = out.shape
+                if declared is None or any(d is None for d in declared):
+                    continue
+                if tuple(declared) != plan[out.name]:
+                    raise ShapeError(
+                        f"{self.param_path}:{op.line}: operand {out.name} is annotated "
+                        f"{tuple(declared)} but the layer computes {plan[out.name]}",
+                        operator=op.label)
+
+    def infer_shapes(self, *input_shapes: Shape) -> dict[str, Shape]:
+        """Every operand's shape for the given input shapes, without running anything."""
+        self._require_complete()
+        return dict(self._shape_plan([tuple(s) for s in input_shapes]))
+
+    # ---------------------------------------------------------------- forward
+    def forward(self, *inputs: np.ndarray) -> list[np.ndarray]:
+        """Run the graph on NCHW arrays given in pnnx.Input order; one array per output."""
+        self._require_complete()
+        arrays = self._check_inputs(inputs)
+        self._shape_plan([a.shape for a in arrays])        # refuse bad shapes before running
+        with threads.limit(self.num_threads):
+            values = self._run(arrays)
+        return [values[o.name] for o in self.output_operands]
+
+    def _run(self, arrays: list[np.ndarray]) -> dict[str, np.ndarray]:
+        values: dict[str, np.ndarray] = {}                 # operand name -> array, per call
+        graph_inputs = iter(arrays)
+        for op, free in zip(self.operators, self._free_after):
+            if op.type == INPUT_TYPE:
+                values[op.outputs[0].name] = next(graph_inputs)
+                continue
+            if op.type == OUTPUT_TYPE:                    # a sink: the graph returns its inputs
+                continue
+            xs = [values[o.name] for o in op.inputs]
+            with _operator_context(op):
+                ys = self._run_layer(op, xs)
+            for out, y in zip(op.outputs, ys):
+                values[out.name] = y
+            for name in free:                              # last consumer has run
+                del values[name]
+        return values
+
+    def _run_layer(self, op: RuntimeOperator, xs: list[np.ndarray]) -> list[np.ndarray]:
+        layer = op.layer
+        if (layer.support_inplace and len(xs) == 1 and xs[0].flags.writeable
+                and len(op.inputs[0].consumers) == 1
+                and op.inputs[0].producer.type != INPUT_TYPE
+                and op.inputs[0] not in self.output_operands):
+            layer.forward_inplace(xs[0])                   # nobody else reads this array
+            ys = [xs[0]]
+        else:
+            ys = layer.forward(xs)
+        if len(ys) != len(op.outputs):
+            raise LayerError(f"returned {len(ys)} outputs, the graph expects {len(op.outputs)}")
+        return ys
+
+    def _check_inputs(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+        """Input rules: count and rank must match; real floating arrays are cast to the input's
+        declared dtype (float32); integer, bool, complex or object arrays are refused;
+        non-contiguous arrays are made contiguous (the caller's array is never written)."""
+        if len(inputs) != len(self.input_operators):
+            names = ", ".join(op.name for op in self.input_operators)
+            raise ShapeError(f"the graph takes {len(self.input_operators)} input(s) ({names}), "
+                             f"got {len(inputs)}")
+        arrays = []
+        for op, x in zip(self.input_operators, inputs):
+            operand = op.outputs[0]
+            if not isinstance(x, np.ndarray):
+                raise ShapeError(f"input {op.name} must be a numpy array, got "
+                                 f"{type(x).__name__}", operator=op.label)
+            want = np.dtype(FLOAT_INPUT_DTYPES.get(operand.dtype or "f32", np.float32))
+            if x.dtype.kind != "f":
+                raise ShapeError(f"input {op.name} has dtype {x.dtype}; this input takes "
+                                 f"{want} (floating arrays are cast, others refused)",
+                                 operator=op.label)
+            if operand.shape is not None and x.ndim != len(operand.shape):
+                raise ShapeError(f"input {op.name} has shape {x.shape} (rank {x.ndim}); the "
+                                 f"model was traced with {_fmt(operand.shape)} "
+                                 f"(rank {len(operand.shape)})", operator=op.label)
+            arrays.append(np.ascontiguousarray(x, dtype=want))
+        return arrays
+
+    def __call__(self, *inputs: np.ndarray) -> list[np.ndarray]:
+        return self.forward(*inputs)
+
+    # ---------------------------------------------------------------- threads, housekeeping
+    def set_num_threads(self, n: int | None) -> None:
+        """Cap the threads this graph's forward uses (numba and BLAS); None lifts the cap."""
+        if n is not None and (not isinstance(n, int) or n < 1):
+            raise GraphError(f"set_num_threads needs a positive integer, got {n!r}")
+        self.num_threads = n
+
+    def _require_complete(self) -> None:
+        if self.state is not GraphState.COMPLETE:
+            raise GraphError(f"the graph {self.state.value}: call build() before forward()")
+
+    def close(self) -> None:
+        """Release the memory map of the bin file (the graph cannot run afterwards)."""
+        if self._bin is not None:
+            for op in self.operators:
+                for attr in op.attrs.values():
+                    attr.data = None
+                op.layer = None
+            self._bin.close()
+            self._bin = None
+        self.state = GraphState.NEED_INIT
+
+    def __enter__(self) -> "RuntimeGraph":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    @property
+    def input_shapes(self) -> list[tuple[int | None, ...] | None]:
+        """The shapes the model was traced with (None marks a dynamic dim)."""
+        return [op.outputs[0].shape for op in self.input_operators]
+
+    def operator(self, name: str) -> RuntimeOperator:
+        """The operator called ``name``."""
+        for op in self.operators:
+            if op.name == name:
+                return op
+        raise GraphError(f"no operator named {name!r} in {self.param_path}")
+
+    def __repr__(self) -> str:
+        return (f"RuntimeGraph({Path(self.param_path).name}: {len(self.operators)} operators, "
+                f"{len(self.operands)} operands, {self.state.value})")
+
+
+def _successors(op: RuntimeOperator) -> list[RuntimeOperator]:
+    seen: dict[int, RuntimeOperator] = {}
+    for out in op.outputs:
+        for consumer in out.consumers:
+            seen.setdefault(id(consumer), consumer)
+    return list(seen.values())
+
+
+def _default_bin_path(param_path: str) -> str:
+    if param_path.endswith(".param"):
+        return param_path[: -len(".param")] + ".bin"
+    return param_path + ".bin"
+
+
+def _fmt(shape) -> str:
+    return "(" + ",".join("?" if d is None else str(d) for d in shape) + ")"
+
+
+class _operator_context:
+    """Attach the operator to any error raised inside: our own errors get ``.operator`` set;
+    anything else (a numpy error, a layer bug) becomes a LayerError naming the operator."""
+
+    def __init__(self, op: RuntimeOperator):
+        self.op = op
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        if exc is None:
+            return False
+        if isinstance(exc, InferError):
+            exc.with_operator(self.op.label)
+            return False
+        if isinstance(exc, (KeyboardInterrupt, SystemExit, MemoryError)):
+            return False
+        raise LayerError(f"{type(exc).__name__}: {exc} (line {self.op.line})",
+                         operator=self.op.label) from exc
