@@ -88,7 +88,7 @@ class RuntimeGraph:
                     name, info.shape if info else None, info.dtype if info else None)
             return operands[name]
 
-        for rec in graph.operators:
+        for rec in graph.operators:                      # pass 1: operators and producers
             op = RuntimeOperator(
                 type=rec.type, name=rec.name, line=rec.line, input_names=list(rec.input_names),
                 params={k: RuntimeParameter(k, p.type, p.value) for k, p in rec.params.items()},
@@ -103,15 +103,16 @@ class RuntimeGraph:
                         operator=op.label)
                 out.producer = op
                 op.outputs.append(out)
+            operators.append(op)
+        for rec, op in zip(graph.operators, operators):  # pass 2: consumers, joined by name
             for name in rec.inputs:
                 src = operand(name)
                 if src.producer is None:
                     raise GraphError(
-                        f"{self.param_path}:{rec.line}: operand {name!r} is used before any "
+                        f"{self.param_path}:{rec.line}: operand {name!r} is read here but no "
                         f"operator produces it", operator=op.label)
                 src.consumers.append(op)
                 op.inputs.append(src)
-            operators.append(op)
 
         self.operators, self.operands = operators, operands
         self._flatten_tuples()

@@ -1,0 +1,42 @@
+"""Shared fixtures: write hand-made pnnx files, and export torch modules with pnnx."""
+
+from __future__ import annotations
+
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def write_pnnx(folder: Path, param_text: str, weights: dict[str, np.ndarray] | None = None,
+               name: str = "model") -> tuple[Path, Path]:
+    """Write ``name.pnnx.param`` (the text, dedented lines) and a store-only ``name.pnnx.bin``
+    holding ``weights`` (entry name -> array), as pnnx does."""
+    folder.mkdir(parents=True, exist_ok=True)
+    param = folder / f"{name}.pnnx.param"
+    lines = [line.strip() for line in param_text.strip().splitlines()]
+    param.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    binary = folder / f"{name}.pnnx.bin"
+    with zipfile.ZipFile(binary, "w", compression=zipfile.ZIP_STORED) as archive:
+        for entry, array in (weights or {}).items():
+            archive.writestr(entry, np.ascontiguousarray(array).tobytes())
+    return param, binary
+
+
+@pytest.fixture(scope="session")
+def pnnx_export(tmp_path_factory):
+    """``pnnx_export(module, inputs, name, dynamic=False) -> (param, bin)``, once per name."""
+    from infer.export import export_module
+
+    folder = tmp_path_factory.mktemp("pnnx")
+    done: dict[str, tuple[Path, Path]] = {}
+
+    def export(module, inputs, name: str, dynamic: bool = False):
+        if name not in done:
+            done[name] = export_module(module, inputs, folder, name, dynamic=dynamic)
+        return done[name]
+
+    return export

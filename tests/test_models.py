@@ -1,0 +1,75 @@
+"""Whole models against torch: ResNet18 (seeded random weights, torchvision's architecture)
+and the shipped EfficientNet-Lite0 with its real ImageNet weights."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from infer import RuntimeGraph
+from infer.classify import ImageClassifier, read_image
+from infer.export import efficientnet_lite0, resnet18
+
+CAT_CLASSES = {"tabby", "tiger cat", "Persian cat", "Siamese cat", "Egyptian cat"}
+COFFEE_CLASSES = {"espresso", "cup", "coffee mug"}
+
+
+@pytest.fixture(scope="module")
+def resnet(pnnx_export):
+    model = resnet18(seed=0)
+    torch.manual_seed(0)
+    param, binary = pnnx_export(model, (torch.rand(1, 3, 224, 224),), "resnet18", dynamic=True)
+    return model, RuntimeGraph(param, binary).build()
+
+
+@pytest.mark.parametrize("shape", [(1, 3, 224, 224), (4, 3, 256, 256)])
+def test_resnet18_matches_torch(resnet, shape):
+    model, graph = resnet
+    x = torch.randn(*shape, generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        want = model(x).numpy()
+    (got,) = graph.forward(x.numpy())
+    assert got.shape == want.shape
+    np.testing.assert_allclose(got, want, atol=1e-4, rtol=0)
+    assert (got.argmax(1) == want.argmax(1)).all()
+
+
+def test_resnet18_keeps_torchvision_names(resnet):
+    _, graph = resnet
+    names = {op.name for op in graph.operators}
+    assert {"layer1.0.relu", "maxpool", "avgpool", "fc"} <= names or \
+        {"maxpool", "avgpool", "fc"} <= names
+
+
+@pytest.fixture(scope="module")
+def shipped():
+    return ImageClassifier.load("efficientnet_lite0")
+
+
+@pytest.fixture(scope="module")
+def lite0_torch():
+    return efficientnet_lite0()
+
+
+@pytest.mark.parametrize("photo, expected", [("chelsea.png", CAT_CLASSES),
+                                             ("coffee.png", COFFEE_CLASSES)])
+def test_efficientnet_lite0_gives_torch_top1(shipped, lite0_torch, photo, expected):
+    from tests.conftest import REPO
+
+    x = shipped.preprocess(read_image(REPO / "model_file" / "images" / photo))
+    (got,) = shipped.graph.forward(x)
+    with torch.no_grad():
+        want = lite0_torch(torch.from_numpy(x)).numpy()
+    np.testing.assert_allclose(got, want, atol=1e-4, rtol=1e-4)
+    assert got.argmax() == want.argmax()
+    label, probability = shipped.classify(REPO / "model_file" / "images" / photo, top=1)[0]
+    assert label in expected and probability > 0.3
+
+
+def test_efficientnet_lite0_runs_a_batch(shipped, lite0_torch):
+    x = np.random.default_rng(0).standard_normal((3, 3, 224, 224)).astype(np.float32)
+    (got,) = shipped.graph.forward(x)
+    with torch.no_grad():
+        want = lite0_torch(torch.from_numpy(x)).numpy()
+    np.testing.assert_allclose(got, want, atol=1e-4, rtol=1e-4)
