@@ -167,6 +167,20 @@ def as_tuple(n: int) -> Callable[[Any], tuple[int, ...]]:
     return convert
 
 
+def at_least(minimum: int, convert: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    """Wrap a converter so every integer it returns is >= ``minimum`` (strides and kernels >= 1,
+    paddings >= 0); strings and None pass through. ``Param(1, at_least(1, as_tuple(2)))``."""
+
+    def checked(value: Any) -> Any:
+        result = convert(value)
+        values = result if isinstance(result, tuple) else (result,)
+        if any(isinstance(v, int) and v < minimum for v in values):
+            raise ValueError(f"every value must be >= {minimum}")
+        return result
+
+    return checked
+
+
 def normalize_dim(dim: int, rank: int) -> int:
     """A possibly negative dim -> 0 <= dim < rank, as torch does; ShapeError when out of range."""
     if not -rank <= dim < max(rank, 1):

@@ -82,7 +82,8 @@ def register_layer(*type_names: str) -> Callable[[type["Layer"]], type["Layer"]]
         registry = LayerRegisterer()
         for type_name in type_names:
             registry.register(type_name, layer_class)
-        layer_class.pnnx_types = tuple(getattr(layer_class, "pnnx_types", ())) + type_names
+        # the class's own names only: a subclass of a registered layer does not inherit them
+        layer_class.pnnx_types = tuple(layer_class.__dict__.get("pnnx_types", ())) + type_names
         return layer_class
 
     return decorate
