@@ -1,0 +1,332 @@
+"""parser.param: the pnnx param text format, on hand-written lines and on a real pnnx export."""
+
+import math
+import warnings
+
+import pytest
+import torch
+
+from parser.errors import ParamFileError
+from parser.param import (DTYPE_NAMES, AttributeInfo, OperandInfo, ParamType, parse_param,
+                          parse_value, read_param)
+
+
+def graph_text(*op_lines: str, operators: int | None = None, operands: int | None = None) -> str:
+    """A param file around ``op_lines``; the counts default to what the lines hold."""
+    if operators is None:
+        operators = len(op_lines)
+    if operands is None:
+        names = set()
+        for line in op_lines:
+            fields = line.split()
+            nin, nout = int(fields[2]), int(fields[3])
+            names.update(fields[4:4 + nin + nout])
+        operands = len(names)
+    return "\n".join(["7767517", f"{operators} {operands}", *op_lines]) + "\n"
+
+
+def one_op(line: str):
+    """Parse a file holding just ``line`` and return its OperatorRecord."""
+    return parse_param(graph_text(line)).operators[0]
+
+
+# ----- value typing -----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("text, kind, value", [
+    ("None", ParamType.NULL, None),
+    ("()", ParamType.NULL, None),
+    ("[]", ParamType.NULL, None),
+    ("True", ParamType.BOOL, True),
+    ("False", ParamType.BOOL, False),
+    ("3", ParamType.INT, 3),
+    ("-2", ParamType.INT, -2),
+    ("2147483647", ParamType.INT, 2147483647),
+    ("0.5", ParamType.FLOAT, 0.5),
+    ("-350.0", ParamType.FLOAT, -350.0),
+    ("1e-05", ParamType.FLOAT, 1e-05),
+    ("1.000000e-5", ParamType.FLOAT, 1e-05),
+    ("-3.5E+02", ParamType.FLOAT, -350.0),
+    ("2.", ParamType.FLOAT, 2.0),
+    ("inf", ParamType.FLOAT, math.inf),
+    ("-inf", ParamType.FLOAT, -math.inf),
+    ("1.500000e+00-2.000000e+00j", ParamType.COMPLEX, complex(1.5, -2.0)),
+    ("1.000000e+00+-2.000000e+00j", ParamType.COMPLEX, complex(1.0, -2.0)),
+    ("0.000000e+00+1.000000e+00j", ParamType.COMPLEX, complex(0.0, 1.0)),
+    ("(1,2)", ParamType.INT_ARRAY, (1, 2)),
+    ("(-1,3,224,224)", ParamType.INT_ARRAY, (-1, 3, 224, 224)),
+    ("[7]", ParamType.INT_ARRAY, (7,)),
+    ("(2.0,2.0)", ParamType.FLOAT_ARRAY, (2.0, 2.0)),
+    ("(1,0.5)", ParamType.FLOAT_ARRAY, (1.0, 0.5)),
+    ("(1e-05,-2.5E+3)", ParamType.FLOAT_ARRAY, (1e-05, -2500.0)),
+    ("(1.0e+00+1.0e+00j,2.0e+00-1.0e+00j)", ParamType.COMPLEX_ARRAY, (1 + 1j, 2 - 1j)),
+    ("(a,b)", ParamType.STRING_ARRAY, ("a", "b")),
+    ("(@0,1,@1)", ParamType.STRING_ARRAY, ("@0", "1", "@1")),
+    ("bilinear", ParamType.STRING, "bilinear"),
+    ("torch.float", ParamType.STRING, "torch.float"),
+    ("ijkl,ijkl->ij", ParamType.STRING, "ijkl,ijkl->ij"),
+    ("-x", ParamType.STRING, "-x"),
+    ("1x", ParamType.STRING, "1x"),
+    ("%batch", ParamType.STRING, "%batch"),
+    ("(1,%h)", ParamType.STRING, "(1,%h)"),
+    ("", ParamType.STRING, ""),
+])
+def test_value_types(text, kind, value):
+    parameter = parse_value(text)
+    assert parameter.type is kind
+    assert parameter.value == value
+    assert type(parameter.value) is type(value)
+
+
+def test_nan_is_a_float():
+    parameter = parse_value("nan")
+    assert parameter.type is ParamType.FLOAT and math.isnan(parameter.value)
+
+
+def test_array_elements_have_one_type():
+    assert all(type(v) is float for v in parse_value("(1,0.5,3)").value)
+    assert all(type(v) is complex for v in parse_value("(1,1.0e+00+1.0e+00j)").value)
+
+
+# ----- operator lines ---------------------------------------------------------------------------
+
+def test_operator_line_parts():
+    op = one_op("nn.Conv2d  conv1  1 1 0 1 bias=True kernel_size=(3,3) @weight=(8,3,3,3)f32 "
+                "@bias=(8)f32 $input=0 #0=(1,3,?,?)f32 #1=(1,8,?,?)f32")
+    assert (op.type, op.name, op.inputs, op.outputs) == ("nn.Conv2d", "conv1", ["0"], ["1"])
+    assert list(op.params) == ["bias", "kernel_size"]
+    assert op.params["kernel_size"].value == (3, 3)
+    assert op.attrs == {"weight": AttributeInfo("weight", (8, 3, 3, 3), "f32"),
+                        "bias": AttributeInfo("bias", (8,), "f32")}
+    assert op.input_names == ["input"]
+    assert op.line == 3
+
+
+def test_params_keep_file_order():
+    op = one_op("Foo f 0 1 0 zeta=1 alpha=2 mid=3")
+    assert list(op.params) == ["zeta", "alpha", "mid"]
+
+
+def test_input_names_fill_only_named_inputs():
+    op = one_op("torch.where w 3 1 a b c d $condition=a $other=c")
+    assert op.input_names == ["condition", "", "other"]
+
+
+def test_expr_is_kept_as_raw_text():
+    expr = "[1,mul(3,size(@0,2)),floor_divide(size(@0,3),2),-1]"
+    op = one_op(f"pnnx.Expression e 1 1 0 1 expr={expr}")
+    assert op.params["expr"].type is ParamType.STRING
+    assert op.params["expr"].value == expr
+
+
+def test_string_values_with_commas_and_brackets():
+    op = one_op("torch.einsum e 2 1 0 1 2 equation=ij,jk->ik")
+    assert op.params["equation"].value == "ij,jk->ik"
+
+
+def test_names_with_dots_and_digits():
+    op = one_op("nn.Conv2d features.0.conv 1 1 0 features.0.out "
+                "@conv.weight.scale=(4)f32 #features.0.out=(1,4)f32")
+    assert op.name == "features.0.conv"
+    assert op.outputs == ["features.0.out"]
+    assert op.attrs["conv.weight.scale"] == AttributeInfo("conv.weight.scale", (4,), "f32")
+
+
+def test_operand_shapes():
+    graph = parse_param(graph_text(
+        "pnnx.Input in 0 1 0 #0=(1,3,?,?)f32",
+        "nn.ReLU relu 1 1 0 1",
+        "Tensor.view v 1 1 1 2 #2=(%batch,12)f16",
+        "torch.sum s 1 1 2 3 #3=()f32"))
+    assert graph.operands["0"] == OperandInfo("0", (1, 3, None, None), "f32")
+    assert graph.operands["1"] == OperandInfo("1", None, None)  # never annotated
+    assert graph.operands["2"] == OperandInfo("2", (None, 12), "f16")
+    assert graph.operands["3"] == OperandInfo("3", (), "f32")
+
+
+def test_last_operand_annotation_wins():
+    graph = parse_param(graph_text("A a 0 1 x #x=(1,?)f32", "B b 1 1 x y #x=(1,5)f32"))
+    assert graph.operands["x"].shape == (1, 5)
+
+
+def test_null_dtype_means_unknown():
+    graph = parse_param(graph_text("A a 0 1 x #x=(2)null"))
+    assert graph.operands["x"] == OperandInfo("x", (2,), None)
+
+
+@pytest.mark.parametrize("dtype", DTYPE_NAMES)
+def test_every_dtype(dtype):
+    graph = parse_param(graph_text(f"pnnx.Attribute a 0 1 x @data=(2,3){dtype} #x=(2,3){dtype}"))
+    assert graph.operands["x"].dtype == dtype
+    assert graph.operators[0].attrs["data"] == AttributeInfo("data", (2, 3), dtype)
+
+
+def test_scalar_attribute_shape():
+    assert one_op("pnnx.Attribute a 0 1 x @data=()f32").attrs["data"].shape == ()
+
+
+def test_whitespace_tabs_crlf_and_blank_lines():
+    text = "7767517\r\n2 2\r\n\r\npnnx.Input\tin  0 1 a\r\nnn.ReLU   relu\t1 1 a b  \r\n\r\n"
+    graph = parse_param(text)
+    assert [op.name for op in graph.operators] == ["in", "relu"]
+    assert [op.line for op in graph.operators] == [4, 5]
+
+
+def test_same_operand_twice_as_input():
+    op = one_op("torch.einsum e 2 1 0 0 1 equation=i,i->i #0=(3)f32")
+    assert op.inputs == ["0", "0"]
+
+
+def test_graph_keeps_path_and_order(tmp_path):
+    path = tmp_path / "m.pnnx.param"
+    path.write_text(graph_text("pnnx.Input in 0 1 0", "nn.ReLU r 1 1 0 1", "pnnx.Output o 1 0 1"))
+    graph = read_param(path)
+    assert graph.path == str(path)
+    assert [op.type for op in graph.operators] == ["pnnx.Input", "nn.ReLU", "pnnx.Output"]
+    assert list(graph.operands) == ["0", "1"]
+
+
+# ----- errors -----------------------------------------------------------------------------------
+
+OK_LINE = "nn.ReLU relu 1 1 0 1"
+
+
+@pytest.mark.parametrize("text, line, words", [
+    ("", 1, "empty file"),
+    ("\n\n", 1, "empty file"),
+    ("7767518\n1 2\n" + OK_LINE, 1, "magic"),
+    ("7767517\n1\n" + OK_LINE, 2, "operator_count operand_count"),
+    ("7767517\n1 x\n" + OK_LINE, 2, "operator_count operand_count"),
+    ("7767517\n-1 2\n" + OK_LINE, 2, "operator_count operand_count"),
+    ("7767517", 2, "operator_count operand_count"),
+    (graph_text(OK_LINE, operators=2), 2, "declares 2 operators"),
+    (graph_text(OK_LINE, operands=3), 2, "declares 3 operands"),
+    (graph_text("nn.ReLU relu 1", operands=0), 3, "at least"),
+    (graph_text("nn.ReLU relu x 1 0 1", operands=2), 3, "counts must be integers"),
+    (graph_text("nn.ReLU relu 2 1 0 1", operands=2), 3, "truncated"),
+    (graph_text("nn.ReLU relu 1 1 0 #0=(1)f32", operands=1), 3, "truncated"),
+    (graph_text(OK_LINE + " inplace"), 3, "expected key=value"),
+    (graph_text(OK_LINE + " =3"), 3, "expected key=value"),
+    (graph_text(OK_LINE + " @=(1)f32"), 3, "expected key=value"),
+    (graph_text(OK_LINE + " @w=(1)f31"), 3, "unknown dtype 'f31'"),
+    (graph_text(OK_LINE + " #1=(1,3)float"), 3, "unknown dtype 'float'"),
+    (graph_text(OK_LINE + " @w=(1,?)f32"), 3, "bad dimension '?'"),
+    (graph_text(OK_LINE + " #1=(1,x)f32"), 3, "bad dimension 'x'"),
+    (graph_text(OK_LINE + " @w=8f32"), 3, "(shape)dtype"),
+    (graph_text(OK_LINE + " #7=(1)f32"), 3, "not an input or output"),
+    (graph_text(OK_LINE + " $input=1"), 3, "not an input"),
+    (graph_text(OK_LINE + " kernel_size=(3,3"), 3, "not closed"),
+    ("7767517\n1 2\n\0\0" + OK_LINE, 3, "NUL"),
+])
+def test_errors_name_file_and_line(text, line, words):
+    with pytest.raises(ParamFileError) as info:
+        parse_param(text, "model.pnnx.param")
+    error = info.value
+    assert (error.path, error.line) == ("model.pnnx.param", line)
+    assert f"model.pnnx.param:{line}:" in str(error)
+    assert words in str(error)
+
+
+def test_error_shows_the_line_text():
+    bad = OK_LINE + " @w=(1)f31"
+    with pytest.raises(ParamFileError) as info:
+        parse_param(graph_text(bad))
+    assert info.value.text == bad
+    assert bad in str(info.value)
+
+
+def test_binary_file(tmp_path):
+    path = tmp_path / "model.pnnx.bin"
+    path.write_bytes(b"PK\x03\x04\x00\x00" + bytes(range(256)))
+    with pytest.raises(ParamFileError) as info:
+        read_param(path)
+    assert info.value.path == str(path) and str(path) in str(info.value)
+    assert "not a text file" in str(info.value)
+
+
+def test_non_utf8_file_names_the_line(tmp_path):
+    path = tmp_path / "latin1.pnnx.param"
+    path.write_bytes(graph_text(OK_LINE + " mode=cafX").encode().replace(b"cafX", b"caf\xe9"))
+    with pytest.raises(ParamFileError) as info:
+        read_param(path)
+    assert info.value.line == 3 and f"{path}:3:" in str(info.value)
+    assert "UTF-8" in str(info.value)
+
+
+def test_missing_file(tmp_path):
+    with pytest.raises(ParamFileError) as info:
+        read_param(tmp_path / "nope.pnnx.param")
+    assert "nope.pnnx.param" in str(info.value)
+
+
+# ----- a real pnnx export -----------------------------------------------------------------------
+
+class SmallNet(torch.nn.Module):
+    """Conv (in a Sequential, so its name has a dot), an expression, a linear head."""
+
+    def __init__(self):
+        super().__init__()
+        self.features = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1, bias=False),
+                                            torch.nn.ReLU())
+        self.head = torch.nn.Linear(8, 4)
+
+    def forward(self, x):
+        y = self.features(x)
+        y = y * 0.5 + x.mean(1, keepdim=True)
+        return self.head(y.mean((2, 3)))
+
+
+@pytest.fixture(scope="session")
+def exported(tmp_path_factory):
+    """SmallNet exported by pnnx with two input sizes (so H and W are dynamic)."""
+    pnnx = pytest.importorskip("pnnx")
+    torch.manual_seed(0)
+    net = SmallNet().eval()
+    folder = tmp_path_factory.mktemp("pnnx_param")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # torch.jit.trace, used by pnnx
+        pnnx.export(net, str(folder / "small.pt"), (torch.rand(1, 3, 16, 16),),
+                    (torch.rand(1, 3, 20, 24),))
+    return net, read_param(folder / "small.pnnx.param")
+
+
+def operator(graph, op_type):
+    return next(op for op in graph.operators if op.type == op_type)
+
+
+def test_real_export_structure(exported):
+    _, graph = exported
+    types = [op.type for op in graph.operators]
+    assert types[0] == "pnnx.Input" and types[-1] == "pnnx.Output"
+    assert {"nn.Conv2d", "nn.ReLU", "pnnx.Expression", "nn.Linear"} <= set(types)
+    assert [op.line for op in graph.operators] == list(range(3, 3 + len(types)))
+    produced = [name for op in graph.operators for name in op.outputs]
+    assert sorted(produced) == sorted(graph.operands)  # every operand has one producer
+
+
+def test_real_export_dynamic_input_shape(exported):
+    _, graph = exported
+    source = operator(graph, "pnnx.Input").outputs[0]
+    assert graph.operands[source] == OperandInfo(source, (1, 3, None, None), "f32")
+
+
+def test_real_export_conv_record(exported):
+    net, graph = exported
+    conv, module = operator(graph, "nn.Conv2d"), net.features[0]
+    assert conv.name == "features.0"
+    assert conv.params["in_channels"].value == module.in_channels
+    assert conv.params["out_channels"].value == module.out_channels
+    assert conv.params["kernel_size"] == parse_value("(3,3)")
+    assert conv.params["bias"].value is False
+    assert conv.attrs["weight"] == AttributeInfo("weight", tuple(module.weight.shape), "f32")
+    assert "bias" not in conv.attrs
+
+
+def test_real_export_linear_and_expression(exported):
+    net, graph = exported
+    linear = operator(graph, "nn.Linear")
+    assert linear.attrs["weight"].shape == tuple(net.head.weight.shape)
+    assert linear.attrs["bias"].shape == tuple(net.head.bias.shape)
+    assert graph.operands[linear.outputs[0]].shape == (1, 4)
+    expression = operator(graph, "pnnx.Expression")
+    assert expression.params["expr"].type is ParamType.STRING
+    assert "@0" in expression.params["expr"].value
