@@ -1,0 +1,223 @@
+"""The pnnx ``.pnnx.bin`` weight archive: a zip file whose entries are stored, never compressed.
+
+Each attribute line of the param file, e.g. ``nn.Conv2d conv ... @weight=(8,3,3,3)f32``, has one
+entry in the zip named ``"<op name>.<attr name>"`` (here ``conv.weight``) holding the raw
+little-endian array bytes, C order, ``prod(shape) * itemsize`` of them. pnnx writes every entry
+with a ZIP64 extra field (so archives over 4 GB work), which the standard ``zipfile`` module reads.
+
+Layout of one entry, and how a zero-copy view finds its bytes::
+
+    offset  size  field                    (the "local file header", signature PK\\x03\\x04)
+    0       4     signature 0x04034b50
+    ...     22    version, flags, method (0 = stored), time, crc32, sizes
+    26      2     n = file name length
+    28      2     m = extra field length   (pnnx: 32 bytes of ZIP64 sizes)
+    30      n     file name                 e.g. "conv.weight"
+    30+n    m     extra field
+    30+n+m  size  the array bytes           <- np.frombuffer(mmap, offset=30+n+m)
+
+The central directory at the end of the file (read with ``zipfile``) lists every entry with the
+offset of its local header. ``PnnxBin`` memory-maps the file read-only and hands out numpy views
+straight over the mapping: nothing is copied, and the OS pages weights in as they are used.
+
+Alignment: entries start wherever the previous one ended, so a view may begin at an address that
+is not a multiple of its itemsize (``arr.flags.aligned`` is False). numpy reads unaligned arrays
+correctly, only some operations are slower on them; ``np.require(arr, requirements="A")`` makes an
+aligned copy when a kernel needs one.
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+import mmap
+import os
+import struct
+import zipfile
+from dataclasses import dataclass
+
+import numpy as np
+
+from parser.errors import BinFileError
+from parser.param import DTYPE_NAMES
+
+# pnnx dtype name -> dtype of the arrays PnnxBin.read returns.
+# Two pnnx dtypes have no numpy dtype and are widened by a copy (so they are not zero-copy):
+#   bf16  stored as uint16 (the top half of a float32)  -> float32
+#   c32   stored as pairs of float16 (real, imaginary)  -> complex64
+DTYPES: dict[str, np.dtype] = {
+    "f32": np.dtype("<f4"), "f64": np.dtype("<f8"), "f16": np.dtype("<f2"),
+    "bf16": np.dtype("<f4"),
+    "i64": np.dtype("<i8"), "i32": np.dtype("<i4"), "i16": np.dtype("<i2"),
+    "i8": np.dtype("i1"), "u8": np.dtype("u1"), "bool": np.dtype("?"),
+    "c64": np.dtype("<c8"), "c128": np.dtype("<c16"), "c32": np.dtype("<c8"),
+}
+assert set(DTYPES) == set(DTYPE_NAMES), "DTYPES must cover exactly the pnnx dtype names"
+
+# How the widened dtypes are stored in the file: (numpy dtype, values stored per element).
+_STORED: dict[str, tuple[np.dtype, int]] = {"bf16": (np.dtype("<u2"), 1),
+                                             "c32": (np.dtype("<f2"), 2)}
+
+_LOCAL_HEADER = b"PK\x03\x04"
+_LOCAL_HEADER_SIZE = 30
+
+
+def stored_itemsize(dtype: str) -> int:
+    """Bytes one element of pnnx dtype ``dtype`` takes in the bin file (bf16: 2, c32: 4)."""
+    stored, per_element = _STORED.get(dtype, (DTYPES[dtype], 1))
+    return stored.itemsize * per_element
+
+
+def _widen_bf16(raw: np.ndarray) -> np.ndarray:
+    """bfloat16 is the top 16 bits of a float32: shift them back into place."""
+    return (raw.astype(np.uint32) << 16).view(np.float32)
+
+
+def _widen_c32(raw: np.ndarray) -> np.ndarray:
+    """complex32 is (real, imaginary) float16 pairs: widen both, then pair them as complex64."""
+    return raw.astype(np.float32).view(np.complex64)
+
+
+_WIDEN = {"bf16": _widen_bf16, "c32": _widen_c32}
+
+
+@dataclass(frozen=True)
+class _Entry:
+    """Where one entry's bytes are: ``size`` bytes from ``offset``; ``method`` 0 means stored."""
+
+    offset: int
+    size: int
+    method: int
+
+
+class PnnxBin:
+    """A read-only, memory-mapped .pnnx.bin; ``read`` returns zero-copy numpy views.
+
+    Use it as a context manager, or call ``close()``. Arrays already returned stay valid after
+    ``close()``: the mapping is released when the last of them is garbage-collected.
+    """
+
+    def __init__(self, path):
+        self.path = str(path)
+        self._mm: mmap.mmap | None = None
+        try:
+            size = os.path.getsize(self.path)
+            if size == 0:
+                raise BinFileError("empty file (not a pnnx bin zip archive)", path=self.path)
+            with open(self.path, "rb") as file:
+                self._mm = mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ)
+        except OSError as exc:
+            raise BinFileError(f"cannot read the file: {exc.strerror}", path=self.path) from None
+        try:
+            self._entries = self._index()
+        except BinFileError:
+            self.close()
+            raise
+
+    # ----- indexing ---------------------------------------------------------------------------
+    def _index(self) -> dict[str, _Entry]:
+        """Read the central directory with zipfile, then each local header for the data offset."""
+        try:
+            with open(self.path, "rb") as file, zipfile.ZipFile(file) as archive:
+                infos = archive.infolist()
+        except (zipfile.BadZipFile, zipfile.LargeZipFile, EOFError, ValueError) as exc:
+            if self._starts_like_zip():
+                raise BinFileError(f"truncated or damaged zip archive ({exc})",
+                                   path=self.path) from None
+            raise BinFileError("not a zip archive (a pnnx bin is a store-only zip)",
+                               path=self.path) from None
+        return {info.filename: self._locate(info) for info in infos}
+
+    def _starts_like_zip(self) -> bool:
+        with open(self.path, "rb") as file:
+            return file.read(4) == _LOCAL_HEADER
+
+    def _locate(self, info: zipfile.ZipInfo) -> _Entry:
+        """The entry's data offset: local header offset + 30 + name length + extra length."""
+        header = info.header_offset
+        mm = self._mm
+        if mm[header:header + 4] != _LOCAL_HEADER or header + _LOCAL_HEADER_SIZE > len(mm):
+            raise BinFileError("damaged zip archive: no local file header where the central "
+                               "directory points", path=self.path, entry=info.filename)
+        name_length, extra_length = struct.unpack_from("<HH", mm, header + 26)
+        offset = header + _LOCAL_HEADER_SIZE + name_length + extra_length
+        if offset + info.compress_size > len(mm):
+            raise BinFileError(f"truncated zip archive: the entry needs bytes up to "
+                               f"{offset + info.compress_size}, the file has {len(mm)}",
+                               path=self.path, entry=info.filename)
+        return _Entry(offset=offset, size=info.file_size, method=info.compress_type)
+
+    # ----- public API -------------------------------------------------------------------------
+    def entries(self) -> list[str]:
+        """Every entry name, in archive order (``"<op name>.<attr name>"``)."""
+        return list(self._entries)
+
+    def __contains__(self, key) -> bool:
+        return key in self._entries
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def read(self, key: str, shape: tuple[int, ...], dtype: str) -> np.ndarray:
+        """The entry ``key`` as a read-only array of ``shape`` and pnnx ``dtype``.
+
+        A zero-copy view over the mapped file (except bf16 / c32, widened by a copy). The entry
+        must hold exactly ``prod(shape) * itemsize`` bytes; ``shape`` () reads one scalar."""
+        entry = self._entry(key)
+        if dtype not in DTYPES:
+            raise BinFileError(f"unknown dtype {dtype!r} (pnnx dtypes: {' '.join(DTYPES)})",
+                               path=self.path, entry=key)
+        shape = tuple(int(d) for d in shape)
+        count = math.prod(shape)
+        expected = count * stored_itemsize(dtype)
+        if entry.size != expected:
+            raise BinFileError(f"the entry holds {entry.size} bytes but shape {shape} x {dtype} "
+                               f"needs {expected}", path=self.path, entry=key)
+        stored, per_element = _STORED.get(dtype, (DTYPES[dtype], 1))
+        raw = np.frombuffer(self._mm, dtype=stored, count=count * per_element,
+                            offset=entry.offset)
+        if dtype in _WIDEN:
+            raw = _WIDEN[dtype](raw)
+        return raw.reshape(shape)
+
+    def _entry(self, key: str) -> _Entry:
+        """The index record of ``key``; a missing or compressed entry is a BinFileError."""
+        if self._mm is None:
+            raise BinFileError("the file is closed", path=self.path, entry=key)
+        entry = self._entries.get(key)
+        if entry is None:
+            raise BinFileError(f"no such entry{self._suggest(key)}", path=self.path, entry=key)
+        if entry.method != zipfile.ZIP_STORED:
+            raise BinFileError(f"the entry is compressed (zip method {entry.method}); pnnx "
+                               f"writes stored entries only", path=self.path, entry=key)
+        return entry
+
+    def _suggest(self, key: str) -> str:
+        """'; close entries: a, b' for a missing key (or the first few entries if none is close)."""
+        close = difflib.get_close_matches(key, self._entries, n=3, cutoff=0.5)
+        if close:
+            return f"; close entries: {', '.join(close)}"
+        if self._entries:
+            shown = list(self._entries)[:5]
+            more = ", ..." if len(self._entries) > len(shown) else ""
+            return f"; entries: {', '.join(shown)}{more}"
+        return "; the archive is empty"
+
+    # ----- lifetime ---------------------------------------------------------------------------
+    def close(self) -> None:
+        """Release the mapping, unless arrays still view it (then the last one releases it)."""
+        if self._mm is not None:
+            try:
+                self._mm.close()
+            except BufferError:
+                pass  # views are alive; the mapping goes when they do
+            self._mm = None
+
+    def __enter__(self) -> "PnnxBin":
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"PnnxBin({self.path!r}, {len(self._entries)} entries)"

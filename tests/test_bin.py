@@ -1,0 +1,282 @@
+"""parser.bin: the pnnx weight archive, on hand-made zips (classic and ZIP64) and a pnnx export."""
+
+import struct
+import warnings
+import zipfile
+
+import numpy as np
+import pytest
+import torch
+
+from parser.bin import DTYPES, PnnxBin, stored_itemsize
+from parser.errors import BinFileError
+from parser.param import read_param
+
+RNG = np.random.default_rng(0)
+PLAIN_DTYPES = [name for name in DTYPES if name not in ("bf16", "c32")]
+
+
+def write_zip(path, entries: dict[str, bytes], zip64: bool = False,
+              compression: int = zipfile.ZIP_STORED):
+    """A zip with ``entries`` (name -> bytes), as pnnx writes it (stored; ZIP64 on request)."""
+    with zipfile.ZipFile(path, "w", compression=compression) as archive:
+        for name, data in entries.items():
+            with archive.open(name, "w", force_zip64=zip64) as entry:
+                entry.write(data)
+    return path
+
+
+def random_array(dtype: np.dtype, shape=(2, 3, 4)) -> np.ndarray:
+    """Random values of any numpy dtype (bool, ints, floats, complex)."""
+    values = RNG.standard_normal(shape) * 50
+    if dtype.kind == "c":
+        values = values + 1j * RNG.standard_normal(shape)
+    return values.astype(dtype) if dtype.kind != "b" else values > 0
+
+
+def local_data_offset(path, name: str) -> int:
+    """Where the bytes of entry ``name`` start, from its local header (for the alignment test)."""
+    with zipfile.ZipFile(path) as archive:
+        header = archive.getinfo(name).header_offset
+    with open(path, "rb") as file:
+        file.seek(header + 26)
+        name_length, extra_length = struct.unpack("<HH", file.read(4))
+    return header + 30 + name_length + extra_length
+
+
+# ----- reading ----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("zip64", [False, True], ids=["classic", "zip64"])
+@pytest.mark.parametrize("dtype", PLAIN_DTYPES)
+def test_every_dtype_round_trips(tmp_path, dtype, zip64):
+    array = random_array(DTYPES[dtype])
+    path = write_zip(tmp_path / "w.pnnx.bin", {"conv.weight": array.tobytes()}, zip64=zip64)
+    with PnnxBin(path) as weights:
+        read = weights.read("conv.weight", array.shape, dtype)
+        assert read.dtype == DTYPES[dtype] and read.shape == array.shape
+        np.testing.assert_array_equal(read, array)
+        assert not read.flags.writeable and not read.flags.owndata  # a view over the mapping
+
+
+def test_zip64_local_header_has_extra_field(tmp_path):
+    data = np.arange(5, dtype=np.float32).tobytes()
+    path = write_zip(tmp_path / "w.pnnx.bin", {"a.data": data}, zip64=True)
+    with zipfile.ZipFile(path) as archive:
+        header = archive.getinfo("a.data").header_offset
+    assert local_data_offset(path, "a.data") > header + 30 + len("a.data")  # extra is skipped
+    with PnnxBin(path) as weights:
+        np.testing.assert_array_equal(weights.read("a.data", (5,), "f32"), np.arange(5))
+
+
+def test_bfloat16_is_widened_to_float32(tmp_path):
+    values = torch.randn(3, 4).to(torch.bfloat16)
+    raw = values.view(torch.int16).numpy().tobytes()
+    path = write_zip(tmp_path / "w.pnnx.bin", {"fc.weight": raw})
+    with PnnxBin(path) as weights:
+        read = weights.read("fc.weight", (3, 4), "bf16")
+    assert read.dtype == np.float32
+    np.testing.assert_array_equal(read, values.float().numpy())
+
+
+def test_complex32_is_widened_to_complex64(tmp_path):
+    pairs = RNG.standard_normal((3, 2)).astype(np.float16)  # (real, imaginary) per element
+    path = write_zip(tmp_path / "w.pnnx.bin", {"c.data": pairs.tobytes()})
+    with PnnxBin(path) as weights:
+        read = weights.read("c.data", (3,), "c32")
+    assert read.dtype == np.complex64
+    np.testing.assert_array_equal(read, pairs[:, 0].astype(np.float32) + 1j * pairs[:, 1])
+
+
+def test_stored_itemsizes():
+    assert stored_itemsize("bf16") == 2 and stored_itemsize("c32") == 4
+    assert all(stored_itemsize(name) == DTYPES[name].itemsize for name in PLAIN_DTYPES)
+
+
+def test_scalar_and_empty_attributes(tmp_path):
+    path = write_zip(tmp_path / "w.pnnx.bin", {"s.data": np.float32(2.5).tobytes(),
+                                               "e.data": b""})
+    with PnnxBin(path) as weights:
+        scalar = weights.read("s.data", (), "f32")
+        empty = weights.read("e.data", (0, 3), "f32")
+    assert scalar.shape == () and scalar == 2.5
+    assert empty.shape == (0, 3)
+
+
+def test_unaligned_entries_read_correctly(tmp_path):
+    array = np.arange(6, dtype=np.float64)
+    name = "odd.name"  # 8 + 30 = 38 bytes of header: the data starts 2 bytes past an 8-multiple
+    path = write_zip(tmp_path / "w.pnnx.bin", {name: array.tobytes()})
+    assert local_data_offset(path, name) % array.itemsize != 0
+    with PnnxBin(path) as weights:
+        read = weights.read(name, (2, 3), "f64")
+    assert not read.flags.aligned
+    np.testing.assert_array_equal(read, array.reshape(2, 3))
+
+
+def test_entries_and_membership(tmp_path):
+    names = ["features.0.weight", "features.0.bias", "fc.weight"]
+    path = write_zip(tmp_path / "w.pnnx.bin", {name: b"\0" * 4 for name in names})
+    with PnnxBin(path) as weights:
+        assert weights.entries() == names
+        assert "fc.weight" in weights and "fc.bias" not in weights
+        assert len(weights) == 3
+
+
+def test_arrays_outlive_close(tmp_path):
+    array = np.arange(4, dtype=np.int64)
+    path = write_zip(tmp_path / "w.pnnx.bin", {"i.data": array.tobytes()})
+    weights = PnnxBin(path)
+    read = weights.read("i.data", (4,), "i64")
+    weights.close()
+    np.testing.assert_array_equal(read, array)
+    with pytest.raises(BinFileError, match="closed"):
+        weights.read("i.data", (4,), "i64")
+
+
+# ----- errors -----------------------------------------------------------------------------------
+
+def check_error(info, path, entry=None, words=""):
+    """The error names the file (and the entry), and says what is wrong."""
+    error = info.value
+    assert error.path == str(path) and str(path) in str(error)
+    assert error.entry == entry
+    if entry is not None:
+        assert f"[{entry}]" in str(error)
+    assert words in str(error)
+
+
+def test_empty_file(tmp_path):
+    path = tmp_path / "empty.pnnx.bin"
+    path.write_bytes(b"")
+    with pytest.raises(BinFileError) as info:
+        PnnxBin(path)
+    check_error(info, path, words="empty file")
+
+
+def test_not_a_zip(tmp_path):
+    path = tmp_path / "model.pnnx.param"
+    path.write_text("7767517\n0 0\n")
+    with pytest.raises(BinFileError) as info:
+        PnnxBin(path)
+    check_error(info, path, words="not a zip")
+
+
+@pytest.mark.parametrize("zip64", [False, True], ids=["classic", "zip64"])
+def test_truncated_zip(tmp_path, zip64):
+    path = write_zip(tmp_path / "w.pnnx.bin", {"a.data": bytes(4000)}, zip64=zip64)
+    path.write_bytes(path.read_bytes()[:2000])
+    with pytest.raises(BinFileError) as info:
+        PnnxBin(path)
+    check_error(info, path, words="truncated")
+
+
+def test_missing_file(tmp_path):
+    path = tmp_path / "nope.pnnx.bin"
+    with pytest.raises(BinFileError) as info:
+        PnnxBin(path)
+    check_error(info, path, words="cannot read")
+
+
+def test_missing_entry_lists_close_names(tmp_path):
+    path = write_zip(tmp_path / "w.pnnx.bin", {"conv1.weight": b"", "conv1.bias": b"",
+                                               "fc.weight": b""})
+    with PnnxBin(path) as weights, pytest.raises(BinFileError) as info:
+        weights.read("conv1.weigth", (0,), "f32")
+    check_error(info, path, entry="conv1.weigth", words="no such entry")
+    assert "conv1.weight" in str(info.value)
+
+
+def test_missing_entry_lists_some_names_when_none_is_close(tmp_path):
+    path = write_zip(tmp_path / "w.pnnx.bin", {"conv1.weight": b""})
+    with PnnxBin(path) as weights, pytest.raises(BinFileError) as info:
+        weights.read("zzz", (0,), "f32")
+    check_error(info, path, entry="zzz", words="conv1.weight")
+
+
+def test_compressed_entry(tmp_path):
+    path = write_zip(tmp_path / "w.pnnx.bin", {"a.data": bytes(400)},
+                     compression=zipfile.ZIP_DEFLATED)
+    with PnnxBin(path) as weights, pytest.raises(BinFileError) as info:
+        weights.read("a.data", (100,), "f32")
+    check_error(info, path, entry="a.data", words="compressed")
+
+
+@pytest.mark.parametrize("shape, dtype", [((3, 3), "f32"), ((2,), "f32"), ((4,), "f64")])
+def test_size_mismatch(tmp_path, shape, dtype):
+    path = write_zip(tmp_path / "w.pnnx.bin", {"a.data": bytes(16)})
+    with PnnxBin(path) as weights, pytest.raises(BinFileError) as info:
+        weights.read("a.data", shape, dtype)
+    check_error(info, path, entry="a.data", words="holds 16 bytes")
+
+
+def test_unknown_dtype(tmp_path):
+    path = write_zip(tmp_path / "w.pnnx.bin", {"a.data": bytes(16)})
+    with PnnxBin(path) as weights, pytest.raises(BinFileError) as info:
+        weights.read("a.data", (4,), "float32")
+    check_error(info, path, entry="a.data", words="unknown dtype")
+
+
+# ----- a real pnnx export -----------------------------------------------------------------------
+
+class WeightsNet(torch.nn.Module):
+    """Float32 conv and linear weights, plus int64, bool and float64 constants."""
+
+    def __init__(self):
+        super().__init__()
+        self.features = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.ReLU())
+        self.fc = torch.nn.Linear(4, 2)
+        self.register_buffer("idx", torch.arange(4, dtype=torch.int64))
+        self.register_buffer("mask", torch.tensor([True, False, True]))
+        self.register_buffer("scale", torch.rand(2, dtype=torch.float64))
+
+    def forward(self, x):
+        y = self.features(x).mean((2, 3)) + self.idx
+        return self.fc(y), self.mask, self.scale * 2
+
+
+@pytest.fixture(scope="session")
+def exported(tmp_path_factory):
+    """WeightsNet exported by pnnx: the module and every attribute read through PnnxBin."""
+    pnnx = pytest.importorskip("pnnx")
+    torch.manual_seed(0)
+    net = WeightsNet().eval()
+    folder = tmp_path_factory.mktemp("pnnx_bin")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # torch.jit.trace, used by pnnx
+        pnnx.export(net, str(folder / "w.pt"), (torch.rand(1, 3, 8, 8),))
+    graph = read_param(folder / "w.pnnx.param")
+    with PnnxBin(folder / "w.pnnx.bin") as weights:
+        arrays = {f"{op.name}.{attr.name}": weights.read(f"{op.name}.{attr.name}", attr.shape,
+                                                         attr.dtype)
+                  for op in graph.operators for attr in op.attrs.values()}
+        entries = weights.entries()
+    return net, arrays, entries
+
+
+def test_real_export_every_attribute_has_an_entry(exported):
+    _, arrays, entries = exported
+    assert sorted(arrays) == sorted(entries)
+
+
+def test_real_export_float32_weights(exported):
+    net, arrays, _ = exported
+    for key, tensor in [("features.0.weight", net.features[0].weight),
+                        ("features.0.bias", net.features[0].bias),
+                        ("fc.weight", net.fc.weight), ("fc.bias", net.fc.bias)]:
+        assert arrays[key].dtype == np.float32
+        np.testing.assert_array_equal(arrays[key], tensor.detach().numpy())
+
+
+def test_real_export_int64_and_bool_buffers(exported):
+    net, arrays, _ = exported
+    np.testing.assert_array_equal(arrays["idx.data"], net.idx.numpy())
+    assert arrays["idx.data"].dtype == np.int64
+    np.testing.assert_array_equal(arrays["mask.data"], net.mask.numpy())
+    assert arrays["mask.data"].dtype == np.bool_
+
+
+def test_real_export_folded_float64_constant(exported):
+    net, arrays, _ = exported
+    folded = [a for a in arrays.values() if a.dtype == np.float64]
+    assert len(folded) == 1
+    np.testing.assert_array_equal(folded[0], (net.scale * 2).numpy())
