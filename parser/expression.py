@@ -1,0 +1,287 @@
+"""pnnx expressions: the ``expr=`` text of a ``pnnx.Expression`` operator.
+
+pnnx fuses chains of small elementwise ops into one operator whose parameter is a formula over
+its inputs, written in prefix (function-call) form. ``@N`` is the operator's N-th input::
+
+    pnnx.Expression  pnnx_expr_0  2 1 0 1 2 expr=add(@0,mul(@1,2.0))       # x0 + x1 * 2.0
+    pnnx.Expression  pnnx_expr_1  1 1 0 3   expr=[1,mul(3,size(@0,2)),-1]  # a shape, for view
+
+The grammar, one rule per parse function below::
+
+    node  := operand | number | constant | call | list
+    operand  := '@' digits                      @0 @12
+    number   := int | float | complex           2  -1  0.5  1.000000e-05  -inf  1.5e+00-2.0e+00j
+    constant := 'True' | 'False'
+    call  := name '(' node (',' node)* ')'     add(@0,2)   torch.float(size(@0,2))
+    list  := '[' [node (',' node)*] ']'        [1,size(@0,1),-1]
+
+Parsing is done in two steps, as a compiler does: ``tokenize`` cuts the text into tokens, then
+a recursive-descent parser (one function per grammar rule) builds a syntax tree of ``OperandRef``,
+``Constant``, ``Call`` and ``ListExpr`` nodes. ``to_rpn`` lists the tree in post-order, the
+reverse-Polish form a stack machine evaluates (KuiperInfer's expression layer works this way)::
+
+    add(@0,mul(@1,2.0))  ->  @0 @1 2.0 mul add
+
+Nothing is ever evaluated with ``eval``: numbers are matched by patterns and converted by
+``int()`` / ``float()`` / ``complex()``. Errors are ExpressionError with the character position.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from dataclasses import dataclass, field
+from typing import Union
+
+from parser.errors import ExpressionError
+
+# ----- the functions pnnx writes ----------------------------------------------------------------
+# Taken from pnnx's expression writer and Python exporter (tools/pnnx/src/pass_level3/
+# fuse_expression.cpp and Graph::python in ir.cpp). All are torch functions of the same name,
+# except: neg = unary minus, int = Python int() (truncates), torch.float / torch.long /
+# torch.bool = Tensor.float() / .long() / .bool(), and/or/xor/lshift/rshift = & | ^ << >>.
+UNARY_FUNCTIONS: frozenset[str] = frozenset({
+    "abs", "acos", "acosh", "asin", "asinh", "atan", "atanh", "ceil", "cos", "cosh", "erf",
+    "exp", "expm1", "floor", "log", "log10", "log1p", "neg", "reciprocal", "round", "rsqrt",
+    "sign", "sin", "sinh", "sqrt", "square", "tan", "tanh", "trunc",
+    "int", "torch.float", "torch.long", "torch.bool",
+})
+BINARY_FUNCTIONS: frozenset[str] = frozenset({
+    "add", "sub", "mul", "div", "floor_divide", "remainder", "pow", "max", "min", "maximum",
+    "minimum", "atan2", "fmod", "logaddexp", "and", "or", "xor", "lshift", "rshift",
+    "size",  # size(@N, dim) -> int; pnnx also writes size(@N) -> the whole shape
+})
+# Allowed argument counts: (fewest, most).
+ARITY: dict[str, tuple[int, int]] = {
+    **{name: (1, 1) for name in UNARY_FUNCTIONS},
+    **{name: (2, 2) for name in BINARY_FUNCTIONS},
+    "size": (1, 2),
+}
+BOOL_CONSTANTS = {"True": True, "False": False}
+
+
+# ----- tokens -----------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Token:
+    """One token: ``kind`` is operand | int | float | complex | name | lparen | rparen | comma |
+    lbracket | rbracket; ``position`` is the index of its first character in the expression."""
+
+    kind: str
+    text: str
+    position: int
+
+
+_UNSIGNED = r"(?:\d+\.\d*(?:[eE][+-]?\d+)?|\.\d+(?:[eE][+-]?\d+)?|\d+[eE][+-]?\d+|inf|nan)"
+_REAL = rf"(?:{_UNSIGNED}|\d+)"
+_NOT_NAME = r"(?![A-Za-z0-9_.])"  # a number must not run on into a name: 'info' is a name
+_TOKEN_PATTERNS = [
+    ("space", r"\s+"),
+    ("operand", r"@\d+"),
+    ("complex", rf"-?{_REAL}(?:\+-|[+-]){_REAL}j{_NOT_NAME}"),  # 1.0e+00-2.0e+00j
+    ("float", rf"-?{_UNSIGNED}{_NOT_NAME}"),                    # 0.5  1e-05  -inf
+    ("int", rf"-?\d+{_NOT_NAME}"),
+    ("name", r"[A-Za-z_][A-Za-z0-9_.]*"),                       # add  torch.float  True
+    ("lparen", r"\("), ("rparen", r"\)"), ("comma", r","),
+    ("lbracket", r"\["), ("rbracket", r"\]"),
+]
+_TOKEN_RE = re.compile("|".join(f"(?P<{kind}>{pattern})" for kind, pattern in _TOKEN_PATTERNS))
+
+
+def tokenize(expr: str) -> list[Token]:
+    """Cut ``expr`` into tokens (whitespace is skipped); an unknown character is an error."""
+    tokens = []
+    position = 0
+    while position < len(expr):
+        match = _TOKEN_RE.match(expr, position)
+        if match is None:
+            raise ExpressionError(f"unexpected character {expr[position]!r}",
+                                  expression=expr, position=position)
+        if match.lastgroup != "space":
+            tokens.append(Token(match.lastgroup, match.group(), position))
+        position = match.end()
+    return tokens
+
+
+# ----- the syntax tree --------------------------------------------------------------------------
+# ``position`` (index in the expression text, for error messages) is left out of comparisons,
+# so trees built by hand compare equal to parsed ones.
+
+@dataclass(frozen=True)
+class OperandRef:
+    """``@N``: the operator's N-th input."""
+
+    index: int
+    position: int = field(default=-1, compare=False)
+
+
+@dataclass(frozen=True)
+class Constant:
+    """A literal: int, float (inf and nan included), complex, or bool (True / False)."""
+
+    value: int | float | complex | bool
+    position: int = field(default=-1, compare=False)
+
+
+@dataclass(frozen=True)
+class Call:
+    """``name(args...)``: one of the functions in ARITY, with its arguments."""
+
+    name: str
+    args: tuple["Node", ...]
+    position: int = field(default=-1, compare=False)
+
+
+@dataclass(frozen=True)
+class ListExpr:
+    """``[a,b,...]``: a list of scalars, e.g. the shape argument of a dynamic view/reshape."""
+
+    items: tuple["Node", ...]
+    position: int = field(default=-1, compare=False)
+
+
+Node = Union[OperandRef, Constant, Call, ListExpr]
+
+
+# ----- the parser -------------------------------------------------------------------------------
+
+def parse_expression(expr: str) -> Node:
+    """Parse a pnnx expression into its syntax tree; ExpressionError if it is not valid."""
+    parser = _Parser(expr, tokenize(expr))
+    if not parser.tokens:
+        raise ExpressionError("empty expression", expression=expr, position=0)
+    node = parser.node()
+    if parser.peek() is not None:
+        token = parser.peek()
+        raise ExpressionError(f"unexpected {token.text!r} after the end of the expression",
+                              expression=expr, position=token.position)
+    return node
+
+
+class _Parser:
+    """Recursive descent over the token list: one method per grammar rule."""
+
+    def __init__(self, expr: str, tokens: list[Token]):
+        self.expr, self.tokens, self.index = expr, tokens, 0
+
+    def peek(self) -> Token | None:
+        return self.tokens[self.index] if self.index < len(self.tokens) else None
+
+    def take(self, *kinds: str) -> Token:
+        """Consume the next token, which must be of one of ``kinds``."""
+        token = self.peek()
+        if token is None or token.kind not in kinds:
+            wanted = _describe(kinds)
+            found = "the end of the expression" if token is None else repr(token.text)
+            hint = " (unbalanced brackets?)" if token is None else ""
+            raise self.error(f"expected {wanted} but found {found}{hint}", token)
+        self.index += 1
+        return token
+
+    def error(self, message: str, token: Token | None) -> ExpressionError:
+        position = len(self.expr) if token is None else token.position
+        return ExpressionError(message, expression=self.expr, position=position)
+
+    # node := operand | number | constant | call | list
+    def node(self) -> Node:
+        token = self.take("operand", "int", "float", "complex", "name", "lbracket")
+        if token.kind == "operand":
+            return OperandRef(int(token.text[1:]), token.position)
+        if token.kind == "int":
+            return Constant(int(token.text), token.position)
+        if token.kind == "float":
+            return Constant(float(token.text), token.position)
+        if token.kind == "complex":
+            return Constant(_complex(token.text), token.position)
+        if token.kind == "lbracket":
+            return ListExpr(self.items("rbracket", allow_empty=True), token.position)
+        return self.name(token)
+
+    # constant := True | False ;  call := name '(' node (',' node)* ')'
+    def name(self, token: Token) -> Node:
+        following = self.peek()
+        if following is None or following.kind != "lparen":
+            if token.text in BOOL_CONSTANTS:
+                return Constant(BOOL_CONSTANTS[token.text], token.position)
+            raise self.error(f"{token.text!r} is neither a function call nor a constant", token)
+        if token.text not in ARITY:
+            close = difflib.get_close_matches(token.text, ARITY, n=3)
+            hint = f"; did you mean {', '.join(close)}?" if close else ""
+            raise self.error(f"unknown function {token.text!r}{hint}", token)
+        self.take("lparen")
+        args = self.items("rparen", allow_empty=False)
+        fewest, most = ARITY[token.text]
+        if not fewest <= len(args) <= most:
+            wanted = str(fewest) if fewest == most else f"{fewest} or {most}"
+            raise self.error(f"{token.text}() takes {wanted} argument{'s' * (most > 1)}, "
+                             f"got {len(args)}", token)
+        return Call(token.text, args, token.position)
+
+    # node (',' node)* up to the closing bracket ``close``
+    def items(self, close: str, allow_empty: bool) -> tuple[Node, ...]:
+        following = self.peek()
+        if allow_empty and following is not None and following.kind == close:
+            self.take(close)
+            return ()
+        items = [self.node()]
+        while self.take("comma", close).kind == "comma":
+            items.append(self.node())
+        return tuple(items)
+
+
+_DESCRIBE = {"operand": "an operand", "int": "a number", "float": "a number",
+             "complex": "a number", "name": "a name", "lbracket": "'['", "rbracket": "']'",
+             "lparen": "'('", "rparen": "')'", "comma": "','"}
+
+
+def _describe(kinds: tuple[str, ...]) -> str:
+    """("operand", "int", "lbracket") -> "an operand, a number or '['"."""
+    words = list(dict.fromkeys(_DESCRIBE[kind] for kind in kinds))
+    return words[0] if len(words) == 1 else f"{', '.join(words[:-1])} or {words[-1]}"
+
+
+def _complex(text: str) -> complex:
+    """'1.5e+00-2.0e+00j' (or pnnx's older '1.5e+00+-2.0e+00j') -> complex(1.5, -2.0)."""
+    return complex(text.replace("+-", "-"))
+
+
+# ----- looking at a tree ------------------------------------------------------------------------
+
+def children(node: Node) -> tuple[Node, ...]:
+    """The argument nodes of a call, the items of a list, nothing for operands and constants."""
+    if isinstance(node, Call):
+        return node.args
+    if isinstance(node, ListExpr):
+        return node.items
+    return ()
+
+
+def postorder(node: Node) -> list[Node]:
+    """The nodes children-first: the order a stack machine evaluates them in."""
+    order = [n for child in children(node) for n in postorder(child)]
+    order.append(node)
+    return order
+
+
+def label(node: Node) -> str:
+    """One node as an RPN word: '@0', '2.0', 'add', '[3]' (make a list of the 3 values below).
+
+    A function that takes a varying number of arguments shows it: 'size/1', 'size/2'."""
+    if isinstance(node, OperandRef):
+        return f"@{node.index}"
+    if isinstance(node, Constant):
+        return repr(node.value).strip("()")  # complex reprs come in brackets: (1.5-2j)
+    if isinstance(node, ListExpr):
+        return f"[{len(node.items)}]"
+    fewest, most = ARITY[node.name]
+    return node.name if fewest == most else f"{node.name}/{len(node.args)}"
+
+
+def to_rpn(node: Node) -> list[str]:
+    """Reverse-Polish listing, e.g. add(@0,mul(@1,2.0)) -> ['@0', '@1', '2.0', 'mul', 'add']."""
+    return [label(n) for n in postorder(node)]
+
+
+def operand_indices(node: Node) -> set[int]:
+    """Every N that the expression uses as @N."""
+    return {n.index for n in postorder(node) if isinstance(n, OperandRef)}
