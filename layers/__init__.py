@@ -4,3 +4,4 @@ from layers.base import Layer, Param, REQUIRED
 from layers.registry import LayerRegisterer, register_layer
 
 __all__ = ["Layer", "Param", "REQUIRED", "LayerRegisterer", "register_layer"]
+import layers.expression  # noqa: E402,F401  (registers pnnx.Expression)
