@@ -116,8 +116,16 @@ class Layer:
         raise NotImplementedError(f"{type(self).__name__} does not support in-place forward")
 
     def __repr__(self) -> str:
-        shown = ", ".join(f"{k}={getattr(self, k, None)!r}" for k in self.PARAMS)
+        shown = ", ".join(f"{k}={_short(getattr(self, k, None))}" for k in self.PARAMS)
         return f"{type(self).__name__}({shown})"
+
+
+def _short(value: Any) -> str:
+    """A parameter for __repr__; an array (a weight that shares the parameter's name, like
+    nn.Conv2d's bias) is shown by its shape."""
+    if isinstance(value, np.ndarray):
+        return f"<array {value.shape}>"
+    return repr(value)
 
 
 # ----- parameter converters: each checks a raw pnnx value and returns the normalised one -----
@@ -186,3 +194,36 @@ def normalize_dim(dim: int, rank: int) -> int:
     if not -rank <= dim < max(rank, 1):
         raise ShapeError(f"dim {dim} is out of range for a tensor of rank {rank}")
     return dim % rank if rank else 0
+
+
+# ----- helpers for layers with weights (from the bin file, or as inputs of F.* operators) -----
+
+def check_bias_flag(has_bias: bool, bias: np.ndarray | None) -> None:
+    """nn.Conv2d / nn.Linear: the ``bias=True/False`` parameter must agree with the @bias
+    weight. (pnnx names both ``bias``: after load_model the attribute is the array or None.)"""
+    if has_bias and bias is None:
+        raise LayerError("bias=True but no @bias weight was given")
+    if not has_bias and bias is not None:
+        raise LayerError("bias=False but a @bias weight was given")
+
+
+def expect_shape(what: str, shape: Sequence[int], expected: Sequence[int],
+                 error: type[LayerError] | type[ShapeError] = LayerError) -> None:
+    """Raise ``error`` (LayerError for weights, ShapeError for inputs) unless shape == expected."""
+    if tuple(shape) != tuple(expected):
+        raise error(f"{what} has shape {tuple(shape)}, expected {tuple(expected)}")
+
+
+def split_weight_inputs(inputs: Sequence[Any]) -> tuple[Any, Any, Any]:
+    """The inputs of an F.* operator whose weights are graph inputs (F.conv2d, F.linear):
+    (x, weight) or (x, weight, bias) -> (x, weight, bias or None). Works on arrays and shapes."""
+    if len(inputs) not in (2, 3):
+        raise ShapeError(f"expects 2 or 3 inputs (input, weight[, bias]), got {len(inputs)}")
+    x, weight, *bias = inputs
+    return x, weight, (bias[0] if bias else None)
+
+
+def bias_is_an_input(value: Any) -> None:
+    """Converter of the ``bias`` parameter of F.conv2d / F.linear. pnnx writes ``bias=None``
+    when there is no bias (None is never converted); a real bias is always a graph input."""
+    raise ValueError("this operator takes its bias as an input; only bias=None is accepted")
