@@ -1,0 +1,469 @@
+"""Reference kernels: plain numpy functions that compute what ``torch.nn.functional`` computes.
+
+Each kernel is named after the torch function it mirrors and takes the same arguments with the
+same defaults, so a notebook can put them side by side::
+
+    from layers import kernels
+    y = kernels.conv2d(x, w, b, stride=2, padding=1)       # == F.conv2d(x, w, b, 2, 1)
+
+These are the *reference* implementations, the oracle: simple numpy, float32 in, float32 out,
+BLAS doing the heavy lifting through ``np.matmul``. A faster implementation (numba) of a kernel
+lives in its own module under the same name and signature, and is tested against this one.
+
+Two ideas carry every windowed op (convolution, pooling):
+
+* ``window_taps``: an output pixel reads a kh x kw window of the padded input. Instead of looping
+  over pixels, loop over the kh*kw *taps* (9 for a 3x3 kernel): tap (i, j) of every window at
+  once is a single strided view of the input. Pooling is then ``max``/``sum`` over those views.
+* im2col: for a dense convolution the windows are unrolled into the columns of a matrix
+  (``sliding_window_view`` + one copy), so the whole convolution becomes one matrix product.
+
+Output sizes are computed by the ``*_output_shape`` helpers from input shapes alone; the kernels
+and the layers' ``infer_shapes`` use the same helpers, so the two can never disagree.
+"""
+
+from __future__ import annotations
+
+from typing import Iterator, Sequence
+
+import numpy as np
+from numpy.lib.stride_tricks import sliding_window_view
+
+from parser.errors import LayerError, ShapeError
+
+Pair = tuple[int, int]
+
+
+def _pair(value: int | Sequence[int]) -> Pair:
+    """torch's ``_pair``: 3 -> (3, 3); (3, 1) -> (3, 1)."""
+    if isinstance(value, (int, np.integer)):
+        return int(value), int(value)
+    first, second = value
+    return int(first), int(second)
+
+
+# ================================================================ output sizes
+
+def window_output_size(size: int, kernel: int, stride: int, pad_before: int, pad_after: int,
+                       dilation: int = 1, ceil_mode: bool = False) -> int:
+    """Number of window positions along one axis (torch's conv / pooling formula)::
+
+        span = dilation * (kernel - 1) + 1                      # extent of one window
+        out  = floor((size + pad_before + pad_after - span) / stride) + 1
+
+    With ``ceil_mode`` the division rounds up instead, but (torch's rule) the last window must
+    start inside the input or the left padding: one starting in the right padding is dropped.
+    A result <= 0 means the window does not fit; the callers turn that into a ShapeError.
+    """
+    room = size + pad_before + pad_after - (dilation * (kernel - 1) + 1)
+    if ceil_mode:
+        out = -(-room // stride) + 1
+        if (out - 1) * stride >= size + pad_before:
+            out -= 1
+        return out
+    return room // stride + 1
+
+
+def conv2d_padding(padding: int | Sequence[int] | str, kernel: Pair, dilation: Pair
+                   ) -> tuple[int, int, int, int]:
+    """torch's conv ``padding`` argument -> (top, bottom, left, right).
+
+    An int or (ph, pw) pads both sides equally. ``'valid'`` is no padding. ``'same'`` pads
+    ``dilation * (kernel - 1)`` in total per axis so that output size == input size (stride 1);
+    when that total is odd, the extra row/column goes at the bottom/right, as torch does.
+    """
+    if isinstance(padding, str):
+        if padding == "valid":
+            return 0, 0, 0, 0
+        if padding == "same":
+            total_h, total_w = (d * (k - 1) for d, k in zip(dilation, kernel))
+            return total_h // 2, total_h - total_h // 2, total_w // 2, total_w - total_w // 2
+        raise LayerError(f"padding must be 'same', 'valid', an int or a pair, got {padding!r}")
+    ph, pw = _pair(padding)
+    return ph, ph, pw, pw
+
+
+def _check_rank(shape: Sequence[int], ranks: tuple[int, ...], what: str) -> None:
+    if len(shape) not in ranks:
+        names = " or ".join(f"{r}-D" for r in ranks)
+        raise ShapeError(f"expects a {names} {what}, got shape {tuple(shape)} "
+                         f"(rank {len(shape)})")
+
+
+def _spatial_size(shape: Sequence[int], out_h: int, out_w: int, pads: Sequence[int],
+                  kernel: Pair, dilation: Pair) -> Pair:
+    """Check the window fits: ShapeError naming the input size, padding and kernel if not."""
+    if out_h <= 0 or out_w <= 0:
+        top, bottom, left, right = pads
+        height, width = shape[-2], shape[-1]
+        span_h, span_w = (d * (k - 1) + 1 for d, k in zip(dilation, kernel))
+        raise ShapeError(
+            f"input {height}x{width} padded to {height + top + bottom}x{width + left + right} "
+            f"is smaller than the {kernel[0]}x{kernel[1]} window (dilated to {span_h}x{span_w}); "
+            f"the output would be {out_h}x{out_w}")
+    return out_h, out_w
+
+
+def conv2d_output_shape(x_shape: Sequence[int], weight_shape: Sequence[int],
+                        stride: int | Pair = 1, padding: int | Pair | str = 0,
+                        dilation: int | Pair = 1, groups: int = 1) -> tuple[int, int, int, int]:
+    """(N, C_in, H, W) input and (C_out, C_in / groups, kh, kw) weight -> (N, C_out, Ho, Wo)."""
+    _check_rank(x_shape, (4,), "(N, C, H, W) input")
+    _check_rank(weight_shape, (4,), "(C_out, C_in / groups, kh, kw) weight")
+    n, c, h, w = x_shape
+    c_out, c_per_group, kh, kw = weight_shape
+    if c != c_per_group * groups:
+        raise ShapeError(f"input has {c} channels but the weight {tuple(weight_shape)} with "
+                         f"groups={groups} expects {c_per_group * groups}")
+    if c_out % groups:
+        raise ShapeError(f"weight {tuple(weight_shape)}: {c_out} output channels are not "
+                         f"divisible by groups={groups}")
+    (sh, sw), dilation = _pair(stride), _pair(dilation)
+    pads = conv2d_padding(padding, (kh, kw), dilation)
+    out_h = window_output_size(h, kh, sh, pads[0], pads[1], dilation[0])
+    out_w = window_output_size(w, kw, sw, pads[2], pads[3], dilation[1])
+    return (n, c_out, *_spatial_size(x_shape, out_h, out_w, pads, (kh, kw), dilation))
+
+
+def pool2d_output_shape(x_shape: Sequence[int], kernel_size: int | Pair,
+                        stride: int | Pair | None = None, padding: int | Pair = 0,
+                        dilation: int | Pair = 1, ceil_mode: bool = False) -> tuple[int, ...]:
+    """(N, C, H, W) or (C, H, W) -> same leading dims with (Ho, Wo) for a pooling window."""
+    _check_rank(x_shape, (3, 4), "(N, C, H, W) or (C, H, W) input")
+    kernel = _pair(kernel_size)
+    (sh, sw) = kernel if stride is None else _pair(stride)
+    (ph, pw), dilation = _pair(padding), _pair(dilation)
+    out_h = window_output_size(x_shape[-2], kernel[0], sh, ph, ph, dilation[0], ceil_mode)
+    out_w = window_output_size(x_shape[-1], kernel[1], sw, pw, pw, dilation[1], ceil_mode)
+    return (*x_shape[:-2], *_spatial_size(x_shape, out_h, out_w, (ph, ph, pw, pw), kernel,
+                                          dilation))
+
+
+def adaptive_output_size(x_shape: Sequence[int], output_size: int | Sequence[int | None]
+                         ) -> Pair:
+    """torch's adaptive ``output_size``: an int, or a pair whose None entries keep that size."""
+    _check_rank(x_shape, (3, 4), "(N, C, H, W) or (C, H, W) input")
+    sizes = (output_size, output_size) if isinstance(output_size, (int, np.integer)) \
+        else tuple(output_size)
+    if len(sizes) != 2:
+        raise ShapeError(f"output_size must have 2 entries, got {tuple(sizes)}")
+    return tuple(int(dim if size is None else size)                  # type: ignore[return-value]
+                 for size, dim in zip(sizes, x_shape[-2:]))
+
+
+# ================================================================ padding
+
+_NUMPY_PAD_MODE = {"reflect": "reflect", "replicate": "edge", "circular": "wrap"}
+
+
+def pad_widths(rank: int, pad: Sequence[int]) -> list[Pair]:
+    """torch's ``pad`` tuple -> numpy's per-axis (before, after) list.
+
+    torch lists the pads from the LAST dimension backwards: (left, right, top, bottom, ...)
+    pads W by (left, right), then H by (top, bottom), and so on; unlisted leading dims get 0.
+    """
+    if len(pad) % 2:
+        raise ShapeError(f"pad {tuple(pad)} must have an even length")
+    if len(pad) // 2 > rank:
+        raise ShapeError(f"pad {tuple(pad)} pads {len(pad) // 2} dims, the input has {rank}")
+    widths = [(0, 0)] * rank
+    for i in range(len(pad) // 2):
+        widths[rank - 1 - i] = (int(pad[2 * i]), int(pad[2 * i + 1]))
+    return widths
+
+
+def pad_output_shape(shape: Sequence[int], pad: Sequence[int], mode: str = "constant"
+                     ) -> tuple[int, ...]:
+    """Output shape of ``F.pad``, with torch's checks for the non-constant modes: they pad the
+    last 1, 2 or 3 dims of an input with one or two more dims, reflect needs pad < size and
+    circular pad <= size."""
+    widths = pad_widths(len(shape), pad)
+    if mode != "constant":
+        padded = len(pad) // 2
+        if not 1 <= padded <= 3 or len(shape) not in (padded + 1, padded + 2):
+            raise ShapeError(f"{mode} padding of {padded} dims takes a {padded + 1}-D or "
+                             f"{padded + 2}-D input, got shape {tuple(shape)}")
+        for size, (before, after) in zip(shape, widths):
+            limit = size - 1 if mode == "reflect" else size
+            if max(before, after) > limit:
+                raise ShapeError(f"{mode} padding {(before, after)} is too large for a dim of "
+                                 f"size {size} (at most {limit})")
+    out = tuple(size + before + after for size, (before, after) in zip(shape, widths))
+    if min(out, default=0) < 0:
+        raise ShapeError(f"pad {tuple(pad)} crops input shape {tuple(shape)} to {out}")
+    return out
+
+
+def pad(x: np.ndarray, pad: Sequence[int], mode: str = "constant", value: float = 0.0
+        ) -> np.ndarray:
+    """``F.pad``: pad (or, with negative constant pads, crop) the trailing dims of ``x``.
+
+    mode 'constant' fills with ``value``; 'reflect' mirrors without repeating the edge
+    ([1 2 3] -> 3 2 | 1 2 3 | 2 1); 'replicate' repeats the edge; 'circular' wraps around.
+    Returns ``x`` itself (no copy) when every pad is 0.
+    """
+    pad_output_shape(x.shape, pad, mode)
+    widths = pad_widths(x.ndim, pad)
+    if mode != "constant":
+        return np.pad(x, widths, mode=_NUMPY_PAD_MODE[mode])
+    # negative pads crop first, then the positive ones are filled with `value`
+    x = x[tuple(slice(max(-before, 0), size - max(-after, 0))
+                for size, (before, after) in zip(x.shape, widths))]
+    grow = [(max(before, 0), max(after, 0)) for before, after in widths]
+    if not any(before or after for before, after in grow):
+        return x
+    out = np.full([size + b + a for size, (b, a) in zip(x.shape, grow)], value, dtype=x.dtype)
+    out[tuple(slice(b, b + size) for size, (b, _) in zip(x.shape, grow))] = x
+    return out
+
+
+# ================================================================ windows
+
+def window_taps(xp: np.ndarray, kernel: Pair, stride: Pair, dilation: Pair, out_hw: Pair
+                ) -> Iterator[tuple[Pair, np.ndarray]]:
+    """Yield ``((i, j), view)`` for each of the kh*kw kernel taps. ``view`` is what tap (i, j)
+    reads in every output window of the padded input ``xp`` (no copy)::
+
+        view[..., oh, ow] = xp[..., oh * stride_h + i * dilation_h, ow * stride_w + j * dilation_w]
+
+    A windowed op is then a short loop over taps, each step one whole-array numpy operation.
+    """
+    (kh, kw), (sh, sw), (dh, dw), (out_h, out_w) = kernel, stride, dilation, out_hw
+    for i in range(kh):
+        for j in range(kw):
+            top, left = i * dh, j * dw
+            yield (i, j), xp[..., top:top + sh * (out_h - 1) + 1:sh,
+                             left:left + sw * (out_w - 1) + 1:sw]
+
+
+def _pool_pad(size: int, out: int, kernel: int, stride: int, pad: int, dilation: int) -> Pair:
+    """(before, after) padding so that every one of the ``out`` windows lies inside the padded
+    input; with ceil_mode the last window may need more than ``pad`` on the right."""
+    needed = (out - 1) * stride + dilation * (kernel - 1) + 1
+    return pad, max(needed - size - pad, 0)
+
+
+def _pool_prepare(x: np.ndarray, kernel_size, stride, padding, dilation, ceil_mode, fill: float):
+    """Common start of the pooling kernels: sizes, and the input padded with ``fill``."""
+    kernel = _pair(kernel_size)
+    stride = kernel if stride is None else _pair(stride)
+    padding, dilation = _pair(padding), _pair(dilation)
+    out_hw = pool2d_output_shape(x.shape, kernel, stride, padding, dilation, ceil_mode)[-2:]
+    (top, bottom), (left, right) = (
+        _pool_pad(x.shape[axis], out_hw[k], kernel[k], stride[k], padding[k], dilation[k])
+        for k, axis in enumerate((-2, -1)))
+    xp = pad(x, (left, right, top, bottom), value=fill)
+    return xp, kernel, stride, padding, dilation, out_hw
+
+
+# ================================================================ convolution
+
+def conv2d(x: np.ndarray, weight: np.ndarray, bias: np.ndarray | None = None,
+           stride: int | Pair = 1, padding: int | Pair | str = 0, dilation: int | Pair = 1,
+           groups: int = 1) -> np.ndarray:
+    """``F.conv2d``: 2-D cross-correlation of an (N, C_in, H, W) input with a
+    (C_out, C_in / groups, kh, kw) weight::
+
+        y[n, o, oh, ow] = bias[o] + sum_{c, i, j} weight[o, c, i, j]
+                          * xpad[n, g * C_in/groups + c, oh * sh + i * dh, ow * sw + j * dw]
+
+    where g = o // (C_out / groups) is the group of output channel o. Three paths, same maths:
+    a 1x1 kernel is a plain matrix product, a depthwise kernel (one input channel per group)
+    accumulates its kh*kw taps, anything else is im2col + one matrix product per group.
+    """
+    n, c_out, out_h, out_w = conv2d_output_shape(x.shape, weight.shape, stride, padding,
+                                                 dilation, groups)
+    c_in, (kh, kw) = x.shape[1], weight.shape[2:]
+    stride, dilation = _pair(stride), _pair(dilation)
+    top, bottom, left, right = conv2d_padding(padding, (kh, kw), dilation)
+    xp = pad(x, (left, right, top, bottom))                  # (N, C_in, Hp, Wp)
+    if (kh, kw) == (1, 1) and groups == 1:
+        y = _conv2d_1x1(xp, weight, stride, (out_h, out_w))
+    elif groups == c_in and weight.shape[1] == 1:
+        y = _conv2d_depthwise(xp, weight, stride, dilation, (out_h, out_w))
+    else:
+        y = _conv2d_im2col(xp, weight, groups, stride, dilation, (out_h, out_w))
+    if bias is not None:
+        y += bias.reshape(c_out, 1, 1)                       # broadcast over (N, C_out, Ho, Wo)
+    return y
+
+
+def _conv2d_1x1(xp: np.ndarray, weight: np.ndarray, stride: Pair, out_hw: Pair) -> np.ndarray:
+    """A 1x1 convolution is a matrix product over channels at every (strided) pixel."""
+    n, c_in = xp.shape[:2]
+    c_out = weight.shape[0]
+    pixels = xp[:, :, ::stride[0], ::stride[1]]              # (N, C_in, Ho, Wo), a view
+    cols = pixels.reshape(n, c_in, out_hw[0] * out_hw[1])    # copies only if strided
+    y = weight.reshape(c_out, c_in) @ cols                   # (C_out, C_in) @ (N, C_in, L)
+    return y.reshape(n, c_out, *out_hw)
+
+
+def _conv2d_depthwise(xp: np.ndarray, weight: np.ndarray, stride: Pair, dilation: Pair,
+                      out_hw: Pair) -> np.ndarray:
+    """One input channel per group: each output channel is a weighted sum of kh*kw shifted
+    views of its input channel. A channel multiplier m (C_out = m * C_in) gives m outputs per
+    input channel, output channel c*m + k using weight[c*m + k]."""
+    n, c_in = xp.shape[:2]
+    c_out, _, kh, kw = weight.shape
+    m = c_out // c_in
+    w = weight.reshape(c_in, m, kh, kw)
+    y = np.zeros((n, c_in, m, *out_hw), dtype=xp.dtype)     # (N, C_in, m, Ho, Wo)
+    term = np.empty_like(y)
+    for (i, j), tap in window_taps(xp, (kh, kw), stride, dilation, out_hw):   # (N, C_in, Ho, Wo)
+        np.multiply(tap[:, :, None], w[:, :, i, j, None, None], out=term)
+        y += term
+    return y.reshape(n, c_out, *out_hw)
+
+
+def _conv2d_im2col(xp: np.ndarray, weight: np.ndarray, groups: int, stride: Pair,
+                   dilation: Pair, out_hw: Pair) -> np.ndarray:
+    """im2col: unroll every window into a column, then one matrix product per group::
+
+        cols[n, g, (c, i, j), (oh, ow)] = xpad[n, g * C_in/groups + c, oh*sh + i*dh, ow*sw + j*dw]
+        y[n, g] = weight[g] (C_out/groups, C_in/groups * kh * kw) @ cols[n, g]
+    """
+    n, c_in = xp.shape[:2]
+    c_out, c_group, kh, kw = weight.shape
+    (sh, sw), (dh, dw), (out_h, out_w) = stride, dilation, out_hw
+    span = (dh * (kh - 1) + 1, dw * (kw - 1) + 1)
+    windows = sliding_window_view(xp, span, axis=(2, 3))     # (N, C_in, Hp-., Wp-., span) view
+    windows = windows[:, :, ::sh, ::sw, ::dh, ::dw]          # (N, C_in, Ho, Wo, kh, kw) view
+    windows = windows.reshape(n, groups, c_group, out_h, out_w, kh, kw)
+    cols = windows.transpose(0, 1, 2, 5, 6, 3, 4).reshape(  # the one copy: (N, G, K, L)
+        n, groups, c_group * kh * kw, out_h * out_w)
+    w = weight.reshape(groups, c_out // groups, c_group * kh * kw)            # (G, O/G, K)
+    y = np.matmul(w, cols)                                   # (N, G, O/G, L)
+    return y.reshape(n, c_out, out_h, out_w)
+
+
+# ================================================================ pooling
+
+def max_pool2d(x: np.ndarray, kernel_size: int | Pair, stride: int | Pair | None = None,
+               padding: int | Pair = 0, dilation: int | Pair = 1, ceil_mode: bool = False
+               ) -> np.ndarray:
+    """``F.max_pool2d``: the largest value in each (dilated) window; padding never wins
+    (it is -inf). ``stride=None`` means stride = kernel_size."""
+    xp, kernel, stride, _, dilation, out_hw = _pool_prepare(
+        x, kernel_size, stride, padding, dilation, ceil_mode, fill=-np.inf)
+    taps = window_taps(xp, kernel, stride, dilation, out_hw)
+    y = next(taps)[1].copy()                                 # (..., Ho, Wo)
+    for _, tap in taps:
+        np.maximum(y, tap, out=y)
+    return y
+
+
+def avg_pool2d(x: np.ndarray, kernel_size: int | Pair, stride: int | Pair | None = None,
+               padding: int | Pair = 0, ceil_mode: bool = False, count_include_pad: bool = True,
+               divisor_override: int | None = None) -> np.ndarray:
+    """``F.avg_pool2d``: the sum of each window divided by, per torch:
+
+    * ``divisor_override`` if given, else
+    * the window's size clipped to the padded input (``count_include_pad=True``), or
+    * the number of real input elements in it (``count_include_pad=False``).
+
+    Windows are rectangles, so the divisor is an outer product of per-axis counts.
+    """
+    xp, kernel, stride, padding, _, out_hw = _pool_prepare(
+        x, kernel_size, stride, padding, 1, ceil_mode, fill=0.0)
+    taps = window_taps(xp, kernel, stride, (1, 1), out_hw)
+    y = next(taps)[1].copy()                                 # (..., Ho, Wo)
+    for _, tap in taps:
+        y += tap
+    if divisor_override:
+        y /= np.float32(divisor_override)
+        return y
+    count_h, count_w = (
+        _window_counts(x.shape[axis], out_hw[k], kernel[k], stride[k], padding[k],
+                       count_include_pad) for k, axis in enumerate((-2, -1)))
+    y /= np.outer(count_h, count_w).astype(y.dtype)          # (Ho, Wo) broadcast
+    return y
+
+
+def _window_counts(size: int, out: int, kernel: int, stride: int, pad: int,
+                   include_pad: bool) -> np.ndarray:
+    """How many elements each window along one axis counts for the average."""
+    start = np.arange(out) * stride - pad
+    end = np.minimum(start + kernel, size + pad)             # clipped to the padded input
+    if include_pad:
+        return end - start
+    return np.minimum(end, size) - np.maximum(start, 0)     # clipped to the real input
+
+
+def adaptive_avg_pool2d(x: np.ndarray, output_size: int | Sequence[int | None]) -> np.ndarray:
+    """``F.adaptive_avg_pool2d``: split H into out_h bins (and W likewise), average each bin.
+    Bin i along an axis of ``size`` covers [floor(i * size / out), ceil((i + 1) * size / out)),
+    so bins may overlap when out does not divide size (7 -> 3: [0,3) [2,5) [4,7)).
+
+    Averaging over bins is linear, so it is two small matrix products::
+
+        y = A_h @ x @ A_w.T        A[i, k] = 1 / len(bin i) if k is in bin i else 0
+    """
+    out_h, out_w = adaptive_output_size(x.shape, output_size)
+    a_h = _bin_average_matrix(x.shape[-2], out_h).astype(x.dtype)     # (Ho, H)
+    a_w = _bin_average_matrix(x.shape[-1], out_w).astype(x.dtype)     # (Wo, W)
+    y = x @ a_w.T                                            # (..., H, Wo)
+    return a_h @ y                                           # (..., Ho, Wo)
+
+
+def _bin_average_matrix(size: int, out: int) -> np.ndarray:
+    """(out, size) matrix whose row i averages adaptive bin i."""
+    i = np.arange(out)
+    start = (i * size) // out                                # floor(i * size / out)
+    end = -((-(i + 1) * size) // out)                        # ceil((i + 1) * size / out)
+    k = np.arange(size)
+    inside = (k >= start[:, None]) & (k < end[:, None])      # (out, size)
+    return inside / (end - start)[:, None]
+
+
+# ================================================================ dense, softmax, batch norm
+
+def linear(x: np.ndarray, weight: np.ndarray, bias: np.ndarray | None = None) -> np.ndarray:
+    """``F.linear``: y = x @ weight.T + bias over the last dim; any leading dims.
+    x (..., in), weight (out, in), bias (out,) -> y (..., out)."""
+    out_features, in_features = weight.shape
+    y = x.reshape(-1, in_features) @ weight.T                # (M, in) @ (in, out): one GEMM
+    if bias is not None:
+        y += bias
+    return y.reshape(*x.shape[:-1], out_features)
+
+
+def softmax(x: np.ndarray, dim: int) -> np.ndarray:
+    """``F.softmax``: exp(x) / sum(exp(x)) along ``dim``. Subtracting the max first changes
+    nothing mathematically and keeps every exponent <= 0, so exp never overflows."""
+    y = x - x.max(axis=dim, keepdims=True)
+    np.exp(y, out=y)
+    y /= y.sum(axis=dim, keepdims=True)
+    return y
+
+
+def batch_norm_scale_shift(running_mean: np.ndarray, running_var: np.ndarray,
+                           weight: np.ndarray | None = None, bias: np.ndarray | None = None,
+                           eps: float = 1e-5) -> tuple[np.ndarray, np.ndarray]:
+    """Eval-mode batch norm folded into one multiply-add per channel::
+
+        (x - mean) / sqrt(var + eps) * weight + bias  ==  x * scale + shift
+        scale = weight / sqrt(var + eps),   shift = bias - mean * scale
+    """
+    scale = 1.0 / np.sqrt(running_var.astype(np.float32) + np.float32(eps))
+    if weight is not None:
+        scale = scale * weight
+    shift = -running_mean * scale
+    if bias is not None:
+        shift = shift + bias
+    return scale.astype(np.float32), shift.astype(np.float32)
+
+
+def channel_affine(x: np.ndarray, scale: np.ndarray, shift: np.ndarray) -> np.ndarray:
+    """x * scale[c] + shift[c] for channel dim 1 of an (N, C, ...) input."""
+    per_channel = (-1,) + (1,) * (x.ndim - 2)                # (C, 1, 1) for NCHW
+    y = x * scale.reshape(per_channel)
+    y += shift.reshape(per_channel)
+    return y
+
+
+def batch_norm(x: np.ndarray, running_mean: np.ndarray, running_var: np.ndarray,
+               weight: np.ndarray | None = None, bias: np.ndarray | None = None,
+               eps: float = 1e-5) -> np.ndarray:
+    """``F.batch_norm`` in eval mode (running statistics) over channel dim 1."""
+    return channel_affine(x, *batch_norm_scale_shift(running_mean, running_var, weight, bias,
+                                                     eps))
