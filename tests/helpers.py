@@ -1,0 +1,97 @@
+"""The helper every layer test uses: build a layer from (params, weights) as the graph does,
+run it on random float32 inputs, and compare it with the torch function on the same data.
+
+    conv, weights = torch_module(nn.Conv2d, **params)        # torch's layer and its weights
+    check_layer("nn.Conv2d", conv, [(2, 3, 9, 9)], params, weights)
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Sequence
+
+import numpy as np
+import torch
+
+import layers  # noqa: F401  (registers every layer)
+from layers import LayerRegisterer
+from layers.base import Layer
+
+_rng = np.random.default_rng(0)
+
+
+def rand(*shape: int) -> np.ndarray:
+    """A float32 array of standard normal values."""
+    return _rng.standard_normal(shape, dtype=np.float32)
+
+
+def torch_module(module_class: type[torch.nn.Module], **params: Any
+                 ) -> tuple[torch.nn.Module, dict[str, np.ndarray]]:
+    """The torch module built from the same params pnnx writes (they are its keyword
+    arguments), in eval mode, with random weights; and those weights as numpy arrays keyed as
+    pnnx keys them (``weight``, ``bias``, ``running_mean`` ...)."""
+    torch.manual_seed(0)
+    module = module_class(**params).eval()
+    for name, buffer in module.named_buffers():
+        if name == "running_var":
+            buffer.uniform_(0.5, 2.0)                # variances are positive
+        elif buffer.is_floating_point():
+            buffer.normal_()
+    weights = {key: value.detach().numpy().copy() for key, value in module.state_dict().items()
+               if value.is_floating_point()}
+    return module, weights
+
+
+def make_layer(type_name: str, params: dict[str, Any] | None = None,
+               weights: dict[str, np.ndarray] | None = None) -> Layer:
+    """The layer registered for ``type_name``, configured as the graph does it: load_param,
+    then load_model with read-only float32 weights (a layer must never write into them)."""
+    layer = LayerRegisterer().create(type_name, "test")
+    layer.load_param(dict(params or {}))
+    frozen = {}
+    for key, value in (weights or {}).items():
+        frozen[key] = np.array(value, dtype=np.float32)
+        frozen[key].flags.writeable = False
+    layer.load_model(frozen)
+    return layer
+
+
+def check_layer(type_name: str, torch_fn: Callable[..., Any],
+                inputs: Sequence[tuple[int, ...] | np.ndarray],
+                params: dict[str, Any] | None = None,
+                weights: dict[str, np.ndarray] | None = None,
+                *, atol: float = 1e-5, rtol: float = 1e-4) -> list[np.ndarray]:
+    """Run the layer and ``torch_fn`` on the same inputs (a shape gives a random float32 array)
+    and check that:
+
+    * ``infer_shapes`` predicts the shapes ``forward`` returns, and both equal torch's;
+    * the outputs are float32 and close to torch's values;
+    * the inputs are left untouched;
+    * a ``support_inplace`` layer's ``forward_inplace`` gives the same values.
+
+    Returns the layer's outputs.
+    """
+    arrays = [rand(*item) if isinstance(item, tuple) else np.asarray(item) for item in inputs]
+    originals = [a.copy() for a in arrays]
+    layer = make_layer(type_name, params, weights)
+
+    shapes = layer.infer_shapes([a.shape for a in arrays])
+    outputs = layer.forward(arrays)
+    expected = torch_fn(*(torch.from_numpy(a.copy()) for a in arrays))
+    if isinstance(expected, torch.Tensor):
+        expected = [expected]
+    expected = [e.detach().numpy() for e in expected]
+
+    assert len(outputs) == len(expected) == len(shapes)
+    for out, shape, want in zip(outputs, shapes, expected):
+        assert tuple(shape) == out.shape == want.shape, \
+            f"infer_shapes {tuple(shape)}, forward {out.shape}, torch {want.shape}"
+        assert out.dtype == np.float32, f"output dtype {out.dtype}"
+        np.testing.assert_allclose(out, want, atol=atol, rtol=rtol)
+    for before, after in zip(originals, arrays):
+        np.testing.assert_array_equal(before, after, err_msg="forward wrote into its input")
+
+    if layer.support_inplace:
+        x = arrays[0].copy()
+        layer.forward_inplace(x)
+        np.testing.assert_array_equal(x, outputs[0], err_msg="forward_inplace differs")
+    return outputs
