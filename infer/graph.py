@@ -291,16 +291,13 @@ class RuntimeGraph:
         plan = self._shape_plans.get(key)
         if plan is not None:
             return plan
-        shapes: dict[str, Shape] = {}
-        inputs = iter(input_shapes)
+        shapes: dict[str, Shape] = {op.outputs[0].name: tuple(shape)
+                                    for op, shape in zip(self.input_operators, input_shapes)}
         for op in self.operators:
+            if op.type in (INPUT_TYPE, OUTPUT_TYPE):      # given above / a sink
+                continue
             with _operator_context(op):
-                if op.type == INPUT_TYPE:
-                    outs = [next(inputs)]
-                elif op.type == OUTPUT_TYPE:
-                    outs = []
-                else:
-                    outs = op.layer.infer_shapes([shapes[o.name] for o in op.inputs])
+                outs = op.layer.infer_shapes([shapes[o.name] for o in op.inputs])
                 if len(outs) != len(op.outputs):
                     raise LayerError(f"computes {len(outs)} output shapes for "
                                      f"{len(op.outputs)} outputs")
@@ -339,13 +336,10 @@ class RuntimeGraph:
         return [values[o.name] for o in self.output_operands]
 
     def _run(self, arrays: list[np.ndarray]) -> dict[str, np.ndarray]:
-        values: dict[str, np.ndarray] = {}                 # operand name -> array, per call
-        graph_inputs = iter(arrays)
+        # operand name -> array, for this call only (so one graph can serve several threads)
+        values = {op.outputs[0].name: x for op, x in zip(self.input_operators, arrays)}
         for op, free in zip(self.operators, self._free_after):
-            if op.type == INPUT_TYPE:
-                values[op.outputs[0].name] = next(graph_inputs)
-                continue
-            if op.type == OUTPUT_TYPE:                    # a sink: the graph returns its inputs
+            if op.type in (INPUT_TYPE, OUTPUT_TYPE):      # fed above / a sink
                 continue
             xs = [values[o.name] for o in op.inputs]
             with _operator_context(op):
