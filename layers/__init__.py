@@ -5,3 +5,10 @@ from layers.registry import LayerRegisterer, register_layer
 
 __all__ = ["Layer", "Param", "REQUIRED", "LayerRegisterer", "register_layer"]
 import layers.expression  # noqa: E402,F401  (registers pnnx.Expression)
+import layers.io  # noqa: E402,F401  (pnnx.Input / Output / Attribute)
+import layers.activation  # noqa: E402,F401
+import layers.convolution  # noqa: E402,F401
+import layers.linear  # noqa: E402,F401
+import layers.normalization  # noqa: E402,F401
+import layers.pooling  # noqa: E402,F401
+import layers.shape  # noqa: E402,F401
