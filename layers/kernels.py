@@ -326,7 +326,8 @@ def _conv2d_im2col(xp: np.ndarray, weight: np.ndarray, groups: int, stride: Pair
     c_out, c_group, kh, kw = weight.shape
     (sh, sw), (dh, dw), (out_h, out_w) = stride, dilation, out_hw
     span = (dh * (kh - 1) + 1, dw * (kw - 1) + 1)
-    windows = sliding_window_view(xp, span, axis=(2, 3))     # (N, C_in, Hp-., Wp-., span) view
+    # every window position: (N, C_in, Hp - span_h + 1, Wp - span_w + 1, span_h, span_w), a view
+    windows = sliding_window_view(xp, span, axis=(2, 3))
     windows = windows[:, :, ::sh, ::sw, ::dh, ::dw]          # (N, C_in, Ho, Wo, kh, kw) view
     windows = windows.reshape(n, groups, c_group, out_h, out_w, kh, kw)
     cols = windows.transpose(0, 1, 2, 5, 6, 3, 4).reshape(  # the one copy: (N, G, K, L)
