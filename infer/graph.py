@@ -293,16 +293,23 @@ class RuntimeGraph:
             return plan
         shapes: dict[str, Shape] = {op.outputs[0].name: tuple(shape)
                                     for op, shape in zip(self.input_operators, input_shapes)}
+        known: dict[str, np.ndarray] = {}    # values computable before running: shape maths
         for op in self.operators:
             if op.type in (INPUT_TYPE, OUTPUT_TYPE):      # given above / a sink
                 continue
+            in_shapes = [shapes[o.name] for o in op.inputs]
+            in_values = [known.get(o.name) for o in op.inputs]
             with _operator_context(op):
-                outs = op.layer.infer_shapes([shapes[o.name] for o in op.inputs])
+                outs = op.layer.infer_shapes_from(in_shapes, in_values)
                 if len(outs) != len(op.outputs):
                     raise LayerError(f"computes {len(outs)} output shapes for "
                                      f"{len(op.outputs)} outputs")
+                values = op.layer.infer_values(in_shapes, in_values) or []
             for out, shape in zip(op.outputs, outs):
                 shapes[out.name] = tuple(int(d) for d in shape)
+            for out, value in zip(op.outputs, values):
+                if value is not None:
+                    known[out.name] = value
         with self._plan_lock:
             self._shape_plans[key] = shapes
         return shapes

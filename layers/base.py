@@ -98,6 +98,22 @@ class Layer:
         """Output shape of a one-blob layer; by default the input shape (elementwise layers)."""
         return shape
 
+    # Shape arithmetic. A dynamic-shape export computes some shapes inside the graph, e.g.
+    # ``x.view(x.size(0), -1)`` becomes a pnnx.Expression ``[size(@0,0),-1]`` feeding a
+    # reshape. Such values depend on input shapes only, so the graph computes them while it
+    # plans shapes, and hands them to the layers whose output shape depends on them.
+    def infer_values(self, input_shapes: Sequence[Shape],
+                     input_values: Sequence[np.ndarray | None]) -> list[np.ndarray] | None:
+        """Output values knowable before running (shape arithmetic, small constants), or None.
+        ``input_values[i]`` is None where that input is not known in advance."""
+        return None
+
+    def infer_shapes_from(self, input_shapes: Sequence[Shape],
+                          input_values: Sequence[np.ndarray | None]) -> list[Shape]:
+        """``infer_shapes`` for layers whose output SHAPE depends on an input's VALUES (a
+        reshape target computed in the graph); the default ignores the values."""
+        return self.infer_shapes(input_shapes)
+
     # ----- running --------------------------------------------------------------------------
     def forward(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
         """Run the layer: a list of input arrays in, a list of output arrays out."""

@@ -293,6 +293,19 @@ def infer_shape(node: Node, input_shapes: Sequence[Shape], expression: str = "")
     return _run(node, visit)
 
 
+SMALL_VALUE = 4096  # elements: larger known values are not evaluated while planning shapes
+
+
+def values_read(node: Node) -> set[int]:
+    """The inputs ``@N`` whose VALUES the expression reads; an input that appears only inside
+    size(@N, ...) contributes its shape alone."""
+    if isinstance(node, OperandRef):
+        return {node.index}
+    if isinstance(node, Call) and node.name == "size":
+        return set().union(*(values_read(arg) for arg in node.args[1:]))
+    return set().union(*(values_read(child) for child in children(node)))
+
+
 def _as_array(value: Value) -> np.ndarray:
     """A Python number result becomes a 0-d array of torch's default dtype for its kind."""
     if is_python_number(value):
@@ -311,9 +324,24 @@ class ExpressionLayer(Layer):
 
     def check_params(self) -> None:
         self.tree = parse_expression(self.expr)  # ExpressionError at build time
+        self.values_read = values_read(self.tree)
 
     def infer_shapes(self, input_shapes: Sequence[Shape]) -> list[Shape]:
         return [infer_shape(self.tree, input_shapes, self.expr)]
+
+    def infer_values(self, input_shapes, input_values) -> list[np.ndarray] | None:
+        """Shape arithmetic such as ``[size(@0,0),-1]`` is evaluated while the graph plans
+        shapes: an input read only through size() needs just its shape (a zero-byte stand-in
+        takes its place), any other input must be a small known value."""
+        stand_ins = []
+        for index, (shape, value) in enumerate(zip(input_shapes, input_values)):
+            if index in self.values_read:
+                if value is None or value.size > SMALL_VALUE:
+                    return None
+                stand_ins.append(value)
+            else:
+                stand_ins.append(np.broadcast_to(np.float32(0), shape))
+        return self.forward(stand_ins)
 
     def forward(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
         result = _as_array(evaluate(self.tree, inputs, self.expr))

@@ -109,11 +109,18 @@ class Reshape(Layer):
                              f"shape) without it; got {count} input(s) and shape={self.shape}")
 
     def infer_shapes(self, input_shapes: Sequence[Shape]) -> list[Shape]:
+        return self.infer_shapes_from(input_shapes, [None] * len(input_shapes))
+
+    def infer_shapes_from(self, input_shapes: Sequence[Shape],
+                          input_values: Sequence[np.ndarray | None]) -> list[Shape]:
         self._check_count(len(input_shapes))
-        if len(input_shapes) == 2:
-            raise ShapeError("the target shape is a second input, known only when the graph "
-                             "runs; the output shape cannot be computed in advance")
-        return [reshape_output_shape(input_shapes[0], self.shape)]
+        if len(input_shapes) == 1:
+            return [reshape_output_shape(input_shapes[0], self.shape)]
+        target = input_values[1]
+        if target is None:
+            raise ShapeError("the target shape is a second input whose value is not known "
+                             "before the graph runs")
+        return [reshape_output_shape(input_shapes[0], np.asarray(target).ravel())]
 
     def forward(self, inputs: Sequence[Any]) -> list[np.ndarray]:
         self._check_count(len(inputs))

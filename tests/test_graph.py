@@ -355,3 +355,30 @@ def test_set_num_threads(tmp_path):
         np.testing.assert_array_equal(a, b)
     with pytest.raises(GraphError):
         graph.set_num_threads(0)
+
+
+def test_shape_computed_in_the_graph_runs_at_any_batch(pnnx_export):
+    """A dynamic export writes x.view(x.size(0), -1) as a reshape whose target shape is a
+    pnnx.Expression [size(@0,0),-1]; the graph evaluates it while planning shapes."""
+
+    class Model(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = torch.nn.Conv2d(3, 4, 3, padding=1)
+
+        def forward(self, x):
+            y = self.conv(x)
+            return y.view(y.size(0), -1) * 2.0
+
+    torch.manual_seed(0)
+    model = Model().eval()
+    param, binary = pnnx_export(model, (torch.rand(1, 3, 8, 8),), "dynamic_view", dynamic=True)
+    graph = RuntimeGraph(param, binary).build()
+    assert any(op.type == "pnnx.Expression" and "size" in op.params["expr"].value
+               for op in graph.operators)
+    for shape in [(1, 3, 8, 8), (3, 3, 12, 10)]:
+        x = torch.rand(*shape)
+        (got,) = graph.forward(x.numpy())
+        np.testing.assert_allclose(got, model(x).detach().numpy(), atol=1e-5)
+        out_name = graph.output_operands[0].name
+        assert graph.infer_shapes(shape)[out_name] == got.shape

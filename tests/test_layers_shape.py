@@ -43,8 +43,10 @@ def test_reshape_takes_the_shape_as_a_second_input():
     x = rand(2, 3, 4)
     (y,) = layer.forward([x, [2, -1]])
     np.testing.assert_array_equal(y, x.reshape(2, 12))
-    with pytest.raises(ShapeError, match="known only when the graph runs"):
+    with pytest.raises(ShapeError, match="not known before the graph runs"):
         layer.infer_shapes([(2, 3, 4), (2,)])
+    target = np.array([3, -1], np.int64)            # known while planning: shape arithmetic
+    assert layer.infer_shapes_from([(2, 3, 4), (2,)], [None, target]) == [(3, 8)]
 
 
 @pytest.mark.parametrize("target", [(7, -1), (5, 5), (-1, -1), (2, -2)], ids=str)
