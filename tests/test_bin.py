@@ -1,7 +1,6 @@
 """parser.bin: the pnnx weight archive, on hand-made zips (classic and ZIP64) and a pnnx export."""
 
 import struct
-import warnings
 import zipfile
 
 import numpy as np
@@ -235,17 +234,13 @@ class WeightsNet(torch.nn.Module):
 
 
 @pytest.fixture(scope="session")
-def exported(tmp_path_factory):
+def exported(pnnx_export):
     """WeightsNet exported by pnnx: the module and every attribute read through PnnxBin."""
-    pnnx = pytest.importorskip("pnnx")
     torch.manual_seed(0)
     net = WeightsNet().eval()
-    folder = tmp_path_factory.mktemp("pnnx_bin")
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)  # torch.jit.trace, used by pnnx
-        pnnx.export(net, str(folder / "w.pt"), (torch.rand(1, 3, 8, 8),))
-    graph = read_param(folder / "w.pnnx.param")
-    with PnnxBin(folder / "w.pnnx.bin") as weights:
+    param, binary = pnnx_export(net, (torch.rand(1, 3, 8, 8),), "weights_net")
+    graph = read_param(param)
+    with PnnxBin(binary) as weights:
         arrays = {f"{op.name}.{attr.name}": weights.read(f"{op.name}.{attr.name}", attr.shape,
                                                          attr.dtype)
                   for op in graph.operators for attr in op.attrs.values()}
