@@ -43,3 +43,28 @@ def test_ops_lists_registered_types():
     result = run("ops")
     assert result.returncode == 0
     assert "nn.Conv2d" in result.stdout and "pnnx.Expression" in result.stdout
+
+
+def test_export_resnet18_with_a_checkpoint_then_run_it(tmp_path):
+    """The export command loads a torchvision-style state_dict (here one saved from a seeded
+    model, as the real resnet18-f37072fd.pth cannot be had here) and the files run like torch."""
+    import numpy as np
+    import torch
+
+    from infer import RuntimeGraph
+    from infer.export import resnet18
+
+    model = resnet18(seed=3)
+    checkpoint = tmp_path / "resnet18-test.pth"
+    torch.save(model.state_dict(), checkpoint)
+    assert {"conv1.weight", "bn1.running_var", "layer2.0.downsample.0.weight",
+            "layer4.1.bn2.bias", "fc.weight"} <= set(model.state_dict())
+    result = run("export", "resnet18", "--weights", str(checkpoint), "--shape", "1,3,64,64",
+                 "--dynamic", "--out", str(tmp_path / "out"))
+    assert result.returncode == 0, result.stderr
+    param = tmp_path / "out" / "resnet18.pnnx.param"
+    assert result.stdout.splitlines()[0] == str(param)
+    x = torch.randn(2, 3, 96, 96)
+    (got,) = RuntimeGraph(param).build().forward(x.numpy())
+    with torch.no_grad():
+        np.testing.assert_allclose(got, model(x).numpy(), atol=1e-4)
