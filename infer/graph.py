@@ -216,11 +216,17 @@ class RuntimeGraph:
         return any(op.attrs for op in self.operators)
 
     def _load_weights(self, op: RuntimeOperator) -> None:
-        """Point each attribute at its bytes in the bin file (zero-copy for float32)."""
+        """Point each attribute at its bytes in the bin file: a zero-copy view over the memory
+        map. Two cases are copied once, here: f16 / bf16 / f64 weights (the layers compute in
+        float32), and entries that pnnx placed at an address no multiple of the itemsize (it
+        does not pad its zip), since BLAS would otherwise copy them on every call."""
         for key, attr in op.attrs.items():
             data = self._bin.read(f"{op.name}.{key}", attr.shape, attr.dtype)
             if data.dtype.kind == "f" and data.dtype != np.float32:
-                data = data.astype(np.float32)        # f16 / bf16 / f64 weights run in float32
+                data = data.astype(np.float32)
+            elif not data.flags.aligned:
+                data = np.require(data, requirements="A")
+                data.flags.writeable = False
             attr.data = data
 
     def _topological_order(self) -> list[RuntimeOperator]:

@@ -382,3 +382,25 @@ def test_shape_computed_in_the_graph_runs_at_any_batch(pnnx_export):
         np.testing.assert_allclose(got, model(x).detach().numpy(), atol=1e-5)
         out_name = graph.output_operands[0].name
         assert graph.infer_shapes(shape)[out_name] == got.shape
+
+
+@pytest.mark.parametrize("op_name, aligned_in_file", [("conv", False), ("conv_ab", True)])
+def test_weights_are_views_of_the_file_or_aligned_copies(tmp_path, op_name, aligned_in_file):
+    """An entry's bytes start 30 + len(name) bytes into this zip: 'conv.weight' lands at an
+    odd address (copied once, aligned, for BLAS), 'conv_ab.weight' at a multiple of 4 (a
+    zero-copy view over the memory map). Either way the weight is read-only."""
+    text = f"""
+    7767517
+    3 2
+    pnnx.Input  in0  0 1 a #a=(1,3,4,4)f32
+    nn.Conv2d   {op_name} 1 1 a b bias=False dilation=(1,1) groups=1 in_channels=3 kernel_size=(1,1) out_channels=2 padding=(0,0) padding_mode=zeros stride=(1,1) @weight=(2,3,1,1)f32
+    pnnx.Output out0 1 0 b
+    """
+    weight = np.arange(6, dtype=np.float32).reshape(2, 3, 1, 1)
+    graph = build(tmp_path, text, weights={f"{op_name}.weight": weight})
+    data = graph.operator(op_name).attrs["weight"].data
+    assert data.flags.aligned and not data.flags.writeable
+    assert (not data.flags.owndata) == aligned_in_file
+    np.testing.assert_array_equal(data, weight)
+    x = np.ones((1, 3, 4, 4), np.float32)
+    np.testing.assert_allclose(graph.forward(x)[0][0, :, 0, 0], weight.sum(axis=(1, 2, 3)))
