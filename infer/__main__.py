@@ -60,7 +60,8 @@ def build_parser() -> argparse.ArgumentParser:
     classify.add_argument("images", nargs="+", help="image files (png, jpg, ...)")
     classify.add_argument("--model", default="efficientnet_lite0",
                           help="a model_file/ folder name, a folder with model.json, or a "
-                               ".pnnx.param path (default: %(default)s)")
+                               ".pnnx.param path (ImageNet labels and mean/std unless a "
+                               "model.json beside it says otherwise; default: %(default)s)")
     classify.add_argument("--top", type=int, default=5, help="classes to print per image")
     classify.add_argument("--threads", type=int, default=None, help="cap on CPU threads")
     classify.set_defaults(run=_classify)

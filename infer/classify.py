@@ -99,6 +99,10 @@ class ImageClassifier:
         if path.is_dir():
             return cls._from_folder(path)
         if path.suffix == ".param" and path.exists():
+            card = path.parent / "model.json"
+            if card.exists() and json.loads(card.read_text(encoding="utf-8"))["param"] == path.name:
+                return cls._from_folder(path.parent)
+            # a bare model: ImageNet labels and torchvision's preprocessing
             labels = read_labels(MODEL_DIR / "imagenet_classes.txt")
             return cls(RuntimeGraph(path).build(), labels)
         known = sorted(p.parent.name for p in MODEL_DIR.glob("*/model.json"))

@@ -68,3 +68,11 @@ def test_export_resnet18_with_a_checkpoint_then_run_it(tmp_path):
     (got,) = RuntimeGraph(param).build().forward(x.numpy())
     with torch.no_grad():
         np.testing.assert_allclose(got, model(x).numpy(), atol=1e-4)
+
+
+def test_classify_with_a_param_path_uses_the_model_card_beside_it():
+    by_name = run("classify", "model_file/images/coffee.png", "--top", "1")
+    by_path = run("classify", "model_file/images/coffee.png", "--top", "1", "--model",
+                  "model_file/efficientnet_lite0/efficientnet_lite0.pnnx.param")
+    assert by_path.returncode == 0, by_path.stderr
+    assert by_path.stdout == by_name.stdout and by_name.stdout.startswith("espresso")
