@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import importlib
 import logging
-import os
 import shutil
+import subprocess
 import tempfile
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -31,9 +31,15 @@ RESNET18_CHECKPOINT = "resnet18-f37072fd.pth"   # torchvision's IMAGENET1K_V1 we
 # ------------------------------------------------------------------------------------- export
 def export_module(module, example_inputs: Sequence, out_dir: str | Path, name: str, *,
                   dynamic: bool = False, keep_extras: bool = False) -> tuple[Path, Path]:
-    """Trace ``module`` with pnnx on ``example_inputs``; write ``out_dir/name.pnnx.param`` and
-    ``.pnnx.bin``; return their paths. pnnx's other outputs (ncnn files, the TorchScript file,
-    the python/onnx re-exports) are kept only with ``keep_extras``."""
+    """Trace ``module`` with torch.jit on ``example_inputs``, convert the trace with the pnnx
+    program, write ``out_dir/name.pnnx.param`` and ``.pnnx.bin``; return their paths. pnnx's
+    other outputs (the TorchScript file, ncnn files, the python/onnx re-exports) are kept
+    only with ``keep_extras``.
+
+    The pnnx program is run directly, not through ``pnnx.export``: that function goes on to
+    import the python file pnnx writes, which fails for valid models (an ``nn.Sequential``
+    becomes ``self.0 = ...``), and it renames ``-`` in file names to ``_``. Here the two files
+    are named explicitly, and a failed conversion is a RuntimeError with pnnx's last words."""
     import pnnx
     import torch
 
@@ -42,24 +48,37 @@ def export_module(module, example_inputs: Sequence, out_dir: str | Path, name: s
     inputs = tuple(example_inputs)
     module = module.eval()
     with tempfile.TemporaryDirectory(prefix="pnnx_export_") as work:
-        cwd = os.getcwd()
-        os.chdir(work)                       # pnnx writes its files beside the .pt path
-        try:
-            kwargs: dict[str, Any] = {}
-            if dynamic:
-                kwargs["inputs2"] = tuple(_other_size(x) for x in inputs)
-            with torch.no_grad():
-                pnnx.export(module, f"{name}.pt", inputs, **kwargs)
-        finally:
-            os.chdir(cwd)
         produced = Path(work)
         param, binary = produced / f"{name}.pnnx.param", produced / f"{name}.pnnx.bin"
+        traced = produced / f"{name}.pt"
+        with torch.no_grad():
+            torch.jit.trace(module, inputs).save(str(traced))
+        command = [pnnx.EXEC_PATH, str(traced), "inputshape=" + _shapes_argument(inputs),
+                   f"pnnxparam={param}", f"pnnxbin={binary}"]
+        if dynamic:
+            others = tuple(_other_size(x) for x in inputs)
+            command.append("inputshape2=" + _shapes_argument(others))
+        result = subprocess.run(command, cwd=produced, capture_output=True, text=True)
+        log.debug("pnnx output:\n%s%s", result.stdout, result.stderr)
         if not param.exists() or not binary.exists():
-            raise RuntimeError(f"pnnx did not write {param.name} / {binary.name}")
+            last_words = "\n".join((result.stdout + result.stderr).strip().splitlines()[-8:])
+            raise RuntimeError(f"pnnx did not write {param.name} / {binary.name} (exit code "
+                               f"{result.returncode}); its last output:\n{last_words}")
+        if result.returncode != 0:       # e.g. its ncnn conversion, which runs last, failed
+            log.warning("pnnx exited with code %s after writing %s", result.returncode,
+                        param.name)
         for path in produced.iterdir():
             if path in (param, binary) or keep_extras:
                 shutil.move(str(path), out_dir / path.name)
-    return out_dir / f"{name}.pnnx.param", out_dir / f"{name}.pnnx.bin"
+    return out_dir / param.name, out_dir / binary.name
+
+
+def _shapes_argument(inputs) -> str:
+    """pnnx's ``inputshape=`` value: ``[1,3,224,224]f32,[1,10]i64``."""
+    from pnnx.utils.utils import input_torch_type_to_str
+
+    return ",".join("[" + ",".join(str(d) for d in x.shape) + "]" + input_torch_type_to_str(x)
+                    for x in inputs)
 
 
 def _other_size(x):
