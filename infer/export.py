@@ -9,8 +9,9 @@ imported only when a function here is called.
 
 ``export_module(module, example_inputs, out_dir, name)`` turns any torch module into
 ``name.pnnx.param`` / ``name.pnnx.bin``. With ``dynamic=True`` pnnx is given a second set of
-inputs of another batch and image size, so dims that follow the input are written as ``?`` and
-shape arguments such as ``view(-1, 1280)`` stay free: the files then run at any batch size.
+inputs of another batch and image size (another batch size alone where the model allows no other
+image size), so dims that follow the input are written as ``?`` and shape arguments such as
+``view(-1, 1280)`` stay free: the files then run at any batch size.
 """
 
 from __future__ import annotations
@@ -30,11 +31,13 @@ RESNET18_CHECKPOINT = "resnet18-f37072fd.pth"   # torchvision's IMAGENET1K_V1 we
 
 # ------------------------------------------------------------------------------------- export
 def export_module(module, example_inputs: Sequence, out_dir: str | Path, name: str, *,
-                  dynamic: bool = False, keep_extras: bool = False) -> tuple[Path, Path]:
+                  dynamic: bool = False, example_inputs2: Sequence | None = None,
+                  keep_extras: bool = False) -> tuple[Path, Path]:
     """Trace ``module`` with torch.jit on ``example_inputs``, convert the trace with the pnnx
     program, write ``out_dir/name.pnnx.param`` and ``.pnnx.bin``; return their paths. pnnx's
     other outputs (the TorchScript file, ncnn files, the python/onnx re-exports) are kept
-    only with ``keep_extras``.
+    only with ``keep_extras``. ``dynamic=True`` traces a second input size (``example_inputs2``,
+    or one chosen by ``_second_inputs``) so the dims that differ stay free.
 
     The pnnx program is run directly, not through ``pnnx.export``: that function goes on to
     import the python file pnnx writes, which fails for valid models (an ``nn.Sequential``
@@ -55,9 +58,9 @@ def export_module(module, example_inputs: Sequence, out_dir: str | Path, name: s
             torch.jit.trace(module, inputs).save(str(traced))
         command = [pnnx.EXEC_PATH, str(traced), "inputshape=" + _shapes_argument(inputs),
                    f"pnnxparam={param}", f"pnnxbin={binary}"]
-        if dynamic:
-            others = tuple(_other_size(x) for x in inputs)
-            command.append("inputshape2=" + _shapes_argument(others))
+        if dynamic or example_inputs2 is not None:
+            others = example_inputs2 or _second_inputs(module, inputs)
+            command.append("inputshape2=" + _shapes_argument(tuple(others)))
         result = subprocess.run(command, cwd=produced, capture_output=True, text=True)
         log.debug("pnnx output:\n%s%s", result.stdout, result.stderr)
         if not param.exists() or not binary.exists():
@@ -81,15 +84,42 @@ def _shapes_argument(inputs) -> str:
                     for x in inputs)
 
 
-def _other_size(x):
-    """A second example input for pnnx's dynamic-shape tracing: batch + 1, spatial dims + 32."""
+def _second_inputs(module, inputs: tuple) -> tuple:
+    """A second set of example inputs for pnnx's dynamic-shape tracing: the dims that differ
+    between the two traces are written as ``?``. First batch + 1 and every dim after the
+    channels + 32 (image models: any batch and image size); if the module cannot run on that
+    (a Linear over the last dim of (N, L, features), a buffer added to the input), batch + 1
+    only."""
+    import torch
+
+    for grow_spatial in (True, False):
+        others = tuple(_other_size(x, grow_spatial) for x in inputs)
+        try:
+            with torch.no_grad():
+                module(*others)
+        except Exception as exc:                 # the module refuses these sizes: try fewer
+            log.info("dynamic export: the module does not run on %s (%s)",
+                     [tuple(x.shape) for x in others], exc)
+            continue
+        return others
+    raise RuntimeError("dynamic export: the module runs neither with a larger batch and image "
+                       "size nor with a larger batch alone; export it without dynamic=True")
+
+
+def _other_size(x, grow_spatial: bool = True):
+    """``x``'s shape with batch + 1 and, if ``grow_spatial``, every dim after the channels + 32,
+    filled with random values of x's dtype."""
     import torch
 
     shape = list(x.shape)
-    shape[0] += 1
-    for axis in range(2, len(shape)):
-        shape[axis] += 32
-    return torch.rand(shape, dtype=x.dtype)
+    if shape:
+        shape[0] += 1
+    if grow_spatial:
+        for axis in range(2, len(shape)):
+            shape[axis] += 32
+    if x.dtype.is_floating_point:
+        return torch.rand(shape, dtype=x.dtype)
+    return torch.zeros(shape, dtype=x.dtype)
 
 
 # ------------------------------------------------------------------------------------- ResNet18

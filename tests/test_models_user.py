@@ -36,3 +36,37 @@ def test_sequential_with_a_dash_in_its_name(pnnx_export):
     param, binary = pnnx_export(model, (torch.rand(2, 3, 6, 7),), "user-sequential")
     assert param.name == "user-sequential.pnnx.param"
     run_both(model, RuntimeGraph(param, binary).build(), (2, 3, 6, 7))
+
+
+class TokenMixer(nn.Module):
+    """Linear layers over the last dim of an (N, L, features) input, with a residual."""
+
+    def __init__(self):
+        super().__init__()
+        self.up, self.down = nn.Linear(8, 16), nn.Linear(16, 8)
+
+    def forward(self, x):                                    # (N, L, 8)
+        return self.down(torch.relu(self.up(x))) + x
+
+
+def test_dynamic_export_of_a_model_that_fixes_its_last_dim(pnnx_export):
+    """A dynamic export grows batch and trailing dims; a Linear over the last dim refuses
+    that, so the export falls back to a second batch size and runs at any batch."""
+    model = TokenMixer().eval()
+    param, binary = pnnx_export(model, (torch.rand(2, 5, 8),), "token_mixer", dynamic=True)
+    graph = RuntimeGraph(param, binary).build()
+    assert graph.input_shapes[0][0] is None
+    for shape in [(2, 5, 8), (4, 5, 8)]:
+        run_both(model, graph, shape)
+
+
+def test_dynamic_export_with_given_second_inputs(tmp_path):
+    """example_inputs2 says which dims vary: here batch and sequence length."""
+    from infer.export import export_module
+
+    model = TokenMixer().eval()
+    param, binary = export_module(model, (torch.rand(2, 5, 8),), tmp_path, "mixer",
+                                  example_inputs2=(torch.rand(3, 9, 8),))
+    graph = RuntimeGraph(param, binary).build()
+    assert graph.input_shapes[0] == (None, None, 8)
+    run_both(model, graph, (1, 12, 8))
