@@ -44,9 +44,10 @@ class Preprocess:
     std: Sequence[float] = IMAGENET_STD
 
     def __call__(self, image_rgb: np.ndarray) -> np.ndarray:
-        """(H, W, 3) uint8 RGB -> (1, 3, crop, crop) float32."""
+        """(H, W, 3) uint8 RGB (or grey / RGBA, see ``as_rgb``) -> (1, 3, crop, crop) float32."""
         import cv2
 
+        image_rgb = as_rgb(image_rgb)
         h, w = image_rgb.shape[:2]
         scale = self.resize / min(h, w)
         size = (max(self.crop, round(w * scale)), max(self.crop, round(h * scale)))
@@ -69,6 +70,23 @@ def read_image(path: str | Path) -> np.ndarray:
     if image is None:
         raise ImageError(f"{path}: cannot read this file as an image")
     return cv2.cvtColor(image, cv2.COLOR_BGR2RGB)
+
+
+def as_rgb(image: np.ndarray) -> np.ndarray:
+    """An image array as (H, W, 3) uint8 RGB, as ``read_image`` gives it: grey (H, W) or
+    (H, W, 1) is repeated to three channels, RGBA (H, W, 4) loses its alpha. Other shapes and
+    other dtypes (a float image in [0, 1] would silently be scaled wrong) are an ImageError."""
+    if not isinstance(image, np.ndarray) or image.dtype != np.uint8:
+        kind = image.dtype if isinstance(image, np.ndarray) else type(image).__name__
+        raise ImageError(f"expects a uint8 image array (0..255), got {kind}")
+    if image.ndim == 2:
+        image = image[:, :, None]
+    if image.ndim != 3 or image.shape[2] not in (1, 3, 4) or 0 in image.shape:
+        raise ImageError(f"expects an (H, W), (H, W, 1), (H, W, 3) or (H, W, 4) image, got "
+                         f"shape {image.shape}")
+    if image.shape[2] == 1:
+        return np.repeat(image, 3, axis=2)
+    return image[:, :, :3]
 
 
 def softmax(logits: np.ndarray, axis: int = -1) -> np.ndarray:

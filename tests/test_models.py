@@ -10,6 +10,7 @@ import torch
 from infer import RuntimeGraph
 from infer.classify import ImageClassifier, read_image
 from infer.export import efficientnet_lite0, resnet18
+from tests.conftest import REPO
 
 CAT_CLASSES = {"tabby", "tiger cat", "Persian cat", "Siamese cat", "Egyptian cat"}
 COFFEE_CLASSES = {"espresso", "cup", "coffee mug"}
@@ -54,8 +55,6 @@ def lite0_torch():
 @pytest.mark.parametrize("photo, expected", [("chelsea.png", CAT_CLASSES),
                                              ("coffee.png", COFFEE_CLASSES)])
 def test_efficientnet_lite0_gives_torch_top1(shipped, lite0_torch, photo, expected):
-    from tests.conftest import REPO
-
     x = shipped.preprocess(read_image(REPO / "model_file" / "images" / photo))
     (got,) = shipped.graph.forward(x)
     with torch.no_grad():
@@ -72,3 +71,22 @@ def test_efficientnet_lite0_runs_a_batch(shipped, lite0_torch):
     with torch.no_grad():
         want = lite0_torch(torch.from_numpy(x)).numpy()
     np.testing.assert_allclose(got, want, atol=1e-4, rtol=1e-4)
+
+
+def test_classify_takes_grey_and_rgba_arrays_as_read_image_does(shipped, tmp_path):
+    """An array of any layout read_image can give, and an RGBA PNG written by opencv."""
+    import cv2
+
+    from infer.classify import ImageError
+
+    rgb = read_image(REPO / "model_file" / "images" / "chelsea.png")[::4, ::4]   # (H, W, 3)
+    rgba = np.dstack([rgb, np.full(rgb.shape[:2], 128, np.uint8)])
+    cv2.imwrite(str(tmp_path / "rgba.png"), cv2.cvtColor(rgba, cv2.COLOR_RGBA2BGRA))
+    want = shipped.classify(rgb, top=3)
+    assert shipped.classify(rgba, top=3) == want
+    assert shipped.classify(tmp_path / "rgba.png", top=3) == want
+    grey = rgb[:, :, 1]
+    assert shipped.classify(grey, top=3) == shipped.classify(np.dstack([grey] * 3), top=3)
+    for bad in (rgb.astype(np.float32) / 255, rgb[:, :, :2], np.zeros((0, 5, 3), np.uint8)):
+        with pytest.raises(ImageError):
+            shipped.classify(bad)
