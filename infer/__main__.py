@@ -50,6 +50,13 @@ def _export(args: argparse.Namespace) -> int:
     return 0
 
 
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m infer",
                                      description="Run pnnx models on the CPU.")
@@ -62,8 +69,10 @@ def build_parser() -> argparse.ArgumentParser:
                           help="a model_file/ folder name, a folder with model.json, or a "
                                ".pnnx.param path (ImageNet labels and mean/std unless a "
                                "model.json beside it says otherwise; default: %(default)s)")
-    classify.add_argument("--top", type=int, default=5, help="classes to print per image")
-    classify.add_argument("--threads", type=int, default=None, help="cap on CPU threads")
+    classify.add_argument("--top", type=_positive_int, default=5,
+                          help="classes to print per image")
+    classify.add_argument("--threads", type=_positive_int, default=None,
+                          help="cap on CPU threads")
     classify.set_defaults(run=_classify)
 
     ops = commands.add_parser("ops", help="list the pnnx operator types this runtime runs")

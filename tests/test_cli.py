@@ -39,6 +39,12 @@ def test_classify_reports_a_missing_image_clearly():
     assert "no/such/photo.png" in result.stderr and "Traceback" not in result.stderr
 
 
+def test_classify_refuses_a_top_below_one():
+    result = run("classify", "model_file/images/chelsea.png", "--top", "0")
+    assert result.returncode == 2
+    assert "--top" in result.stderr and "Traceback" not in result.stderr
+
+
 def test_ops_lists_registered_types():
     result = run("ops")
     assert result.returncode == 0
