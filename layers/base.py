@@ -239,6 +239,24 @@ def split_weight_inputs(inputs: Sequence[Any]) -> tuple[Any, Any, Any]:
     return x, weight, (bias[0] if bias else None)
 
 
+def param_or_input(value: Any, name: str, inputs: Sequence[Any]) -> Any:
+    """An argument pnnx writes as the parameter ``name`` when it is a constant, or as the
+    second input when the model computes it from input shapes (``x.view(x.size(0), -1)``,
+    ``F.adaptive_avg_pool2d(x, (h // 2, w // 2))``): a pnnx.Expression such as
+    ``[size(@0,0),-1]`` then feeds it. ``inputs`` are the layer's input arrays or, while the
+    graph plans shapes, the input values known so far (None where unknown). Returns the
+    parameter, or the second input's values as a 1-D array."""
+    if (len(inputs), value is None) not in ((1, False), (2, True)):
+        raise ShapeError(f"expects 1 input and the {name} parameter, or 2 inputs (input, "
+                         f"{name}) without it; got {len(inputs)} input(s) and {name}={value}")
+    if len(inputs) == 1:
+        return value
+    if inputs[1] is None:
+        raise ShapeError(f"the {name} is a second input whose value is not known before the "
+                         f"graph runs")
+    return np.asarray(inputs[1]).ravel()
+
+
 def bias_is_an_input(value: Any) -> None:
     """Converter of the ``bias`` parameter of F.conv2d / F.linear. pnnx writes ``bias=None``
     when there is no bias (None is never converted); a real bias is always a graph input."""

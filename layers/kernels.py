@@ -145,8 +145,8 @@ def adaptive_output_size(x_shape: Sequence[int], output_size: int | Sequence[int
     _check_rank(x_shape, (3, 4), "(N, C, H, W) or (C, H, W) input")
     sizes = (output_size, output_size) if isinstance(output_size, (int, np.integer)) \
         else tuple(output_size)
-    if len(sizes) != 2:
-        raise ShapeError(f"output_size must have 2 entries, got {tuple(sizes)}")
+    if len(sizes) != 2 or any(size is not None and size < 0 for size in sizes):
+        raise ShapeError(f"output_size must have 2 entries >= 0, got {tuple(sizes)}")
     return tuple(int(dim if size is None else size)                  # type: ignore[return-value]
                  for size, dim in zip(sizes, x_shape[-2:]))
 

@@ -3,12 +3,13 @@ max pooling, average pooling and adaptive average pooling."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 
 from layers import kernels
-from layers.base import Layer, Param, Shape, as_bool, as_int, as_tuple, at_least
+from layers.base import (Layer, Param, Shape, as_bool, as_int, as_tuple, at_least,
+                         param_or_input)
 from layers.registry import register_layer
 from parser.errors import LayerError
 
@@ -106,12 +107,29 @@ def as_output_size(value: Any) -> tuple[int | None, int | None]:
 class AdaptiveAvgPool2d(Layer):
     """Adaptive average pooling, as ``torch.nn.AdaptiveAvgPool2d``: the output has a fixed size
     (Ho, Wo); output bin i along H averages rows [floor(i * H / Ho), ceil((i + 1) * H / Ho)),
-    and the same along W. ``output_size=1`` is global average pooling."""
+    and the same along W. ``output_size=1`` is global average pooling.
 
-    PARAMS = {"output_size": Param(convert=as_output_size)}
+    When the model computes the size from the input's (``F.adaptive_avg_pool2d(x, (h // 2,
+    w // 2))`` in a dynamic export), pnnx passes it as a second input instead of the parameter.
+    """
 
-    def infer_shape(self, shape: Shape) -> Shape:
-        return (*shape[:-2], *kernels.adaptive_output_size(shape, self.output_size))
+    PARAMS = {"output_size": Param(None, as_output_size)}
+    one_blob_only = False
 
-    def forward_one(self, x: np.ndarray) -> np.ndarray:
-        return kernels.adaptive_avg_pool2d(x, self.output_size)
+    def _output_size(self, inputs) -> tuple[int | None, int | None]:
+        sizes = param_or_input(self.output_size, "output_size", inputs)
+        if isinstance(sizes, np.ndarray):                 # computed in the graph: real sizes
+            return tuple(int(v) for v in sizes)
+        return sizes
+
+    def infer_shapes(self, input_shapes: Sequence[Shape]) -> list[Shape]:
+        return self.infer_shapes_from(input_shapes, [None] * len(input_shapes))
+
+    def infer_shapes_from(self, input_shapes: Sequence[Shape],
+                          input_values: Sequence[np.ndarray | None]) -> list[Shape]:
+        shape = input_shapes[0]
+        out_hw = kernels.adaptive_output_size(shape, self._output_size(input_values))
+        return [(*shape[:-2], *out_hw)]
+
+    def forward(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+        return [kernels.adaptive_avg_pool2d(inputs[0], self._output_size(inputs))]

@@ -15,7 +15,7 @@ import numpy as np
 
 from layers import kernels
 from layers.base import (Layer, Param, Shape, as_float, as_int, as_ints, as_str, as_tuple,
-                         normalize_dim)
+                         normalize_dim, param_or_input)
 from layers.registry import register_layer
 from parser.errors import LayerError, ShapeError
 
@@ -103,29 +103,17 @@ class Reshape(Layer):
     PARAMS = {"shape": Param(None, as_ints)}
     one_blob_only = False
 
-    def _check_count(self, count: int) -> None:
-        if (count, self.shape is None) not in ((1, False), (2, True)):
-            raise ShapeError(f"expects 1 input and the shape parameter, or 2 inputs (input, "
-                             f"shape) without it; got {count} input(s) and shape={self.shape}")
-
     def infer_shapes(self, input_shapes: Sequence[Shape]) -> list[Shape]:
         return self.infer_shapes_from(input_shapes, [None] * len(input_shapes))
 
     def infer_shapes_from(self, input_shapes: Sequence[Shape],
                           input_values: Sequence[np.ndarray | None]) -> list[Shape]:
-        self._check_count(len(input_shapes))
-        if len(input_shapes) == 1:
-            return [reshape_output_shape(input_shapes[0], self.shape)]
-        target = input_values[1]
-        if target is None:
-            raise ShapeError("the target shape is a second input whose value is not known "
-                             "before the graph runs")
-        return [reshape_output_shape(input_shapes[0], np.asarray(target).ravel())]
+        target = param_or_input(self.shape, "shape", input_values)
+        return [reshape_output_shape(input_shapes[0], target)]
 
     def forward(self, inputs: Sequence[Any]) -> list[np.ndarray]:
-        self._check_count(len(inputs))
         x = inputs[0]
-        target = self.shape if len(inputs) == 1 else np.asarray(inputs[1]).ravel()
+        target = param_or_input(self.shape, "shape", inputs)
         return [read_only_alias(x.reshape(reshape_output_shape(x.shape, target)), x)]
 
 

@@ -2,11 +2,13 @@
 
 import itertools
 
+import numpy as np
 import pytest
+import torch
 import torch.nn.functional as F
 from torch import nn
 
-from helpers import check_layer, make_layer
+from helpers import check_layer, make_layer, rand
 from layers import LayerRegisterer
 from layers.pooling import AdaptiveAvgPool2d, AvgPool2d, MaxPool2d
 from parser.errors import LayerError, ShapeError
@@ -77,6 +79,23 @@ def test_adaptive_avg_pool2d_reads_pnnx_zero_as_none():
                 [(2, 4, 10, 6)], {"output_size": (3, 0)})
 
 
+def test_adaptive_avg_pool2d_takes_the_size_as_a_second_input():
+    # a dynamic export of F.adaptive_avg_pool2d(x, (h // 2, w // 2)): pnnx writes
+    # F.adaptive_avg_pool2d 2 1 x s y $input=x $output_size=s, s from
+    # expr=[floor_divide(size(@0,2),2),floor_divide(size(@0,3),2)]
+    layer = make_layer("F.adaptive_avg_pool2d")
+    x = rand(2, 3, 10, 7)
+    (y,) = layer.forward([x, np.array([5, 3])])
+    np.testing.assert_allclose(y, F.adaptive_avg_pool2d(torch.from_numpy(x), (5, 3)).numpy(),
+                               atol=1e-6)
+    assert layer.infer_shapes_from([(2, 3, 10, 7), (2,)], [None, np.array([5, 3])]) == \
+        [(2, 3, 5, 3)]
+    with pytest.raises(ShapeError, match="not known before the graph runs"):
+        layer.infer_shapes([(2, 3, 10, 7), (2,)])
+    with pytest.raises(ShapeError, match="output_size"):          # neither parameter nor input
+        layer.infer_shapes([(2, 3, 10, 7)])
+
+
 # ----- errors --------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("type_name, params", [
@@ -88,7 +107,6 @@ def test_adaptive_avg_pool2d_reads_pnnx_zero_as_none():
     ("nn.MaxPool2d", pool_params((3, 3), return_indices=True)),
     ("nn.AvgPool2d", pool_params((3, 3), divisor_override=0)),
     ("nn.AdaptiveAvgPool2d", {"output_size": (1, 2, 3)}),
-    ("nn.AdaptiveAvgPool2d", {}),
 ], ids=str)
 def test_bad_params_are_layer_errors(type_name, params):
     with pytest.raises(LayerError):

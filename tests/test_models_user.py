@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from infer import RuntimeGraph
@@ -70,3 +71,25 @@ def test_dynamic_export_with_given_second_inputs(tmp_path):
     graph = RuntimeGraph(param, binary).build()
     assert graph.input_shapes[0] == (None, None, 8)
     run_both(model, graph, (1, 12, 8))
+
+
+class PyramidPool(nn.Module):
+    """Pooling to a size computed from the input's (PSPNet-style), then a classifier."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3, padding=1)
+        self.fc = nn.Linear(4, 2)
+
+    def forward(self, x):
+        y = torch.relu(self.conv(x))
+        y = F.adaptive_avg_pool2d(y, (y.size(2) // 2, y.size(3) // 2))
+        return self.fc(F.adaptive_avg_pool2d(y, 1).flatten(1)), y
+
+
+def test_adaptive_pool_to_a_computed_size(pnnx_export):
+    model = PyramidPool().eval()
+    param, binary = pnnx_export(model, (torch.rand(1, 3, 12, 10),), "pyramid", dynamic=True)
+    graph = RuntimeGraph(param, binary).build()
+    for shape in [(1, 3, 12, 10), (2, 3, 9, 17)]:
+        run_both(model, graph, shape)
