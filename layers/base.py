@@ -257,6 +257,17 @@ def param_or_input(value: Any, name: str, inputs: Sequence[Any]) -> Any:
     return np.asarray(inputs[1]).ravel()
 
 
+class ArgumentInputLayer(Layer):
+    """A layer with an argument that is a parameter or, computed in the graph, its second
+    input (``param_or_input``): its output shape may depend on that input's VALUES, so it
+    implements ``infer_shapes_from``, and ``infer_shapes`` is that with no values known."""
+
+    one_blob_only = False
+
+    def infer_shapes(self, input_shapes: Sequence[Shape]) -> list[Shape]:
+        return self.infer_shapes_from(input_shapes, [None] * len(input_shapes))
+
+
 def bias_is_an_input(value: Any) -> None:
     """Converter of the ``bias`` parameter of F.conv2d / F.linear. pnnx writes ``bias=None``
     when there is no bias (None is never converted); a real bias is always a graph input."""

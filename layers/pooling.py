@@ -8,8 +8,8 @@ from typing import Any, Sequence
 import numpy as np
 
 from layers import kernels
-from layers.base import (Layer, Param, Shape, as_bool, as_int, as_tuple, at_least,
-                         param_or_input)
+from layers.base import (ArgumentInputLayer, Layer, Param, Shape, as_bool, as_int, as_tuple,
+                         at_least, param_or_input)
 from layers.registry import register_layer
 from parser.errors import LayerError
 
@@ -104,7 +104,7 @@ def as_output_size(value: Any) -> tuple[int | None, int | None]:
 
 
 @register_layer("nn.AdaptiveAvgPool2d", "F.adaptive_avg_pool2d")
-class AdaptiveAvgPool2d(Layer):
+class AdaptiveAvgPool2d(ArgumentInputLayer):
     """Adaptive average pooling, as ``torch.nn.AdaptiveAvgPool2d``: the output has a fixed size
     (Ho, Wo); output bin i along H averages rows [floor(i * H / Ho), ceil((i + 1) * H / Ho)),
     and the same along W. ``output_size=1`` is global average pooling.
@@ -114,16 +114,12 @@ class AdaptiveAvgPool2d(Layer):
     """
 
     PARAMS = {"output_size": Param(None, as_output_size)}
-    one_blob_only = False
 
     def _output_size(self, inputs) -> tuple[int | None, int | None]:
         sizes = param_or_input(self.output_size, "output_size", inputs)
         if isinstance(sizes, np.ndarray):                 # computed in the graph: real sizes
             return tuple(int(v) for v in sizes)
         return sizes
-
-    def infer_shapes(self, input_shapes: Sequence[Shape]) -> list[Shape]:
-        return self.infer_shapes_from(input_shapes, [None] * len(input_shapes))
 
     def infer_shapes_from(self, input_shapes: Sequence[Shape],
                           input_values: Sequence[np.ndarray | None]) -> list[Shape]:

@@ -14,8 +14,8 @@ from typing import Any, Sequence
 import numpy as np
 
 from layers import kernels
-from layers.base import (Layer, Param, Shape, as_float, as_int, as_ints, as_str, as_tuple,
-                         normalize_dim, param_or_input)
+from layers.base import (ArgumentInputLayer, Layer, Param, Shape, as_float, as_int, as_ints,
+                         as_str, as_tuple, normalize_dim, param_or_input)
 from layers.registry import register_layer
 from parser.errors import LayerError, ShapeError
 
@@ -95,16 +95,12 @@ def reshape_output_shape(in_shape: Shape, shape: Sequence[int]) -> Shape:
 
 
 @register_layer("Tensor.reshape", "Tensor.view")
-class Reshape(Layer):
+class Reshape(ArgumentInputLayer):
     """``x.reshape(shape)`` / ``x.view(shape)``: the same elements in row-major order, in a new
     shape; one entry may be -1 (inferred). pnnx writes the shape as the parameter ``shape``, or,
     when it depends on the input size, as a second input computed by a pnnx.Expression."""
 
     PARAMS = {"shape": Param(None, as_ints)}
-    one_blob_only = False
-
-    def infer_shapes(self, input_shapes: Sequence[Shape]) -> list[Shape]:
-        return self.infer_shapes_from(input_shapes, [None] * len(input_shapes))
 
     def infer_shapes_from(self, input_shapes: Sequence[Shape],
                           input_values: Sequence[np.ndarray | None]) -> list[Shape]:
@@ -123,37 +119,54 @@ _PAD_MODES = ("constant", "reflect", "replicate", "circular")
 
 
 @register_layer("F.pad")
-class Pad(Layer):
+class Pad(ArgumentInputLayer):
     """``F.pad(x, pad, mode, value)``: ``pad`` lists (before, after) pairs from the LAST dim
     backwards: (left, right) pads W, (left, right, top, bottom) pads W and H, and so on.
 
     mode 'constant' fills with ``value`` (None means 0; negative pads crop); 'reflect' mirrors
     without repeating the edge; 'replicate' repeats the edge; 'circular' wraps around.
+
+    When the model computes ``pad`` from the input's size (padding to a multiple of 8 in a
+    dynamic export), pnnx passes it as a second input instead of the parameter.
     """
 
     PARAMS = {
-        "pad": Param(convert=as_ints),
+        "pad": Param(None, as_ints),
         "mode": Param("constant", as_str),
         "value": Param(None, as_float),
     }
 
     def check_params(self) -> None:
-        if len(self.pad) % 2:
-            raise LayerError(f"pad={self.pad} must have an even length")
         if self.mode not in _PAD_MODES:
             raise LayerError(f"mode must be one of {', '.join(_PAD_MODES)}, got {self.mode!r}")
         if self.mode != "constant" and self.value:
             raise LayerError(f"padding mode {self.mode!r} does not take a value "
                              f"(value={self.value})")
-        if self.mode != "constant" and min(self.pad) < 0:
-            raise LayerError(f"negative padding {self.pad} needs mode 'constant'")
+        if self.pad is not None:
+            self._check_pad(self.pad, LayerError)
 
-    def infer_shape(self, shape: Shape) -> Shape:
-        return kernels.pad_output_shape(shape, self.pad, self.mode)
+    def _check_pad(self, pad: Sequence[int], error: type[LayerError] | type[ShapeError]
+                   ) -> tuple[int, ...]:
+        pad = tuple(int(p) for p in pad)
+        if len(pad) % 2:
+            raise error(f"pad={pad} must have an even length")
+        if self.mode != "constant" and min(pad, default=0) < 0:
+            raise error(f"negative padding {pad} needs mode 'constant'")
+        return pad
 
-    def forward_one(self, x: np.ndarray) -> np.ndarray:
-        y = kernels.pad(x, self.pad, self.mode, self.value or 0.0)
-        return read_only_alias(y, x)
+    def _pad(self, inputs: Sequence[Any]) -> tuple[int, ...]:
+        """The pad parameter, or the second input's values (checked like the parameter)."""
+        pad = param_or_input(self.pad, "pad", inputs)
+        return pad if pad is self.pad else self._check_pad(pad, ShapeError)
+
+    def infer_shapes_from(self, input_shapes: Sequence[Shape],
+                          input_values: Sequence[np.ndarray | None]) -> list[Shape]:
+        return [kernels.pad_output_shape(input_shapes[0], self._pad(input_values), self.mode)]
+
+    def forward(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+        x = inputs[0]
+        y = kernels.pad(x, self._pad(inputs), self.mode, self.value or 0.0)
+        return [read_only_alias(y, x)]
 
 
 @register_layer("nn.ZeroPad2d")

@@ -82,6 +82,20 @@ def test_pad_matches_torch(pad, mode, value):
                 {"pad": pad, "mode": mode, "value": value})
 
 
+def test_pad_takes_the_pad_as_a_second_input():
+    # a dynamic export of F.pad(x, (0, (8 - w % 8) % 8, 0, (8 - h % 8) % 8), mode="reflect")
+    layer = make_layer("F.pad", {"mode": "reflect"})
+    x = rand(1, 2, 5, 6)
+    (y,) = layer.forward([x, np.array([0, 2, 0, 3])])
+    np.testing.assert_array_equal(y, F.pad(torch.from_numpy(x), (0, 2, 0, 3), "reflect").numpy())
+    assert layer.infer_shapes_from([(1, 2, 5, 6), (4,)], [None, np.array([0, 2, 0, 3])]) == \
+        [(1, 2, 8, 8)]
+    with pytest.raises(ShapeError, match="negative"):
+        layer.infer_shapes_from([(1, 2, 5, 6), (2,)], [None, np.array([-1, 2])])
+    with pytest.raises(ShapeError, match="not known before the graph runs"):
+        layer.infer_shapes([(1, 2, 5, 6), (4,)])
+
+
 @pytest.mark.parametrize("type_name, module, params", [
     ("nn.ZeroPad2d", nn.ZeroPad2d((1, 2, 0, 1)), {"padding": (1, 2, 0, 1)}),
     ("nn.ZeroPad2d", nn.ZeroPad2d(2), {"padding": 2}),

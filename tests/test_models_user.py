@@ -87,9 +87,26 @@ class PyramidPool(nn.Module):
         return self.fc(F.adaptive_avg_pool2d(y, 1).flatten(1)), y
 
 
-def test_adaptive_pool_to_a_computed_size(pnnx_export):
-    model = PyramidPool().eval()
-    param, binary = pnnx_export(model, (torch.rand(1, 3, 12, 10),), "pyramid", dynamic=True)
+class PadToMultiple(nn.Module):
+    """Reflect-pad H and W up to a multiple of 8 (as segmentation and detection nets do), run
+    a stride-8 convolution."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 8, stride=8)
+
+    def forward(self, x):
+        h, w = x.size(2), x.size(3)
+        x = F.pad(x, (0, (8 - w % 8) % 8, 0, (8 - h % 8) % 8), mode="reflect")
+        return self.conv(x)
+
+
+@pytest.mark.parametrize("model_class", [PyramidPool, PadToMultiple])
+def test_argument_computed_from_the_input_size(pnnx_export, model_class):
+    """pnnx passes a size computed from the input's as a second input of the operator."""
+    model = model_class().eval()
+    param, binary = pnnx_export(model, (torch.rand(1, 3, 12, 10),), model_class.__name__,
+                                dynamic=True)
     graph = RuntimeGraph(param, binary).build()
     for shape in [(1, 3, 12, 10), (2, 3, 9, 17)]:
         run_both(model, graph, shape)
