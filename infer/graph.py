@@ -31,8 +31,9 @@ import layers  # noqa: F401  (registers the built-in layers)
 from layers.base import Layer
 from layers.registry import LayerRegisterer, unsupported_message
 from parser.bin import PnnxBin
-from parser.errors import (GraphError, InferError, LayerError, ShapeError,
+from parser.errors import (ExpressionError, GraphError, InferError, LayerError, ShapeError,
                            UnsupportedOperatorError)
+from parser.expression import ListExpr, parse_expression, to_text
 from parser.param import read_param
 from infer.runtime import RuntimeAttribute, RuntimeOperand, RuntimeOperator, RuntimeParameter
 from infer import threads
@@ -43,6 +44,7 @@ Shape = tuple[int, ...]
 
 INPUT_TYPE = "pnnx.Input"
 OUTPUT_TYPE = "pnnx.Output"
+EXPRESSION_TYPE = "pnnx.Expression"
 TUPLE_CONSTRUCT = "prim::TupleConstruct"
 TUPLE_UNPACK = "prim::TupleUnpack"
 FLOAT_INPUT_DTYPES = {"f32": np.float32, "f64": np.float64, "f16": np.float16}
@@ -116,6 +118,7 @@ class RuntimeGraph:
 
         self.operators, self.operands = operators, operands
         self._flatten_tuples()
+        self._split_output_lists()
         self.input_operators = [op for op in self.operators if op.type == INPUT_TYPE]
         self.output_operands = [o for op in self.operators if op.type == OUTPUT_TYPE
                                 for o in op.inputs]
@@ -141,6 +144,35 @@ class RuntimeGraph:
                     consumer.inputs[position:position + 1] = op.inputs
                     for member in op.inputs:
                         member.consumers.append(consumer)
+            self._remove(op)
+
+    def _split_output_lists(self) -> None:
+        """A model that returns a list of tensors: pnnx builds the list with one
+        pnnx.Expression (``expr=[add(@0,1),@1]``) read by pnnx.Output. Split it into one
+        expression per item, each item an output of its own (as tuple members are)."""
+        for op in self.operators[:]:
+            tree = _returned_list(op)
+            if tree is None:
+                continue
+            (packed,), expr = op.outputs, op.params["expr"]
+            members = []
+            for index, item in enumerate(tree.items):
+                piece = RuntimeOperator(
+                    type=op.type, name=f"{op.name}.{index}", line=op.line,
+                    input_names=list(op.input_names), inputs=list(op.inputs),
+                    params={"expr": RuntimeParameter("expr", expr.type, to_text(item))})
+                member = RuntimeOperand(f"{packed.name}.{index}", producer=piece)
+                piece.outputs.append(member)
+                for src in op.inputs:
+                    src.consumers.append(piece)
+                self.operands[member.name] = member
+                self.operators.insert(self.operators.index(op), piece)
+                members.append(member)
+            for consumer in packed.consumers:            # output(list) -> output(a, b)
+                position = consumer.inputs.index(packed)
+                consumer.inputs[position:position + 1] = members
+                for member in members:
+                    member.consumers.append(consumer)
             self._remove(op)
 
     def _replace_operand(self, old: RuntimeOperand, new: RuntimeOperand) -> None:
@@ -449,6 +481,23 @@ class RuntimeGraph:
     def __repr__(self) -> str:
         return (f"RuntimeGraph({Path(self.param_path).name}: {len(self.operators)} operators, "
                 f"{len(self.operands)} operands, {self.state.value})")
+
+
+def _returned_list(op: RuntimeOperator) -> ListExpr | None:
+    """The list an operator builds for pnnx.Output only (a pnnx.Expression ``[...]``), else
+    None. A malformed expression is left for its layer to report at build."""
+    if op.type != EXPRESSION_TYPE or len(op.outputs) != 1 or not op.outputs[0].consumers:
+        return None
+    if any(consumer.type != OUTPUT_TYPE for consumer in op.outputs[0].consumers):
+        return None
+    expr = op.params.get("expr")
+    if expr is None or not isinstance(expr.value, str):
+        return None
+    try:
+        tree = parse_expression(expr.value)
+    except ExpressionError:
+        return None
+    return tree if isinstance(tree, ListExpr) else None
 
 
 def _successors(op: RuntimeOperator) -> list[RuntimeOperator]:

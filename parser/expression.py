@@ -282,6 +282,21 @@ def to_rpn(node: Node) -> list[str]:
     return [label(n) for n in postorder(node)]
 
 
+def to_text(node: Node) -> str:
+    """The expression text of a tree, as pnnx writes it (no spaces); the inverse of
+    ``parse_expression``: ``parse_expression(to_text(tree)) == tree``."""
+    if isinstance(node, OperandRef):
+        return f"@{node.index}"
+    if isinstance(node, Constant):
+        value = node.value
+        if isinstance(value, complex):
+            return f"{value.real!r}{value.imag:+}j"           # 1.5-2.0j
+        return repr(value)                                    # 2  0.5  1e-05  inf  True
+    if isinstance(node, ListExpr):
+        return "[" + ",".join(to_text(item) for item in node.items) + "]"
+    return f"{node.name}(" + ",".join(to_text(arg) for arg in node.args) + ")"
+
+
 def operand_indices(node: Node) -> set[int]:
     """Every N that the expression uses as @N."""
     return {n.index for n in postorder(node) if isinstance(n, OperandRef)}

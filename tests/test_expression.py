@@ -12,7 +12,7 @@ from layers.registry import LayerRegisterer
 from parser.errors import ExpressionError, LayerError, ShapeError
 from parser.expression import (ARITY, BINARY_FUNCTIONS, UNARY_FUNCTIONS, Call, Constant,
                                ListExpr, OperandRef, Token, operand_indices, parse_expression,
-                               to_rpn, tokenize)
+                               to_rpn, to_text, tokenize)
 from parser.param import read_param
 
 RNG = np.random.default_rng(0)
@@ -80,6 +80,17 @@ def test_list_tree():
 ])
 def test_rpn(expr, rpn):
     assert to_rpn(parse_expression(expr)) == rpn
+
+
+@pytest.mark.parametrize("expr", [
+    "add(@0,mul(@1,2.0))", "[size(@0,0),-1]", "[]", "mul(@0,1.5-2.0j)", "pow(@0,1e-05)",
+    "max(@0,-inf)", "torch.float(size(@1))", "and(@0,True)", "neg(@2)",
+    "[add(@0,1),@1]", "sub(@0,2.5e+20)",
+])
+def test_to_text_is_the_inverse_of_parsing(expr):
+    tree = parse_expression(expr)
+    assert parse_expression(to_text(tree)) == tree
+    assert to_text(parse_expression(to_text(tree))) == to_text(tree)
 
 
 def test_operand_indices():

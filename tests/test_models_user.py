@@ -110,3 +110,32 @@ def test_argument_computed_from_the_input_size(pnnx_export, model_class):
     graph = RuntimeGraph(param, binary).build()
     for shape in [(1, 3, 12, 10), (2, 3, 9, 17)]:
         run_both(model, graph, shape)
+
+
+class FeaturePyramid(nn.Module):
+    """A backbone that returns its feature maps as a list, one of them also used inside."""
+
+    def __init__(self):
+        super().__init__()
+        self.c1, self.c2 = nn.Conv2d(3, 4, 3, 2, 1), nn.Conv2d(4, 8, 3, 2, 1)
+
+    def forward(self, x):
+        a = torch.relu(self.c1(x))
+        b = self.c2(a)
+        return [a, b + 1], b.sigmoid()
+
+
+@pytest.mark.filterwarnings("ignore:Encountering a list at the output of the tracer")
+def test_model_returning_a_list(pnnx_export):
+    """pnnx builds a returned list with one pnnx.Expression, expr=[@0,add(@1,1)]; the graph
+    returns its items as outputs of their own, in order, as it does with tuple members."""
+    model = FeaturePyramid().eval()
+    param, binary = pnnx_export(model, (torch.rand(1, 3, 16, 12),), "feature_pyramid")
+    graph = RuntimeGraph(param, binary).build()
+    x = np.random.default_rng(0).standard_normal((1, 3, 16, 12), dtype=np.float32)
+    with torch.no_grad():
+        (a, b), c = model(torch.from_numpy(x))
+    got = graph.forward(x)
+    assert len(got) == 3
+    for g, w in zip(got, (a, b, c)):
+        np.testing.assert_allclose(g, w.numpy(), atol=ATOL, rtol=0)
