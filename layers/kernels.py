@@ -90,6 +90,14 @@ def _check_rank(shape: Sequence[int], ranks: tuple[int, ...], what: str) -> None
                          f"(rank {len(shape)})")
 
 
+def _check_pool_input(shape: Sequence[int]) -> None:
+    """torch's check for pooling inputs: (N, C, H, W) or (C, H, W), where only N may be 0
+    (an empty H or W has no windows to pool)."""
+    _check_rank(shape, (3, 4), "(N, C, H, W) or (C, H, W) input")
+    if 0 in tuple(shape)[-3:]:
+        raise ShapeError(f"expects C, H and W of at least 1, got shape {tuple(shape)}")
+
+
 def _spatial_size(shape: Sequence[int], out_h: int, out_w: int, pads: Sequence[int],
                   kernel: Pair, dilation: Pair) -> Pair:
     """Check the window fits: ShapeError naming the input size, padding and kernel if not."""
@@ -129,7 +137,7 @@ def pool2d_output_shape(x_shape: Sequence[int], kernel_size: int | Pair,
                         stride: int | Pair | None = None, padding: int | Pair = 0,
                         dilation: int | Pair = 1, ceil_mode: bool = False) -> tuple[int, ...]:
     """(N, C, H, W) or (C, H, W) -> same leading dims with (Ho, Wo) for a pooling window."""
-    _check_rank(x_shape, (3, 4), "(N, C, H, W) or (C, H, W) input")
+    _check_pool_input(x_shape)
     kernel = _pair(kernel_size)
     (sh, sw) = kernel if stride is None else _pair(stride)
     (ph, pw), dilation = _pair(padding), _pair(dilation)
@@ -142,7 +150,7 @@ def pool2d_output_shape(x_shape: Sequence[int], kernel_size: int | Pair,
 def adaptive_output_size(x_shape: Sequence[int], output_size: int | Sequence[int | None]
                          ) -> Pair:
     """torch's adaptive ``output_size``: an int, or a pair whose None entries keep that size."""
-    _check_rank(x_shape, (3, 4), "(N, C, H, W) or (C, H, W) input")
+    _check_pool_input(x_shape)
     sizes = (output_size, output_size) if isinstance(output_size, (int, np.integer)) \
         else tuple(output_size)
     if len(sizes) != 2 or any(size is not None and size < 0 for size in sizes):

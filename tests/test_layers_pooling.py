@@ -118,6 +118,9 @@ def test_bad_params_are_layer_errors(type_name, params):
     ("nn.MaxPool2d", pool_params((3, 3)), (8, 8)),                   # rank 2
     ("nn.AvgPool2d", pool_params((3, 3)), (1, 2, 3, 3, 3)),          # rank 5
     ("nn.AdaptiveAvgPool2d", {"output_size": 2}, (4, 4)),
+    ("nn.MaxPool2d", pool_params((3, 3), (2, 2), (1, 1), True), (1, 3, 0, 4)),   # empty H
+    ("nn.AvgPool2d", pool_params((1, 1)), (1, 0, 4, 4)),                       # no channels
+    ("nn.AdaptiveAvgPool2d", {"output_size": 3}, (3, 4, 0)),
 ], ids=str)
 def test_bad_input_shapes_are_shape_errors(type_name, params, shape):
     with pytest.raises(ShapeError):
