@@ -137,8 +137,11 @@ class ImageClassifier:
 
     def probabilities(self, image_rgb: np.ndarray) -> np.ndarray:
         """(num_classes,) class probabilities for one RGB image."""
-        (out,) = self.graph.forward(self.preprocess(image_rgb))                # (1, classes)
-        scores = out.reshape(-1)
+        outputs = self.graph.forward(self.preprocess(image_rgb))
+        if len(outputs) != 1 or outputs[0].shape[0] != 1:
+            raise InferError(f"{self.graph.param_path}: a classifier returns one (1, classes) "
+                             f"array, this model returns shapes {[o.shape for o in outputs]}")
+        scores = outputs[0].reshape(-1)                                      # (classes,)
         return scores if self.outputs_probabilities else softmax(scores)
 
     def classify(self, image: str | Path | np.ndarray, top: int = 5) -> list[tuple[str, float]]:

@@ -139,3 +139,15 @@ def test_model_returning_a_list(pnnx_export):
     assert len(got) == 3
     for g, w in zip(got, (a, b, c)):
         np.testing.assert_allclose(g, w.numpy(), atol=ATOL, rtol=0)
+
+
+@pytest.mark.filterwarnings("ignore:Encountering a list at the output of the tracer")
+def test_classify_refuses_a_model_with_several_outputs(pnnx_export):
+    from infer.classify import ImageClassifier
+    from parser.errors import InferError
+
+    param, binary = pnnx_export(FeaturePyramid().eval(), (torch.rand(1, 3, 16, 12),),
+                                "feature_pyramid")
+    classifier = ImageClassifier(RuntimeGraph(param, binary).build(), ["a", "b"])
+    with pytest.raises(InferError, match="one \\(1, classes\\) array"):
+        classifier.classify(np.zeros((40, 30, 3), np.uint8))
