@@ -42,8 +42,7 @@ def _ops(args: argparse.Namespace) -> int:
 def _export(args: argparse.Namespace) -> int:
     from infer.export import export_command
 
-    shapes = [tuple(int(d) for d in shape.split(",")) for shape in args.shape]
-    param, binary = export_command(args.model, args.out, shapes, args.name, args.weights,
+    param, binary = export_command(args.model, args.out, args.shape, args.name, args.weights,
                                    args.dynamic)
     print(param)
     print(binary)
@@ -55,6 +54,18 @@ def _positive_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
     return value
+
+
+def _shape(text: str) -> tuple[int, ...]:
+    """'1,3,224,224' -> (1, 3, 224, 224)."""
+    try:
+        shape = tuple(int(d) for d in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected integers separated by commas, got "
+                                         f"{text!r}") from None
+    if any(d < 1 for d in shape):
+        raise argparse.ArgumentTypeError(f"every dim must be at least 1, got {text!r}")
+    return shape
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -83,7 +94,7 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument("model", help="resnet18, efficientnet-lite0, or package.module:factory")
     export.add_argument("--out", required=True, help="output folder")
     export.add_argument("--name", default=None, help="file stem (default: from the model)")
-    export.add_argument("--shape", action="append", default=None,
+    export.add_argument("--shape", action="append", default=None, type=_shape,
                         help="input shape, e.g. 1,3,224,224 (repeat for several inputs)")
     export.add_argument("--weights", default=None, help="a state_dict file to load first")
     export.add_argument("--dynamic", action="store_true",
@@ -96,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if getattr(args, "shape", ()) is None:
-        args.shape = ["1,3,224,224"]
+        args.shape = [(1, 3, 224, 224)]
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")
     try:

@@ -18,15 +18,24 @@ from __future__ import annotations
 
 import importlib
 import logging
+import pickle
 import shutil
 import subprocess
 import tempfile
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from parser.errors import InferError
+
 log = logging.getLogger(__name__)
 
 RESNET18_CHECKPOINT = "resnet18-f37072fd.pth"   # torchvision's IMAGENET1K_V1 weights file name
+
+
+
+
+class ExportError(InferError):
+    """A model that cannot be loaded, traced or converted by pnnx."""
 
 
 # ------------------------------------------------------------------------------------- export
@@ -42,7 +51,7 @@ def export_module(module, example_inputs: Sequence, out_dir: str | Path, name: s
     The pnnx program is run directly, not through ``pnnx.export``: that function goes on to
     import the python file pnnx writes, which fails for valid models (an ``nn.Sequential``
     becomes ``self.0 = ...``), and it renames ``-`` in file names to ``_``. Here the two files
-    are named explicitly, and a failed conversion is a RuntimeError with pnnx's last words."""
+    are named explicitly, and a failed conversion is an ExportError with pnnx's last words."""
     import pnnx
     import torch
 
@@ -54,8 +63,12 @@ def export_module(module, example_inputs: Sequence, out_dir: str | Path, name: s
         produced = Path(work)
         param, binary = produced / f"{name}.pnnx.param", produced / f"{name}.pnnx.bin"
         traced = produced / f"{name}.pt"
-        with torch.no_grad():
-            torch.jit.trace(module, inputs).save(str(traced))
+        try:
+            with torch.no_grad():
+                torch.jit.trace(module, inputs).save(str(traced))
+        except Exception as exc:                 # the model's own error, on these inputs
+            raise ExportError(f"torch.jit.trace failed on inputs of shapes "
+                              f"{[tuple(x.shape) for x in inputs]}: {exc}") from exc
         command = [pnnx.EXEC_PATH, str(traced), "inputshape=" + _shapes_argument(inputs),
                    f"pnnxparam={param}", f"pnnxbin={binary}"]
         if dynamic or example_inputs2 is not None:
@@ -65,7 +78,7 @@ def export_module(module, example_inputs: Sequence, out_dir: str | Path, name: s
         log.debug("pnnx output:\n%s%s", result.stdout, result.stderr)
         if not param.exists() or not binary.exists():
             last_words = "\n".join((result.stdout + result.stderr).strip().splitlines()[-8:])
-            raise RuntimeError(f"pnnx did not write {param.name} / {binary.name} (exit code "
+            raise ExportError(f"pnnx did not write {param.name} / {binary.name} (exit code "
                                f"{result.returncode}); its last output:\n{last_words}")
         if result.returncode != 0:       # e.g. its ncnn conversion, which runs last, failed
             log.warning("pnnx exited with code %s after writing %s", result.returncode,
@@ -102,7 +115,7 @@ def _second_inputs(module, inputs: tuple) -> tuple:
                      [tuple(x.shape) for x in others], exc)
             continue
         return others
-    raise RuntimeError("dynamic export: the module runs neither with a larger batch and image "
+    raise ExportError("dynamic export: the module runs neither with a larger batch and image "
                        "size nor with a larger batch alone; export it without dynamic=True")
 
 
@@ -236,17 +249,35 @@ BUILTIN: dict[str, Callable[..., Any]] = {
 
 def load_module(spec: str, weights: str | None = None):
     """A built-in model name, or ``package.module:factory`` returning a torch module."""
-    if spec in BUILTIN:
-        return BUILTIN[spec](weights)
+    if weights is not None and not Path(weights).is_file():
+        raise ExportError(f"no weights file {weights}")
+    if spec in BUILTIN:                                   # loads the weights itself
+        return _loading_weights(weights, spec, lambda: BUILTIN[spec](weights))
     if ":" not in spec:
-        raise ValueError(f"unknown model {spec!r}: give one of {', '.join(BUILTIN)} "
-                         f"or 'package.module:factory'")
+        raise ExportError(f"unknown model {spec!r}: give one of {', '.join(BUILTIN)} "
+                          f"or 'package.module:factory'")
     module_name, factory = spec.split(":", 1)
-    model = getattr(importlib.import_module(module_name), factory)()
+    try:
+        make_model = getattr(importlib.import_module(module_name), factory)
+    except (ImportError, AttributeError) as exc:
+        raise ExportError(f"cannot load {spec!r}: {exc}") from exc
+    model = make_model()
     if weights:
         import torch
-        model.load_state_dict(torch.load(weights, map_location="cpu", weights_only=True))
+
+        _loading_weights(weights, spec, lambda: model.load_state_dict(
+            torch.load(weights, map_location="cpu", weights_only=True)))
     return model.eval()
+
+
+def _loading_weights(weights: str | None, spec: str, load: Callable[[], Any]) -> Any:
+    """``load()``; with a weights file, an unreadable or mismatched one is an ExportError."""
+    try:
+        return load()
+    except (RuntimeError, OSError, KeyError, ValueError, pickle.UnpicklingError) as exc:
+        if weights is None:
+            raise
+        raise ExportError(f"cannot load the weights {weights} into {spec!r}: {exc}") from exc
 
 
 def export_command(spec: str, out_dir: str, shapes: Sequence[Sequence[int]], name: str | None,

@@ -5,6 +5,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
 from tests.conftest import REPO
 
 
@@ -43,6 +45,18 @@ def test_classify_refuses_a_top_below_one():
     result = run("classify", "model_file/images/chelsea.png", "--top", "0")
     assert result.returncode == 2
     assert "--top" in result.stderr and "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize("args, words", [
+    (["nosuch"], "unknown model 'nosuch'"),
+    (["no_such_package.models:make"], "cannot load 'no_such_package.models:make'"),
+    (["resnet18", "--weights", "no/such.pth"], "no weights file no/such.pth"),
+    (["resnet18", "--shape", "1,3,a"], "--shape: expected integers"),
+], ids=str)
+def test_export_reports_user_errors_without_a_traceback(args, words, tmp_path):
+    result = run("export", *args, "--out", str(tmp_path))
+    assert result.returncode == 2
+    assert words in result.stderr and "Traceback" not in result.stderr
 
 
 def test_ops_lists_registered_types():

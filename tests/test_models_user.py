@@ -39,6 +39,13 @@ def test_sequential_with_a_dash_in_its_name(pnnx_export):
     run_both(model, RuntimeGraph(param, binary).build(), (2, 3, 6, 7))
 
 
+def test_export_of_a_model_that_fails_on_its_inputs_is_an_export_error(tmp_path):
+    from infer.export import ExportError, export_module
+
+    with pytest.raises(ExportError, match=r"trace failed on inputs of shapes \[\(1, 4\)\]"):
+        export_module(nn.Linear(3, 2), (torch.rand(1, 4),), tmp_path, "bad")
+
+
 class TokenMixer(nn.Module):
     """Linear layers over the last dim of an (N, L, features) input, with a residual."""
 
