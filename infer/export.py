@@ -283,9 +283,9 @@ def _loading_weights(weights: str | None, spec: str, load: Callable[[], Any]) ->
 def export_command(spec: str, out_dir: str, shapes: Sequence[Sequence[int]], name: str | None,
                    weights: str | None, dynamic: bool) -> tuple[Path, Path]:
     """What ``python -m infer export`` does."""
+    model = load_module(spec, weights)                   # a bad spec fails before torch loads
     import torch
 
-    model = load_module(spec, weights)
     torch.manual_seed(0)
     inputs = [torch.rand(*shape) for shape in shapes]
     name = name or spec.replace("-", "_").split(":")[-1]
