@@ -24,6 +24,7 @@ and the layers' ``infer_shapes`` use the same helpers, so the two can never disa
 
 from __future__ import annotations
 
+import math
 from typing import Iterator, Sequence
 
 import numpy as np
@@ -162,6 +163,9 @@ def adaptive_output_size(x_shape: Sequence[int], output_size: int | Sequence[int
 # ================================================================ padding
 
 _NUMPY_PAD_MODE = {"reflect": "reflect", "replicate": "edge", "circular": "wrap"}
+# the largest pad of a dim of this size that each mode can fill, as torch allows it
+_PAD_LIMIT = {"reflect": lambda size: size - 1, "circular": lambda size: size,
+              "replicate": lambda size: math.inf if size else 0}
 
 
 def pad_widths(rank: int, pad: Sequence[int]) -> list[Pair]:
@@ -183,8 +187,8 @@ def pad_widths(rank: int, pad: Sequence[int]) -> list[Pair]:
 def pad_output_shape(shape: Sequence[int], pad: Sequence[int], mode: str = "constant"
                      ) -> tuple[int, ...]:
     """Output shape of ``F.pad``, with torch's checks for the non-constant modes: they pad the
-    last 1, 2 or 3 dims of an input with one or two more dims, reflect needs pad < size and
-    circular pad <= size."""
+    last 1, 2 or 3 dims of an input with one or two more dims; in a padded dim reflect needs
+    pad < size, circular pad <= size, replicate any size but 0."""
     widths = pad_widths(len(shape), pad)
     if mode != "constant":
         padded = len(pad) // 2
@@ -192,8 +196,8 @@ def pad_output_shape(shape: Sequence[int], pad: Sequence[int], mode: str = "cons
             raise ShapeError(f"{mode} padding of {padded} dims takes a {padded + 1}-D or "
                              f"{padded + 2}-D input, got shape {tuple(shape)}")
         for size, (before, after) in zip(shape, widths):
-            limit = size - 1 if mode == "reflect" else size
-            if max(before, after) > limit:
+            limit = _PAD_LIMIT[mode](size)
+            if (before or after) and max(before, after) > limit:
                 raise ShapeError(f"{mode} padding {(before, after)} is too large for a dim of "
                                  f"size {size} (at most {limit})")
     out = tuple(size + before + after for size, (before, after) in zip(shape, widths))

@@ -76,6 +76,16 @@ def test_functional_conv2d_takes_weights_as_inputs(params):
                 functional)
 
 
+@pytest.mark.parametrize("padding_mode", ["reflect", "replicate", "circular"])
+def test_padding_modes_on_small_and_empty_batch_inputs(padding_mode):
+    """replicate pads any amount (here 6 on a width of 4); an empty batch runs as in torch."""
+    pad = (1, 6) if padding_mode == "replicate" else (1, 1)
+    params = conv_params(kernel_size=(3, 3), padding=pad, padding_mode=padding_mode)
+    conv, weights = torch_module(nn.Conv2d, **params)
+    check_layer("nn.Conv2d", conv, [(2, params["in_channels"], 5, 4)], params, weights)
+    check_layer("nn.Conv2d", conv, [(0, params["in_channels"], 5, 4)], params, weights)
+
+
 def test_resnet_sized_conv_matches_torch():
     params = conv_params(in_channels=64, out_channels=64, padding=(1, 1), bias=False)
     conv, weights = torch_module(nn.Conv2d, **params)

@@ -75,6 +75,7 @@ def test_views_of_the_input_are_read_only():
     ((1, 2, 3, 2), "reflect", None), ((1, 2), "reflect", None),
     ((1, 1, 1, 1, 1, 1), "reflect", None), ((1, 2, 3, 4), "replicate", None),
     ((2, 2, 1, 1), "circular", None), ((4, 4, 3, 3), "circular", None),
+    ((7, 9, 0, 0), "replicate", None),                          # replicate: any amount
 ], ids=str)
 def test_pad_matches_torch(pad, mode, value):
     shape = (2, 3, 4, 5) if len(pad) > 2 or mode == "constant" else (3, 4, 5)
