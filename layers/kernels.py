@@ -163,9 +163,10 @@ def adaptive_output_size(x_shape: Sequence[int], output_size: int | Sequence[int
 # ================================================================ padding
 
 _NUMPY_PAD_MODE = {"reflect": "reflect", "replicate": "edge", "circular": "wrap"}
-# the largest pad of a dim of this size that each mode can fill, as torch allows it
-_PAD_LIMIT = {"reflect": lambda size: size - 1, "circular": lambda size: size,
-              "replicate": lambda size: math.inf if size else 0}
+# the largest pad of a dim of this size that each mode can fill, as torch allows it;
+# circular wraps the dim once it is cropped, so its size is what remains
+_PAD_LIMIT = {"reflect": lambda size, kept: size - 1, "circular": lambda size, kept: kept,
+              "replicate": lambda size, kept: math.inf if size else 0}
 
 
 def pad_widths(rank: int, pad: Sequence[int]) -> list[Pair]:
@@ -188,7 +189,7 @@ def pad_output_shape(shape: Sequence[int], pad: Sequence[int], mode: str = "cons
                      ) -> tuple[int, ...]:
     """Output shape of ``F.pad``, with torch's checks for the non-constant modes: they pad the
     last 1, 2 or 3 dims of an input with one or two more dims; in a padded dim reflect needs
-    pad < size, circular pad <= size, replicate any size but 0."""
+    pad < size, circular pad <= the size left after cropping, replicate any size but 0."""
     widths = pad_widths(len(shape), pad)
     if mode != "constant":
         padded = len(pad) // 2
@@ -196,7 +197,7 @@ def pad_output_shape(shape: Sequence[int], pad: Sequence[int], mode: str = "cons
             raise ShapeError(f"{mode} padding of {padded} dims takes a {padded + 1}-D or "
                              f"{padded + 2}-D input, got shape {tuple(shape)}")
         for size, (before, after) in zip(shape, widths):
-            limit = _PAD_LIMIT[mode](size)
+            limit = _PAD_LIMIT[mode](size, size + min(before, 0) + min(after, 0))
             if (before or after) and max(before, after) > limit:
                 raise ShapeError(f"{mode} padding {(before, after)} is too large for a dim of "
                                  f"size {size} (at most {limit})")
@@ -208,25 +209,33 @@ def pad_output_shape(shape: Sequence[int], pad: Sequence[int], mode: str = "cons
 
 def pad(x: np.ndarray, pad: Sequence[int], mode: str = "constant", value: float = 0.0
         ) -> np.ndarray:
-    """``F.pad``: pad (or, with negative constant pads, crop) the trailing dims of ``x``.
+    """``F.pad``: pad the trailing dims of ``x``; a negative pad crops instead.
 
     mode 'constant' fills with ``value``; 'reflect' mirrors without repeating the edge
     ([1 2 3] -> 3 2 | 1 2 3 | 2 1); 'replicate' repeats the edge; 'circular' wraps around.
-    Returns ``x`` itself (no copy) when every pad is 0.
+    In torch's order, reflect and replicate fill from the whole input and then crop (reflect
+    (3, -3) of [0 1 2 3 4] is 3 2 1 0 1), circular crops and then wraps what is left
+    ((2, -1): 2 3 | 0 1 2 3). Returns ``x`` itself (no copy) when every pad is 0.
     """
     pad_output_shape(x.shape, pad, mode)
     widths = pad_widths(x.ndim, pad)
-    if mode != "constant":
-        return np.pad(x, widths, mode=_NUMPY_PAD_MODE[mode])
-    # negative pads crop first, then the positive ones are filled with `value`
-    x = x[tuple(slice(max(-before, 0), size - max(-after, 0))
-                for size, (before, after) in zip(x.shape, widths))]
     grow = [(max(before, 0), max(after, 0)) for before, after in widths]
     if not any(before or after for before, after in grow):
-        return x
+        return _crop(x, widths)
+    if mode in ("reflect", "replicate"):
+        return _crop(np.pad(x, grow, mode=_NUMPY_PAD_MODE[mode]), widths)
+    x = _crop(x, widths)                             # crop first, then wrap or fill
+    if mode == "circular":
+        return np.pad(x, grow, mode="wrap")
     out = np.full([size + b + a for size, (b, a) in zip(x.shape, grow)], value, dtype=x.dtype)
     out[tuple(slice(b, b + size) for size, (b, _) in zip(x.shape, grow))] = x
     return out
+
+
+def _crop(x: np.ndarray, widths: Sequence[Pair]) -> np.ndarray:
+    """The view of ``x`` without the negative (before, after) widths of each dim."""
+    return x[tuple(slice(max(-before, 0), size - max(-after, 0))
+                   for size, (before, after) in zip(x.shape, widths))]
 
 
 # ================================================================ windows

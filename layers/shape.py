@@ -123,8 +123,8 @@ class Pad(ArgumentInputLayer):
     """``F.pad(x, pad, mode, value)``: ``pad`` lists (before, after) pairs from the LAST dim
     backwards: (left, right) pads W, (left, right, top, bottom) pads W and H, and so on.
 
-    mode 'constant' fills with ``value`` (None means 0; negative pads crop); 'reflect' mirrors
-    without repeating the edge; 'replicate' repeats the edge; 'circular' wraps around.
+    mode 'constant' fills with ``value`` (None means 0); 'reflect' mirrors without repeating
+    the edge; 'replicate' repeats the edge; 'circular' wraps around. Negative pads crop.
 
     When the model computes ``pad`` from the input's size (padding to a multiple of 8 in a
     dynamic export), pnnx passes it as a second input instead of the parameter.
@@ -142,22 +142,12 @@ class Pad(ArgumentInputLayer):
         if self.mode != "constant" and self.value:
             raise LayerError(f"padding mode {self.mode!r} does not take a value "
                              f"(value={self.value})")
-        if self.pad is not None:
-            self._check_pad(self.pad, LayerError)
-
-    def _check_pad(self, pad: Sequence[int], error: type[LayerError] | type[ShapeError]
-                   ) -> tuple[int, ...]:
-        pad = tuple(int(p) for p in pad)
-        if len(pad) % 2:
-            raise error(f"pad={pad} must have an even length")
-        if self.mode != "constant" and min(pad, default=0) < 0:
-            raise error(f"negative padding {pad} needs mode 'constant'")
-        return pad
+        if self.pad is not None and len(self.pad) % 2:
+            raise LayerError(f"pad={self.pad} must have an even length")
 
     def _pad(self, inputs: Sequence[Any]) -> tuple[int, ...]:
-        """The pad parameter, or the second input's values (checked like the parameter)."""
-        pad = param_or_input(self.pad, "pad", inputs)
-        return pad if pad is self.pad else self._check_pad(pad, ShapeError)
+        """The pad parameter, or the second input's values (the kernel checks them)."""
+        return tuple(int(p) for p in param_or_input(self.pad, "pad", inputs))
 
     def infer_shapes_from(self, input_shapes: Sequence[Shape],
                           input_values: Sequence[np.ndarray | None]) -> list[Shape]:
