@@ -187,24 +187,27 @@ def pad_widths(rank: int, pad: Sequence[int]) -> list[Pair]:
 
 def pad_output_shape(shape: Sequence[int], pad: Sequence[int], mode: str = "constant"
                      ) -> tuple[int, ...]:
-    """Output shape of ``F.pad``, with torch's checks for the non-constant modes: they pad the
-    last 1, 2 or 3 dims of an input with one or two more dims; in a padded dim reflect needs
-    pad < size, circular pad <= the size left after cropping, replicate any size but 0."""
+    """Output shape of ``F.pad``, with torch's checks: negative pads may crop at most the
+    whole dim; the non-constant modes pad the last 1, 2 or 3 dims of an input with one or two
+    more dims, and in a padded dim reflect needs pad < size, circular pad <= the size left
+    after cropping, replicate any size but 0."""
     widths = pad_widths(len(shape), pad)
-    if mode != "constant":
-        padded = len(pad) // 2
-        if not 1 <= padded <= 3 or len(shape) not in (padded + 1, padded + 2):
-            raise ShapeError(f"{mode} padding of {padded} dims takes a {padded + 1}-D or "
-                             f"{padded + 2}-D input, got shape {tuple(shape)}")
-        for size, (before, after) in zip(shape, widths):
-            limit = _PAD_LIMIT[mode](size, size + min(before, 0) + min(after, 0))
-            if (before or after) and max(before, after) > limit:
+    padded = len(pad) // 2
+    if mode != "constant" and (not 1 <= padded <= 3 or len(shape) not in (padded + 1,
+                                                                          padded + 2)):
+        raise ShapeError(f"{mode} padding of {padded} dims takes a {padded + 1}-D or "
+                         f"{padded + 2}-D input, got shape {tuple(shape)}")
+    for size, (before, after) in zip(shape, widths):
+        kept = size + min(before, 0) + min(after, 0)      # what the negative pads leave
+        if kept < 0:
+            raise ShapeError(f"pad {tuple(pad)} crops {-min(before, 0) - min(after, 0)} "
+                             f"elements from a dim of size {size} of input {tuple(shape)}")
+        if mode != "constant" and (before or after):
+            limit = _PAD_LIMIT[mode](size, kept)
+            if max(before, after) > limit:
                 raise ShapeError(f"{mode} padding {(before, after)} is too large for a dim of "
                                  f"size {size} (at most {limit})")
-    out = tuple(size + before + after for size, (before, after) in zip(shape, widths))
-    if min(out, default=0) < 0:
-        raise ShapeError(f"pad {tuple(pad)} crops input shape {tuple(shape)} to {out}")
-    return out
+    return tuple(size + before + after for size, (before, after) in zip(shape, widths))
 
 
 def pad(x: np.ndarray, pad: Sequence[int], mode: str = "constant", value: float = 0.0

@@ -118,6 +118,7 @@ def test_pad_modules_match_torch(type_name, module, params):
     ({"pad": (3, -2), "mode": "circular"}, (1, 2, 3, 4)),       # wraps 2 columns 3 times
     ({"pad": (1, 1, 1, 1, 1, 1, 1, 1, 1, 1)}, (1, 2, 3, 4)),    # more dims than the input
     ({"pad": (-3, -2)}, (1, 2, 3, 4)),                          # crops below zero
+    ({"pad": (-5, 2)}, (1, 2, 3, 4)),                           # crops 5 of 4, then pads
 ], ids=str)
 def test_bad_pads_for_the_input_are_shape_errors(params, shape):
     with pytest.raises(ShapeError):
