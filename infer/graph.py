@@ -14,7 +14,8 @@ build()   creates each operator's layer (a graph's custom layers first, then the
           reverse depth-first search, and plans shapes for the traced input shapes.
 forward() checks the inputs, plans shapes for them (re-planning for a new input size, as MNN
           does), and runs the layers in order. A consumer reads the very array its producer
-          returned; an intermediate is dropped as soon as its last consumer has run.
+          returned; an intermediate is dropped as soon as its last consumer has run. Outputs
+          are writeable arrays (a read-only view or constant is copied on its way out).
 """
 
 from __future__ import annotations
@@ -378,7 +379,7 @@ class RuntimeGraph:
         self._shape_plan([a.shape for a in arrays])        # refuse bad shapes before running
         with threads.limit(self.num_threads):
             values = self._run(arrays)
-        return [values[o.name] for o in self.output_operands]
+        return [_writeable(values[o.name]) for o in self.output_operands]
 
     def _run(self, arrays: list[np.ndarray]) -> dict[str, np.ndarray]:
         # operand name -> array, for this call only (so one graph can serve several threads)
@@ -481,6 +482,12 @@ class RuntimeGraph:
     def __repr__(self) -> str:
         return (f"RuntimeGraph({Path(self.param_path).name}: {len(self.operators)} operators, "
                 f"{len(self.operands)} operands, {self.state.value})")
+
+
+def _writeable(y: np.ndarray) -> np.ndarray:
+    """A graph output the caller may write to, as torch's outputs are: the read-only arrays
+    (views the layers protect, constants over the bin file) are copied."""
+    return y if y.flags.writeable else y.copy()
 
 
 def _returned_list(op: RuntimeOperator) -> ListExpr | None:

@@ -312,6 +312,26 @@ def test_two_inputs_three_outputs_against_torch(pnnx_export):
         np.testing.assert_allclose(got, expected.numpy(), atol=1e-5, rtol=1e-5)
 
 
+def test_outputs_are_writeable_without_touching_inputs_or_constants(tmp_path):
+    """A flatten of the input (a read-only view) and a constant (a view of the bin file) come
+    out as arrays the caller may change, as torch's outputs are."""
+    text = """
+    7767517
+    4 3
+    pnnx.Input     in0   0 1 a #a=(2,3)f32
+    torch.flatten  flat  1 1 a b end_dim=-1 start_dim=0
+    pnnx.Attribute const 0 1 c @data=(2)f32
+    pnnx.Output    out0  2 0 b c
+    """
+    graph = build(tmp_path, text, weights={"const.data": np.array([1, 2], np.float32)})
+    x = np.zeros((2, 3), np.float32)
+    flat, const = graph.forward(x)
+    flat += 1
+    const *= 10
+    assert (x == 0).all()
+    np.testing.assert_array_equal(graph.forward(x)[1], [1, 2])
+
+
 def test_wrong_input_shape_is_refused_before_running(tmp_path):
     text = """
     7767517
