@@ -9,12 +9,14 @@ A model in ``model_file/NAME/`` is described by its ``model.json``:
 
 Preprocessing, as torchvision's classification presets do it: read as RGB, resize so the shorter
 side is ``resize``, cut the centre ``crop`` x ``crop`` square, scale to [0, 1], subtract ``mean``
-and divide by ``std`` per channel, and lay out as (1, 3, crop, crop).
+and divide by ``std`` per channel, and lay out as (1, 3, crop, crop). (An image longer than 4:1
+is first cut to its centre 4:1 part, which holds the crop: see ``centre_part``.)
 """
 
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
@@ -28,6 +30,7 @@ MODEL_DIR = Path(__file__).resolve().parent.parent / "model_file"
 DEFAULT_MODEL = "efficientnet_lite0"
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
+MAX_ASPECT = 4        # longer images are cut to their centre 4:1 part first (centre_part)
 
 
 class ImageError(InferError):
@@ -47,7 +50,7 @@ class Preprocess:
         """(H, W, 3) uint8 RGB (or grey / RGBA, see ``as_rgb``) -> (1, 3, crop, crop) float32."""
         import cv2
 
-        image_rgb = as_rgb(image_rgb)
+        image_rgb = centre_part(as_rgb(image_rgb), MAX_ASPECT)
         h, w = image_rgb.shape[:2]
         scale = self.resize / min(h, w)
         size = (max(self.crop, round(w * scale)), max(self.crop, round(h * scale)))
@@ -60,6 +63,19 @@ class Preprocess:
         x = crop.astype(np.float32) / 255.0
         x = (x - np.asarray(self.mean, np.float32)) / np.asarray(self.std, np.float32)
         return np.ascontiguousarray(x.transpose(2, 0, 1)[None])             # (1, 3, crop, crop)
+
+
+def centre_part(image: np.ndarray, max_aspect: float) -> np.ndarray:
+    """The centre of ``image`` whose long side is at most ``max_aspect`` times the short side
+    (a view). Resizing the short side of a 1 x 40000 banner to 256 would make a 256 x 10
+    million image (8 GB) only to keep its centre 224 x 224; the centre part gives the same crop
+    (up to a sub-pixel shift from rounding the resized size)."""
+    h, w = image.shape[:2]
+    if max(h, w) <= min(h, w) * max_aspect:
+        return image
+    limit = math.ceil(min(h, w) * max_aspect)
+    top, left = max(h - limit, 0) // 2, max(w - limit, 0) // 2
+    return image[top:top + limit, left:left + limit]
 
 
 def read_image(path: str | Path) -> np.ndarray:

@@ -90,3 +90,21 @@ def test_classify_takes_grey_and_rgba_arrays_as_read_image_does(shipped, tmp_pat
     for bad in (rgb.astype(np.float32) / 255, rgb[:, :, :2], np.zeros((0, 5, 3), np.uint8)):
         with pytest.raises(ImageError):
             shipped.classify(bad)
+
+
+def test_preprocess_cuts_a_very_long_image_to_its_centre_first(monkeypatch):
+    """A 1 x 40000 banner is not resized whole to 256 x 10 million pixels (8 GB); the centre
+    4:1 part gives the crop the whole image gives."""
+    import cv2
+
+    from infer import classify
+
+    smooth = cv2.resize(np.random.default_rng(0).integers(0, 255, (4, 8, 3), np.uint8),
+                        (3000, 20), interpolation=cv2.INTER_CUBIC)             # (20, 3000, 3)
+    assert classify.centre_part(smooth, 4).shape == (20, 80, 3)
+    cut = classify.Preprocess()(smooth)
+    monkeypatch.setattr(classify, "MAX_ASPECT", float("inf"))
+    whole = classify.Preprocess()(smooth)
+    np.testing.assert_allclose(cut, whole, atol=0.05)
+    monkeypatch.undo()
+    assert classify.Preprocess()(np.zeros((1, 40000, 3), np.uint8)).shape == (1, 3, 224, 224)
