@@ -32,8 +32,6 @@ log = logging.getLogger(__name__)
 RESNET18_CHECKPOINT = "resnet18-f37072fd.pth"   # torchvision's IMAGENET1K_V1 weights file name
 
 
-
-
 class ExportError(InferError):
     """A model that cannot be loaded, traced or converted by pnnx."""
 
@@ -79,7 +77,7 @@ def export_module(module, example_inputs: Sequence, out_dir: str | Path, name: s
         if not param.exists() or not binary.exists():
             last_words = "\n".join((result.stdout + result.stderr).strip().splitlines()[-8:])
             raise ExportError(f"pnnx did not write {param.name} / {binary.name} (exit code "
-                               f"{result.returncode}); its last output:\n{last_words}")
+                              f"{result.returncode}); its last output:\n{last_words}")
         if result.returncode != 0:       # e.g. its ncnn conversion, which runs last, failed
             log.warning("pnnx exited with code %s after writing %s", result.returncode,
                         param.name)
@@ -116,7 +114,7 @@ def _second_inputs(module, inputs: tuple) -> tuple:
             continue
         return others
     raise ExportError("dynamic export: the module runs neither with a larger batch and image "
-                       "size nor with a larger batch alone; export it without dynamic=True")
+                      "size nor with a larger batch alone; export it without dynamic=True")
 
 
 def _other_size(x, grow_spatial: bool = True):
