@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Sequence
 
@@ -112,7 +112,33 @@ def softmax(logits: np.ndarray, axis: int = -1) -> np.ndarray:
 
 
 def read_labels(path: str | Path) -> list[str]:
-    return [line.rstrip("\n") for line in Path(path).read_text(encoding="utf-8").splitlines()]
+    """One label per line; InferError if the file cannot be read."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InferError(f"{path}: cannot read the labels: {exc}") from None
+    return [line.rstrip("\n") for line in text.splitlines()]
+
+
+CARD_KEYS = ("param", "bin", "labels")
+
+
+def read_model_card(path: Path) -> dict:
+    """A model.json (see the module docstring), checked: it must be a JSON object with the
+    keys ``param``, ``bin`` and ``labels``, and ``preprocess`` may hold only Preprocess's
+    fields. Anything else is an InferError naming the file."""
+    try:
+        card = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise InferError(f"{path}: cannot read the model card: {exc}") from None
+    if not isinstance(card, dict) or any(key not in card for key in CARD_KEYS):
+        raise InferError(f"{path}: a model card is a JSON object with the keys "
+                         f"{', '.join(CARD_KEYS)}")
+    preprocess, known = card.get("preprocess", {}), [f.name for f in fields(Preprocess)]
+    if not isinstance(preprocess, dict) or not set(preprocess) <= set(known):
+        raise InferError(f"{path}: preprocess must be an object with some of the keys "
+                         f"{', '.join(known)}, got {preprocess!r}")
+    return card
 
 
 @dataclass
@@ -134,7 +160,7 @@ class ImageClassifier:
             return cls._from_folder(path)
         if path.suffix == ".param" and path.exists():
             card = path.parent / "model.json"
-            if card.exists() and json.loads(card.read_text(encoding="utf-8"))["param"] == path.name:
+            if card.exists() and read_model_card(card)["param"] == path.name:
                 return cls._from_folder(path.parent)
             # a bare model: ImageNet labels and torchvision's preprocessing
             labels = read_labels(MODEL_DIR / "imagenet_classes.txt")
@@ -145,10 +171,10 @@ class ImageClassifier:
 
     @classmethod
     def _from_folder(cls, folder: Path) -> "ImageClassifier":
-        card = json.loads((folder / "model.json").read_text(encoding="utf-8"))
+        card = read_model_card(folder / "model.json")
+        labels = read_labels(folder / card["labels"])
         graph = RuntimeGraph(folder / card["param"], folder / card["bin"]).build()
-        return cls(graph, read_labels(folder / card["labels"]),
-                   Preprocess(**card.get("preprocess", {})),
+        return cls(graph, labels, Preprocess(**card.get("preprocess", {})),
                    card.get("outputs_probabilities", False))
 
     def probabilities(self, image_rgb: np.ndarray) -> np.ndarray:

@@ -108,3 +108,21 @@ def test_preprocess_cuts_a_very_long_image_to_its_centre_first(monkeypatch):
     np.testing.assert_allclose(cut, whole, atol=0.05)
     monkeypatch.undo()
     assert classify.Preprocess()(np.zeros((1, 40000, 3), np.uint8)).shape == (1, 3, 224, 224)
+
+
+@pytest.mark.parametrize("card, words", [
+    ('{"param": "m.pnnx.param", "bin": "m.pnnx.bin"}', "keys param, bin, labels"),
+    ('{"param": "m.pnnx.param", "bin": "m.pnnx.bin", "labels": "l.txt", '
+     '"preprocess": {"size": 3}}', "preprocess must be an object"),
+    ('{"param": ', "cannot read the model card"),
+    ('{"param": "m.pnnx.param", "bin": "m.pnnx.bin", "labels": "missing.txt"}',
+     "cannot read the labels"),
+], ids=["no labels", "unknown preprocess key", "bad json", "labels file missing"])
+def test_a_bad_model_card_is_an_infer_error_naming_the_file(tmp_path, card, words):
+    from infer.classify import ImageClassifier
+    from parser.errors import InferError
+
+    (tmp_path / "l.txt").write_text("a\nb\n")
+    (tmp_path / "model.json").write_text(card)
+    with pytest.raises(InferError, match=words):
+        ImageClassifier.load(tmp_path)
