@@ -14,6 +14,9 @@ entry, the position in an expression, or the operator.
     ├── LayerError                   an operator's parameters or weights are unusable
     └── ShapeError                   input count / rank / shape / dtype an operator cannot take
 
+The command-line tools add two of their own, also InferErrors: infer.classify.ImageError (an
+image file that cannot be read) and infer.export.ExportError (a model that cannot be exported).
+
 Errors raised inside a layer are re-raised by the graph with the operator attached
 (``err.operator`` holds ``"type name"``), so the message always says where it happened.
 """
