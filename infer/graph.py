@@ -48,6 +48,7 @@ OUTPUT_TYPE = "pnnx.Output"
 EXPRESSION_TYPE = "pnnx.Expression"
 TUPLE_CONSTRUCT = "prim::TupleConstruct"
 TUPLE_UNPACK = "prim::TupleUnpack"
+MAX_SHAPE_PLANS = 32          # input sizes whose shape plans a graph keeps
 FLOAT_INPUT_DTYPES = {"f32": np.float32, "f64": np.float64, "f16": np.float16}
 
 
@@ -350,6 +351,8 @@ class RuntimeGraph:
                 if value is not None:
                     known[out.name] = value
         with self._plan_lock:
+            if len(self._shape_plans) >= MAX_SHAPE_PLANS:      # forget the oldest input size
+                self._shape_plans.pop(next(iter(self._shape_plans)))
             self._shape_plans[key] = shapes
         return shapes
 

@@ -424,3 +424,19 @@ def test_weights_are_views_of_the_file_or_aligned_copies(tmp_path, op_name, alig
     np.testing.assert_array_equal(data, weight)
     x = np.ones((1, 3, 4, 4), np.float32)
     np.testing.assert_allclose(graph.forward(x)[0][0, :, 0, 0], weight.sum(axis=(1, 2, 3)))
+
+
+def test_shape_plans_are_kept_for_a_bounded_number_of_sizes(tmp_path):
+    from infer.graph import MAX_SHAPE_PLANS
+
+    text = """
+    7767517
+    3 2
+    pnnx.Input  in0  0 1 a #a=(1,?)f32
+    nn.ReLU     act  1 1 a b
+    pnnx.Output out0 1 0 b
+    """
+    graph = build(tmp_path, text)
+    for width in range(1, MAX_SHAPE_PLANS + 10):
+        graph.forward(np.ones((1, width), np.float32))
+    assert len(graph._shape_plans) == MAX_SHAPE_PLANS
