@@ -31,11 +31,11 @@ import numpy as np
 import layers  # noqa: F401  (registers the built-in layers)
 from layers.base import Layer
 from layers.registry import LayerRegisterer, unsupported_message
-from parser.bin import PnnxBin
+from parser.bin import DTYPES, PnnxBin
 from parser.errors import (ExpressionError, GraphError, InferError, LayerError, ShapeError,
                            UnsupportedOperatorError)
 from parser.expression import ListExpr, parse_expression, to_text
-from parser.param import read_param
+from parser.param import NULL_DTYPE, read_param
 from infer.runtime import RuntimeAttribute, RuntimeOperand, RuntimeOperator, RuntimeParameter
 from infer import threads
 
@@ -49,7 +49,16 @@ EXPRESSION_TYPE = "pnnx.Expression"
 TUPLE_CONSTRUCT = "prim::TupleConstruct"
 TUPLE_UNPACK = "prim::TupleUnpack"
 MAX_SHAPE_PLANS = 32          # input sizes whose shape plans a graph keeps
-FLOAT_INPUT_DTYPES = {"f32": np.float32, "f64": np.float64, "f16": np.float16}
+# numpy dtype kinds an input array may have, grouped: arrays are cast within a group only
+INPUT_KINDS = {"f": "floating", "i": "integer", "u": "integer", "b": "bool", "c": "complex",
+               "O": "object", "U": "text", "S": "text", "V": "other", "M": "time", "m": "time"}
+
+
+def input_dtype(pnnx_dtype: str | None) -> np.dtype:
+    """The numpy dtype a graph input is cast to: its declared pnnx dtype (float32 if none)."""
+    if pnnx_dtype in (None, NULL_DTYPE):
+        return np.dtype(np.float32)
+    return DTYPES[pnnx_dtype]
 
 
 class GraphState(enum.Enum):
@@ -414,8 +423,10 @@ class RuntimeGraph:
         return ys
 
     def _check_inputs(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
-        """Input rules: count and rank must match; real floating arrays are cast to the input's
-        declared dtype (float32); integer, bool, complex or object arrays are refused;
+        """Input rules: count and rank must match; an array of the same kind as the input's
+        declared dtype is cast to it (any floating array to a float32 input, any integer
+        array to an i64 input); other kinds are refused (an int array for a float32 input, a
+        float array for an integer input, bool, complex or object arrays where not declared);
         non-contiguous arrays are made contiguous (the caller's array is never written)."""
         if len(inputs) != len(self.input_operators):
             names = ", ".join(op.name for op in self.input_operators)
@@ -427,11 +438,11 @@ class RuntimeGraph:
             if not isinstance(x, np.ndarray):
                 raise ShapeError(f"input {op.name} must be a numpy array, got "
                                  f"{type(x).__name__}", operator=op.label)
-            want = np.dtype(FLOAT_INPUT_DTYPES.get(operand.dtype or "f32", np.float32))
-            if x.dtype.kind != "f":
-                raise ShapeError(f"input {op.name} has dtype {x.dtype}; this input takes "
-                                 f"{want} (floating arrays are cast, others refused)",
-                                 operator=op.label)
+            want = input_dtype(operand.dtype)
+            if INPUT_KINDS[x.dtype.kind] != INPUT_KINDS[want.kind]:
+                raise ShapeError(f"input {op.name} has dtype {x.dtype}; this input takes {want} "
+                                 f"(arrays of the same kind, floating or integer, are cast; "
+                                 f"others are refused)", operator=op.label)
             if operand.shape is not None and x.ndim != len(operand.shape):
                 raise ShapeError(f"input {op.name} has shape {x.shape} (rank {x.ndim}); the "
                                  f"model was traced with {_fmt(operand.shape)} "

@@ -440,3 +440,18 @@ def test_shape_plans_are_kept_for_a_bounded_number_of_sizes(tmp_path):
     for width in range(1, MAX_SHAPE_PLANS + 10):
         graph.forward(np.ones((1, width), np.float32))
     assert len(graph._shape_plans) == MAX_SHAPE_PLANS
+
+
+def test_integer_inputs_take_integer_arrays(tmp_path):
+    text = """
+    7767517
+    3 2
+    pnnx.Input  in0  0 1 a #a=(2,3)i64
+    pnnx.Expression twice 1 1 a b expr=mul(@0,2)
+    pnnx.Output out0 1 0 b
+    """
+    graph = build(tmp_path, text)
+    (y,) = graph.forward(np.arange(6, dtype=np.int32).reshape(2, 3))     # int32 -> int64
+    assert y.dtype == np.int64 and y.tolist() == [[0, 2, 4], [6, 8, 10]]
+    with pytest.raises(ShapeError, match="float32.*takes int64"):
+        graph.forward(np.zeros((2, 3), np.float32))
