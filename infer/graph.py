@@ -32,12 +32,12 @@ import layers  # noqa: F401  (registers the built-in layers)
 from layers.base import Layer
 from layers.registry import LayerRegisterer, unsupported_message
 from parser.bin import DTYPES, PnnxBin
-from parser.errors import (ExpressionError, GraphError, InferError, LayerError, ShapeError,
+from parser.errors import (GraphError, InferError, LayerError, ShapeError,
                            UnsupportedOperatorError)
-from parser.expression import ListExpr, parse_expression, to_text
 from parser.param import NULL_DTYPE, read_param
 from infer.runtime import RuntimeAttribute, RuntimeOperand, RuntimeOperator, RuntimeParameter
 from infer import threads
+from infer.rewrite import unpack_outputs
 
 log = logging.getLogger(__name__)
 
@@ -45,9 +45,6 @@ Shape = tuple[int, ...]
 
 INPUT_TYPE = "pnnx.Input"
 OUTPUT_TYPE = "pnnx.Output"
-EXPRESSION_TYPE = "pnnx.Expression"
-TUPLE_CONSTRUCT = "prim::TupleConstruct"
-TUPLE_UNPACK = "prim::TupleUnpack"
 MAX_SHAPE_PLANS = 32          # input sizes whose shape plans a graph keeps
 # numpy dtype kinds an input array may have, grouped: arrays are cast within a group only
 INPUT_KINDS = {"f": "floating", "i": "integer", "u": "integer", "b": "bool", "c": "complex",
@@ -128,8 +125,7 @@ class RuntimeGraph:
                 op.inputs.append(src)
 
         self.operators, self.operands = operators, operands
-        self._flatten_tuples()
-        self._split_output_lists()
+        unpack_outputs(self.operators, self.operands)   # tuples / lists of outputs
         self.input_operators = [op for op in self.operators if op.type == INPUT_TYPE]
         self.output_operands = [o for op in self.operators if op.type == OUTPUT_TYPE
                                 for o in op.inputs]
@@ -139,65 +135,6 @@ class RuntimeGraph:
             raise GraphError(f"{self.param_path}: the graph has no pnnx.Output operator")
         self.state = GraphState.NEED_BUILD
         return self
-
-    def _flatten_tuples(self) -> None:
-        """Remove prim::TupleConstruct / TupleUnpack: pnnx packs several graph outputs into a
-        tuple before pnnx.Output. Consumers of a tuple read its members instead."""
-        for op in [op for op in self.operators if op.type == TUPLE_CONSTRUCT]:
-            (packed,) = op.outputs
-            for consumer in list(packed.consumers):
-                if consumer.type == TUPLE_UNPACK:       # unpack(construct(a, b)) -> a, b
-                    for member, unpacked in zip(op.inputs, consumer.outputs):
-                        self._replace_operand(unpacked, member)
-                    self._remove(consumer)
-                else:                                   # output(construct(a, b)) -> output(a, b)
-                    position = consumer.inputs.index(packed)
-                    consumer.inputs[position:position + 1] = op.inputs
-                    for member in op.inputs:
-                        member.consumers.append(consumer)
-            self._remove(op)
-
-    def _split_output_lists(self) -> None:
-        """A model that returns a list of tensors: pnnx builds the list with one
-        pnnx.Expression (``expr=[add(@0,1),@1]``) read by pnnx.Output. Split it into one
-        expression per item, each item an output of its own (as tuple members are)."""
-        for op in self.operators[:]:
-            tree = _returned_list(op)
-            if tree is None:
-                continue
-            (packed,), expr = op.outputs, op.params["expr"]
-            members = []
-            for index, item in enumerate(tree.items):
-                piece = RuntimeOperator(
-                    type=op.type, name=f"{op.name}.{index}", line=op.line,
-                    input_names=list(op.input_names), inputs=list(op.inputs),
-                    params={"expr": RuntimeParameter("expr", expr.type, to_text(item))})
-                member = RuntimeOperand(f"{packed.name}.{index}", producer=piece)
-                piece.outputs.append(member)
-                for src in op.inputs:
-                    src.consumers.append(piece)
-                self.operands[member.name] = member
-                self.operators.insert(self.operators.index(op), piece)
-                members.append(member)
-            for consumer in packed.consumers:            # output(list) -> output(a, b)
-                position = consumer.inputs.index(packed)
-                consumer.inputs[position:position + 1] = members
-                for member in members:
-                    member.consumers.append(consumer)
-            self._remove(op)
-
-    def _replace_operand(self, old: RuntimeOperand, new: RuntimeOperand) -> None:
-        for consumer in old.consumers:
-            consumer.inputs = [new if o is old else o for o in consumer.inputs]
-            new.consumers.append(consumer)
-        self.operands.pop(old.name, None)
-
-    def _remove(self, op: RuntimeOperator) -> None:
-        for src in op.inputs:
-            src.consumers = [c for c in src.consumers if c is not op]
-        for out in op.outputs:
-            self.operands.pop(out.name, None)
-        self.operators.remove(op)
 
     # ---------------------------------------------------------------- custom layers
     def register_custom_layer(self, type_name: str, layer_class: type[Layer]) -> None:
@@ -237,6 +174,8 @@ class RuntimeGraph:
         self._free_after = self._liveness()
         self._shape_plans.clear()
         self.state = GraphState.COMPLETE
+        log.info("built %s: %d operators, %d operands", self.param_path, len(self.operators),
+                 len(self.operands))
         traced = self._traced_input_shapes()
         if traced is not None:
             self._check_annotated_shapes(self._shape_plan(traced))
@@ -502,23 +441,6 @@ def _writeable(y: np.ndarray) -> np.ndarray:
     """A graph output the caller may write to, as torch's outputs are: the read-only arrays
     (views the layers protect, constants over the bin file) are copied."""
     return y if y.flags.writeable else y.copy()
-
-
-def _returned_list(op: RuntimeOperator) -> ListExpr | None:
-    """The list an operator builds for pnnx.Output only (a pnnx.Expression ``[...]``), else
-    None. A malformed expression is left for its layer to report at build."""
-    if op.type != EXPRESSION_TYPE or len(op.outputs) != 1 or not op.outputs[0].consumers:
-        return None
-    if any(consumer.type != OUTPUT_TYPE for consumer in op.outputs[0].consumers):
-        return None
-    expr = op.params.get("expr")
-    if expr is None or not isinstance(expr.value, str):
-        return None
-    try:
-        tree = parse_expression(expr.value)
-    except ExpressionError:
-        return None
-    return tree if isinstance(tree, ListExpr) else None
 
 
 def _successors(op: RuntimeOperator) -> list[RuntimeOperator]:

@@ -1,0 +1,113 @@
+"""Graph rewrites done by RuntimeGraph.init(), before any layer exists.
+
+pnnx packs a model's several return values before pnnx.Output: a returned tuple becomes a
+``prim::TupleConstruct`` operator, a returned list a ``pnnx.Expression`` ``[a,b]``. Neither is
+an array, so both are unpacked here: pnnx.Output reads the members directly, as if the model
+had returned them one by one.
+
+    before:  a, b -> prim::TupleConstruct -> t -> pnnx.Output
+    after:   a, b ----------------------------> pnnx.Output
+"""
+
+from __future__ import annotations
+
+from parser.errors import ExpressionError
+from parser.expression import ListExpr, parse_expression, to_text
+from infer.runtime import RuntimeOperand, RuntimeOperator, RuntimeParameter
+
+OUTPUT_TYPE = "pnnx.Output"
+EXPRESSION_TYPE = "pnnx.Expression"
+TUPLE_CONSTRUCT = "prim::TupleConstruct"
+TUPLE_UNPACK = "prim::TupleUnpack"
+
+
+def unpack_outputs(operators: list[RuntimeOperator],
+                   operands: dict[str, RuntimeOperand]) -> None:
+    """Replace tuples and lists of outputs by their members, in place."""
+    flatten_tuples(operators, operands)
+    split_output_lists(operators, operands)
+
+
+def flatten_tuples(operators: list[RuntimeOperator],
+                   operands: dict[str, RuntimeOperand]) -> None:
+    """Remove prim::TupleConstruct (and a TupleUnpack of it): consumers read the members."""
+    for op in [op for op in operators if op.type == TUPLE_CONSTRUCT]:
+        (packed,) = op.outputs
+        for consumer in list(packed.consumers):
+            if consumer.type == TUPLE_UNPACK:           # unpack(construct(a, b)) -> a, b
+                for member, unpacked in zip(op.inputs, consumer.outputs):
+                    replace_operand(operands, unpacked, member)
+                remove_operator(operators, operands, consumer)
+        splice(packed, op.inputs)                       # output(construct(a, b)) -> output(a, b)
+        remove_operator(operators, operands, op)
+
+
+def split_output_lists(operators: list[RuntimeOperator],
+                       operands: dict[str, RuntimeOperand]) -> None:
+    """A returned list ``expr=[add(@0,1),@1]`` becomes one pnnx.Expression per item."""
+    for op in operators[:]:
+        tree = returned_list(op)
+        if tree is None:
+            continue
+        (packed,), expr = op.outputs, op.params["expr"]
+        members = []
+        for index, item in enumerate(tree.items):
+            piece = RuntimeOperator(
+                type=op.type, name=f"{op.name}.{index}", line=op.line,
+                input_names=list(op.input_names), inputs=list(op.inputs),
+                params={"expr": RuntimeParameter("expr", expr.type, to_text(item))})
+            member = RuntimeOperand(f"{packed.name}.{index}", producer=piece)
+            piece.outputs.append(member)
+            for src in op.inputs:
+                src.consumers.append(piece)
+            operands[member.name] = member
+            operators.insert(operators.index(op), piece)
+            members.append(member)
+        splice(packed, members)
+        remove_operator(operators, operands, op)
+
+
+def returned_list(op: RuntimeOperator) -> ListExpr | None:
+    """The list an operator builds for pnnx.Output only (a pnnx.Expression ``[...]``), else
+    None. A malformed expression is left for its layer to report at build."""
+    if op.type != EXPRESSION_TYPE or len(op.outputs) != 1 or not op.outputs[0].consumers:
+        return None
+    if any(consumer.type != OUTPUT_TYPE for consumer in op.outputs[0].consumers):
+        return None
+    expr = op.params.get("expr")
+    if expr is None or not isinstance(expr.value, str):
+        return None
+    try:
+        tree = parse_expression(expr.value)
+    except ExpressionError:
+        return None
+    return tree if isinstance(tree, ListExpr) else None
+
+
+def splice(packed: RuntimeOperand, members: list[RuntimeOperand]) -> None:
+    """Every remaining consumer of ``packed`` reads ``members`` in its place, in order."""
+    for consumer in packed.consumers:
+        position = consumer.inputs.index(packed)
+        consumer.inputs[position:position + 1] = members
+        for member in members:
+            member.consumers.append(consumer)
+    packed.consumers = []
+
+
+def replace_operand(operands: dict[str, RuntimeOperand], old: RuntimeOperand,
+                    new: RuntimeOperand) -> None:
+    """Consumers of ``old`` read ``new`` instead; ``old`` leaves the graph."""
+    for consumer in old.consumers:
+        consumer.inputs = [new if o is old else o for o in consumer.inputs]
+        new.consumers.append(consumer)
+    operands.pop(old.name, None)
+
+
+def remove_operator(operators: list[RuntimeOperator], operands: dict[str, RuntimeOperand],
+                    op: RuntimeOperator) -> None:
+    """Take ``op`` and its output operands out of the graph."""
+    for src in op.inputs:
+        src.consumers = [c for c in src.consumers if c is not op]
+    for out in op.outputs:
+        operands.pop(out.name, None)
+    operators.remove(op)
