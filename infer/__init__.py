@@ -5,8 +5,9 @@
     outputs = g.forward(x)
 """
 
-from parser.errors import (BinFileError, ExpressionError, GraphError, InferError, LayerError,
-                           ParamFileError, RegistryError, ShapeError, UnsupportedOperatorError)
+from parser.errors import (BinFileError, ExportError, ExpressionError, GraphError, ImageError,
+                           InferError, LayerError, ParamFileError, RegistryError, ShapeError,
+                           UnsupportedOperatorError)
 from layers import Layer, LayerRegisterer, Param, register_layer
 from infer.runtime import RuntimeAttribute, RuntimeOperand, RuntimeOperator, RuntimeParameter
 from infer.graph import GraphState, RuntimeGraph
@@ -15,5 +16,6 @@ __all__ = [
     "RuntimeGraph", "GraphState", "RuntimeOperator", "RuntimeOperand", "RuntimeParameter",
     "RuntimeAttribute", "Layer", "Param", "LayerRegisterer", "register_layer",
     "InferError", "ParamFileError", "BinFileError", "ExpressionError", "RegistryError",
-    "UnsupportedOperatorError", "GraphError", "LayerError", "ShapeError",
+    "UnsupportedOperatorError", "GraphError", "LayerError", "ShapeError", "ImageError",
+    "ExportError",
 ]

@@ -23,7 +23,7 @@ from typing import Sequence
 
 import numpy as np
 
-from parser.errors import InferError
+from parser.errors import ImageError, InferError
 from infer.graph import RuntimeGraph
 
 MODEL_DIR = Path(__file__).resolve().parent.parent / "model_file"
@@ -31,10 +31,6 @@ DEFAULT_MODEL = "efficientnet_lite0"
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
 MAX_ASPECT = 4        # longer images are cut to their centre 4:1 part first (centre_part)
-
-
-class ImageError(InferError):
-    """An image file that cannot be read."""
 
 
 @dataclass

@@ -25,15 +25,11 @@ import tempfile
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from parser.errors import InferError
+from parser.errors import ExportError
 
 log = logging.getLogger(__name__)
 
 RESNET18_CHECKPOINT = "resnet18-f37072fd.pth"   # torchvision's IMAGENET1K_V1 weights file name
-
-
-class ExportError(InferError):
-    """A model that cannot be loaded, traced or converted by pnnx."""
 
 
 # ------------------------------------------------------------------------------------- export

@@ -12,10 +12,9 @@ entry, the position in an expression, or the operator.
     │   └── UnsupportedOperatorError  an operator type no layer serves (with close matches)
     ├── GraphError                   graph structure: cycles, dangling operands, wrong state
     ├── LayerError                   an operator's parameters or weights are unusable
-    └── ShapeError                   input count / rank / shape / dtype an operator cannot take
-
-The command-line tools add two of their own, also InferErrors: infer.classify.ImageError (an
-image file that cannot be read) and infer.export.ExportError (a model that cannot be exported).
+    ├── ShapeError                   input count / rank / shape / dtype an operator cannot take
+    ├── ImageError                   an image `classify` cannot read or use
+    └── ExportError                  a torch model that cannot be loaded, traced or converted
 
 Errors raised inside a layer are re-raised by the graph with the operator attached
 (``err.operator`` holds ``"type name"``), so the message always says where it happened.
@@ -100,7 +99,16 @@ class ShapeError(InferError):
     """Inputs an operator cannot take: wrong count, rank, shape or dtype."""
 
 
+class ImageError(InferError):
+    """An image file (or array) that classification cannot read or use."""
+
+
+class ExportError(InferError):
+    """A model that cannot be loaded, traced or converted by pnnx."""
+
+
 __all__ = [
     "InferError", "ParamFileError", "BinFileError", "ExpressionError", "RegistryError",
-    "UnsupportedOperatorError", "GraphError", "LayerError", "ShapeError",
+    "UnsupportedOperatorError", "GraphError", "LayerError", "ShapeError", "ImageError",
+    "ExportError",
 ]
