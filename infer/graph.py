@@ -67,7 +67,9 @@ class GraphState(enum.Enum):
 class RuntimeGraph:
     """A pnnx model ready to run. See the module docstring for the life cycle."""
 
-    def __init__(self, param_path: str | Path, bin_path: str | Path | None = None):
+    def __init__(self, param_path: str | Path, bin_path: str | Path | None = None, *,
+                 reference: bool = False):
+        self.reference = reference      # True: every layer runs its numpy reference kernels
         self.param_path = str(param_path)
         if bin_path is None:
             bin_path = _default_bin_path(self.param_path)
@@ -168,6 +170,7 @@ class RuntimeGraph:
             with _operator_context(op):
                 self._load_weights(op)
                 op.layer = self._create_layer(op)
+                op.layer.use_fast_kernels = not self.reference
                 op.layer.load_param(op.param_values())
                 op.layer.load_model(op.weights())
         self.operators = self._topological_order()

@@ -45,6 +45,9 @@ class Layer:
     one_blob_only: ClassVar[bool] = True
     support_inplace: ClassVar[bool] = False
     pnnx_types: ClassVar[tuple[str, ...]] = ()
+    # The graph sets this per layer: False selects the numpy reference kernels (the oracle),
+    # True lets a layer use its fast (numba / prepacked) kernels where it has them.
+    use_fast_kernels: bool = True
 
     def __init__(self, **params: Any):
         self.name = ""
