@@ -3,6 +3,9 @@
     from infer import RuntimeGraph
     g = RuntimeGraph("model.pnnx.param", "model.pnnx.bin").build()
     outputs = g.forward(x)
+
+Looking inside (infer/tools.py lists them): g.debug(x), g.add_hook(...), g.verbose = True,
+g.forward_all(x), g.compare_with_torch(x), g.profile(x), g.draw(), g.summary().
 """
 
 from parser.errors import (BinFileError, ExportError, ExpressionError, GraphError, ImageError,
@@ -11,6 +14,12 @@ from parser.errors import (BinFileError, ExportError, ExpressionError, GraphErro
 from layers import Layer, LayerRegisterer, Param, register_layer
 from infer.runtime import RuntimeAttribute, RuntimeOperand, RuntimeOperator, RuntimeParameter
 from infer.graph import GraphState, RuntimeGraph
+from infer.debug import Debugger, HookHandle, Step
+from infer.inspection import ArrayStats
+from infer.compare import Comparison, compare_with_torch
+from infer.profile import Profile
+from infer.draw import Drawing
+from infer.table import Table
 
 __all__ = [
     "RuntimeGraph", "GraphState", "RuntimeOperator", "RuntimeOperand", "RuntimeParameter",
@@ -18,4 +27,6 @@ __all__ = [
     "InferError", "ParamFileError", "BinFileError", "ExpressionError", "RegistryError",
     "UnsupportedOperatorError", "GraphError", "LayerError", "ShapeError", "ImageError",
     "ExportError",
+    "Debugger", "Step", "HookHandle", "ArrayStats", "Comparison", "compare_with_torch",
+    "Profile", "Drawing", "Table",
 ]

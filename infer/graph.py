@@ -38,6 +38,7 @@ from parser.param import NULL_DTYPE, read_param
 from infer.runtime import RuntimeAttribute, RuntimeOperand, RuntimeOperator, RuntimeParameter
 from infer import threads
 from infer.rewrite import unpack_outputs
+from infer.tools import GraphTools
 
 log = logging.getLogger(__name__)
 
@@ -64,7 +65,7 @@ class GraphState(enum.Enum):
     COMPLETE = "complete"
 
 
-class RuntimeGraph:
+class RuntimeGraph(GraphTools):
     """A pnnx model ready to run. See the module docstring for the life cycle."""
 
     def __init__(self, param_path: str | Path, bin_path: str | Path | None = None, *,
@@ -332,7 +333,7 @@ class RuntimeGraph:
         arrays = self._check_inputs(inputs)
         self._shape_plan([a.shape for a in arrays])        # refuse bad shapes before running
         with threads.limit(self.num_threads):
-            values = self._run(arrays)
+            values = self._run_hooked(arrays) if self._hooks else self._run(arrays)
         return [_writeable(values[o.name]) for o in self.output_operands]
 
     def _run(self, arrays: list[np.ndarray]) -> dict[str, np.ndarray]:

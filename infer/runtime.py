@@ -58,6 +58,12 @@ class RuntimeOperand:
             "?" if d is None else str(d) for d in self.shape) + ")"
         return f"RuntimeOperand({self.name} {shape}{self.dtype or ''})"
 
+    def _repr_html_(self) -> str:
+        """Jupyter: a card with the shape, dtype, producer and consumers."""
+        from infer.inspection import operand_html
+
+        return operand_html(self)
+
 
 @dataclass(eq=False)
 class RuntimeOperator:
@@ -90,3 +96,9 @@ class RuntimeOperator:
         ins = ",".join(o.name for o in self.inputs)
         outs = ",".join(o.name for o in self.outputs)
         return f"RuntimeOperator({self.label} ({ins}) -> ({outs}))"
+
+    def _repr_html_(self) -> str:
+        """Jupyter: a card with the operands, parameters, weights and layer."""
+        from infer.inspection import operator_html
+
+        return operator_html(self)

@@ -1,0 +1,483 @@
+"""Running a graph one operator at a time: the debugger, hooks, every intermediate.
+
+    dbg = g.debug(x)                  # a Debugger; nothing has run yet
+    dbg.step()                        # run the next operator: it becomes dbg.current
+    dbg.run_to("layer1.0.conv2")      # run up to and including that operator
+    dbg.break_on(type="nn.ReLU")      # stop after every ReLU ...
+    dbg.continue_()                   # ... run on to the next breakpoint (None: ran to the end)
+    dbg.current                       # the operator that ran last, its inputs and its outputs
+    dbg.inspect("12")                 # an operand: shape, dtype, min/max/mean/std, NaN/Inf, values
+    outputs = dbg.finish()            # run the rest: the arrays g.forward(x) returns
+
+    handle = g.add_hook(before=f, after=h)   # f(op, inputs), h(op, inputs, outputs)
+    handle.remove()                          # (or: with g.add_hook(...): ...)
+    g.verbose = True                         # print `type name (input shapes) -> (output shapes)`
+    values = g.forward_all(x)                # every operand's array, by operand name
+
+All of these run the graph through one ``Execution``, which uses the graph's own pieces: its run
+order (``operators``), its input checks (``_check_inputs``), its shape plan (``_shape_plan``,
+so a bad input shape is refused before anything runs), its layer call (``_run_layer``) and its
+liveness lists (``_free_after``). The plain ``forward`` keeps its own tight loop; it hands over
+to this one only while a hook is set.
+
+Two differences from ``forward``, both so that what you look at is what was computed: a layer is
+never run in place (it gets read-only views of its inputs, so it returns a new array), and a
+debug session keeps every intermediate instead of dropping it after its last consumer.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Callable, Sequence
+
+import numpy as np
+
+from infer import threads
+from infer.graph import INPUT_TYPE, OUTPUT_TYPE, _operator_context, _writeable
+from infer.inspection import ArrayStats, stats_table
+from infer.runtime import RuntimeOperator
+from infer.table import Table, fmt_shape
+from parser.errors import GraphError
+
+if TYPE_CHECKING:
+    from infer.graph import RuntimeGraph
+
+log = logging.getLogger(__name__)
+
+BeforeHook = Callable[[RuntimeOperator, list[np.ndarray]], "Sequence[np.ndarray] | None"]
+AfterHook = Callable[[RuntimeOperator, list[np.ndarray], list[np.ndarray]],
+                     "Sequence[np.ndarray] | None"]
+
+
+def _read_only(x: np.ndarray) -> np.ndarray:
+    """A read-only view: the graph's layer call then never overwrites the array in place."""
+    if not isinstance(x, np.ndarray) or not x.flags.writeable:
+        return x
+    view = x.view()
+    view.flags.writeable = False
+    return view
+
+
+# ----------------------------------------------------------------------------- hooks
+@dataclass(eq=False)
+class Hook:
+    """Functions called around every operator of a forward pass.
+
+    ``before(op, inputs)`` runs before the layer, ``after(op, inputs, outputs)`` after it; either
+    may return a list of arrays to use instead (inputs, or outputs), or None to change nothing.
+    ``op`` is the RuntimeOperator; the arrays are in the order of ``op.inputs`` / ``op.outputs``.
+    """
+
+    before: BeforeHook | None = None
+    after: AfterHook | None = None
+
+
+class HookHandle:
+    """What ``add_hook`` returns: ``remove()`` takes the hook off the graph (also on leaving a
+    ``with`` block)."""
+
+    def __init__(self, hooks: list[Hook], hook: Hook):
+        self._hooks, self.hook = hooks, hook
+
+    def remove(self) -> None:
+        if self.hook in self._hooks:
+            self._hooks.remove(self.hook)
+
+    def __enter__(self) -> "HookHandle":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.remove()
+
+
+def shape_line(op: RuntimeOperator, inputs: Sequence[np.ndarray],
+               outputs: Sequence[np.ndarray]) -> str:
+    """``nn.Conv2d  conv1  (1,3,8,8) -> (1,8,8,8)``: what the verbose mode prints per operator."""
+    ins = ", ".join(fmt_shape(np.shape(x)) for x in inputs)
+    outs = ", ".join(fmt_shape(np.shape(y)) for y in outputs)
+    return f"{op.type:<24} {op.name:<24} {ins} -> {outs}"
+
+
+class VerboseHook(Hook):
+    """Prints (``mode="print"``, what reads best in a notebook cell) or logs at INFO level
+    (``mode="log"``, logger ``infer.debug``) one ``shape_line`` per operator."""
+
+    def __init__(self, mode: str = "print", stream=None):
+        super().__init__(after=self._report)
+        self.mode, self.stream = mode, stream
+
+    def _report(self, op, inputs, outputs) -> None:
+        line = shape_line(op, inputs, outputs)
+        if self.mode == "log":
+            log.info("%s", line)
+        else:
+            print(line, file=self.stream or sys.stdout)
+
+
+# ----------------------------------------------------------------------------- execution
+@dataclass
+class Step:
+    """One operator that has run: its input and output arrays (in the order of
+    ``operator.inputs`` / ``operator.outputs``) and the time its layer took."""
+
+    index: int                      # 1-based, among the operators that run (not Input / Output)
+    total: int
+    operator: RuntimeOperator
+    inputs: list[np.ndarray]
+    outputs: list[np.ndarray]
+    seconds: float = 0.0
+
+    @property
+    def name(self) -> str:
+        return self.operator.name
+
+    @property
+    def type(self) -> str:
+        return self.operator.type
+
+    def named_inputs(self) -> dict[str, np.ndarray]:
+        return {o.name: x for o, x in zip(self.operator.inputs, self.inputs)}
+
+    def named_outputs(self) -> dict[str, np.ndarray]:
+        return {o.name: y for o, y in zip(self.operator.outputs, self.outputs)}
+
+    def headline(self) -> str:
+        line = shape_line(self.operator, self.inputs, self.outputs)
+        return f"step {self.index}/{self.total}  {' '.join(line.split())}  " \
+               f"({self.seconds * 1e3:.3f} ms)"
+
+    def table(self) -> Table:
+        """Statistics of every input and output; an array with NaN or Inf is marked."""
+        stats = [ArrayStats.of(x, f"in  {o.name}") for o, x in zip(self.operator.inputs,
+                                                                    self.inputs)]
+        stats += [ArrayStats.of(y, f"out {o.name}") for o, y in zip(self.operator.outputs,
+                                                                   self.outputs)]
+        return stats_table(stats, title=self.headline())
+
+    def __str__(self) -> str:
+        return str(self.table())
+
+    def __repr__(self) -> str:
+        return f"<Step {self.headline()}>"
+
+    def _repr_html_(self) -> str:
+        return self.table()._repr_html_()
+
+
+class Execution:
+    """One forward pass that runs one operator per ``run_next()`` call.
+
+    ``keep_all`` keeps every intermediate (a debug session); otherwise an operand is dropped
+    after its last consumer, as in ``forward``. ``protect_inputs`` hands the layers read-only
+    views, so no layer runs in place (always on with ``keep_all``)."""
+
+    def __init__(self, graph: "RuntimeGraph", arrays: list[np.ndarray], *,
+                 keep_all: bool = False, protect_inputs: bool = True):
+        self.graph = graph
+        self.keep_all = keep_all
+        self.protect_inputs = protect_inputs or keep_all
+        self.steps = [(op, free) for op, free in zip(graph.operators, graph._free_after)
+                      if op.type not in (INPUT_TYPE, OUTPUT_TYPE)]
+        self.values: dict[str, np.ndarray] = {
+            op.outputs[0].name: x for op, x in zip(graph.input_operators, arrays)}
+        self.position = 0                 # steps already run
+        self.shapes: dict[str, tuple[int, ...]] = {}
+
+    @classmethod
+    def start(cls, graph: "RuntimeGraph", inputs: Sequence[np.ndarray], **options
+              ) -> "Execution":
+        """Check the inputs and plan the shapes as ``forward`` does, then stand before the
+        first operator."""
+        graph._require_complete()
+        arrays = graph._check_inputs(inputs)
+        shapes = graph._shape_plan([a.shape for a in arrays])
+        run = cls(graph, arrays, **options)
+        run.shapes = shapes
+        return run
+
+    @property
+    def done(self) -> bool:
+        return self.position >= len(self.steps)
+
+    @property
+    def next_operator(self) -> RuntimeOperator | None:
+        return None if self.done else self.steps[self.position][0]
+
+    def run_next(self, hooks: Sequence[Hook] = ()) -> Step:
+        """Run the next operator (with ``hooks`` around it); return what it did."""
+        op, free = self.steps[self.position]
+        xs = [self.values[o.name] for o in op.inputs]
+        for hook in hooks:
+            if hook.before is not None:
+                replaced = hook.before(op, xs)
+                xs = xs if replaced is None else list(replaced)
+        given = [_read_only(x) for x in xs] if self.protect_inputs else xs
+        start = time.perf_counter()
+        with _operator_context(op):
+            ys = self.graph._run_layer(op, given)
+        seconds = time.perf_counter() - start
+        for hook in hooks:
+            if hook.after is not None:
+                replaced = hook.after(op, xs, ys)
+                ys = ys if replaced is None else list(replaced)
+        for out, y in zip(op.outputs, ys):
+            self.values[out.name] = y
+        step = Step(self.position + 1, len(self.steps), op, list(xs), list(ys), seconds)
+        if not self.keep_all:
+            for name in free:                    # the last consumer has run
+                del self.values[name]
+        self.position += 1
+        return step
+
+    def run_all(self, hooks: Sequence[Hook] = ()) -> None:
+        while not self.done:
+            self.run_next(hooks)
+
+    def outputs(self) -> list[np.ndarray]:
+        """The graph outputs in pnnx.Output order, as ``forward`` returns them."""
+        return [_writeable(self.values[o.name]) for o in self.graph.output_operands]
+
+
+def run_hooked(graph: "RuntimeGraph", arrays: list[np.ndarray], hooks: Sequence[Hook]
+               ) -> dict[str, np.ndarray]:
+    """What ``forward`` runs while hooks are set (inputs already checked, shapes planned)."""
+    run = Execution(graph, arrays)
+    run.run_all(list(hooks))
+    return run.values
+
+
+def forward_all(graph: "RuntimeGraph", *inputs: np.ndarray) -> dict[str, np.ndarray]:
+    """Every operand's array (the inputs, each intermediate, the outputs) by operand name, in
+    run order. The graph's hooks run too."""
+    run = Execution.start(graph, inputs, keep_all=True)
+    with threads.limit(graph.num_threads):
+        run.run_all(list(getattr(graph, "_hooks", ())))
+    return dict(run.values)
+
+
+# ----------------------------------------------------------------------------- debugger
+@dataclass
+class Breakpoint:
+    """Stop after an operator of this ``type``, of this ``name``, for which ``when(step)`` is
+    true, or (``nonfinite``) whose outputs hold a NaN or an Inf. Given conditions all hold."""
+
+    type: str | None = None
+    name: str | None = None
+    when: Callable[[Step], bool] | None = None
+    nonfinite: bool = False
+    hits: int = field(default=0, compare=False)
+
+    def matches(self, step: Step) -> bool:
+        if self.type is not None and step.type != self.type:
+            return False
+        if self.name is not None and step.name != self.name:
+            return False
+        if self.nonfinite and all(
+                np.isfinite(y).all() for y in step.outputs
+                if isinstance(y, np.ndarray) and y.dtype.kind in "fc"):
+            return False
+        return self.when is None or bool(self.when(step))
+
+
+class Debugger:
+    """A forward pass you walk through, one operator at a time (see the module docstring).
+
+    ``current`` is the Step that ran last (None before the first), ``next`` the operator that
+    runs next (None at the end). Every intermediate is kept, so ``inspect`` and ``value`` work
+    on any operand computed so far."""
+
+    def __init__(self, graph: "RuntimeGraph", *inputs: np.ndarray):
+        self.graph = graph
+        self.inputs = inputs
+        self.breakpoints: list[Breakpoint] = []
+        self.restart()
+
+    # ------------------------------------------------------------------ state
+    def restart(self) -> "Debugger":
+        """Back to before the first operator (breakpoints stay)."""
+        self._run = Execution.start(self.graph, self.inputs, keep_all=True)
+        self.current: Step | None = None
+        self.history: list[Step] = []
+        return self
+
+    @property
+    def done(self) -> bool:
+        return self._run.done
+
+    @property
+    def next(self) -> RuntimeOperator | None:
+        return self._run.next_operator
+
+    @property
+    def position(self) -> int:
+        """How many operators have run."""
+        return self._run.position
+
+    @property
+    def total(self) -> int:
+        return len(self._run.steps)
+
+    @property
+    def values(self) -> dict[str, np.ndarray]:
+        """Every operand computed so far, by name."""
+        return dict(self._run.values)
+
+    @property
+    def shapes(self) -> dict[str, tuple[int, ...]]:
+        """Every operand's planned shape for these inputs (known before anything runs)."""
+        return dict(self._run.shapes)
+
+    # ------------------------------------------------------------------ moving
+    def step(self, n: int = 1) -> Step | None:
+        """Run the next ``n`` operators (fewer at the end); return the last one's Step."""
+        with threads.limit(self.graph.num_threads):
+            for _ in range(n):
+                if self.done:
+                    break
+                self._advance()
+        return self.current
+
+    def run_to(self, name: str) -> Step:
+        """Run up to and including the operator called ``name``."""
+        target = self._operator(name)
+        ran = [s.operator for s in self.history]
+        if target in ran:
+            raise GraphError(f"{target.label} already ran (step {ran.index(target) + 1}); "
+                             f"restart() to run it again", operator=target.label)
+        with threads.limit(self.graph.num_threads):
+            while self._advance().operator is not target:
+                pass
+        return self.current
+
+    def break_on(self, type: str | None = None, name: str | None = None, *,
+                 when: Callable[[Step], bool] | None = None, nonfinite: bool = False
+                 ) -> Breakpoint:
+        """Add a breakpoint; ``continue_()`` stops after the next operator that matches it."""
+        if type is None and name is None and when is None and not nonfinite:
+            raise GraphError("break_on needs a type, a name, a when= condition or nonfinite=True")
+        if type is not None and all(op.type != type for op, _ in self._run.steps):
+            types = sorted({op.type for op, _ in self._run.steps})
+            raise GraphError(f"no operator of type {type!r} runs in this graph; its types: "
+                             f"{', '.join(types)}")
+        if name is not None:
+            self._operator(name)
+        point = Breakpoint(type, name, when, nonfinite)
+        self.breakpoints.append(point)
+        return point
+
+    def clear_breakpoints(self) -> None:
+        self.breakpoints.clear()
+
+    def continue_(self) -> Step | None:
+        """Run until an operator that matches a breakpoint has run and return its Step, or to
+        the end (then None)."""
+        with threads.limit(self.graph.num_threads):
+            while not self.done:
+                step = self._advance()
+                hit = [b for b in self.breakpoints if b.matches(step)]
+                for point in hit:
+                    point.hits += 1
+                if hit:
+                    return step
+        return None
+
+    def finish(self) -> list[np.ndarray]:
+        """Run the remaining operators; the graph outputs, as ``forward`` returns them."""
+        self.step(len(self._run.steps))
+        return self._run.outputs()
+
+    @property
+    def outputs(self) -> list[np.ndarray]:
+        """The graph outputs (only once every operator has run)."""
+        if not self.done:
+            raise GraphError(f"the forward pass is at step {self.position}/{self.total}: "
+                             f"finish() first")
+        return self._run.outputs()
+
+    def _advance(self) -> Step:
+        if self.done:
+            raise GraphError("the forward pass has finished: restart() to run it again")
+        step = self._run.run_next(list(getattr(self.graph, "_hooks", ())))
+        self.current = step
+        self.history.append(step)
+        return step
+
+    def _operator(self, name: str) -> RuntimeOperator:
+        for op, _ in self._run.steps:
+            if op.name == name:
+                return op
+        known = [op.name for op, _ in self._run.steps]
+        close = [k for k in known if name in k or k in name][:5]
+        hint = f" (similar: {', '.join(close)})" if close else ""
+        raise GraphError(f"no operator named {name!r} runs in this graph{hint}")
+
+    # ------------------------------------------------------------------ looking
+    def value(self, name: str) -> np.ndarray:
+        """The array of operand ``name`` (or of the single output of operator ``name``)."""
+        operand = self._operand_name(name)
+        if operand not in self._run.values:
+            producer = self.graph.operands[operand].producer
+            raise GraphError(f"operand {operand!r} is not computed yet: {producer.label} makes "
+                             f"it; run_to({producer.name!r}) first", operator=producer.label)
+        return self._run.values[operand]
+
+    def inspect(self, name: str) -> ArrayStats:
+        """Shape, dtype, min / max / mean / std, NaN and Inf counts and the first values of
+        operand ``name`` (or of the single output of operator ``name``)."""
+        return ArrayStats.of(self.value(name), self._operand_name(name))
+
+    def _operand_name(self, name: str) -> str:
+        if name in self.graph.operands:
+            return name
+        for op in self.graph.operators:
+            if op.name == name:
+                if len(op.outputs) != 1:
+                    outs = ", ".join(o.name for o in op.outputs)
+                    raise GraphError(f"{op.label} has {len(op.outputs)} outputs ({outs}): name "
+                                     f"one operand", operator=op.label)
+                return op.outputs[0].name
+        raise GraphError(f"no operand or operator named {name!r} in this graph")
+
+    def listing(self, context: int = 3) -> Table:
+        """The operators around the current one (marked), gdb's ``list``."""
+        here = self.position - 1                       # index of the current step, -1 at start
+        lo, hi = max(0, here - context), min(len(self._run.steps), here + context + 2)
+        rows, marked = [], set()
+        for i in range(lo, hi):
+            op, _ = self._run.steps[i]
+            state = "ran" if i < self.position else "next" if i == self.position else ""
+            shapes = ", ".join(fmt_shape(self._run.shapes.get(o.name)) for o in op.outputs)
+            rows.append([i + 1, state, op.type, op.name, shapes])
+            if i == here:
+                marked.add(len(rows) - 1)
+        return Table(["step", "", "type", "name", "output shapes"], rows, marked=marked,
+                     title=f"{self.position}/{self.total} operators ran")
+
+    def draw(self, **options):
+        """The graph drawing with the current operator highlighted and the run ones shaded."""
+        from infer.draw import draw_graph
+
+        ran = [s.operator.name for s in self.history]
+        current = self.current.operator.name if self.current else None
+        return draw_graph(self.graph, shapes=self._run.shapes, highlight=current, done=ran,
+                          **options)
+
+    def __repr__(self) -> str:
+        where = self.current.headline() if self.current else "before the first operator"
+        nxt = f"; next: {self.next.label}" if self.next else "; finished"
+        return f"<Debugger {self.position}/{self.total}: {where}{nxt}>"
+
+    def __str__(self) -> str:
+        parts = [str(self.listing())]
+        if self.current is not None:
+            parts.append(str(self.current))
+        return "\n\n".join(parts)
+
+    def _repr_html_(self) -> str:
+        parts = [self.listing()._repr_html_()]
+        if self.current is not None:
+            parts.append(self.current._repr_html_())
+        return "".join(parts)

@@ -1,0 +1,208 @@
+"""Where the time goes: one row per operator (KuiperInfer's layer time log, as a table).
+
+    p = g.profile(x)               # each operator timed: median of 5 runs after 1 warm-up
+    p                              # in run order (an HTML table in Jupyter; print(p) as text)
+    p.table(sort="time", top=10)   # the ten slowest
+    p.by_type()                    # one row per operator type: count, time, share, FLOPs
+
+Each row: time (ms), share of the total, output size (bytes), and FLOPs where an operator's
+arithmetic is a count of multiply-adds. A multiply-add counts as 2 FLOPs:
+
+    convolution   2 * N * C_out * H_out * W_out * (C_in / groups * kH * kW)
+                  = 2 * output.size * weight[0].size          (weight: (C_out, C_in/groups, kH, kW))
+    linear        2 * (output.size / out_features) * in_features * out_features
+                  = 2 * output.size * in_features
+    matmul        2 * batch * M * N * K  = 2 * output.size * K   (A: (..., M, K), B: (..., K, N))
+
+plus 1 FLOP per output element for a bias. Other operators get no FLOP count: they are bound by
+memory, and their output size says what they cost. GFLOP/s = FLOPs / time.
+
+The timed passes run like ``forward`` (layers may run in place, intermediates are released),
+without the graph's hooks; the clock wraps each layer call alone.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Sequence
+
+import numpy as np
+
+from infer import threads
+from infer.debug import Execution
+from infer.runtime import RuntimeOperator
+from infer.table import Table, fmt_bytes, fmt_count, fmt_shape
+from parser.errors import GraphError
+
+if TYPE_CHECKING:
+    from infer.graph import RuntimeGraph
+
+Shape = tuple[int, ...]
+
+CONVOLUTIONS = {"nn.Conv1d", "nn.Conv2d", "nn.Conv3d", "F.conv1d", "F.conv2d", "F.conv3d"}
+TRANSPOSED = {"nn.ConvTranspose1d", "nn.ConvTranspose2d", "nn.ConvTranspose3d",
+              "F.conv_transpose1d", "F.conv_transpose2d", "F.conv_transpose3d"}
+LINEAR = {"nn.Linear", "F.linear"}
+MATMUL = {"torch.matmul", "torch.mm", "torch.bmm", "Tensor.matmul"}
+
+
+def _size(shape: Sequence[int]) -> int:
+    return int(np.prod(shape, dtype=np.int64))
+
+
+def flops(op: RuntimeOperator, input_shapes: Sequence[Shape], output_shapes: Sequence[Shape]
+          ) -> int | None:
+    """FLOPs of one run of ``op`` (formulas in the module docstring); None for other types."""
+    def weight_and_bias() -> tuple[Shape, bool]:
+        if "weight" in op.attrs:                      # nn.*: weights from the bin file
+            return tuple(op.attrs["weight"].shape), "bias" in op.attrs
+        return tuple(input_shapes[1]), len(input_shapes) > 2    # F.*: weights are inputs
+
+    if not output_shapes:
+        return None
+    out = _size(output_shapes[0])
+    if op.type in CONVOLUTIONS:
+        weight, bias = weight_and_bias()
+        return 2 * out * _size(weight[1:]) + (out if bias else 0)
+    if op.type in TRANSPOSED:                         # each input element scatters a kernel
+        weight, bias = weight_and_bias()              # (C_in, C_out/groups, kH, kW)
+        return 2 * _size(input_shapes[0]) * _size(weight[1:]) + (out if bias else 0)
+    if op.type in LINEAR:
+        weight, bias = weight_and_bias()              # (out_features, in_features)
+        return 2 * out * weight[-1] + (out if bias else 0)
+    if op.type in MATMUL and len(input_shapes) >= 2 and input_shapes[0]:
+        return 2 * out * input_shapes[0][-1]
+    return None
+
+
+@dataclass
+class OperatorTime:
+    """One operator's line of the profile."""
+
+    index: int
+    operator: RuntimeOperator
+    seconds: float                   # median over the timed runs
+    output_bytes: int
+    output_shapes: list[Shape]
+    flops: int | None
+
+    @property
+    def gflops_per_second(self) -> float | None:
+        if self.flops is None or self.seconds <= 0:
+            return None
+        return self.flops / self.seconds / 1e9
+
+
+@dataclass
+class Profile:
+    """The timed operators, in run order, and the median time of a whole pass."""
+
+    rows: list[OperatorTime]
+    repeat: int
+    wall_seconds: float              # median time of a whole instrumented pass
+
+    @property
+    def total_seconds(self) -> float:
+        """The sum of the operators' times."""
+        return sum(r.seconds for r in self.rows)
+
+    @property
+    def total_flops(self) -> int:
+        return sum(r.flops or 0 for r in self.rows)
+
+    def share(self, row: OperatorTime) -> float:
+        total = self.total_seconds
+        return row.seconds / total if total > 0 else 0.0
+
+    def table(self, sort: str | None = None, top: int | None = None) -> Table:
+        """One row per operator; ``sort`` by "time", "bytes" or "flops" (largest first), or
+        None for run order; ``top`` keeps the first rows."""
+        rows = [[r.index, r.operator.type, r.operator.name,
+                 " ".join(fmt_shape(s) for s in r.output_shapes), r.seconds * 1e3,
+                 100 * self.share(r), r.output_bytes, r.flops, r.gflops_per_second]
+                for r in self.rows]
+        table = Table(["#", "type", "name", "output", "ms", "%", "bytes", "FLOPs", "GFLOP/s"],
+                      rows, title=self._title(), footer=self._footer(),
+                      formats=_FORMATS)
+        key = {"time": "ms", "bytes": "bytes", "flops": "FLOPs", None: None}.get(sort, "?")
+        if key == "?":
+            raise GraphError(f"sort by 'time', 'bytes' or 'flops' (or None), not {sort!r}")
+        if key is not None:
+            table = table.sorted(key)
+        return table.head(top) if top is not None else table
+
+    def by_type(self, sort: str = "time") -> Table:
+        """One row per operator type: how many, their time, share, bytes and FLOPs."""
+        groups: dict[str, list[OperatorTime]] = {}
+        for r in self.rows:
+            groups.setdefault(r.operator.type, []).append(r)
+        rows = []
+        for type_name, members in groups.items():
+            seconds = sum(m.seconds for m in members)
+            counted = [m.flops for m in members if m.flops is not None]
+            rows.append([type_name, len(members), seconds * 1e3,
+                         100 * seconds / self.total_seconds if self.total_seconds else 0.0,
+                         sum(m.output_bytes for m in members),
+                         sum(counted) if counted else None])
+        table = Table(["type", "count", "ms", "%", "bytes", "FLOPs"], rows,
+                      title=self._title() + ", by type", footer=self._footer(),
+                      formats=_FORMATS)
+        return table.sorted({"time": "ms", "bytes": "bytes", "flops": "FLOPs"}[sort])
+
+    def _title(self) -> str:
+        return f"profile: median of {self.repeat} run(s)"
+
+    def _footer(self) -> str:
+        total = self.total_seconds
+        rate = f", {self.total_flops / total / 1e9:.2f} GFLOP/s" if total > 0 else ""
+        return (f"total {total * 1e3:.3f} ms in {len(self.rows)} operators "
+                f"(whole pass {self.wall_seconds * 1e3:.3f} ms), "
+                f"{fmt_count(self.total_flops)} FLOPs{rate}")
+
+    def __str__(self) -> str:
+        return str(self.table())
+
+    def __repr__(self) -> str:
+        return f"<Profile {self._footer()}>"
+
+    def _repr_html_(self) -> str:
+        return self.table()._repr_html_()
+
+
+_FORMATS = {
+    "ms": lambda v: f"{v:.3f}", "%": lambda v: f"{v:.1f}", "bytes": fmt_bytes,
+    "FLOPs": fmt_count, "GFLOP/s": lambda v: f"{v:.2f}"}
+
+
+def profile(graph: "RuntimeGraph", *inputs: np.ndarray, repeat: int = 5, warmup: int = 1
+            ) -> Profile:
+    """Run the graph ``warmup + repeat`` times and time every operator (see the module)."""
+    if repeat < 1 or warmup < 0:
+        raise GraphError(f"profile needs repeat >= 1 and warmup >= 0, got {repeat}, {warmup}")
+    times: list[list[float]] = []
+    walls: list[float] = []
+    last = []
+    with threads.limit(graph.num_threads):
+        for run_index in range(warmup + repeat):
+            run = Execution.start(graph, inputs, keep_all=False, protect_inputs=False)
+            start = time.perf_counter()
+            steps = []
+            while not run.done:
+                steps.append(run.run_next())
+            wall = time.perf_counter() - start
+            if run_index >= warmup:
+                times.append([s.seconds for s in steps])
+                walls.append(wall)
+                last = steps
+    rows = []
+    for i, step in enumerate(last):
+        op = step.operator
+        in_shapes = [tuple(np.shape(x)) for x in step.inputs]
+        out_shapes = [tuple(np.shape(y)) for y in step.outputs]
+        rows.append(OperatorTime(
+            index=i + 1, operator=op, seconds=statistics.median(t[i] for t in times),
+            output_bytes=sum(int(getattr(y, "nbytes", 0)) for y in step.outputs),
+            output_shapes=out_shapes, flops=flops(op, in_shapes, out_shapes)))
+    return Profile(rows, repeat, statistics.median(walls))

@@ -1,0 +1,132 @@
+"""The debugging and teaching tools of a RuntimeGraph, kept out of graph.py.
+
+RuntimeGraph inherits these methods; each one is a door into its own module:
+
+    g.debug(x)                  infer/debug.py     step through a forward pass
+    g.add_hook(before, after)   infer/debug.py     functions around every operator
+    g.verbose = True            infer/debug.py     print `type name (in shapes) -> (out shapes)`
+    g.forward_all(x)            infer/debug.py     every intermediate, by operand name
+    g.compare_with_torch(x)     infer/compare.py   operator by operator against PyTorch
+    g.profile(x)                infer/profile.py   time, share, output size, FLOPs per operator
+    g.draw()                    infer/draw.py      the graph as SVG
+    g.summary()                 infer/draw.py      the graph as a table
+
+While a hook is set (``add_hook`` or ``verbose``), ``forward`` runs the instrumented loop of
+infer/debug.py instead of its own; with none set it runs as if this file did not exist.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Sequence
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from infer.compare import Comparison
+    from infer.debug import Debugger, Hook, HookHandle
+    from infer.draw import Drawing
+    from infer.profile import Profile
+    from infer.table import Table
+
+
+class GraphTools:
+    """Mixed into RuntimeGraph. ``_hooks`` is empty (falsy) until a hook is added."""
+
+    _hooks: Sequence["Hook"] = ()
+
+    # ------------------------------------------------------------------ hooks
+    def add_hook(self, before=None, after=None) -> "HookHandle":
+        """Call ``before(op, inputs)`` / ``after(op, inputs, outputs)`` around every operator
+        of every forward pass; either may return replacement arrays. Returns a handle whose
+        ``remove()`` takes the hook off again."""
+        from infer.debug import Hook, HookHandle
+
+        if before is None and after is None:
+            from parser.errors import GraphError
+            raise GraphError("add_hook needs a before= or an after= function")
+        hook = Hook(before, after)
+        self._hook_list().append(hook)
+        return HookHandle(self._hooks, hook)
+
+    def _hook_list(self) -> list["Hook"]:
+        if "_hooks" not in self.__dict__:
+            self._hooks = []
+        return self._hooks
+
+    @property
+    def verbose(self) -> bool | str:
+        """False, or how each operator is reported: True / "print" (stdout, what a notebook
+        shows) or "log" (logger ``infer.debug`` at INFO)."""
+        from infer.debug import VerboseHook
+
+        for hook in self._hooks:
+            if isinstance(hook, VerboseHook):
+                return hook.mode
+        return False
+
+    @verbose.setter
+    def verbose(self, mode: bool | str) -> None:
+        from infer.debug import VerboseHook
+
+        if mode not in (True, False, "print", "log"):
+            from parser.errors import GraphError
+            raise GraphError(f"verbose takes True, False, 'print' or 'log', not {mode!r}")
+        hooks = self._hook_list()
+        hooks[:] = [h for h in hooks if not isinstance(h, VerboseHook)]
+        if mode:
+            hooks.append(VerboseHook("log" if mode == "log" else "print"))
+
+    def _run_hooked(self, arrays: list[np.ndarray]) -> dict[str, np.ndarray]:
+        from infer.debug import run_hooked
+
+        return run_hooked(self, arrays, self._hooks)
+
+    # ------------------------------------------------------------------ running
+    def forward_all(self, *inputs: np.ndarray) -> dict[str, np.ndarray]:
+        """Every operand's array by operand name: inputs, intermediates and outputs."""
+        from infer.debug import forward_all
+
+        return forward_all(self, *inputs)
+
+    def debug(self, *inputs: np.ndarray) -> "Debugger":
+        """A debug session on these inputs (see infer/debug.py)."""
+        from infer.debug import Debugger
+
+        return Debugger(self, *inputs)
+
+    def profile(self, *inputs: np.ndarray, repeat: int = 5, warmup: int = 1) -> "Profile":
+        """Time every operator (median of ``repeat`` runs after ``warmup``)."""
+        from infer.profile import profile
+
+        return profile(self, *inputs, repeat=repeat, warmup=warmup)
+
+    def compare_with_torch(self, *inputs: np.ndarray, reference: Any = None,
+                           atol: float = 1e-4, rtol: float = 1e-3) -> "Comparison":
+        """Run this graph and PyTorch on the same inputs and compare every operand both have.
+        ``reference``: the torch module the files came from, the path of the ``*_pnnx.py``
+        pnnx wrote beside them, or None for that file next to the param file."""
+        from infer.compare import compare_with_torch
+
+        return compare_with_torch(self, reference, *inputs, atol=atol, rtol=rtol)
+
+    # ------------------------------------------------------------------ seeing
+    def draw(self, *input_shapes: Sequence[int], highlight: str | None = None,
+             engine: str = "auto") -> "Drawing":
+        """The graph as a picture (SVG in Jupyter); shapes for ``input_shapes`` if given."""
+        from infer.draw import draw_graph
+
+        shapes = self.infer_shapes(*input_shapes) if input_shapes else None
+        return draw_graph(self, shapes=shapes, highlight=highlight, engine=engine)
+
+    def summary(self, *input_shapes: Sequence[int]) -> "Table":
+        """One row per operator in run order: type, name, inputs, outputs with their shapes,
+        parameters and weights. Shapes for ``input_shapes`` if given, else as annotated."""
+        from infer.draw import summary_table
+
+        shapes = self.infer_shapes(*input_shapes) if input_shapes else None
+        return summary_table(self, shapes)
+
+    def _repr_html_(self) -> str:
+        from infer.draw import graph_html
+
+        return graph_html(self)
