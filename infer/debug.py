@@ -444,7 +444,8 @@ class Debugger:
     def listing(self, context: int = 3) -> Table:
         """The operators around the current one (marked), gdb's ``list``."""
         here = self.position - 1                       # index of the current step, -1 at start
-        lo, hi = max(0, here - context), min(len(self._run.steps), here + context + 2)
+        lo = max(0, here - context)
+        hi = min(len(self._run.steps), max(here, 0) + context + 1)
         rows, marked = [], set()
         for i in range(lo, hi):
             op, _ = self._run.steps[i]
