@@ -19,7 +19,8 @@ Where torch's values come from:
   operator named like a submodule (pnnx keeps module paths such as ``layer1.0.conv1``) is
   compared with it, on a module's first call (pnnx renames later calls). Operators pnnx made
   or renamed (F.* calls, expressions, a conv fused with its batch norm) have no torch twin and
-  are skipped; the graph outputs are always compared.
+  are skipped, and so is an operator another rewrite fused others into (its output is no
+  longer its module's); the graph outputs are always compared.
 
 Operands present on one side only (a graph another rewrite has fused) are skipped, not failed.
 
@@ -123,10 +124,15 @@ def torch_values_from_pnnx_py(path: str | Path, bin_path: str | Path,
             recorded[name] = value.detach().cpu().clone().numpy()
 
     namespace = {"__name__": f"pnnx_reference_{path.stem}", RECORDER: record}
-    exec(compile(record_pnnx_forward(source), str(path), "exec"), namespace)   # noqa: S102
-    model = namespace["Model"]().float().eval()
-    with torch.no_grad():
-        model(*(torch.from_numpy(np.array(x)) for x in inputs))
+    code = compile(record_pnnx_forward(source), str(path), "exec")
+    try:
+        exec(code, namespace)                       # defines Model; runs no test code
+        model = namespace["Model"]().float().eval()
+        with torch.no_grad():
+            model(*(torch.from_numpy(np.array(x)) for x in inputs))
+    except Exception as exc:                        # the module's own failure, on these inputs
+        raise GraphError(f"running the pnnx python module {path} failed: "
+                         f"{type(exc).__name__}: {exc}") from exc
     return recorded
 
 
@@ -149,7 +155,8 @@ def torch_values_from_module(module, graph: "RuntimeGraph", inputs: Sequence[np.
         return hook
 
     handles = [sub.register_forward_hook(hook_for(named_ops[name]))
-               for name, sub in module.named_modules() if name and name in named_ops]
+               for name, sub in module.named_modules()
+               if name and name in named_ops and not getattr(named_ops[name], "fused", None)]
     try:
         tensors = [torch.from_numpy(np.array(x)) for x in inputs]
         with torch.no_grad():
