@@ -144,7 +144,6 @@ def interpolate(x: np.ndarray, out_sizes: Sequence[int], mode: str = "nearest",
     """``F.interpolate`` of an (N, C, *spatial) array to ``out_sizes``; ``scale_factors``
     (when the caller gave them) set the source step instead of in/out, as in torch."""
     y = x
-    spatial = x.ndim - 2
     for i, out_size in enumerate(out_sizes):
         axis, in_size = 2 + i, x.shape[2 + i]
         scale = scale_factors[i] if scale_factors is not None else None
@@ -155,7 +154,6 @@ def interpolate(x: np.ndarray, out_sizes: Sequence[int], mode: str = "nearest",
         else:
             taps = linear_taps(in_size, out_size, scale, align_corners)
         y = resample_axis(y, axis, *taps)
-    assert y.ndim == spatial + 2
     return y.astype(x.dtype, copy=False)
 
 

@@ -166,7 +166,8 @@ def test_pixel_shuffle_shapes_that_do_not_divide_are_shape_errors():
     ("nn.UpsamplingNearest2d", resize_layers.UpsampleNearest),
     ("F.upsample_bilinear", resize_layers.UpsampleBilinear),
     ("nn.UpsamplingBilinear2d", resize_layers.UpsampleBilinear),
-    ("F.pixel_shuffle", resize_layers.PixelShuffle), ("nn.PixelShuffle", resize_layers.PixelShuffle),
+    ("F.pixel_shuffle", resize_layers.PixelShuffle),
+    ("nn.PixelShuffle", resize_layers.PixelShuffle),
     ("F.pixel_unshuffle", resize_layers.PixelUnshuffle),
     ("nn.PixelUnshuffle", resize_layers.PixelUnshuffle)])
 def test_registered_under_pnnx_names(type_name, layer_class):
