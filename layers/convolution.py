@@ -26,11 +26,15 @@ from parser.errors import LayerError, ShapeError
 
 
 def as_conv_padding(value: Any, dims: int = 2) -> tuple[int, ...] | str:
-    """torch's conv padding: 'same', 'valid', an int or ``dims`` ints (each >= 0)."""
+    """torch's conv padding: 'same', 'valid', an int or ``dims`` ints (each >= 0). In 2-D,
+    also four ints (left, right, top, bottom): pnnx writes ``nn.Conv2d(padding='same',
+    padding_mode='reflect')`` with an even kernel that way (the pads torch gives F.pad)."""
     if isinstance(value, str):
         if value not in ("same", "valid"):
             raise ValueError("a string padding must be 'same' or 'valid'")
         return value
+    if dims == 2 and isinstance(value, (list, tuple)) and len(value) == 4:
+        return at_least(0, as_tuple(4))(value)
     return at_least(0, as_tuple(dims))(value)
 
 
@@ -189,6 +193,13 @@ class Conv1d(Conv2d):
         "kernel_size": Param(convert=lifted(at_least(1, as_tuple(1)), 1)),
         **_GEOMETRY_1D,
     }
+
+    def check_params(self) -> None:
+        if self.padding is None:
+            # pnnx writes nn.Conv1d(padding='same', padding_mode='reflect') with an even
+            # kernel as ``padding=()`` (read as None): the uneven pads of 'same' are lost
+            self.padding = "same"
+        super().check_params()
 
     def load_model(self, weights: dict[str, np.ndarray]) -> None:
         weight = weights.get("weight")

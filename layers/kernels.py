@@ -72,6 +72,8 @@ def conv2d_padding(padding: int | Sequence[int] | str, kernel: Pair, dilation: P
     An int or (ph, pw) pads both sides equally. ``'valid'`` is no padding. ``'same'`` pads
     ``dilation * (kernel - 1)`` in total per axis so that output size == input size (stride 1);
     when that total is odd, the extra row/column goes at the bottom/right, as torch does.
+    Four ints are per side in F.pad's order, (left, right, top, bottom): pnnx writes an odd
+    'same' of a conv with a padding_mode that way (torch's ``_reversed_padding_repeated_twice``).
     """
     if isinstance(padding, str):
         if padding == "valid":
@@ -80,6 +82,9 @@ def conv2d_padding(padding: int | Sequence[int] | str, kernel: Pair, dilation: P
             total_h, total_w = (d * (k - 1) for d, k in zip(dilation, kernel))
             return total_h // 2, total_h - total_h // 2, total_w // 2, total_w - total_w // 2
         raise LayerError(f"padding must be 'same', 'valid', an int or a pair, got {padding!r}")
+    if not isinstance(padding, (int, np.integer)) and len(padding) == 4:
+        left, right, top, bottom = (int(p) for p in padding)
+        return top, bottom, left, right
     ph, pw = _pair(padding)
     return ph, ph, pw, pw
 
