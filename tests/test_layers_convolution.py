@@ -270,7 +270,7 @@ def test_conv_transpose_of_an_empty_batch_and_a_1x1_input():
     check_layer("nn.ConvTranspose2d", conv, [(1, 4, 1, 1)], params, weights)
 
 
-# ----- nn.ConvTranspose1d / F.conv_transpose1d -----------------------------------------------------
+# ----- nn.ConvTranspose1d / F.conv_transpose1d ----------------------------------------------------
 
 TRANSPOSE_CASES_1D = {
     "k3": dict(in_channels=4, out_channels=6, kernel_size=(3,)),

@@ -192,7 +192,7 @@ def test_avg_pool1d_functional_and_unbatched():
                 pool_params((4,), None, (0,), False, count_include_pad=True))
 
 
-# ----- adaptive max pooling and 1-D adaptive pooling -----------------------------------------------
+# ----- adaptive max pooling and 1-D adaptive pooling ----------------------------------------------
 
 ADAPTIVE_2D = [((7, 7), (3, 3)), ((10, 9), (4, 5)), ((7, 10), (3, 4)), ((9, 9), 1),
                ((5, 6), (5, 6)), ((3, 4), (5, 7)), ((7, 9), (2, None)), ((7, 9), (None, 4)),
