@@ -273,13 +273,15 @@ class Pooling2d(nn.Module):
         self.divided = nn.AvgPool2d(3, 1, 1, divisor_override=4)
         self.adaptive_max = nn.AdaptiveMaxPool2d((3, None))
         self.adaptive_avg = nn.AdaptiveAvgPool2d((None, 3))
+        self.adaptive_indices = nn.AdaptiveMaxPool2d(2, return_indices=True)  # a tuple, unpacked
 
     def forward(self, x):                                           # (N, C, H, W)
         y, where = self.max(x)
         values, indices = F.max_pool2d(x, 2, return_indices=True)
         z, _ = F.adaptive_max_pool2d(x, (4, 3), return_indices=True)
+        maxima, positions = self.adaptive_indices(x)
         return (self.avg(y), self.divided(x), self.adaptive_max(x), self.adaptive_avg(x),
-                where, values, indices, z)
+                where, values, indices, z, maxima * 2.0, positions)
 
 
 def test_pnnx_export_of_1d_pooling(tmp_path):
