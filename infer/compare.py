@@ -42,8 +42,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 
-from infer.debug import Execution, _read_only
-from infer.graph import _operator_context
+from infer.debug import Execution, call_layer
 from infer.runtime import RuntimeOperator
 from infer.table import Table, fmt_shape
 from parser.errors import GraphError, InferError
@@ -393,7 +392,7 @@ def compare_with_torch(graph: "RuntimeGraph", reference: Any, *inputs: np.ndarra
 
     rows = []
     for step, (op, _) in enumerate(run.steps, start=1):
-        local = _local_outputs(graph, op, ours, theirs)
+        local = _local_outputs(op, ours, theirs)
         for position, operand in enumerate(op.outputs):
             mine = ours[operand.name]
             ref = theirs.get(operand.name)
@@ -409,16 +408,14 @@ def compare_with_torch(graph: "RuntimeGraph", reference: Any, *inputs: np.ndarra
     return Comparison(rows, atol, rtol, source, ours, theirs, graph)
 
 
-def _local_outputs(graph: "RuntimeGraph", op: RuntimeOperator, ours: dict[str, np.ndarray],
+def _local_outputs(op: RuntimeOperator, ours: dict[str, np.ndarray],
                    theirs: dict[str, np.ndarray]) -> list[np.ndarray] | None:
     """``op``'s layer run on torch's values of its inputs (cast to the dtypes ours have), or
     None when torch lacks one of them or the layer refuses them."""
     if any(o.name not in theirs for o in op.inputs):
         return None
-    xs = [_read_only(np.ascontiguousarray(theirs[o.name], dtype=ours[o.name].dtype))
-          for o in op.inputs]
+    xs = [np.ascontiguousarray(theirs[o.name], dtype=ours[o.name].dtype) for o in op.inputs]
     try:
-        with _operator_context(op):
-            return graph._run_layer(op, xs)
+        return call_layer(op, xs)
     except InferError:
         return None

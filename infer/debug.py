@@ -16,13 +16,14 @@
 
 All of these run the graph through one ``Execution``, which uses the graph's own pieces: its run
 order (``operators``), its input checks (``_check_inputs``), its shape plan (``_shape_plan``,
-so a bad input shape is refused before anything runs), its layer call (``_run_layer``) and its
-liveness lists (``_free_after``). The plain ``forward`` keeps its own tight loop; it hands over
-to this one only while a hook is set.
+so a bad input shape is refused before anything runs), its layers and its liveness lists
+(``_free_after``). The plain ``forward`` keeps its own tight loop; it hands over to this one
+only while a hook is set.
 
-Two differences from ``forward``, both so that what you look at is what was computed: a layer is
-never run in place (it gets read-only views of its inputs, so it returns a new array), and a
-debug session keeps every intermediate instead of dropping it after its last consumer.
+Two differences from ``forward``, both so that what you look at is what was computed: a layer
+is never run in place nor into a planned buffer (``call_layer`` hands it read-only views of its
+inputs and takes the new arrays it returns; a layer that writes into an input is caught), and
+a debug session keeps every intermediate instead of dropping it after its last consumer.
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ from infer.graph import INPUT_TYPE, OUTPUT_TYPE, _operator_context, _writeable
 from infer.inspection import ArrayStats, stats_table
 from infer.runtime import RuntimeOperator
 from infer.table import Table, fmt_shape
-from parser.errors import GraphError
+from parser.errors import GraphError, LayerError
 
 if TYPE_CHECKING:
     from infer.graph import RuntimeGraph
@@ -50,6 +51,16 @@ log = logging.getLogger(__name__)
 BeforeHook = Callable[[RuntimeOperator, list[np.ndarray]], "Sequence[np.ndarray] | None"]
 AfterHook = Callable[[RuntimeOperator, list[np.ndarray], list[np.ndarray]],
                      "Sequence[np.ndarray] | None"]
+
+
+def call_layer(op: RuntimeOperator, xs: Sequence[np.ndarray]) -> list[np.ndarray]:
+    """Run ``op``'s layer on read-only views of ``xs``: its outputs are new arrays (or views
+    it makes), never its inputs overwritten. An error names the operator."""
+    with _operator_context(op):
+        ys = op.layer.forward([_read_only(x) for x in xs])
+        if len(ys) != len(op.outputs):
+            raise LayerError(f"returned {len(ys)} outputs, the graph expects {len(op.outputs)}")
+    return list(ys)
 
 
 def _read_only(x: np.ndarray) -> np.ndarray:
@@ -171,14 +182,12 @@ class Execution:
     """One forward pass that runs one operator per ``run_next()`` call.
 
     ``keep_all`` keeps every intermediate (a debug session); otherwise an operand is dropped
-    after its last consumer, as in ``forward``. ``protect_inputs`` hands the layers read-only
-    views, so no layer runs in place (always on with ``keep_all``)."""
+    after its last consumer, as in ``forward``."""
 
     def __init__(self, graph: "RuntimeGraph", arrays: list[np.ndarray], *,
-                 keep_all: bool = False, protect_inputs: bool = True):
+                 keep_all: bool = False):
         self.graph = graph
         self.keep_all = keep_all
-        self.protect_inputs = protect_inputs or keep_all
         self.steps = [(op, free) for op, free in zip(graph.operators, graph._free_after)
                       if op.type not in (INPUT_TYPE, OUTPUT_TYPE)]
         self.values: dict[str, np.ndarray] = {
@@ -214,10 +223,8 @@ class Execution:
             if hook.before is not None:
                 replaced = hook.before(op, xs)
                 xs = xs if replaced is None else list(replaced)
-        given = [_read_only(x) for x in xs] if self.protect_inputs else xs
         start = time.perf_counter()
-        with _operator_context(op):
-            ys = self.graph._run_layer(op, given)
+        ys = call_layer(op, xs)
         seconds = time.perf_counter() - start
         for hook in hooks:
             if hook.after is not None:

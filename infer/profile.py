@@ -17,8 +17,10 @@ arithmetic is a count of multiply-adds. A multiply-add counts as 2 FLOPs:
 plus 1 FLOP per output element for a bias. Other operators get no FLOP count: they are bound by
 memory, and their output size says what they cost. GFLOP/s = FLOPs / time.
 
-The timed passes run like ``forward`` (layers may run in place, intermediates are released),
-without the graph's hooks; the clock wraps each layer call alone.
+The timed passes release intermediates as ``forward`` does, without the graph's hooks; the
+clock wraps each layer call alone. Each layer runs out of place (see infer/debug.py), so a
+layer that ``forward`` runs in place or into a planned buffer pays for a new output array
+here.
 """
 
 from __future__ import annotations
@@ -186,7 +188,7 @@ def profile(graph: "RuntimeGraph", *inputs: np.ndarray, repeat: int = 5, warmup:
     last = []
     with threads.limit(graph.num_threads):
         for run_index in range(warmup + repeat):
-            run = Execution.start(graph, inputs, keep_all=False, protect_inputs=False)
+            run = Execution.start(graph, inputs)
             start = time.perf_counter()
             steps = []
             while not run.done:

@@ -342,3 +342,18 @@ def test_forward_all_returns_every_operand_by_name(net):
                                    err_msg=module_name)
     for out, want in zip(g.output_operands, g.forward(x)):
         np.testing.assert_array_equal(values[out.name], want)
+
+
+def test_a_layer_that_writes_into_its_input_is_caught_naming_it(tmp_path_factory):
+    """forward gives no warning when a layer scribbles over its input; a debug session hands
+    the layers read-only views, so the scribbling layer is named."""
+    from infer import Layer, LayerError
+
+    class ScribblingRelu(Layer):
+        def forward_one(self, x):
+            np.maximum(x, 0, out=x)                          # the bug: writes its input
+            return x
+
+    _, g = small_net(tmp_path_factory, nn__ReLU=ScribblingRelu)
+    with pytest.raises(LayerError, match="nn.ReLU relu.*read-only"):
+        g.debug(example_input()).run_to("relu")
