@@ -348,16 +348,18 @@ class Comparison:
                      title=self.headline(), marked=marked, formats=fmt)
 
     def draw(self, **options):
-        """The graph drawn with departing operators red and agreeing ones green."""
+        """The graph drawn with the operators that depart on torch's own inputs red, those
+        that only carry a difference from upstream orange, and agreeing ones green."""
         from infer.draw import draw_graph
 
-        colours = {}
+        colours: dict[str, str] = {}
+        rank = {"#c8e6c9": 0, "#fdd9b5": 1, "#f4a6a6": 2}     # an operator shows its worst
         for r in self.compared:
+            colour = ("#f4a6a6" if r.departs_locally or (r.departs and r.local_bad is None)
+                      else "#fdd9b5" if r.departs else "#c8e6c9")
             name = r.operator.name
-            if r.departs:
-                colours[name] = "#f4a6a6"
-            else:
-                colours.setdefault(name, "#c8e6c9")
+            if rank[colour] >= rank.get(colours.get(name, "#c8e6c9"), 0):
+                colours[name] = colour
         return draw_graph(self.graph, colours=colours, **options)
 
     def __str__(self) -> str:

@@ -118,6 +118,8 @@ def test_comparison_draws_departing_operators_red(faulty):
     conv2 = svg[svg.index('id="conv2"'):]
     assert "#f4a6a6" in act[:act.index("</g>")]
     assert "#c8e6c9" in conv2[:conv2.index("</g>")]
+    expr = svg[svg.index('id="pnnx_expr_1"'):]                 # carries act's error only
+    assert "#fdd9b5" in expr[:expr.index("</g>")]
 
 
 def test_without_the_pnnx_module_the_error_says_how_to_get_one(tmp_path_factory, tmp_path):
