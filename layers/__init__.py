@@ -12,3 +12,5 @@ import layers.linear  # noqa: E402,F401
 import layers.normalization  # noqa: E402,F401
 import layers.pooling  # noqa: E402,F401
 import layers.shape  # noqa: E402,F401
+import layers.elementwise  # noqa: E402,F401
+import layers.reduction  # noqa: E402,F401
