@@ -117,7 +117,7 @@ def check_export(pnnx_export, module: torch.nn.Module, inputs: Sequence[np.ndarr
     assert not missing, f"pnnx wrote no {sorted(missing)}; it wrote {sorted(set(written))}"
     with torch.no_grad():
         expected = module(*(torch.from_numpy(a.copy()) for a in arrays))
-    expected = [expected] if isinstance(expected, torch.Tensor) else list(expected)
+    expected = list(_flatten(expected))              # the graph unpacks nested tuples in order
     outputs = RuntimeGraph(param, binary).build().forward(*arrays)
     assert len(outputs) == len(expected)
     for out, want in zip(outputs, expected):
@@ -126,3 +126,11 @@ def check_export(pnnx_export, module: torch.nn.Module, inputs: Sequence[np.ndarr
             f"graph gives {out.dtype}{out.shape}, torch {want.dtype}{want.shape}"
         np.testing.assert_allclose(out, want, atol=atol, rtol=rtol)
     return written
+
+
+def _flatten(value):
+    if isinstance(value, torch.Tensor):
+        yield value
+    else:
+        for item in value:
+            yield from _flatten(item)
