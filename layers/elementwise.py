@@ -19,7 +19,7 @@ import numpy as np
 
 from layers.base import (AN_INPUT, Layer, Param, Shape, as_bool, as_str, bind_inputs,
                          or_input)
-from layers.expression import FLOAT, INT, TORCH_DTYPES, category, result_dtype
+from layers.expression import FLOAT, INT, TORCH_DTYPES, category, result_dtype, sign
 from layers.registry import register_layer
 from parser.errors import LayerError, ShapeError
 
@@ -58,10 +58,6 @@ def _frac(x):
     return x - np.trunc(x)
 
 
-def _sgn(x):
-    return np.sign(x)
-
-
 # name -> (numpy function, kind): "float" computes in a float dtype (ints become float32),
 # "bool" gives a bool result, "integer" accepts integer / bool tensors only, "keep" any dtype
 UNARY: dict[str, tuple[Callable, str]] = {
@@ -69,7 +65,7 @@ UNARY: dict[str, tuple[Callable, str]] = {
     "aten::exp2": (np.exp2, "float"),
     "aten::log2": (np.log2, "float"),
     "aten::frac": (_frac, "float"),
-    "aten::sgn": (_sgn, "keep"),
+    "aten::sgn": (sign, "keep"),
     "torch.positive": (np.positive, "keep"),
     "aten::isnan": (np.isnan, "bool"),
     "aten::isinf": (np.isinf, "bool"),

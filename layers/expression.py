@@ -138,6 +138,14 @@ def _erf(x: np.ndarray) -> np.ndarray:
     return np.asarray(erf(x), dtype=x.dtype)
 
 
+def sign(x: np.ndarray) -> np.ndarray:
+    """sign(x) = -1, 0 or 1; torch gives 0 for nan where numpy gives nan."""
+    y = np.array(np.sign(x))                  # an array even for a 0-d x
+    if category(y.dtype) >= FLOAT:
+        y[np.isnan(y)] = 0
+    return y
+
+
 def _rsqrt(x: np.ndarray) -> np.ndarray:
     """rsqrt(x) = 1 / sqrt(x)."""
     return np.reciprocal(np.sqrt(x))
@@ -158,7 +166,7 @@ KEEP, TO_FLOAT, INTEGER = "keep", "float", "integer"
 #   TO_FLOAT  integer/bool inputs become float32 first (float64 if all are Python numbers)
 #   INTEGER   integer or bool inputs only
 ELEMENTWISE: dict[str, tuple[Callable, str]] = {
-    "abs": (np.abs, KEEP), "neg": (np.negative, KEEP), "sign": (np.sign, KEEP),
+    "abs": (np.abs, KEEP), "neg": (np.negative, KEEP), "sign": (sign, KEEP),
     "square": (np.square, KEEP),
     "ceil": (_rounding(np.ceil), KEEP), "floor": (_rounding(np.floor), KEEP),
     "round": (_rounding(np.round), KEEP), "trunc": (_rounding(np.trunc), KEEP),

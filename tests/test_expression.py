@@ -340,6 +340,13 @@ def test_shifts_match_torch(name):
         torch.from_numpy(INT_A), torch.from_numpy(shifts)), exact=True)
 
 
+def test_sign_of_nan_is_zero_as_in_torch():
+    x = np.float32([np.nan, -0.0, 0.0, -2, 3])
+    check(run("sign(@0)", x), torch.sign(torch.from_numpy(x)))
+    assert evaluate(parse_expression("sign(nan)"), []) == 0
+    assert evaluate(parse_expression("sign(-2)"), []) == -1
+
+
 def test_integer_pow_and_division():
     exponents = np.abs(INT_B) - 1
     check(run("pow(@0,@1)", INT_A, exponents),
