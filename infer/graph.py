@@ -156,6 +156,7 @@ class RuntimeGraph(GraphTools):
         layer = layer_class()
         layer.name, layer.type = op.name, op.type
         layer.input_names = list(op.input_names)
+        layer.num_outputs = len(op.outputs)
         return layer
 
     # ---------------------------------------------------------------- build

@@ -48,6 +48,9 @@ class Layer:
     # The graph sets this per layer: False selects the numpy reference kernels (the oracle),
     # True lets a layer use its fast (numba / prepacked) kernels where it has them.
     use_fast_kernels: bool = True
+    # How many outputs the operator has in the param file, set by the graph (pnnx drops unused
+    # trailing outputs: ``torch.max(x, 1)[0]`` is written with one output). None: torch's count.
+    num_outputs: int | None = None
 
     def __init__(self, **params: Any):
         self.name = ""
@@ -314,3 +317,44 @@ def bias_is_an_input(value: Any) -> None:
     """Converter of the ``bias`` parameter of F.conv2d / F.linear. pnnx writes ``bias=None``
     when there is no bias (None is never converted); a real bias is always a graph input."""
     raise ValueError("this operator takes its bias as an input; only bias=None is accepted")
+
+
+# ----- tensor arguments of F.* / torch.* operators: a parameter, absent (None), or an input -----
+
+class _InputMarker:
+    """The default of a tensor argument that pnnx writes as an operator input (``$min=2``):
+    when the argument is a number or absent, the param line says so instead (``min=0.5``,
+    ``min=None``)."""
+
+    def __repr__(self) -> str:
+        return "<input>"
+
+
+AN_INPUT = _InputMarker()
+
+
+def or_input(convert: Callable[[Any], Any] | None = None) -> Callable[[Any], Any]:
+    """Converter of such an argument: AN_INPUT passes through; any other written value goes
+    through ``convert`` (None: only ``name=None``, i.e. absent, may be written)."""
+
+    def checked(value: Any) -> Any:
+        if value is AN_INPUT:
+            return value
+        if convert is None:
+            raise ValueError("this operator takes it as an input; only None can be written")
+        return convert(value)
+
+    return checked
+
+
+def bind_inputs(layer: Layer, names: Sequence[str], inputs: Sequence[Any]) -> dict[str, Any]:
+    """The arguments of an operator whose tensor arguments may be inputs: ``inputs[0]`` is its
+    first argument, ``names`` are the others in torch's order; each name whose parameter is
+    AN_INPUT takes the next input, the others keep their parameter (a number, or None when
+    absent). Works on arrays and on shapes; ShapeError when the input count disagrees."""
+    wanted = [name for name in names if getattr(layer, name) is AN_INPUT]
+    if len(inputs) != 1 + len(wanted):
+        listed = ", ".join(["input", *wanted])
+        raise ShapeError(f"expects {1 + len(wanted)} input(s) ({listed}), got {len(inputs)}")
+    given = dict(zip(wanted, inputs[1:]))
+    return {name: given[name] if name in given else getattr(layer, name) for name in names}

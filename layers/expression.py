@@ -21,8 +21,11 @@ What the values are, following torch:
   1/sqrt(x); logaddexp(a,b) = log(exp(a) + exp(b)); max/min of two values are elementwise.
 - Functions that only make sense on real numbers (sqrt, exp, div, ...) turn integer inputs into
   float32 first, as torch does. and/or/xor/lshift/rshift take only integer or bool inputs.
-- int() truncates a single value to a Python int; torch.float / torch.long / torch.bool cast to
-  float32 / int64 / bool.
+- int() truncates a single value to a Python int; torch.float / torch.long / torch.bool / ...
+  cast to float32 / int64 / bool / ... (``TORCH_DTYPES``). ``None`` (an absent optional
+  argument, e.g. the dtype of ``aten::prod``) evaluates to None, and leaves the layer as a 0-d
+  object array holding None; it is no operand of any function.
+- erf is exact (libm's erf, vectorised with numba), as torch's.
 - NaN and inf come out silently, as in torch (numpy's warnings are switched off).
 """
 
@@ -32,12 +35,13 @@ import functools
 import math
 from typing import Callable, Sequence
 
+import numba
 import numpy as np
 
 from layers.base import Layer, Param, Shape, as_str, normalize_dim
 from layers.registry import register_layer
 from parser.errors import ExpressionError, ShapeError
-from parser.expression import (ARITY, Call, Constant, ListExpr, Node, OperandRef, children,
+from parser.expression import (ARITY, CAST_FUNCTIONS, Call, Constant, ListExpr, Node, OperandRef, children,
                                parse_expression, postorder)
 
 Value = np.ndarray | np.generic | bool | int | float | complex  # what a node evaluates to
@@ -107,15 +111,39 @@ def result_dtype(values: Sequence[Value]) -> np.dtype:
     return _combine(dims, _combine(zero_dim, numbers))
 
 
+# torch's dtype names (Tensor.to's ``dtype=`` parameter, the torch.<dtype>() casts of an
+# expression) -> numpy dtypes
+TORCH_DTYPES: dict[str, np.dtype] = {
+    name: np.dtype(dtype) for name, dtype in {
+        "torch.float": np.float32, "torch.float32": np.float32, "torch.double": np.float64,
+        "torch.float64": np.float64, "torch.half": np.float16, "torch.float16": np.float16,
+        "torch.int": np.int32, "torch.int32": np.int32, "torch.long": np.int64,
+        "torch.int64": np.int64, "torch.short": np.int16, "torch.int16": np.int16,
+        "torch.int8": np.int8, "torch.uint8": np.uint8, "torch.bool": np.bool_,
+        "torch.complex64": np.complex64, "torch.complex128": np.complex128,
+        "torch.cfloat": np.complex64, "torch.cdouble": np.complex128,
+    }.items()}
+
+
 # ----- the functions ----------------------------------------------------------------------------
 
+@numba.vectorize(cache=True)
+def erf(x):
+    """erf(x) = 2/sqrt(pi) * integral from 0 to x of exp(-t^2) dt, elementwise (a numpy ufunc
+    compiled by numba on first use for each dtype; libm's erf, as torch uses). numpy has none."""
+    return math.erf(x)
+
+
 def _erf(x: np.ndarray) -> np.ndarray:
-    """erf(x) = 2/sqrt(pi) * integral from 0 to x of exp(-t^2) dt. numpy has no erf, so each
-    element goes through math.erf in float64 and is rounded back to x's dtype."""
-    return np.asarray(_ERF_EACH(x.astype(np.float64)), dtype=x.dtype)
+    return np.asarray(erf(x), dtype=x.dtype)
 
 
-_ERF_EACH = np.frompyfunc(math.erf, 1, 1)
+def sign(x: np.ndarray) -> np.ndarray:
+    """sign(x) = -1, 0 or 1; torch gives 0 for nan where numpy gives nan."""
+    y = np.array(np.sign(x))                  # an array even for a 0-d x
+    if category(y.dtype) >= FLOAT:
+        y[np.isnan(y)] = 0
+    return y
 
 
 def _rsqrt(x: np.ndarray) -> np.ndarray:
@@ -138,7 +166,7 @@ KEEP, TO_FLOAT, INTEGER = "keep", "float", "integer"
 #   TO_FLOAT  integer/bool inputs become float32 first (float64 if all are Python numbers)
 #   INTEGER   integer or bool inputs only
 ELEMENTWISE: dict[str, tuple[Callable, str]] = {
-    "abs": (np.abs, KEEP), "neg": (np.negative, KEEP), "sign": (np.sign, KEEP),
+    "abs": (np.abs, KEEP), "neg": (np.negative, KEEP), "sign": (sign, KEEP),
     "square": (np.square, KEEP),
     "ceil": (_rounding(np.ceil), KEEP), "floor": (_rounding(np.floor), KEEP),
     "round": (_rounding(np.round), KEEP), "trunc": (_rounding(np.trunc), KEEP),
@@ -167,6 +195,8 @@ ELEMENTWISE: dict[str, tuple[Callable, str]] = {
 def _elementwise(name: str, args: list[Value]) -> Value:
     """Apply an ELEMENTWISE function with torch's dtype rules; Python numbers in, Python out."""
     function, typing = ELEMENTWISE[name]
+    if any(a is None for a in args):
+        raise ValueError("None is not a value it can compute with")
     python = all(is_python_number(a) for a in args)
     dtype = result_dtype(args)
     if typing == TO_FLOAT and category(dtype) < FLOAT:
@@ -180,14 +210,22 @@ def _elementwise(name: str, args: list[Value]) -> Value:
 
 def _int(value: Value) -> int:
     """Python int(): one value, truncated toward zero."""
+    if value is None:
+        raise ValueError("None is not a number")
     if np.size(value) != 1:
         raise ValueError(f"needs a single value, got shape {np.shape(value)}")
     return int(np.asarray(value).item())
 
 
 def _cast(dtype) -> Callable[[Value], np.ndarray]:
-    """Tensor.float() / .long() / .bool(): the value as an array of ``dtype``."""
-    return lambda value: np.asarray(value).astype(dtype, copy=False)
+    """Tensor.float() / .long() / .bool() / ...: the value as an array of ``dtype``."""
+
+    def cast(value: Value) -> np.ndarray:
+        if value is None:
+            raise ValueError("None cannot be cast")
+        return np.asarray(value).astype(dtype, copy=False)
+
+    return cast
 
 
 def _size(tensor: Value, dim: Value | None = None) -> int | np.ndarray:
@@ -203,8 +241,8 @@ def _size(tensor: Value, dim: Value | None = None) -> int | np.ndarray:
 
 
 SPECIAL: dict[str, Callable[..., Value]] = {
-    "int": _int, "torch.float": _cast(np.float32), "torch.long": _cast(np.int64),
-    "torch.bool": _cast(np.bool_), "size": _size,
+    "int": _int, "size": _size,
+    **{name: _cast(TORCH_DTYPES[name]) for name in CAST_FUNCTIONS},
 }
 assert set(ELEMENTWISE) | set(SPECIAL) == set(ARITY), "every parsed function needs a kernel"
 
@@ -213,7 +251,7 @@ def _make_list(items: list[Value]) -> np.ndarray:
     """[a,b,...] -> a 1-D int64 array; every item must be one integer (a shape value)."""
     values = []
     for item in items:
-        if np.size(item) != 1 or category(np.asarray(item).dtype) > INT:
+        if item is None or np.size(item) != 1 or category(np.asarray(item).dtype) > INT:
             raise ValueError(f"list items must be single integers, got {item!r}")
         values.append(_int(item))
     return np.array(values, dtype=np.int64)

@@ -11,7 +11,7 @@ The grammar, one rule per parse function below::
     node  := operand | number | constant | call | list
     operand  := '@' digits                      @0 @12
     number   := int | float | complex           2  -1  0.5  1.000000e-05  -inf  1.5e+00-2.0e+00j
-    constant := 'True' | 'False'
+    constant := 'True' | 'False' | 'None'     None: an absent optional argument (dtype=None)
     call  := name '(' node (',' node)* ')'     add(@0,2)   torch.float(size(@0,2))
     list  := '[' [node (',' node)*] ']'        [1,size(@0,1),-1]
 
@@ -38,14 +38,17 @@ from parser.errors import ExpressionError
 # ----- the functions pnnx writes ----------------------------------------------------------------
 # Taken from pnnx's expression writer and Python exporter (tools/pnnx/src/pass_level3/
 # fuse_expression.cpp and Graph::python in ir.cpp). All are torch functions of the same name,
-# except: neg = unary minus, int = Python int() (truncates), torch.float / torch.long /
-# torch.bool = Tensor.float() / .long() / .bool(), and/or/xor/lshift/rshift = & | ^ << >>.
+# except: neg = unary minus, int = Python int() (truncates), torch.<dtype> = Tensor.to(dtype)
+# (pnnx writes ``dtype + "("`` for a cast of a scalar), and/or/xor/lshift/rshift = & | ^ << >>.
+CAST_FUNCTIONS: frozenset[str] = frozenset({
+    "torch.float", "torch.double", "torch.half", "torch.int", "torch.long", "torch.short",
+    "torch.int8", "torch.uint8", "torch.bool", "torch.complex64", "torch.complex128",
+})
 UNARY_FUNCTIONS: frozenset[str] = frozenset({
     "abs", "acos", "acosh", "asin", "asinh", "atan", "atanh", "ceil", "cos", "cosh", "erf",
     "exp", "expm1", "floor", "log", "log10", "log1p", "neg", "reciprocal", "round", "rsqrt",
-    "sign", "sin", "sinh", "sqrt", "square", "tan", "tanh", "trunc",
-    "int", "torch.float", "torch.long", "torch.bool",
-})
+    "sign", "sin", "sinh", "sqrt", "square", "tan", "tanh", "trunc", "int",
+}) | CAST_FUNCTIONS
 BINARY_FUNCTIONS: frozenset[str] = frozenset({
     "add", "sub", "mul", "div", "floor_divide", "remainder", "pow", "max", "min", "maximum",
     "minimum", "atan2", "fmod", "logaddexp", "and", "or", "xor", "lshift", "rshift",
@@ -57,7 +60,7 @@ ARITY: dict[str, tuple[int, int]] = {
     **{name: (2, 2) for name in BINARY_FUNCTIONS},
     "size": (1, 2),
 }
-BOOL_CONSTANTS = {"True": True, "False": False}
+NAMED_CONSTANTS = {"True": True, "False": False, "None": None}
 
 
 # ----- tokens -----------------------------------------------------------------------------------
@@ -117,9 +120,9 @@ class OperandRef:
 
 @dataclass(frozen=True)
 class Constant:
-    """A literal: int, float (inf and nan included), complex, or bool (True / False)."""
+    """A literal: int, float (inf and nan included), complex, bool (True / False) or None."""
 
-    value: int | float | complex | bool
+    value: int | float | complex | bool | None
     position: int = field(default=-1, compare=False)
 
 
@@ -201,8 +204,8 @@ class _Parser:
     def name(self, token: Token) -> Node:
         following = self.peek()
         if following is None or following.kind != "lparen":
-            if token.text in BOOL_CONSTANTS:
-                return Constant(BOOL_CONSTANTS[token.text], token.position)
+            if token.text in NAMED_CONSTANTS:
+                return Constant(NAMED_CONSTANTS[token.text], token.position)
             raise self.error(f"{token.text!r} is neither a function call nor a constant", token)
         if token.text not in ARITY:
             close = difflib.get_close_matches(token.text, ARITY, n=3)

@@ -64,7 +64,8 @@ def check_layer(type_name: str, torch_fn: Callable[..., Any],
     and check that:
 
     * ``infer_shapes`` predicts the shapes ``forward`` returns, and both equal torch's;
-    * the outputs are float32 and close to torch's values;
+    * the outputs have torch's dtypes (float32 for float32 inputs; bool, int64 ... where torch
+      gives those) and are close to torch's values;
     * the inputs are left untouched;
     * a ``support_inplace`` layer's ``forward_inplace`` gives the same values.
 
@@ -85,7 +86,7 @@ def check_layer(type_name: str, torch_fn: Callable[..., Any],
     for out, shape, want in zip(outputs, shapes, expected):
         assert tuple(shape) == out.shape == want.shape, \
             f"infer_shapes {tuple(shape)}, forward {out.shape}, torch {want.shape}"
-        assert out.dtype == np.float32, f"output dtype {out.dtype}"
+        assert out.dtype == want.dtype, f"output dtype {out.dtype}, torch {want.dtype}"
         np.testing.assert_allclose(out, want, atol=atol, rtol=rtol)
     for before, after in zip(originals, arrays):
         np.testing.assert_array_equal(before, after, err_msg="forward wrote into its input")
@@ -95,3 +96,41 @@ def check_layer(type_name: str, torch_fn: Callable[..., Any],
         layer.forward_inplace(x)
         np.testing.assert_array_equal(x, outputs[0], err_msg="forward_inplace differs")
     return outputs
+
+
+def check_export(pnnx_export, module: torch.nn.Module, inputs: Sequence[np.ndarray | tuple],
+                 name: str, types: Sequence[str] = (), *, atol: float = 1e-5,
+                 rtol: float = 1e-4) -> list[str]:
+    """Export ``module`` with pnnx (the ``pnnx_export`` fixture), run the files with
+    RuntimeGraph and compare every output with torch's on the same inputs (a shape gives a
+    random float32 array): values, shapes and dtypes. ``types`` are operator types the param
+    file must contain (so the test checks the layer it is about, not something pnnx folded it
+    into). Returns the operator types of the param file."""
+    from infer import RuntimeGraph
+    from parser.param import read_param
+
+    arrays = [rand(*item) if isinstance(item, tuple) else np.asarray(item) for item in inputs]
+    param, binary = pnnx_export(module.eval(), tuple(torch.from_numpy(a.copy()) for a in arrays),
+                                name)
+    written = [op.type for op in read_param(param).operators]
+    missing = set(types) - set(written)
+    assert not missing, f"pnnx wrote no {sorted(missing)}; it wrote {sorted(set(written))}"
+    with torch.no_grad():
+        expected = module(*(torch.from_numpy(a.copy()) for a in arrays))
+    expected = list(_flatten(expected))              # the graph unpacks nested tuples in order
+    outputs = RuntimeGraph(param, binary).build().forward(*arrays)
+    assert len(outputs) == len(expected)
+    for out, want in zip(outputs, expected):
+        want = want.numpy()
+        assert out.shape == want.shape and out.dtype == want.dtype, \
+            f"graph gives {out.dtype}{out.shape}, torch {want.dtype}{want.shape}"
+        np.testing.assert_allclose(out, want, atol=atol, rtol=rtol)
+    return written
+
+
+def _flatten(value):
+    if isinstance(value, torch.Tensor):
+        yield value
+    else:
+        for item in value:
+            yield from _flatten(item)

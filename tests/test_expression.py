@@ -10,7 +10,7 @@ import torch
 from layers.expression import ExpressionLayer, evaluate, promote_types, result_dtype
 from layers.registry import LayerRegisterer
 from parser.errors import ExpressionError, LayerError, ShapeError
-from parser.expression import (ARITY, BINARY_FUNCTIONS, UNARY_FUNCTIONS, Call, Constant,
+from parser.expression import (ARITY, BINARY_FUNCTIONS, CAST_FUNCTIONS, UNARY_FUNCTIONS, Call, Constant,
                                ListExpr, OperandRef, Token, operand_indices, parse_expression,
                                to_rpn, to_text, tokenize)
 from parser.param import read_param
@@ -196,8 +196,8 @@ UNARY = {
     "tan": (torch.tan, (-1.4, 1.4), False), "tanh": (torch.tanh, (-3, 3), False),
     "trunc": (torch.trunc, (-3, 3), False),
 }
-CASTS = {"int": int, "torch.float": torch.Tensor.float, "torch.long": torch.Tensor.long,
-         "torch.bool": torch.Tensor.bool}
+CASTS = {"int": int, **{name: (lambda t, d=getattr(torch, name[6:]): t.to(d))
+                         for name in CAST_FUNCTIONS}}
 
 # name -> (torch function, range of a, range of b, b signed)
 BINARY = {
@@ -340,6 +340,13 @@ def test_shifts_match_torch(name):
         torch.from_numpy(INT_A), torch.from_numpy(shifts)), exact=True)
 
 
+def test_sign_of_nan_is_zero_as_in_torch():
+    x = np.float32([np.nan, -0.0, 0.0, -2, 3])
+    check(run("sign(@0)", x), torch.sign(torch.from_numpy(x)))
+    assert evaluate(parse_expression("sign(nan)"), []) == 0
+    assert evaluate(parse_expression("sign(-2)"), []) == -1
+
+
 def test_integer_pow_and_division():
     exponents = np.abs(INT_B) - 1
     check(run("pow(@0,@1)", INT_A, exponents),
@@ -370,10 +377,45 @@ def test_bitwise_on_floats_is_an_error():
 
 # ----- casts, size() and lists ------------------------------------------------------------------
 
-@pytest.mark.parametrize("name", ["torch.float", "torch.long", "torch.bool"])
+@pytest.mark.parametrize("name", sorted(CAST_FUNCTIONS))
 def test_casts_match_torch(name):
-    x = sample(-3, 3)
-    check(run(f"{name}(@0)", x), CASTS[name](torch.from_numpy(x)), exact=True)
+    x = sample(-3, 3) * 50                 # wraps around in int8 / uint8, as torch's cast does
+    if name == "torch.uint8":
+        x = np.abs(x)                      # negative float -> uint8 is undefined in C and numpy
+    check(run(f"{name}(@0)", x), CASTS[name](torch.from_numpy(x)), exact=name != "torch.half")
+    check(run(f"add({name}(@0),1)", INT_A), CASTS[name](torch.from_numpy(INT_A)) + 1,
+          exact=True)
+
+
+def test_cast_of_a_shape_value_matches_torch():
+    x = np.zeros((2, 7, 3), np.float32)
+    for name in sorted(CAST_FUNCTIONS - {"torch.bool"}):
+        expected = CASTS[name](torch.tensor(7)) * 2
+        check(run(f"mul({name}(size(@0,1)),2)", x), expected, exact=True)
+
+
+def test_none_is_a_constant():
+    """pnnx writes an absent optional argument (torch.prod's dtype) as expr=None."""
+    assert parse_expression("None") == Constant(None)
+    layer = ExpressionLayer(expr="None")
+    assert layer.infer_shapes([]) == [()]
+    (value,) = layer.forward([])
+    assert value.shape == () and value.item() is None
+    for expr in ["add(@0,None)", "[1,None]", "int(None)", "torch.float(None)"]:
+        with pytest.raises(ExpressionError, match="None"):
+            run(expr, sample(0, 1))
+
+
+def test_erf_is_exact_over_the_float32_range():
+    """erf is a numba ufunc over libm's erf: within 1e-6 of torch everywhere, tails included."""
+    x = np.concatenate([np.linspace(-6, 6, 200001, dtype=np.float32),
+                        np.float32([0.0, -0.0, 1e-30, -1e-30, 10, -10, np.inf, -np.inf])])
+    np.testing.assert_allclose(run("erf(@0)", x), torch.erf(torch.from_numpy(x)).numpy(),
+                               rtol=0, atol=1e-6)
+    x64 = x.astype(np.float64)
+    np.testing.assert_allclose(run("erf(@0)", x64), torch.erf(torch.from_numpy(x64)).numpy(),
+                               rtol=0, atol=1e-12)
+    assert np.isnan(run("erf(@0)", np.float32([np.nan]))[0])
 
 
 def test_int_truncates_one_value():

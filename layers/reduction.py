@@ -1,0 +1,246 @@
+"""Reductions: sum, mean, prod, max, min, amax, amin, argmax, argmin, logsumexp, std, var.
+
+pnnx writes them all as ``torch.x`` (the Tensor spellings ``x.sum(1)`` too)::
+
+    torch.sum   dim=(1,-1) keepdim=False        several dims (a tuple), negative ones count
+    torch.sum                                   no dim: the whole tensor, a 0-d result
+    torch.max   dim=1 keepdim=True   1 2 ...    one dim: (values, indices), or values alone
+    torch.argmax dim=None keepdim=False         the index into the flattened tensor
+
+A reduced dim is dropped, or kept with size 1 when ``keepdim``. ``torch.max`` / ``torch.min``
+with a dim return (values, int64 indices); pnnx drops an unused trailing output, so the layer
+returns as many outputs as the operator has (``num_outputs``). Whole-tensor ``torch.prod`` is
+written as ``aten::prod`` with a second input, the dtype, which pnnx writes as ``None``.
+Sums and products of integer or bool tensors are int64, as in torch.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+from layers.base import (Layer, Param, Shape, as_bool, as_float, as_int, as_ints,
+                         normalize_dim)
+from layers.expression import FLOAT, category
+from layers.registry import register_layer
+from parser.errors import LayerError, ShapeError
+
+
+def reduced_axes(dim: Sequence[int] | int | None, rank: int) -> tuple[int, ...]:
+    """The axes a ``dim`` argument names: every axis for None (or an empty list), negative
+    dims counted from the end; ShapeError for a dim out of range or named twice."""
+    if dim is None or (not isinstance(dim, int) and len(dim) == 0):
+        return tuple(range(rank))
+    dims = (dim,) if isinstance(dim, int) else tuple(dim)
+    axes = tuple(normalize_dim(d, rank) for d in dims)
+    if len(set(axes)) != len(axes):
+        raise ShapeError(f"dim {dims} names a dim twice (rank {rank})")
+    return axes if rank else ()
+
+
+def reduced_shape(shape: Shape, axes: Sequence[int], keepdim: bool) -> Shape:
+    """``shape`` without the ``axes`` (or with size 1 there, when ``keepdim``)."""
+    if keepdim:
+        return tuple(1 if axis in axes else size for axis, size in enumerate(shape))
+    return tuple(size for axis, size in enumerate(shape) if axis not in axes)
+
+
+def _dims(value) -> tuple[int, ...]:
+    return as_ints(value)
+
+
+class _Reduction(Layer):
+    """One input reduced over ``dim`` (None: every dim) into one output."""
+
+    PARAMS = {"dim": Param(None, _dims), "keepdim": Param(False, as_bool)}
+
+    def axes(self, shape: Shape) -> tuple[int, ...]:
+        return reduced_axes(self.dim, len(shape))
+
+    def infer_shape(self, shape: Shape) -> Shape:
+        axes = self.axes(shape)
+        if any(shape[axis] == 0 for axis in axes) and not self.EMPTY_OK:
+            raise ShapeError(f"cannot reduce an empty dim of shape {tuple(shape)} "
+                             f"(it has no identity)")
+        return reduced_shape(shape, axes, self.keepdim)
+
+    EMPTY_OK = True                    # sum / mean / prod have identities; max / min do not
+
+    def forward_one(self, x: np.ndarray) -> np.ndarray:
+        self.infer_shape(x.shape)
+        return np.asarray(self.reduce(x, self.axes(x.shape)))
+
+    def reduce(self, x: np.ndarray, axes: tuple[int, ...]) -> np.ndarray:
+        raise NotImplementedError
+
+
+def _integers_to_int64(x: np.ndarray) -> np.ndarray:
+    """torch sums and multiplies bool and integer tensors in int64."""
+    return x.astype(np.int64) if category(x.dtype) < FLOAT else x
+
+
+@register_layer("torch.sum")
+class Sum(_Reduction):
+    """y = sum of x over ``dim``"""
+
+    def reduce(self, x, axes):
+        return np.sum(_integers_to_int64(x), axis=axes, keepdims=self.keepdim)
+
+
+@register_layer("torch.mean")
+class Mean(_Reduction):
+    """y = sum of x over ``dim`` / the number of elements summed (floating tensors only, as in
+    torch)."""
+
+    def reduce(self, x, axes):
+        if category(x.dtype) < FLOAT:
+            raise LayerError(f"torch.mean takes a floating tensor, got {x.dtype}")
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return np.mean(x, axis=axes, keepdims=self.keepdim)
+
+
+@register_layer("torch.prod")
+class Prod(_Reduction):
+    """y = product of x over one ``dim`` (torch.prod takes one dim, or none: aten::prod)."""
+
+    PARAMS = {"dim": Param(None, as_int), "keepdim": Param(False, as_bool)}
+
+    def reduce(self, x, axes):
+        return np.prod(_integers_to_int64(x), axis=axes, keepdims=self.keepdim)
+
+
+@register_layer("aten::prod")
+class WholeProd(Prod):
+    """torch.prod(x) of the whole tensor: pnnx writes it as ``aten::prod`` whose second input
+    is the dtype argument, None (a pnnx.Expression ``None``)."""
+
+    PARAMS = {}
+    dim, keepdim = None, False
+    one_blob_only = False
+
+    def infer_shapes(self, input_shapes: Sequence[Shape]) -> list[Shape]:
+        if len(input_shapes) != 2:
+            raise ShapeError(f"expects 2 inputs (input, dtype), got {len(input_shapes)}")
+        return [self.infer_shape(tuple(input_shapes[0]))]
+
+    def forward(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+        x, dtype = inputs
+        if not (dtype is None or (dtype.dtype == object and dtype.item() is None)):
+            raise LayerError("aten::prod: only dtype=None is supported")
+        return [self.forward_one(x)]
+
+
+@register_layer("torch.amax")
+class Amax(_Reduction):
+    """y = largest value of x over ``dim`` (nan wins, as in torch)."""
+
+    EMPTY_OK = False
+
+    def reduce(self, x, axes):
+        return np.max(x, axis=axes, keepdims=self.keepdim)
+
+
+@register_layer("torch.amin")
+class Amin(_Reduction):
+    """y = smallest value of x over ``dim`` (nan wins, as in torch)."""
+
+    EMPTY_OK = False
+
+    def reduce(self, x, axes):
+        return np.min(x, axis=axes, keepdims=self.keepdim)
+
+
+@register_layer("torch.logsumexp")
+class LogSumExp(_Reduction):
+    """y = log(sum(exp(x))) over ``dim``, as m + log(sum(exp(x - m))) with m the max (finite),
+    so that nothing overflows."""
+
+    def reduce(self, x, axes):
+        if category(x.dtype) < FLOAT:
+            x = x.astype(np.float32)
+        m = np.max(x, axis=axes, keepdims=True) if x.size else np.zeros((1,) * x.ndim, x.dtype)
+        m = np.where(np.isfinite(m), m, 0).astype(x.dtype)
+        with np.errstate(divide="ignore"):
+            y = np.log(np.sum(np.exp(x - m), axis=axes, keepdims=True)) + m
+        return y if self.keepdim else np.squeeze(y, axis=axes)
+
+
+@register_layer("torch.var", "torch.std")
+class Variance(_Reduction):
+    """var = sum((x - mean)^2) / (n - correction) over ``dim``; std = sqrt(var). pnnx writes
+    ``unbiased`` (correction 1 if True, else 0) or ``correction``."""
+
+    PARAMS = {**_Reduction.PARAMS, "unbiased": Param(True, as_bool),
+              "correction": Param(None, as_float)}
+
+    def reduce(self, x, axes):
+        correction = self.correction if self.correction is not None else float(self.unbiased)
+        count = int(np.prod([x.shape[axis] for axis in axes]))
+        centred = x - np.mean(x, axis=axes, keepdims=True)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            y = np.sum(centred * centred, axis=axes, keepdims=self.keepdim)
+            y = y / x.dtype.type(max(count - correction, 0))
+            return np.sqrt(y) if self.type == "torch.std" else y
+
+
+@register_layer("torch.max", "torch.min")
+class MaxMin(Layer):
+    """torch.max / torch.min:
+
+    * without ``dim``: the largest (smallest) value of the whole tensor, 0-d;
+    * with ``dim``: (values, indices) along that dim, indices int64; pnnx writes one output
+      when only the values are used.
+    """
+
+    PARAMS = {"dim": Param(None, as_int), "keepdim": Param(False, as_bool)}
+
+    def _outputs(self) -> int:
+        if self.dim is None:
+            return 1
+        return 2 if self.num_outputs is None else self.num_outputs
+
+    def infer_shapes(self, input_shapes: Sequence[Shape]) -> list[Shape]:
+        if len(input_shapes) != 1:
+            raise ShapeError(f"expects 1 input, got {len(input_shapes)}")
+        shape = tuple(input_shapes[0])
+        if self._outputs() not in (1, 2):
+            raise LayerError(f"gives values and indices; the operator has {self._outputs()} "
+                             f"outputs")
+        axes = reduced_axes(self.dim, len(shape))
+        if any(shape[axis] == 0 for axis in axes):
+            raise ShapeError(f"cannot reduce an empty dim of shape {shape}")
+        return [reduced_shape(shape, axes, self.keepdim)] * self._outputs()
+
+    def forward(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+        self.infer_shapes([a.shape for a in inputs])
+        x = inputs[0]
+        is_max = self.type == "torch.max"
+        if self.dim is None:
+            return [np.asarray(x.max() if is_max else x.min())]
+        axis = reduced_axes(self.dim, x.ndim)
+        if not axis:                                              # a 0-d input
+            return [x.copy(), np.zeros((), np.int64)][:self._outputs()]
+        indices = (np.argmax if is_max else np.argmin)(x, axis=axis[0], keepdims=True)
+        values = np.take_along_axis(x, indices, axis=axis[0])
+        if not self.keepdim:
+            values, indices = values.squeeze(axis[0]), indices.squeeze(axis[0])
+        return [values, indices.astype(np.int64)][:self._outputs()]
+
+
+@register_layer("torch.argmax", "torch.argmin")
+class ArgMaxMin(_Reduction):
+    """Index (int64) of the largest (smallest) value along ``dim``; with dim=None, the index
+    into the flattened tensor (``keepdim`` then keeps every dim, with size 1)."""
+
+    PARAMS = {"dim": Param(None, as_int), "keepdim": Param(False, as_bool)}
+    EMPTY_OK = False
+
+    def reduce(self, x, axes):
+        find = np.argmax if self.type == "torch.argmax" else np.argmin
+        if self.dim is None:
+            index = np.asarray(find(x), dtype=np.int64)
+            return index.reshape((1,) * x.ndim) if self.keepdim else index
+        if not axes:                                              # a 0-d input
+            return np.zeros((), np.int64)
+        return find(x, axis=axes[0], keepdims=self.keepdim).astype(np.int64)

@@ -1,0 +1,180 @@
+"""Reductions against torch: every dim spelling (int, negative, several, none), keepdim,
+max/min with (values, indices), integer dtypes, errors; and what pnnx writes for them."""
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from helpers import check_export, check_layer, make_layer, rand
+from layers import LayerRegisterer
+from layers import reduction as red
+from parser.errors import LayerError, ShapeError
+
+SHAPE = (2, 3, 4, 5)
+DIMS = [None, 0, 1, -1, -3, (1,), (1, 2), (0, -1), (3, 0, 1), (0, 1, 2, 3)]
+
+
+def torch_dims(dim):
+    return tuple(range(len(SHAPE))) if dim is None else dim
+
+
+@pytest.mark.parametrize("keepdim", [False, True])
+@pytest.mark.parametrize("dim", DIMS, ids=str)
+@pytest.mark.parametrize("type_name, torch_fn", [
+    ("torch.sum", torch.sum), ("torch.mean", torch.mean), ("torch.amax", torch.amax),
+    ("torch.amin", torch.amin), ("torch.logsumexp", torch.logsumexp)])
+def test_reductions_over_dims_match_torch(type_name, torch_fn, dim, keepdim):
+    params = {"keepdim": keepdim} if dim is None else {"dim": dim, "keepdim": keepdim}
+    check_layer(type_name, lambda t: torch_fn(t, torch_dims(dim), keepdim=keepdim), [SHAPE],
+                params)
+
+
+@pytest.mark.parametrize("type_name, torch_fn", [
+    ("torch.sum", torch.sum), ("torch.mean", torch.mean), ("torch.amax", torch.amax),
+    ("torch.amin", torch.amin)])
+def test_no_dim_reduces_the_whole_tensor(type_name, torch_fn):
+    """pnnx writes torch.sum(x) with no parameters at all, torch.amax(x) with dim=None."""
+    check_layer(type_name, torch_fn, [SHAPE], {})
+    check_layer(type_name, torch_fn, [SHAPE], {"dim": None, "keepdim": False})
+
+
+@pytest.mark.parametrize("type_name, torch_fn", [
+    ("torch.var", torch.var), ("torch.std", torch.std)])
+@pytest.mark.parametrize("dim", [1, -1, (0, 2)], ids=str)
+@pytest.mark.parametrize("unbiased", [True, False])
+def test_variance_matches_torch(type_name, torch_fn, dim, unbiased):
+    check_layer(type_name, lambda t: torch_fn(t, dim, unbiased=unbiased, keepdim=True),
+                [SHAPE], {"dim": dim, "keepdim": True, "unbiased": unbiased})
+    check_layer(type_name, lambda t: torch_fn(t, dim, correction=2), [SHAPE],
+                {"dim": dim, "correction": 2})
+
+
+@pytest.mark.parametrize("dim", [None, 0, 1, -1, -4])
+@pytest.mark.parametrize("keepdim", [False, True])
+def test_prod_matches_torch(dim, keepdim):
+    x = np.random.default_rng(1).uniform(0.5, 1.5, SHAPE).astype(np.float32)
+    if dim is None:
+        check_layer("torch.prod", torch.prod, [x], {})
+        layer = make_layer("aten::prod")                 # its second input: dtype=None
+        assert layer.infer_shapes([SHAPE, ()]) == [()]
+        np.testing.assert_allclose(layer.forward([x, np.array(None)])[0],
+                                   torch.prod(torch.from_numpy(x)).numpy(), rtol=1e-5)
+        with pytest.raises(LayerError, match="dtype=None"):
+            layer.forward([x, np.array(3)])
+    else:
+        check_layer("torch.prod", lambda t: torch.prod(t, dim, keepdim=keepdim), [x],
+                    {"dim": dim, "keepdim": keepdim})
+
+
+@pytest.mark.parametrize("type_name, torch_fn", [("torch.max", torch.max),
+                                                 ("torch.min", torch.min)])
+@pytest.mark.parametrize("dim", [0, 1, 3, -1, -2])
+@pytest.mark.parametrize("keepdim", [False, True])
+def test_max_min_with_dim_give_values_and_indices(type_name, torch_fn, dim, keepdim):
+    x = rand(*SHAPE)
+    values, indices = check_layer(type_name, lambda t: tuple(torch_fn(t, dim, keepdim)), [x],
+                                  {"dim": dim, "keepdim": keepdim})
+    assert indices.dtype == np.int64
+    layer = make_layer(type_name, {"dim": dim, "keepdim": keepdim})
+    layer.num_outputs = 1                            # pnnx: torch.max(x, dim)[0]
+    [shape] = layer.infer_shapes([SHAPE])
+    [only] = layer.forward([x])
+    assert shape == only.shape
+    np.testing.assert_array_equal(only, values)
+
+
+@pytest.mark.parametrize("type_name, torch_fn", [("torch.max", torch.max),
+                                                 ("torch.min", torch.min)])
+def test_max_min_of_the_whole_tensor(type_name, torch_fn):
+    check_layer(type_name, torch_fn, [SHAPE], {})
+
+
+@pytest.mark.parametrize("type_name, torch_fn", [("torch.argmax", torch.argmax),
+                                                 ("torch.argmin", torch.argmin)])
+@pytest.mark.parametrize("dim", [None, 0, 2, -1])
+@pytest.mark.parametrize("keepdim", [False, True])
+def test_argmax_argmin_match_torch(type_name, torch_fn, dim, keepdim):
+    check_layer(type_name, lambda t: torch_fn(t, dim, keepdim), [SHAPE],
+                {"dim": dim, "keepdim": keepdim})
+
+
+def test_integer_and_bool_tensors_follow_torch_dtypes():
+    ints = np.random.default_rng(2).integers(-5, 5, SHAPE).astype(np.int32)
+    check_layer("torch.sum", lambda t: torch.sum(t, 1), [ints], {"dim": 1})      # int64
+    check_layer("torch.sum", torch.sum, [ints > 0], {})                          # int64
+    check_layer("torch.prod", lambda t: torch.prod(t, 2), [ints], {"dim": 2})
+    check_layer("torch.amax", lambda t: torch.amax(t, -1), [ints], {"dim": -1})  # int32
+    check_layer("torch.max", lambda t: tuple(torch.max(t, 0)), [ints], {"dim": 0})
+    check_layer("torch.argmin", lambda t: torch.argmin(t, 1), [ints], {"dim": 1})
+    with pytest.raises(LayerError, match="floating"):
+        make_layer("torch.mean").forward([ints])
+
+
+def test_nan_wins_as_in_torch():
+    x = np.float32([[1, np.nan, 3], [4, 5, 6]])
+    check_layer("torch.amax", lambda t: torch.amax(t, 1), [x], {"dim": 1})
+    check_layer("torch.max", lambda t: tuple(torch.max(t, 1)), [x], {"dim": 1})
+    check_layer("torch.argmax", lambda t: torch.argmax(t, 1), [x], {"dim": 1})
+
+
+def test_reducing_an_empty_dim():
+    empty = np.zeros((2, 0, 3), np.float32)
+    check_layer("torch.sum", lambda t: torch.sum(t, 1), [empty], {"dim": 1})
+    with pytest.raises(ShapeError, match="empty"):
+        make_layer("torch.amax", {"dim": 1}).infer_shapes([(2, 0, 3)])
+    with pytest.raises(ShapeError, match="empty"):
+        make_layer("torch.max", {"dim": 1}).infer_shapes([(2, 0, 3)])
+
+
+@pytest.mark.parametrize("type_name, params, shape, words", [
+    ("torch.sum", {"dim": 4}, SHAPE, "out of range"),
+    ("torch.mean", {"dim": (1, -3)}, SHAPE, "twice"),
+    ("torch.max", {"dim": -5}, SHAPE, "out of range"),
+    ("torch.argmax", {"dim": 2}, (3, 4), "out of range"),
+], ids=str)
+def test_bad_dims_are_shape_errors(type_name, params, shape, words):
+    with pytest.raises(ShapeError, match=words):
+        make_layer(type_name, params).infer_shapes([shape])
+
+
+@pytest.mark.parametrize("type_name, params", [
+    ("torch.sum", {"dim": 1.5}), ("torch.sum", {"keepdim": 1}), ("torch.max", {"dim": (1, 2)}),
+    ("torch.prod", {"dim": (0, 1)})], ids=str)
+def test_bad_params_are_layer_errors(type_name, params):
+    with pytest.raises(LayerError):
+        make_layer(type_name, params)
+
+
+@pytest.mark.parametrize("type_name, layer_class", [
+    ("torch.sum", red.Sum), ("torch.mean", red.Mean), ("torch.prod", red.Prod),
+    ("aten::prod", red.WholeProd), ("torch.amax", red.Amax), ("torch.amin", red.Amin),
+    ("torch.max", red.MaxMin), ("torch.min", red.MaxMin), ("torch.argmax", red.ArgMaxMin),
+    ("torch.argmin", red.ArgMaxMin), ("torch.logsumexp", red.LogSumExp),
+    ("torch.var", red.Variance), ("torch.std", red.Variance)])
+def test_registered_under_pnnx_names(type_name, layer_class):
+    assert LayerRegisterer().layer_class(type_name) is layer_class
+
+
+# ----- what pnnx writes -------------------------------------------------------------------------
+
+class Reductions(nn.Module):
+    """Each reduction in its torch and Tensor spellings, with every kind of dim."""
+
+    def forward(self, x):
+        return (torch.sum(x), torch.sum(x, 1), x.sum(-1, keepdim=True), torch.sum(x, (1, 2)),
+                x.sum(dim=[0, -1]), torch.mean(x), x.mean((2, 3), keepdim=True),
+                torch.mean(x, -2), torch.max(x), torch.max(x, 1)[0], torch.max(x, 1),
+                x.max(-1, keepdim=True), x.min(), torch.min(x, dim=2), x.min(0)[1],
+                torch.amax(x, (1, 2), keepdim=True), x.amin(-1), torch.amax(x),
+                torch.prod(x), torch.prod(x, 1), x.prod(-1, keepdim=True),
+                torch.argmax(x), torch.argmax(x, 1), x.argmax(-1, keepdim=True),
+                torch.argmin(x, 2), x.argmin(), torch.logsumexp(x, 1),
+                torch.var(x, 1), x.std((0, 2), keepdim=True, unbiased=False))
+
+
+def test_pnnx_export_of_reductions(pnnx_export):
+    check_export(pnnx_export, Reductions(), [SHAPE], "reductions", [
+        "torch.sum", "torch.mean", "torch.max", "torch.min", "torch.amax", "torch.amin",
+        "torch.prod", "aten::prod", "torch.argmax", "torch.argmin", "torch.logsumexp",
+        "torch.var", "torch.std"], atol=1e-4)
