@@ -12,3 +12,5 @@ import layers.linear  # noqa: E402,F401
 import layers.normalization  # noqa: E402,F401
 import layers.pooling  # noqa: E402,F401
 import layers.shape  # noqa: E402,F401
+import layers.attention  # noqa: E402,F401
+import layers.embedding  # noqa: E402,F401
