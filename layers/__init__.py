@@ -12,5 +12,9 @@ import layers.linear  # noqa: E402,F401
 import layers.normalization  # noqa: E402,F401
 import layers.pooling  # noqa: E402,F401
 import layers.shape  # noqa: E402,F401
+import layers.split  # noqa: E402,F401
+import layers.padding  # noqa: E402,F401
+import layers.resize  # noqa: E402,F401
+import layers.create  # noqa: E402,F401
 import layers.attention  # noqa: E402,F401
 import layers.embedding  # noqa: E402,F401
