@@ -155,7 +155,7 @@ class RuntimeGraph:
         layer = layer_class()
         layer.name, layer.type = op.name, op.type
         layer.input_names = list(op.input_names)
-        layer.num_outputs = len(op.outputs)       # for layers whose output count varies
+        layer.num_outputs = len(op.outputs)
         return layer
 
     # ---------------------------------------------------------------- build
