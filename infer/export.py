@@ -84,11 +84,15 @@ def export_module(module, example_inputs: Sequence, out_dir: str | Path, name: s
 
 
 def _shapes_argument(inputs) -> str:
-    """pnnx's ``inputshape=`` value: ``[1,3,224,224]f32,[1,10]i64``."""
+    """pnnx's ``inputshape=`` value: ``[1,3,224,224]f32,[1,10]i64,[5,5]bool``. (pnnx's
+    python helper writes a bool tensor as f32, which its program then refuses.)"""
+    import torch
     from pnnx.utils.utils import input_torch_type_to_str
 
-    return ",".join("[" + ",".join(str(d) for d in x.shape) + "]" + input_torch_type_to_str(x)
-                    for x in inputs)
+    def dtype(x) -> str:
+        return "bool" if x.dtype == torch.bool else input_torch_type_to_str(x)
+
+    return ",".join("[" + ",".join(str(d) for d in x.shape) + "]" + dtype(x) for x in inputs)
 
 
 def _second_inputs(module, inputs: tuple) -> tuple:

@@ -18,3 +18,5 @@ import layers.resize  # noqa: E402,F401
 import layers.create  # noqa: E402,F401
 import layers.elementwise  # noqa: E402,F401
 import layers.reduction  # noqa: E402,F401
+import layers.attention  # noqa: E402,F401
+import layers.embedding  # noqa: E402,F401
