@@ -17,8 +17,13 @@ Layout of one entry, and how a zero-copy view finds its bytes::
     30+n+m  size  the array bytes           <- np.frombuffer(mmap, offset=30+n+m)
 
 The central directory at the end of the file (read with ``zipfile``) lists every entry with the
-offset of its local header. ``PnnxBin`` memory-maps the file read-only and hands out numpy views
+offset of its local header, its size and the CRC-32 of its bytes. ``PnnxBin`` memory-maps the file read-only and hands out numpy views
 straight over the mapping: nothing is copied, and the OS pages weights in as they are used.
+
+A damaged file never loads silently: an entry is checked before its first view is handed out
+(the local header must name the same entry as the central directory, a stored entry's sizes
+must agree, and its bytes must have the CRC-32 the directory records; zlib does this at over
+1 GB/s), so a flipped byte, a cut-off download or a shifted header is a BinFileError.
 
 Alignment: entries start wherever the previous one ended, so a view may begin at an address that
 is not a multiple of its itemsize (``arr.flags.aligned`` is False). numpy reads unaligned arrays
@@ -34,6 +39,7 @@ import mmap
 import os
 import struct
 import zipfile
+import zlib
 from dataclasses import dataclass
 
 import numpy as np
@@ -83,11 +89,18 @@ _WIDEN = {"bf16": _widen_bf16, "c32": _widen_c32}
 
 @dataclass(frozen=True)
 class _Entry:
-    """Where one entry's bytes are: ``size`` bytes from ``offset``; ``method`` 0 means stored."""
+    """Where one entry's bytes are: ``size`` bytes from ``offset``; ``method`` 0 means stored;
+    ``crc`` is the CRC-32 the central directory records for them."""
 
     offset: int
     size: int
     method: int
+    crc: int
+
+
+def _encoded_name(info: zipfile.ZipInfo) -> bytes:
+    """The entry name as the local header stores it (UTF-8 if flag bit 11 is set, else cp437)."""
+    return info.filename.encode("utf-8" if info.flag_bits & 0x800 else "cp437")
 
 
 class PnnxBin:
@@ -100,6 +113,7 @@ class PnnxBin:
     def __init__(self, path):
         self.path = str(path)
         self._mm: mmap.mmap | None = None
+        self._verified: set[str] = set()           # entries whose CRC-32 has been checked
         try:
             size = os.path.getsize(self.path)
             if size == 0:
@@ -140,12 +154,22 @@ class PnnxBin:
             raise BinFileError("damaged zip archive: no local file header where the central "
                                "directory points", path=self.path, entry=info.filename)
         name_length, extra_length = struct.unpack_from("<HH", mm, header + 26)
+        name = mm[header + _LOCAL_HEADER_SIZE:header + _LOCAL_HEADER_SIZE + name_length]
+        if name != _encoded_name(info):
+            raise BinFileError(f"damaged zip archive: the local header names {name!r}, the "
+                               f"central directory this entry", path=self.path,
+                               entry=info.filename)
         offset = header + _LOCAL_HEADER_SIZE + name_length + extra_length
         if offset + info.compress_size > len(mm):
             raise BinFileError(f"truncated zip archive: the entry needs bytes up to "
                                f"{offset + info.compress_size}, the file has {len(mm)}",
                                path=self.path, entry=info.filename)
-        return _Entry(offset=offset, size=info.file_size, method=info.compress_type)
+        if info.compress_type == zipfile.ZIP_STORED and info.compress_size != info.file_size:
+            raise BinFileError(f"damaged zip archive: a stored entry of {info.file_size} bytes "
+                               f"takes {info.compress_size}", path=self.path,
+                               entry=info.filename)
+        return _Entry(offset=offset, size=info.file_size, method=info.compress_type,
+                      crc=info.CRC)
 
     # ----- public API -------------------------------------------------------------------------
     def entries(self) -> list[str]:
@@ -190,6 +214,14 @@ class PnnxBin:
         if entry.method != zipfile.ZIP_STORED:
             raise BinFileError(f"the entry is compressed (zip method {entry.method}); pnnx "
                                f"writes stored entries only", path=self.path, entry=key)
+        if key not in self._verified:
+            with memoryview(self._mm) as view:
+                crc = zlib.crc32(view[entry.offset:entry.offset + entry.size])
+            if crc != entry.crc:
+                raise BinFileError(f"damaged entry: its bytes have CRC-32 {crc:08x}, the zip "
+                                   f"directory records {entry.crc:08x}", path=self.path,
+                                   entry=key)
+            self._verified.add(key)
         return entry
 
     def _suggest(self, key: str) -> str:
