@@ -64,6 +64,11 @@ assert set(DTYPES) == set(DTYPE_NAMES), "DTYPES must cover exactly the pnnx dtyp
 _STORED: dict[str, tuple[np.dtype, int]] = {"bf16": (np.dtype("<u2"), 1),
                                              "c32": (np.dtype("<f2"), 2)}
 
+# What zipfile raises on a damaged archive: besides BadZipFile, a garbled version field is a
+# NotImplementedError, a garbled name a UnicodeDecodeError (a ValueError), a cut-off record a
+# struct.error or EOFError, a garbled offset an OSError from seek.
+_ZIP_ERRORS = (zipfile.BadZipFile, zipfile.LargeZipFile, EOFError, ValueError,
+               NotImplementedError, struct.error, OverflowError, OSError)
 _LOCAL_HEADER = b"PK\x03\x04"
 _LOCAL_HEADER_SIZE = 30
 
@@ -134,7 +139,7 @@ class PnnxBin:
         try:
             with open(self.path, "rb") as file, zipfile.ZipFile(file) as archive:
                 infos = archive.infolist()
-        except (zipfile.BadZipFile, zipfile.LargeZipFile, EOFError, ValueError) as exc:
+        except _ZIP_ERRORS as exc:
             if self._starts_like_zip():
                 raise BinFileError(f"truncated or damaged zip archive ({exc})",
                                    path=self.path) from None
@@ -150,7 +155,8 @@ class PnnxBin:
         """The entry's data offset: local header offset + 30 + name length + extra length."""
         header = info.header_offset
         mm = self._mm
-        if mm[header:header + 4] != _LOCAL_HEADER or header + _LOCAL_HEADER_SIZE > len(mm):
+        if (header < 0 or header + _LOCAL_HEADER_SIZE > len(mm)
+                or mm[header:header + 4] != _LOCAL_HEADER):
             raise BinFileError("damaged zip archive: no local file header where the central "
                                "directory points", path=self.path, entry=info.filename)
         name_length, extra_length = struct.unpack_from("<HH", mm, header + 26)
