@@ -139,7 +139,7 @@ LAYER_CASES = [
     (POOL.format(k="(2,2)", p="(0,0)", s="(-2,2)"), LayerError, "stride=(-2, 2)"),
     (POOL.format(k="(2,2)", p="(2,2)", s="(2,2)"), LayerError, "at most half of the kernel"),
     (POOL.format(k="(2,2)", p="(0,0)", s="(2,2)").replace("False", "True", 2), LayerError,
-     "return_indices=True"),
+     "computes 2 output shapes for 1 outputs"),          # indices asked for, no operand
     (POOL.format(k="(9,9)", p="(0,0)", s="(1,1)"), ShapeError, "smaller than the 9x9 window"),
     ("nn.AvgPool2d pool 1 1 0 1 kernel_size=(2,2) divisor_override=0", LayerError,
      "divisor_override=0"),
