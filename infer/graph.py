@@ -333,7 +333,8 @@ class RuntimeGraph(GraphTools):
         self._require_complete()
         arrays = self._check_inputs(inputs)
         self._shape_plan([a.shape for a in arrays])        # refuse bad shapes before running
-        with threads.limit(self.num_threads):
+        # NaN and Inf flow through silently, as in torch (numpy would warn at 0 * inf)
+        with threads.limit(self.num_threads), np.errstate(all="ignore"):
             values = self._run_hooked(arrays) if self._hooks else self._run(arrays)
         return [_writeable(values[o.name]) for o in self.output_operands]
 

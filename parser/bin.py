@@ -17,8 +17,13 @@ Layout of one entry, and how a zero-copy view finds its bytes::
     30+n+m  size  the array bytes           <- np.frombuffer(mmap, offset=30+n+m)
 
 The central directory at the end of the file (read with ``zipfile``) lists every entry with the
-offset of its local header. ``PnnxBin`` memory-maps the file read-only and hands out numpy views
+offset of its local header, its size and the CRC-32 of its bytes. ``PnnxBin`` memory-maps the file read-only and hands out numpy views
 straight over the mapping: nothing is copied, and the OS pages weights in as they are used.
+
+A damaged file never loads silently: an entry is checked before its first view is handed out
+(the local header must name the same entry as the central directory, a stored entry's sizes
+must agree, and its bytes must have the CRC-32 the directory records; zlib does this at over
+1 GB/s), so a flipped byte, a cut-off download or a shifted header is a BinFileError.
 
 Alignment: entries start wherever the previous one ended, so a view may begin at an address that
 is not a multiple of its itemsize (``arr.flags.aligned`` is False). numpy reads unaligned arrays
@@ -34,6 +39,7 @@ import mmap
 import os
 import struct
 import zipfile
+import zlib
 from dataclasses import dataclass
 
 import numpy as np
@@ -58,6 +64,11 @@ assert set(DTYPES) == set(DTYPE_NAMES), "DTYPES must cover exactly the pnnx dtyp
 _STORED: dict[str, tuple[np.dtype, int]] = {"bf16": (np.dtype("<u2"), 1),
                                              "c32": (np.dtype("<f2"), 2)}
 
+# What zipfile raises on a damaged archive: besides BadZipFile, a garbled version field is a
+# NotImplementedError, a garbled name a UnicodeDecodeError (a ValueError), a cut-off record a
+# struct.error or EOFError, a garbled offset an OSError from seek.
+_ZIP_ERRORS = (zipfile.BadZipFile, zipfile.LargeZipFile, EOFError, ValueError,
+               NotImplementedError, struct.error, OverflowError, OSError)
 _LOCAL_HEADER = b"PK\x03\x04"
 _LOCAL_HEADER_SIZE = 30
 
@@ -83,11 +94,18 @@ _WIDEN = {"bf16": _widen_bf16, "c32": _widen_c32}
 
 @dataclass(frozen=True)
 class _Entry:
-    """Where one entry's bytes are: ``size`` bytes from ``offset``; ``method`` 0 means stored."""
+    """Where one entry's bytes are: ``size`` bytes from ``offset``; ``method`` 0 means stored;
+    ``crc`` is the CRC-32 the central directory records for them."""
 
     offset: int
     size: int
     method: int
+    crc: int
+
+
+def _encoded_name(info: zipfile.ZipInfo) -> bytes:
+    """The entry name as the local header stores it (UTF-8 if flag bit 11 is set, else cp437)."""
+    return info.filename.encode("utf-8" if info.flag_bits & 0x800 else "cp437")
 
 
 class PnnxBin:
@@ -100,6 +118,7 @@ class PnnxBin:
     def __init__(self, path):
         self.path = str(path)
         self._mm: mmap.mmap | None = None
+        self._verified: set[str] = set()           # entries whose CRC-32 has been checked
         try:
             size = os.path.getsize(self.path)
             if size == 0:
@@ -120,7 +139,7 @@ class PnnxBin:
         try:
             with open(self.path, "rb") as file, zipfile.ZipFile(file) as archive:
                 infos = archive.infolist()
-        except (zipfile.BadZipFile, zipfile.LargeZipFile, EOFError, ValueError) as exc:
+        except _ZIP_ERRORS as exc:
             if self._starts_like_zip():
                 raise BinFileError(f"truncated or damaged zip archive ({exc})",
                                    path=self.path) from None
@@ -136,16 +155,27 @@ class PnnxBin:
         """The entry's data offset: local header offset + 30 + name length + extra length."""
         header = info.header_offset
         mm = self._mm
-        if mm[header:header + 4] != _LOCAL_HEADER or header + _LOCAL_HEADER_SIZE > len(mm):
+        if (header < 0 or header + _LOCAL_HEADER_SIZE > len(mm)
+                or mm[header:header + 4] != _LOCAL_HEADER):
             raise BinFileError("damaged zip archive: no local file header where the central "
                                "directory points", path=self.path, entry=info.filename)
         name_length, extra_length = struct.unpack_from("<HH", mm, header + 26)
+        name = mm[header + _LOCAL_HEADER_SIZE:header + _LOCAL_HEADER_SIZE + name_length]
+        if name != _encoded_name(info):
+            raise BinFileError(f"damaged zip archive: the local header names {name!r}, the "
+                               f"central directory this entry", path=self.path,
+                               entry=info.filename)
         offset = header + _LOCAL_HEADER_SIZE + name_length + extra_length
         if offset + info.compress_size > len(mm):
             raise BinFileError(f"truncated zip archive: the entry needs bytes up to "
                                f"{offset + info.compress_size}, the file has {len(mm)}",
                                path=self.path, entry=info.filename)
-        return _Entry(offset=offset, size=info.file_size, method=info.compress_type)
+        if info.compress_type == zipfile.ZIP_STORED and info.compress_size != info.file_size:
+            raise BinFileError(f"damaged zip archive: a stored entry of {info.file_size} bytes "
+                               f"takes {info.compress_size}", path=self.path,
+                               entry=info.filename)
+        return _Entry(offset=offset, size=info.file_size, method=info.compress_type,
+                      crc=info.CRC)
 
     # ----- public API -------------------------------------------------------------------------
     def entries(self) -> list[str]:
@@ -190,6 +220,14 @@ class PnnxBin:
         if entry.method != zipfile.ZIP_STORED:
             raise BinFileError(f"the entry is compressed (zip method {entry.method}); pnnx "
                                f"writes stored entries only", path=self.path, entry=key)
+        if key not in self._verified:
+            with memoryview(self._mm) as view:
+                crc = zlib.crc32(view[entry.offset:entry.offset + entry.size])
+            if crc != entry.crc:
+                raise BinFileError(f"damaged entry: its bytes have CRC-32 {crc:08x}, the zip "
+                                   f"directory records {entry.crc:08x}", path=self.path,
+                                   entry=key)
+            self._verified.add(key)
         return entry
 
     def _suggest(self, key: str) -> str:

@@ -18,6 +18,9 @@ entry, the position in an expression, or the operator.
 
 Errors raised inside a layer are re-raised by the graph with the operator attached
 (``err.operator`` holds ``"type name"``), so the message always says where it happened.
+Users import them from the package: ``from infer import InferError, ShapeError``; catching
+InferError catches everything the runtime refuses on purpose (a bare KeyError, IndexError,
+UnicodeDecodeError, struct.error or zipfile error escaping is a bug: tests/test_fuzz.py).
 """
 
 from __future__ import annotations

@@ -23,7 +23,9 @@ reverse-Polish form a stack machine evaluates (KuiperInfer's expression layer wo
     add(@0,mul(@1,2.0))  ->  @0 @1 2.0 mul add
 
 Nothing is ever evaluated with ``eval``: numbers are matched by patterns and converted by
-``int()`` / ``float()`` / ``complex()``. Errors are ExpressionError with the character position.
+``int()`` / ``float()`` / ``complex()``. Errors are ExpressionError with the character position,
+also for what would break the parser itself: nesting deeper than MAX_DEPTH calls or lists
+(Python's recursion limit) and numbers too long for ``int()``.
 """
 
 from __future__ import annotations
@@ -61,6 +63,7 @@ ARITY: dict[str, tuple[int, int]] = {
     "size": (1, 2),
 }
 NAMED_CONSTANTS = {"True": True, "False": False, "None": None}
+MAX_DEPTH = 100   # calls and lists nested deeper are refused (pnnx writes a few levels)
 
 
 # ----- tokens -----------------------------------------------------------------------------------
@@ -166,6 +169,7 @@ class _Parser:
 
     def __init__(self, expr: str, tokens: list[Token]):
         self.expr, self.tokens, self.index = expr, tokens, 0
+        self.depth = 0                                  # calls and lists open around here
 
     def peek(self) -> Token | None:
         return self.tokens[self.index] if self.index < len(self.tokens) else None
@@ -188,17 +192,29 @@ class _Parser:
     # node := operand | number | constant | call | list
     def node(self) -> Node:
         token = self.take("operand", "int", "float", "complex", "name", "lbracket")
-        if token.kind == "operand":
-            return OperandRef(int(token.text[1:]), token.position)
-        if token.kind == "int":
-            return Constant(int(token.text), token.position)
+        try:
+            if token.kind == "operand":
+                return OperandRef(int(token.text[1:]), token.position)
+            if token.kind == "int":
+                return Constant(int(token.text), token.position)
+        except ValueError:                        # int() refuses more than 4300 digits
+            raise self.error(f"number too long ({len(token.text)} characters)", token) from None
         if token.kind == "float":
             return Constant(float(token.text), token.position)
         if token.kind == "complex":
             return Constant(_complex(token.text), token.position)
         if token.kind == "lbracket":
-            return ListExpr(self.items("rbracket", allow_empty=True), token.position)
+            return ListExpr(self.nested(token, "rbracket", allow_empty=True), token.position)
         return self.name(token)
+
+    def nested(self, opening: Token, close: str, allow_empty: bool) -> tuple[Node, ...]:
+        """The items of a call or list opened by ``opening``, at most MAX_DEPTH deep."""
+        self.depth += 1
+        if self.depth > MAX_DEPTH:
+            raise self.error(f"calls and lists nested more than {MAX_DEPTH} deep", opening)
+        items = self.items(close, allow_empty)
+        self.depth -= 1
+        return items
 
     # constant := True | False ;  call := name '(' node (',' node)* ')'
     def name(self, token: Token) -> Node:
@@ -212,7 +228,7 @@ class _Parser:
             hint = f"; did you mean {', '.join(close)}?" if close else ""
             raise self.error(f"unknown function {token.text!r}{hint}", token)
         self.take("lparen")
-        args = self.items("rparen", allow_empty=False)
+        args = self.nested(token, "rparen", allow_empty=False)
         fewest, most = ARITY[token.text]
         if not fewest <= len(args) <= most:
             wanted = str(fewest) if fewest == most else f"{fewest} or {most}"

@@ -25,6 +25,8 @@ The ``key=value`` fields come in four kinds, told apart by the first character o
     $name=operand    the name the operator gives to one of its input operands
     #operand=(1,?)f32  the shape and dtype of an input or output operand; ? is a dynamic dim
 
+A parameter or attribute key given twice on one line is an error (pnnx writes each once);
+``#`` annotations may repeat (an operand that is an input twice is annotated twice).
 The reader never evaluates anything: every value is matched against a small set of patterns.
 Errors are ParamFileError naming the file, the 1-based line number and the line text.
 """
@@ -230,6 +232,8 @@ def _apply_key_value(record: OperatorRecord, item: str,
     if not sep or key in ("", "@", "$", "#"):
         raise ValueError("expected key=value")
     kind, bare = key[0], key[1:]
+    if (kind == "@" and bare in record.attrs) or key in record.params:
+        raise ValueError(f"{key} is given twice on this line")
     if kind == "@":
         shape, dtype = _parse_shape_dtype(value, allow_dynamic=False)
         record.attrs[bare] = AttributeInfo(bare, shape, dtype)
@@ -237,7 +241,13 @@ def _apply_key_value(record: OperatorRecord, item: str,
         if value not in record.inputs:
             raise ValueError(f"${bare} names operand {value!r}, which is not an input of "
                              f"this operator")
-        record.input_names[record.inputs.index(value)] = bare
+        # pnnx writes one $name per named input, in input order: an operand that is an
+        # input twice is named in the order of its places
+        unnamed = [i for i, operand in enumerate(record.inputs)
+                   if operand == value and not record.input_names[i]]
+        if not unnamed:
+            raise ValueError(f"operand {value!r} is named more times than it is an input")
+        record.input_names[unnamed[0]] = bare
     elif kind == "#":
         if bare not in record.inputs and bare not in record.outputs:
             raise ValueError(f"operand {bare!r} is not an input or output of this operator")
