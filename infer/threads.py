@@ -1,7 +1,17 @@
-"""Thread caps for one forward pass: BLAS (through threadpoolctl) and numba together.
+"""Thread caps for one forward pass: numba and the BLAS / OpenMP pools (through threadpoolctl).
 
-numba's thread count and BLAS pools are process-wide, so a graph applies its own cap for the
-length of its forward() and restores the previous values afterwards.
+    with threads.limit(2):          # what RuntimeGraph.forward does when set_num_threads(2)
+        ...                         # numba kernels and np.matmul use at most 2 threads
+
+numba keeps its thread count per Python thread, so a forward sets it for its own thread and
+puts it back afterwards. The BLAS pools are process-wide: the first capped forward to enter
+saves their sizes and applies the cap, the last to leave restores them (forwards running at
+the same time with different caps share one: the latest wins).
+
+What it costs. Finding the loaded BLAS libraries means scanning every shared library of the
+process (threadpoolctl's ThreadpoolController: about 2 ms, more than a small model's whole
+forward), so it is done once, by the first capped forward. Each call then costs a few
+microseconds, and a library whose pool already has the wanted size is not touched.
 """
 
 from __future__ import annotations
@@ -10,6 +20,21 @@ import contextlib
 import threading
 
 _lock = threading.Lock()
+_pools: list | None = None       # threadpoolctl controllers of the loaded BLAS / OpenMP libraries
+_active = 0                      # forwards running under a cap now
+_saved: list[int | None] = []    # each pool's size before the first of them entered
+_current: list[int | None] = []  # each pool's size now, as set here (not asked again)
+
+
+def _thread_pools() -> list:
+    """The BLAS and OpenMP libraries loaded in this process, found once (the 2 ms scan).
+    The graph's kernels use numpy's BLAS, which is loaded before any graph runs."""
+    global _pools
+    if _pools is None:
+        from threadpoolctl import ThreadpoolController
+
+        _pools = list(ThreadpoolController().lib_controllers)
+    return _pools
 
 
 @contextlib.contextmanager
@@ -19,14 +44,38 @@ def limit(num_threads: int | None):
         yield
         return
     import numba
-    from threadpoolctl import threadpool_limits
 
-    with _lock:
-        previous = numba.get_num_threads()
-        numba.set_num_threads(min(num_threads, numba.config.NUMBA_NUM_THREADS))
+    numba_before = numba.get_num_threads()             # this Python thread's own setting
+    numba_wanted = min(num_threads, numba.config.NUMBA_NUM_THREADS)
+    if numba_before != numba_wanted:
+        numba.set_num_threads(numba_wanted)
+    _enter(num_threads)
     try:
-        with threadpool_limits(limits=num_threads):
-            yield
+        yield
     finally:
-        with _lock:
-            numba.set_num_threads(previous)
+        _leave()
+        if numba_before != numba_wanted:
+            numba.set_num_threads(numba_before)
+
+
+def _enter(num_threads: int) -> None:
+    global _active
+    with _lock:
+        pools = _thread_pools()
+        if _active == 0:                                # save what the process had
+            _saved[:] = _current[:] = [pool.get_num_threads() for pool in pools]
+        _active += 1
+        for index, pool in enumerate(pools):
+            if _current[index] != num_threads:
+                pool.set_num_threads(num_threads)
+                _current[index] = num_threads
+
+
+def _leave() -> None:
+    global _active
+    with _lock:
+        _active -= 1
+        if _active == 0:                                # the last one out restores
+            for pool, before, now in zip(_thread_pools(), _saved, _current):
+                if before is not None and before != now:
+                    pool.set_num_threads(before)
