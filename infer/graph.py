@@ -460,6 +460,8 @@ class RuntimeGraph:
         if n is not None and (not isinstance(n, int) or n < 1):
             raise GraphError(f"set_num_threads needs a positive integer, got {n!r}")
         self.num_threads = n
+        if n is not None:
+            threads.prepare()              # the one-time costs, here rather than in forward
 
     def _require_complete(self) -> None:
         if self.state is not GraphState.COMPLETE:

@@ -10,14 +10,17 @@ the same time with different caps share one: the latest wins).
 
 What it costs. Finding the loaded BLAS libraries means scanning every shared library of the
 process (threadpoolctl's ThreadpoolController: about 2 ms, more than a small model's whole
-forward), so it is done once, by the first capped forward. Each call then costs a few
-microseconds, and a library whose pool already has the wanted size is not touched.
+forward), so it is done once: by set_num_threads (``prepare``), or else the first capped
+forward. Each call then costs a few microseconds, and a pool that already has the wanted
+size is not touched.
 """
 
 from __future__ import annotations
 
 import contextlib
 import threading
+
+import numba
 
 _lock = threading.Lock()
 _pools: list | None = None       # threadpoolctl controllers of the loaded BLAS / OpenMP libraries
@@ -37,14 +40,20 @@ def _thread_pools() -> list:
     return _pools
 
 
+def prepare() -> None:
+    """Pay the one-time costs now (starting numba's threads, finding the BLAS libraries: tens
+    of milliseconds) instead of in the first capped forward."""
+    numba.get_num_threads()            # starts numba's threading layer
+    with _lock:
+        _thread_pools()
+
+
 @contextlib.contextmanager
 def limit(num_threads: int | None):
     """Run the body with at most ``num_threads`` BLAS and numba threads (None: no change)."""
     if num_threads is None:
         yield
         return
-    import numba
-
     numba_before = numba.get_num_threads()             # this Python thread's own setting
     numba_wanted = min(num_threads, numba.config.NUMBA_NUM_THREADS)
     if numba_before != numba_wanted:
