@@ -236,8 +236,10 @@ def _last_reads(steps: Sequence[Step]) -> dict[str, int]:
 
 
 def _in_place_groups(steps: Sequence[Step], planned: set[str]) -> dict[str, str]:
-    """Operand -> the operand whose memory it lives in: itself, or for the output of an
-    in-place step, its input's owner (chains of in-place steps share one buffer)."""
+    """Operand -> the planned operand whose buffer it lives in: itself, or for the output of
+    an in-place step, its input's owner (chains of in-place steps share one buffer). A graph
+    output written in place over an intermediate is listed too: it keeps that buffer alive
+    to the end of the call."""
     owner: dict[str, str] = {}            # only operands that live in a planned buffer
     for step in steps:
         for name in step.outputs:
