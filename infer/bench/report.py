@@ -74,9 +74,9 @@ def _targets(results: Results) -> list[str]:
             lines.append(f"- {where}: latency {ratio:.2f}x {BASELINE} (target {target}x) "
                          f"{_mark(ratio <= target)}")
         lines.append(f"- {where}: load {ours.load_s:.3f} s vs session {base.load_s:.3f} s "
-                     f"{_mark(ours.load_s <= base.load_s)}; inference RSS "
-                     f"{ours.inference_rss_mib:.1f} vs {base.inference_rss_mib:.1f} MiB "
-                     f"{_mark(ours.inference_rss_mib <= base.inference_rss_mib)}; first / "
+                     f"{_mark(ours.load_s <= base.load_s)}; peak RSS "
+                     f"{ours.peak_rss_mib:.0f} vs {base.peak_rss_mib:.0f} MiB "
+                     f"{_mark(ours.peak_rss_mib <= base.peak_rss_mib)}; first / "
                      f"median {ours.first_ms / ours.median_ms:.1f} (target 3) "
                      f"{_mark(ours.first_ms <= 3 * ours.median_ms)}; outputs within "
                      f"{TOLERANCE:g} of {REFERENCE} {_mark(bool(ours.agrees))}")
