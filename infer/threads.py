@@ -30,8 +30,9 @@ _current: list[int | None] = []  # each pool's size now, as set here (not asked 
 
 
 def _thread_pools() -> list:
-    """The BLAS and OpenMP libraries loaded in this process, found once (the 2 ms scan).
-    The graph's kernels use numpy's BLAS, which is loaded before any graph runs."""
+    """The BLAS and OpenMP libraries loaded in this process, found once (the 2 ms scan):
+    numpy's BLAS, which the kernels use, is loaded before any graph runs; a library loaded
+    later is found by the next ``prepare`` (RuntimeGraph.set_num_threads)."""
     global _pools
     if _pools is None:
         from threadpoolctl import ThreadpoolController
@@ -42,9 +43,14 @@ def _thread_pools() -> list:
 
 def prepare() -> None:
     """Pay the one-time costs now (starting numba's threads, finding the BLAS libraries: tens
-    of milliseconds) instead of in the first capped forward."""
+    of milliseconds) instead of in the first capped forward. It looks for the libraries
+    afresh (when no forward is running), so one loaded since (say torch's OpenMP) is
+    capped from then on."""
+    global _pools
     numba.get_num_threads()            # starts numba's threading layer
     with _lock:
+        if _active == 0:
+            _pools = None
         _thread_pools()
 
 

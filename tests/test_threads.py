@@ -17,7 +17,8 @@ def pool_sizes() -> list[int]:
 
 
 def test_limit_caps_blas_and_numba_and_restores_them():
-    threads.prepare()                                # loads numba's OpenMP pool, if it uses one
+    threads.prepare()            # finds every library loaded by now (numba's OpenMP, torch's)
+    assert any(pool.user_api == "blas" for pool in threads._thread_pools())
     before, numba_before = pool_sizes(), numba.get_num_threads()
     with threads.limit(1):
         assert set(pool_sizes()) == {1}
