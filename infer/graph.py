@@ -12,10 +12,12 @@ init()    reads the param file into RuntimeOperators / RuntimeOperands, joined b
 build()   creates each operator's layer (a graph's custom layers first, then the global
           LayerRegisterer), hands it its parameters and weights, orders the operators by a
           reverse depth-first search, and plans shapes for the traced input shapes.
-forward() checks the inputs, plans shapes for them (re-planning for a new input size, as MNN
-          does), and runs the layers in order. A consumer reads the very array its producer
-          returned; an intermediate is dropped as soon as its last consumer has run. Outputs
-          are writeable arrays (a read-only view or constant is copied on its way out).
+forward() checks the inputs, plans shapes and memory for them (re-planning for a new input
+          size, as MNN does), and runs the run list: one precomputed step per operator. A
+          consumer reads the very array its producer returned; an intermediate is dropped as
+          soon as its last consumer has run. A layer that can write into a given array
+          (forward_into) gets a buffer of the memory plan (infer.memory). Outputs are
+          writeable arrays (a read-only view or constant is copied on its way out).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from __future__ import annotations
 import enum
 import logging
 import threading
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
@@ -37,6 +40,7 @@ from parser.errors import (GraphError, InferError, LayerError, ShapeError,
 from parser.param import NULL_DTYPE, read_param
 from infer.runtime import RuntimeAttribute, RuntimeOperand, RuntimeOperator, RuntimeParameter
 from infer import threads
+from infer.memory import MemoryPlan, plan_memory
 from infer.rewrite import unpack_outputs
 from infer.tools import GraphTools
 
@@ -84,7 +88,9 @@ class RuntimeGraph(GraphTools):
         self._custom_layers: dict[str, type[Layer]] = {}
         self._bin: PnnxBin | None = None
         self._free_after: list[list[str]] = []           # operand names to drop after each op
+        self._steps: list[Step] = []                      # the run list forward() walks
         self._shape_plans: dict[tuple[Shape, ...], dict[str, Shape]] = {}
+        self._memory_plans: dict[tuple[Shape, ...], MemoryPlan] = {}
         self._plan_lock = threading.Lock()
 
     # ---------------------------------------------------------------- init: records -> objects
@@ -177,7 +183,9 @@ class RuntimeGraph(GraphTools):
                 op.layer.load_model(op.weights())
         self.operators = self._topological_order()
         self._free_after = self._liveness()
+        self._steps = self._run_list()
         self._shape_plans.clear()
+        self._memory_plans.clear()
         self.state = GraphState.COMPLETE
         log.info("built %s: %d operators, %d operands", self.param_path, len(self.operators),
                  len(self.operands))
@@ -261,11 +269,33 @@ class RuntimeGraph(GraphTools):
         for position, op in enumerate(self.operators):
             for src in op.inputs:
                 last_use[src.name] = position
+        for position, op in enumerate(self.operators):    # outputs nobody reads: at once
+            for out in op.outputs:
+                last_use.setdefault(out.name, position)
         free_after: list[list[str]] = [[] for _ in self.operators]
         for name, position in last_use.items():
             if name not in keep:
                 free_after[position].append(name)
         return free_after
+
+    def _run_list(self) -> list["Step"]:
+        """One Step per operator to run (not pnnx.Input / pnnx.Output), with all forward()
+        needs worked out once. A step may run in place when its layer supports it and
+        nobody else reads its input: one consumer, not a graph input (the caller's array)
+        nor a graph output; at run time the array must also be writeable."""
+        outputs = {o.name for o in self.output_operands}
+        steps = []
+        for op, free in zip(self.operators, self._free_after):
+            if op.type in (INPUT_TYPE, OUTPUT_TYPE):      # fed by forward / a sink
+                continue
+            source = op.inputs[0] if len(op.inputs) == 1 else None
+            in_place = (op.layer.support_inplace and len(op.outputs) == 1 and source is not None
+                        and len(source.consumers) == 1 and source.producer.type != INPUT_TYPE
+                        and source.name not in outputs)
+            steps.append(Step(op, op.layer, tuple(o.name for o in op.inputs),
+                              tuple(o.name for o in op.outputs), tuple(free), in_place,
+                              op.layer.support_forward_into))
+        return steps
 
     # ---------------------------------------------------------------- shapes
     def _traced_input_shapes(self) -> list[Shape] | None:
@@ -327,45 +357,74 @@ class RuntimeGraph(GraphTools):
         self._require_complete()
         return dict(self._shape_plan([tuple(s) for s in input_shapes]))
 
+    # ---------------------------------------------------------------- memory
+    def memory_plan(self, *input_shapes: Shape) -> MemoryPlan:
+        """Which buffer each intermediate operand takes for these input shapes; print it for
+        a table (infer.memory explains the plan)."""
+        self._require_complete()
+        return self._memory_plan(tuple(tuple(s) for s in input_shapes))
+
+    def _memory_plan(self, input_shapes: tuple[Shape, ...]) -> MemoryPlan:
+        """The memory plan for these input shapes (planning their shapes first, which refuses
+        bad shapes); cached per input shapes as the shape plans are."""
+        plan = self._memory_plans.get(input_shapes)
+        if plan is None:
+            shapes = self._shape_plan(input_shapes)
+            keep = {o.name for o in self.output_operands}
+            keep.update(op.outputs[0].name for op in self.input_operators)
+            constants = {name for step in self._steps if not step.inputs
+                         for name in step.outputs}
+            dtypes = {name: operand.dtype for name, operand in self.operands.items()}
+            plan = plan_memory(self._steps, shapes, dtypes, keep, constants)
+            with self._plan_lock:
+                if len(self._memory_plans) >= MAX_SHAPE_PLANS:
+                    self._memory_plans.pop(next(iter(self._memory_plans)))
+                self._memory_plans[input_shapes] = plan
+        return plan
+
     # ---------------------------------------------------------------- forward
     def forward(self, *inputs: np.ndarray) -> list[np.ndarray]:
         """Run the graph on NCHW arrays given in pnnx.Input order; one array per output."""
         self._require_complete()
         arrays = self._check_inputs(inputs)
-        self._shape_plan([a.shape for a in arrays])        # refuse bad shapes before running
+        memory = self._memory_plan(tuple(a.shape for a in arrays))   # refuses bad shapes
         # NaN and Inf flow through silently, as in torch (numpy would warn at 0 * inf)
         with threads.limit(self.num_threads), np.errstate(all="ignore"):
-            values = self._run_hooked(arrays) if self._hooks else self._run(arrays)
+            values = self._run_hooked(arrays) if self._hooks else self._run(arrays, memory)
         return [_writeable(values[o.name]) for o in self.output_operands]
 
-    def _run(self, arrays: list[np.ndarray]) -> dict[str, np.ndarray]:
-        # operand name -> array, for this call only (so one graph can serve several threads)
+    def _run(self, arrays: list[np.ndarray], memory: MemoryPlan) -> dict[str, np.ndarray]:
+        """Walk the run list. ``values`` maps operand names to arrays for this call only, and
+        the arena is this call's own, so one graph can serve several threads at once."""
         values = {op.outputs[0].name: x for op, x in zip(self.input_operators, arrays)}
-        for op, free in zip(self.operators, self._free_after):
-            if op.type in (INPUT_TYPE, OUTPUT_TYPE):      # fed above / a sink
-                continue
-            xs = [values[o.name] for o in op.inputs]
-            with _operator_context(op):
-                ys = self._run_layer(op, xs)
-            for out, y in zip(op.outputs, ys):
-                values[out.name] = y
-            for name in free:                              # last consumer has run
-                del values[name]
+        arena = memory.take_arena()
+        step = None
+        try:
+            for step, slots in zip(self._steps, memory.step_slots):
+                xs = [values[name] for name in step.inputs]
+                if step.in_place and xs[0].flags.writeable:
+                    step.layer.forward_inplace(xs[0])          # nobody else reads this array
+                    ys = xs
+                elif slots is not None:                        # into the memory plan's buffers
+                    ys = [arena.array(slot) for slot in slots]
+                    step.layer.forward_into(xs, ys)
+                else:
+                    ys = step.layer.forward(xs)
+                    if len(ys) != len(step.outputs):
+                        raise LayerError(f"returned {len(ys)} outputs, the graph expects "
+                                         f"{len(step.outputs)}")
+                for name, y in zip(step.outputs, ys):
+                    values[name] = y
+                for name in step.free:                         # last consumer has run
+                    del values[name]
+        except Exception as exc:                               # name the operator
+            error = exc if step is None else _operator_error(step.op, exc)
+            if error is exc:
+                raise
+            raise error from exc
+        finally:
+            memory.give_back(arena)
         return values
-
-    def _run_layer(self, op: RuntimeOperator, xs: list[np.ndarray]) -> list[np.ndarray]:
-        layer = op.layer
-        if (layer.support_inplace and len(xs) == 1 and xs[0].flags.writeable
-                and len(op.inputs[0].consumers) == 1
-                and op.inputs[0].producer.type != INPUT_TYPE
-                and op.inputs[0] not in self.output_operands):
-            layer.forward_inplace(xs[0])                   # nobody else reads this array
-            ys = [xs[0]]
-        else:
-            ys = layer.forward(xs)
-        if len(ys) != len(op.outputs):
-            raise LayerError(f"returned {len(ys)} outputs, the graph expects {len(op.outputs)}")
-        return ys
 
     def _check_inputs(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
         """Input rules: count and rank must match; an array of the same kind as the input's
@@ -404,6 +463,8 @@ class RuntimeGraph(GraphTools):
         if n is not None and (not isinstance(n, int) or n < 1):
             raise GraphError(f"set_num_threads needs a positive integer, got {n!r}")
         self.num_threads = n
+        if n is not None:
+            threads.prepare()              # the one-time costs, here rather than in forward
 
     def _require_complete(self) -> None:
         if self.state is not GraphState.COMPLETE:
@@ -467,9 +528,37 @@ def _fmt(shape) -> str:
     return "(" + ",".join("?" if d is None else str(d) for d in shape) + ")"
 
 
+@dataclass(frozen=True, eq=False)
+class Step:
+    """One entry of the run list: an operator and what forward() needs to run it."""
+
+    op: RuntimeOperator
+    layer: Layer
+    inputs: tuple[str, ...]          # operand names, in the layer's input order
+    outputs: tuple[str, ...]
+    free: tuple[str, ...]            # operands whose last consumer this step is
+    in_place: bool                   # may overwrite its input (if that array is writeable)
+    into: bool                       # the layer can write into given arrays (forward_into)
+
+    @property
+    def label(self) -> str:
+        return self.op.label
+
+
+def _operator_error(op: RuntimeOperator, exc: Exception) -> Exception:
+    """The error to raise for ``exc`` raised while ``op`` ran: our own errors get
+    ``.operator`` set and stay what they are; anything else (a numpy error, a layer bug)
+    becomes a LayerError naming the operator. (Memory errors pass unchanged.)"""
+    if isinstance(exc, InferError):
+        exc.with_operator(op.label)
+        return exc
+    if isinstance(exc, MemoryError):
+        return exc
+    return LayerError(f"{type(exc).__name__}: {exc} (line {op.line})", operator=op.label)
+
+
 class _operator_context:
-    """Attach the operator to any error raised inside: our own errors get ``.operator`` set;
-    anything else (a numpy error, a layer bug) becomes a LayerError naming the operator."""
+    """Attach the operator to any error raised inside (see _operator_error)."""
 
     def __init__(self, op: RuntimeOperator):
         self.op = op
@@ -478,12 +567,9 @@ class _operator_context:
         return self
 
     def __exit__(self, exc_type, exc, tb):
-        if exc is None:
+        if exc is None or not isinstance(exc, Exception):    # KeyboardInterrupt, SystemExit
             return False
-        if isinstance(exc, InferError):
-            exc.with_operator(self.op.label)
+        error = _operator_error(self.op, exc)
+        if error is exc:
             return False
-        if isinstance(exc, (KeyboardInterrupt, SystemExit, MemoryError)):
-            return False
-        raise LayerError(f"{type(exc).__name__}: {exc} (line {self.op.line})",
-                         operator=self.op.label) from exc
+        raise error from exc

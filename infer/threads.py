@@ -1,13 +1,22 @@
-"""Thread caps for one forward pass: numba and BLAS (through threadpoolctl).
+"""Thread caps for one forward pass: numba and the BLAS / OpenMP pools (through threadpoolctl).
 
-numba's thread count is a setting of the calling thread: a graph sets it for the length of its
-forward() and puts the caller's value back afterwards, so callers in other threads never see it.
+    with threads.limit(2):          # what RuntimeGraph.forward does when set_num_threads(2)
+        ...                         # numba kernels and np.matmul use at most 2 threads
 
-BLAS thread pools are process-wide. While capped forwards run, BLAS uses the smallest cap among
-them (no caller runs with more BLAS threads than it asked for; a caller with a larger cap may get
-fewer while a smaller-capped forward is running), and when the last one ends the limits from
+numba keeps its thread count per Python thread, so a forward sets it for its own thread and
+puts it back afterwards; callers in other threads never see it.
+
+The BLAS pools are process-wide. While capped forwards run, BLAS uses the smallest cap among
+them (no caller runs with more BLAS threads than it asked for; a caller with a larger cap may
+get fewer while a smaller-capped forward is running), and when the last one ends the sizes from
 before the first one come back. Counting the running forwards is what makes this hold when they
 overlap: each restoring "its" previous value would leave whichever cap happened to be set last.
+
+What it costs. Finding the loaded BLAS libraries means scanning every shared library of the
+process (threadpoolctl's ThreadpoolController: about 2 ms, more than a small model's whole
+forward), so it is done once: by set_num_threads (``prepare``), or else the first capped
+forward. Each call then costs a few microseconds, and a pool that already has the wanted size
+is not touched.
 """
 
 from __future__ import annotations
@@ -15,67 +24,100 @@ from __future__ import annotations
 import contextlib
 import threading
 
+import numba
+
 _lock = threading.Lock()
-_running: list[int] = []     # caps of the capped forwards running now, in every thread
-_before = None               # threadpoolctl limiter that remembers the limits from before
+_pools: list | None = None       # threadpoolctl controllers of the loaded BLAS / OpenMP libraries
+_running: list[int] = []         # caps of the capped forwards running now, in every thread
+_saved: list[int | None] = []    # each pool's size before the first of them entered
+_current: list[int | None] = []  # each pool's size now, as set here (not asked again)
+
+
+def _thread_pools() -> list:
+    """The BLAS and OpenMP libraries loaded in this process, found once (the 2 ms scan):
+    numpy's BLAS, which the kernels use, is loaded before any graph runs; a library loaded
+    later is found by the next ``prepare`` (RuntimeGraph.set_num_threads)."""
+    global _pools
+    if _pools is None:
+        from threadpoolctl import ThreadpoolController
+
+        _pools = list(ThreadpoolController().lib_controllers)
+    return _pools
+
+
+def prepare() -> None:
+    """Pay the one-time costs now (starting numba's threads, finding the BLAS libraries: tens
+    of milliseconds) instead of in the first capped forward. It looks for the libraries
+    afresh (when no forward is running), so one loaded since (say torch's OpenMP) is
+    capped from then on."""
+    global _pools
+    numba.get_num_threads()            # starts numba's threading layer
+    with _lock:
+        if not _running:
+            _pools = None
+        _thread_pools()
 
 
 @contextlib.contextmanager
 def limit(num_threads: int | None):
-    """Run the body with at most ``num_threads`` BLAS and numba threads (None: no change)."""
+    """Run the body with at most ``num_threads`` numba and BLAS threads (None: no cap)."""
     if num_threads is None:
         yield
         return
-    import numba
-
-    with _lock:     # numba's first set_num_threads loads its threading layer: not alongside
-        previous = numba.get_num_threads()       # threadpoolctl looking for libraries
-        numba.set_num_threads(min(num_threads, numba.config.NUMBA_NUM_THREADS))
-    _enter_blas(num_threads)
+    numba_before = numba.get_num_threads()             # this Python thread's own setting
+    numba_wanted = min(num_threads, numba.config.NUMBA_NUM_THREADS)
+    if numba_before != numba_wanted:
+        numba.set_num_threads(numba_wanted)
+    _enter(num_threads)
     try:
         yield
     finally:
-        _leave_blas(num_threads)
-        with _lock:
-            numba.set_num_threads(previous)
+        _leave(num_threads)
+        if numba_before != numba_wanted:
+            numba.set_num_threads(numba_before)
 
 
-def _enter_blas(cap: int) -> None:
-    global _before
-    from threadpoolctl import threadpool_limits
-
+def _enter(cap: int) -> None:
     with _lock:
-        if not _running:
-            _clear_blas_controller()
-            _before = threadpool_limits(limits=cap)       # applies cap, remembers the old ones
-        elif cap < min(_running):
-            _clear_blas_controller()
-            threadpool_limits(limits=cap)
+        pools = _thread_pools()
+        if not _running:                                # save what the process had
+            _saved[:] = _current[:] = [pool.get_num_threads() for pool in pools]
         _running.append(cap)
+        _resize(pools, min(_running))
 
 
-def _leave_blas(cap: int) -> None:
-    global _before
-    from threadpoolctl import threadpool_limits
-
+def _leave(cap: int) -> None:
     with _lock:
-        smallest = min(_running)
         _running.remove(cap)
-        if not _running:
-            _clear_blas_controller()
-            _before.restore_original_limits()
-            _before = None
-            _clear_blas_controller()
-        elif min(_running) != smallest:
-            _clear_blas_controller()
-            threadpool_limits(limits=min(_running))
+        pools = _thread_pools()
+        if _running:
+            _resize(pools, min(_running))
+        else:                                           # the last one out restores
+            for index, (pool, before) in enumerate(zip(pools, _saved)):
+                if before is not None and before != _current[index]:
+                    _set(pool, before)
+                    _current[index] = before
+            _release_openblas()
 
 
-def _clear_blas_controller() -> None:
-    """threadpoolctl (3.6 on) lets one thread at a time set a process-wide (pthreads) OpenBLAS
-    pool and silently ignores the others. Called under _lock before setting limits, it lets
-    this thread take that role from whichever forward's thread had it; after the last
-    capped forward, it leaves the role free (for the user's own threadpoolctl calls)."""
+def _resize(pools: list, size: int) -> None:
+    for index, pool in enumerate(pools):
+        if _current[index] != size:
+            _set(pool, size)
+            _current[index] = size
+
+
+def _set(pool, size: int) -> None:
+    """threadpoolctl (3.6 on) lets one Python thread at a time size a process-wide (pthreads)
+    OpenBLAS pool and silently ignores the others. Called under _lock, this takes that role
+    over from whichever forward's thread had it, then sets the size."""
+    _release_openblas()
+    pool.set_num_threads(size)
+
+
+def _release_openblas() -> None:
+    """Leave the OpenBLAS controlling-thread role free (for the next forward, or the user's own
+    threadpoolctl calls)."""
     import threadpoolctl
 
     controller = getattr(threadpoolctl, "OpenBLASController", None)

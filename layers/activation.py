@@ -26,9 +26,10 @@ from parser.errors import LayerError, ShapeError
 
 
 class _Elementwise(Layer):
-    """One input, one output of the same shape, computed in place."""
+    """One input, one output of the same shape, computed in place (or into a given array)."""
 
     support_inplace = True
+    support_forward_into = True
 
 
 @register_layer("nn.ReLU", "F.relu", "torch.relu")

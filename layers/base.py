@@ -8,8 +8,10 @@ Following ncnn, a layer is configured in two separate steps and then run:
     layer.forward(inputs)        # list of arrays in -> list of arrays out
 
 A layer states its capabilities as class flags: ``one_blob_only`` (one input, one output: it
-implements ``forward_one(x) -> y``) and ``support_inplace`` (it can overwrite its input:
-``forward_inplace(x)``). Parameters are declared once, in ``PARAMS``, as ``name -> Param``;
+implements ``forward_one(x) -> y``), ``support_inplace`` (it can overwrite its input:
+``forward_inplace(x)``) and ``support_forward_into`` (it can write into given output arrays:
+``forward_into(inputs, outputs)``, so the graph's memory plan can reuse buffers).
+Parameters are declared once, in ``PARAMS``, as ``name -> Param``;
 ``load_param`` reads, converts and checks them all, so no layer looks values up by hand.
 A layer never sees the graph, so it can be built and run alone in a notebook cell or a test.
 """
@@ -44,6 +46,7 @@ class Layer:
     OPTIONAL_WEIGHTS: ClassVar[tuple[str, ...]] = ()
     one_blob_only: ClassVar[bool] = True
     support_inplace: ClassVar[bool] = False
+    support_forward_into: ClassVar[bool] = False  # can write into given arrays: forward_into
     pnnx_types: ClassVar[tuple[str, ...]] = ()
     # The graph sets this per layer: False selects the numpy reference kernels (the oracle),
     # True lets a layer use its fast (numba / prepacked) kernels where it has them.
@@ -136,6 +139,17 @@ class Layer:
 
     def forward_inplace(self, x: np.ndarray) -> None:
         raise NotImplementedError(f"{type(self).__name__} does not support in-place forward")
+
+    def forward_into(self, inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray]) -> None:
+        """Run the layer writing its results into ``outputs``: C-contiguous arrays of the
+        output shapes and dtypes (buffers of the graph's memory plan) that the layer fills
+        instead of allocating its own. Layers that set ``support_forward_into`` implement it;
+        a one-blob in-place layer has it already: copy the input over, then run in place."""
+        if self.one_blob_only and self.support_inplace:
+            np.copyto(outputs[0], inputs[0])
+            self.forward_inplace(outputs[0])
+            return
+        raise NotImplementedError(f"{type(self).__name__} does not support forward_into")
 
     def __repr__(self) -> str:
         shown = ", ".join(f"{k}={_short(getattr(self, k, None))}" for k in self.PARAMS)

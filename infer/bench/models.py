@@ -1,0 +1,141 @@
+"""The benchmark's models, and each model's files for each engine.
+
+Every engine runs the same weights: one torch module is exported three ways,
+
+    pnnx-infer   .pnnx.param / .pnnx.bin    infer.export.export_module (pnnx), or the shipped files
+    onnxruntime  .onnx                      torch.onnx.export
+    torch        .pt (TorchScript)          torch.jit.trace, then torch.jit.freeze
+
+and the torch module's own output is the reference the others are checked against. This
+module needs torch and pnnx (benchmark dependencies); the worker processes do not import it.
+"""
+
+from __future__ import annotations
+
+import logging
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from infer import export
+
+log = logging.getLogger(__name__)
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@dataclass(frozen=True)
+class BenchModel:
+    name: str
+    make: Callable[[], object]                 # the torch module, with its weights, in eval mode
+    about: str                                 # one line for BENCHMARKS.md
+    image_size: int = 224
+    shipped_param: str | None = None           # pnnx files shipped in the repo, if any
+
+
+def _tiny():
+    """A small CNN with the operators of the big ones (3x3 and depthwise convolution, batch
+    norm, ReLU6, a residual add, pooling, linear): the model of the benchmark's own test."""
+    import torch
+    from torch import nn
+
+    class Tiny(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.stem = nn.Sequential(nn.Conv2d(3, 16, 3, 2, 1, bias=False),
+                                      nn.BatchNorm2d(16), nn.ReLU6())
+            self.depthwise = nn.Sequential(nn.Conv2d(16, 16, 3, 1, 1, groups=16, bias=False),
+                                           nn.BatchNorm2d(16), nn.ReLU6(),
+                                           nn.Conv2d(16, 16, 1, bias=False), nn.BatchNorm2d(16))
+            self.pool = nn.AdaptiveAvgPool2d(1)
+            self.fc = nn.Linear(16, 10)
+
+        def forward(self, x):                                      # (N, 3, H, W)
+            x = self.stem(x)                                       # (N, 16, H/2, W/2)
+            x = x + self.depthwise(x)
+            return self.fc(torch.flatten(self.pool(x), 1))         # (N, 10)
+
+    torch.manual_seed(0)
+    return export.randomize(Tiny()).eval()
+
+
+MODELS: dict[str, BenchModel] = {
+    "resnet18": BenchModel(
+        "resnet18", lambda: export.resnet18(seed=0),
+        "torchvision's ResNet-18 architecture and names, seeded random weights"),
+    "efficientnet_lite0": BenchModel(
+        "efficientnet_lite0", export.efficientnet_lite0,
+        "EfficientNet-Lite0 with its ImageNet weights (the model the repo ships)",
+        shipped_param="model_file/efficientnet_lite0/efficientnet_lite0.pnnx.param"),
+    "tiny": BenchModel("tiny", _tiny, "a small CNN for the benchmark's own test", image_size=32),
+}
+DEFAULT_MODELS = ("resnet18", "efficientnet_lite0")
+
+
+@dataclass(frozen=True)
+class ModelFiles:
+    param: Path
+    bin: Path
+    onnx: Path
+    torchscript: Path
+    onnx_exporter: str                  # which torch.onnx exporter wrote the .onnx file
+
+
+def prepare(model: BenchModel, folder: Path, onnx_exporter: str = "dynamo") -> ModelFiles:
+    """Write (or reuse, when ``folder`` already has them) the model's files for every engine."""
+    import torch
+
+    folder.mkdir(parents=True, exist_ok=True)
+    module = model.make()
+    example = torch.rand(1, 3, model.image_size, model.image_size,
+                         generator=torch.Generator().manual_seed(0))
+    if model.shipped_param:
+        param = REPO / model.shipped_param
+        binary = param.with_name(param.name.replace(".param", ".bin"))
+    else:
+        param, binary = folder / f"{model.name}.pnnx.param", folder / f"{model.name}.pnnx.bin"
+        if not (param.exists() and binary.exists()):
+            log.info("exporting %s with pnnx", model.name)
+            param, binary = export.export_module(module, (example,), folder, model.name,
+                                                 dynamic=True)
+    onnx = folder / f"{model.name}.onnx"
+    exporter_file = folder / f"{model.name}.onnx.exporter"
+    if not onnx.exists():
+        log.info("exporting %s to ONNX", model.name)
+        exporter_file.write_text(export_onnx(module, example, onnx, onnx_exporter))
+    torchscript = folder / f"{model.name}.pt"
+    if not torchscript.exists():
+        with torch.no_grad(), warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)     # torch.jit in torch 2.13
+            frozen = torch.jit.freeze(torch.jit.trace(module, (example,)))
+        frozen.save(str(torchscript))
+    return ModelFiles(param, binary, onnx, torchscript, exporter_file.read_text())
+
+
+def export_onnx(module, example, path: Path, exporter: str = "dynamo") -> str:
+    """torch.onnx.export with a free batch dim; returns which exporter ran. torch 2.13's own
+    exporter (``dynamo=True``, through torch.export) needs the onnxscript package and takes
+    10-20 s for these models; the older TorchScript-based one (``dynamo=False``, deprecated)
+    needs only onnx, takes 2 s and gives onnxruntime the same operators for these models.
+    ``exporter="dynamo"`` falls back to the older one when onnxscript is missing."""
+    import torch
+
+    names = {"input_names": ["input"], "output_names": ["output"]}
+    if exporter == "dynamo":
+        try:
+            import onnxscript  # noqa: F401
+        except ImportError:
+            exporter = "legacy"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        if exporter == "legacy":
+            torch.onnx.export(module, (example,), str(path), dynamo=False, opset_version=17,
+                              dynamic_axes={"input": {0: "batch"}, "output": {0: "batch"}},
+                              **names)
+            return "TorchScript-based exporter (dynamo=False)"
+        logging.getLogger("torch.onnx").setLevel(logging.ERROR)   # optional-op chatter
+        batch = torch.export.Dim("batch", min=1, max=1024)
+        torch.onnx.export(module, (example,), str(path), dynamo=True, external_data=False,
+                          dynamic_shapes=({0: batch},), verbose=False, **names)
+        return "torch.export-based exporter (dynamo=True, onnxscript)"

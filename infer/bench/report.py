@@ -1,0 +1,138 @@
+"""The benchmark's report: the machine it ran on and the result tables, in Markdown, written
+between two marker lines of BENCHMARKS.md (the text around them is left as it is)."""
+
+from __future__ import annotations
+
+import datetime
+import os
+import platform
+import statistics
+from importlib import metadata
+from pathlib import Path
+
+from infer.bench.run import BASELINE, REFERENCE, TOLERANCE, Results
+
+BEGIN = "<!-- benchmark results: written by python -m infer.bench -->"
+END = "<!-- end of benchmark results -->"
+
+
+def machine() -> list[tuple[str, str]]:
+    """What the numbers depend on: CPU, cores, library versions."""
+    versions = []
+    for package in ("numpy", "numba", "onnxruntime", "torch", "pnnx"):
+        try:
+            versions.append(f"{package} {metadata.version(package)}")
+        except metadata.PackageNotFoundError:
+            versions.append(f"{package} (not installed)")
+    return [("CPU", _cpu_model()),
+            ("cores", f"{os.cpu_count()} logical, {len(os.sched_getaffinity(0))} usable"),
+            ("system", f"{platform.system()} {platform.release()} {platform.machine()}"),
+            ("Python", platform.python_version()),
+            ("libraries", ", ".join(versions))]
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def markdown(results: Results, command: str) -> str:
+    s = results.settings
+    now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    lines = [f"Run on {now}: `{command}`", ""]
+    lines += [f"- {key}: {value}" for key, value in machine()]
+    lines += [f"- settings: {s.threads} threads per engine, {s.rounds} rounds, each round a "
+              f"fresh process per engine timing at least {s.min_runs} inferences and "
+              f"{s.seconds:g} s after {s.warmup} warm-up runs",
+              "- ONNX export: " + "; ".join(f"{m}: {e}" for m, e in
+                                             results.onnx_exporters.items()), ""]
+    lines += _latency_table(results) + [""] + _cold_start_table(results) + [""]
+    lines += _targets(results)
+    return "\n".join(lines).rstrip() + "\n"
+
+
+# latency targets of pnnx-infer, as ratios to onnxruntime in the same run: (model, batch) -> ratio
+LATENCY_TARGETS = {("resnet18", 1): 1.3, ("resnet18", 8): 1.3, ("efficientnet_lite0", 1): 1.5}
+
+
+def _targets(results: Results) -> list[str]:
+    """pnnx-infer against the targets (ratios to onnxruntime measured in this run)."""
+    lines = []
+    for ours in results.measurements:
+        base = results.find(ours.model, ours.batch, BASELINE)
+        if ours.engine != "pnnx-infer" or not (ours.ok and base and base.ok):
+            continue
+        where = f"{ours.model} batch {ours.batch}"
+        target = LATENCY_TARGETS.get((ours.model, ours.batch))
+        if target:
+            ratio = ours.median_ms / base.median_ms
+            lines.append(f"- {where}: latency {ratio:.2f}x {BASELINE} (target {target}x) "
+                         f"{_mark(ratio <= target)}")
+        lines.append(f"- {where}: load {ours.load_s:.3f} s vs session {base.load_s:.3f} s "
+                     f"{_mark(ours.load_s <= base.load_s)}; peak RSS "
+                     f"{ours.peak_rss_mib:.0f} vs {base.peak_rss_mib:.0f} MiB "
+                     f"{_mark(ours.peak_rss_mib <= base.peak_rss_mib)}; first / "
+                     f"median {ours.first_ms / ours.median_ms:.1f} (target 3) "
+                     f"{_mark(ours.first_ms <= 3 * ours.median_ms)}; outputs within "
+                     f"{TOLERANCE:g} of {REFERENCE} {_mark(bool(ours.agrees))}")
+    return ["pnnx-infer against the targets of the issue \"Speed\":", ""] + lines if lines else []
+
+
+def _mark(met: bool) -> str:
+    return "(met)" if met else "(**not met**)"
+
+
+def _latency_table(results: Results) -> list[str]:
+    header = ["model", "batch", "engine", "median ms", f"x {BASELINE}", "round medians ms",
+              "import s", "load s", "first ms", "first / median", "peak RSS MiB",
+              "inference RSS MiB", f"max abs diff vs {REFERENCE}"]
+    rows = []
+    for m in results.measurements:
+        if not m.ok:
+            rows.append([m.model, str(m.batch), m.engine, "failed: " + (m.error or "no run")]
+                        + [""] * (len(header) - 4))
+            continue
+        base = results.find(m.model, m.batch, BASELINE)
+        ratio = f"{m.median_ms / base.median_ms:.2f}" if base and base.ok else "-"
+        spread = ", ".join(f"{t:.1f}" for t in m.round_medians_ms)
+        diff = "-" if m.max_diff is None else f"{m.max_diff:.1e}" + (
+            "" if m.agrees else f" (over {TOLERANCE:g})")
+        rows.append([m.model, str(m.batch), m.engine, f"{m.median_ms:.2f}", ratio, spread,
+                     f"{m.import_s:.2f}", f"{m.load_s:.3f}", f"{m.first_ms:.1f}",
+                     f"{m.first_ms / m.median_ms:.1f}", f"{m.peak_rss_mib:.0f}",
+                     f"{m.inference_rss_mib:.1f}", diff])
+    return _table(header, rows)
+
+
+def _cold_start_table(results: Results) -> list[str]:
+    if not results.cold_starts:
+        return []
+    header = ["model", "numba cache", "import s", "load s", "first ms", "steady ms"]
+    rows = [[c.model, c.cache, f"{c.report['import_s']:.2f}", f"{c.report['load_s']:.3f}",
+             f"{1e3 * c.report['first_s']:.1f}",
+             f"{1e3 * statistics.median(c.report['times']):.1f}"]
+            for c in results.cold_starts]
+    return (["pnnx-infer's start-up, batch 1, with numba's on-disk cache empty (cold: "
+             "compiling) and then filled (warm):", ""] + _table(header, rows))
+
+
+def _table(header: list[str], rows: list[list[str]]) -> list[str]:
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    return lines + ["| " + " | ".join(row) + " |" for row in rows]
+
+
+def write(path: Path, section: str) -> None:
+    """Put ``section`` between the markers of ``path`` (appending them if missing)."""
+    text = path.read_text(encoding="utf-8") if path.exists() else "# Benchmarks\n"
+    block = f"{BEGIN}\n{section}{END}\n"
+    if BEGIN in text and END in text:
+        head, rest = text.split(BEGIN, 1)
+        text = head + block + rest.split(END, 1)[1].lstrip("\n")
+    else:
+        text = text.rstrip("\n") + "\n\n" + block
+    path.write_text(text, encoding="utf-8")

@@ -1,0 +1,214 @@
+"""The benchmark's main loop: prepare each model's files, then for each model and batch size
+run every engine in a worker process of its own, round after round, in a rotating order."""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from infer.bench.models import MODELS, REPO, ModelFiles, prepare
+
+ENGINES = ("pnnx-infer", "onnxruntime", "torch")
+BASELINE = "onnxruntime"            # latency ratios are to this engine
+REFERENCE = "torch"                 # outputs are checked against this engine's
+TOLERANCE = 1e-4                    # |output - torch| <= 1e-4 + 1e-4 |torch|
+WORKER = Path(__file__).resolve().parent / "worker.py"
+
+
+@dataclass
+class Settings:
+    models: tuple[str, ...] = ("resnet18", "efficientnet_lite0")
+    batches: tuple[int, ...] = (1, 8)
+    engines: tuple[str, ...] = ENGINES
+    rounds: int = 5
+    threads: int = 2
+    seconds: float = 2.0            # timed inferences per worker: at least this long ...
+    min_runs: int = 5               # ... and at least this many
+    max_runs: int = 2000
+    warmup: int = 2
+    cold_start: bool = True         # measure pnnx-infer's start with numba's cache cold and warm
+    onnx_exporter: str = "dynamo"   # or "legacy": torch.onnx.export(dynamo=False)
+    workdir: Path | None = None     # exported files are kept (and reused) here; None: a temp dir
+
+
+@dataclass
+class Measurement:
+    """One engine on one model and batch size, over all rounds."""
+
+    model: str
+    batch: int
+    engine: str
+    rounds: list[dict] = field(default_factory=list)    # the workers' reports
+    error: str | None = None
+    max_diff: float | None = None                        # max |output - torch output|
+    agrees: bool | None = None
+
+    def _median(self, key: str) -> float:
+        return statistics.median(r[key] for r in self.rounds)
+
+    @property
+    def ok(self) -> bool:
+        return bool(self.rounds) and self.error is None
+
+    @property
+    def median_ms(self) -> float:
+        """The median of every timed inference of every round."""
+        return 1e3 * statistics.median(t for r in self.rounds for t in r["times"])
+
+    @property
+    def round_medians_ms(self) -> list[float]:
+        return [1e3 * statistics.median(r["times"]) for r in self.rounds]
+
+    @property
+    def runs(self) -> int:
+        return sum(len(r["times"]) for r in self.rounds)
+
+    import_s = property(lambda self: self._median("import_s"))
+    load_s = property(lambda self: self._median("load_s"))
+    first_ms = property(lambda self: 1e3 * self._median("first_s"))
+    peak_rss_mib = property(lambda self: self._median("peak_rss_mib"))
+    inference_rss_mib = property(lambda self: self._median("inference_rss_mib"))
+
+
+@dataclass
+class ColdStart:
+    """pnnx-infer's start-up with numba's on-disk cache empty, then filled."""
+
+    model: str
+    cache: str                      # "cold" or "warm"
+    report: dict
+
+
+@dataclass
+class Results:
+    settings: Settings
+    measurements: list[Measurement]
+    cold_starts: list[ColdStart]
+    onnx_exporters: dict[str, str]
+
+    def find(self, model: str, batch: int, engine: str) -> Measurement | None:
+        for m in self.measurements:
+            if (m.model, m.batch, m.engine) == (model, batch, engine):
+                return m
+        return None
+
+
+def run_benchmark(settings: Settings, say: Callable[[str], None] = print) -> Results:
+    with tempfile.TemporaryDirectory(prefix="pnnx_bench_") as scratch:
+        workdir = Path(settings.workdir or scratch)
+        measurements, cold_starts, exporters = [], [], {}
+        for name in settings.models:
+            model = MODELS[name]
+            say(f"preparing {name} (pnnx, ONNX and TorchScript files) in {workdir}")
+            files = prepare(model, workdir / name, settings.onnx_exporter)
+            exporters[name] = files.onnx_exporter
+            numba_cache = Path(tempfile.mkdtemp(prefix="numba_", dir=scratch))
+            if settings.cold_start and "pnnx-infer" in settings.engines:
+                cold_starts += _cold_start(settings, model.name, model.image_size, files,
+                                           numba_cache, Path(scratch), say)
+            for batch in settings.batches:
+                measurements += _measure(settings, name, model.image_size, batch, files,
+                                         numba_cache, Path(scratch), say)
+        return Results(settings, measurements, cold_starts, exporters)
+
+
+def _measure(settings: Settings, model: str, size: int, batch: int, files: ModelFiles,
+             numba_cache: Path, scratch: Path, say) -> list[Measurement]:
+    x_path = _input(scratch, model, batch, size)
+    results = {engine: Measurement(model, batch, engine) for engine in settings.engines}
+    outputs: dict[str, Path] = {}
+    for round_index in range(settings.rounds):
+        shift = round_index % len(settings.engines)             # rotate who goes first
+        for engine in settings.engines[shift:] + settings.engines[:shift]:
+            m = results[engine]
+            if m.error:
+                continue
+            out = scratch / f"{model}_b{batch}_{engine}.npy"
+            try:
+                report = run_worker(_job(settings, engine, files, x_path, out), numba_cache)
+            except RuntimeError as exc:
+                m.error = str(exc)
+                say(f"  {model} batch {batch} {engine}: FAILED {exc}")
+                continue
+            m.rounds.append(report)
+            outputs[engine] = out
+            say(f"  {model} batch {batch} round {round_index + 1}/{settings.rounds} "
+                f"{engine:12s} {1e3 * statistics.median(report['times']):9.2f} ms")
+    _compare_outputs(results, outputs)
+    return list(results.values())
+
+
+def _compare_outputs(results: dict[str, Measurement], outputs: dict[str, Path]) -> None:
+    if REFERENCE not in outputs:
+        return
+    want = np.load(outputs[REFERENCE])
+    for engine, path in outputs.items():
+        got = np.load(path)
+        m = results[engine]
+        if got.shape != want.shape:
+            m.agrees, m.error = False, f"output shape {got.shape}, torch gives {want.shape}"
+            continue
+        m.max_diff = float(np.max(np.abs(got.astype(np.float64) - want))) if got.size else 0.0
+        m.agrees = bool(np.allclose(got, want, atol=TOLERANCE, rtol=TOLERANCE))
+
+
+def _cold_start(settings: Settings, model: str, size: int, files: ModelFiles,
+                numba_cache: Path, scratch: Path, say) -> list[ColdStart]:
+    """Two pnnx-infer workers at batch 1 sharing an empty NUMBA_CACHE_DIR: the first compiles
+    (and writes the cache), the second starts from the cache."""
+    x_path = _input(scratch, model, 1, size)
+    starts = []
+    for cache in ("cold", "warm"):
+        job = _job(settings, "pnnx-infer", files, x_path, scratch / f"{model}_{cache}.npy")
+        job.update(seconds=0.0, min_runs=3, warmup=0)
+        try:
+            report = run_worker(job, numba_cache)
+        except RuntimeError as exc:
+            say(f"  {model} numba cache {cache}: FAILED {exc}")
+            return starts
+        starts.append(ColdStart(model, cache, report))
+        say(f"  {model} pnnx-infer with numba's cache {cache}: first inference "
+            f"{1e3 * report['first_s']:.1f} ms")
+    return starts
+
+
+def _input(scratch: Path, model: str, batch: int, size: int) -> Path:
+    """The same seeded input for every engine, in a .npy file the workers read."""
+    path = scratch / f"{model}_b{batch}_input.npy"
+    if not path.exists():
+        rng = np.random.default_rng(batch)
+        np.save(path, rng.standard_normal((batch, 3, size, size), dtype=np.float32))
+    return path
+
+
+def _job(settings: Settings, engine: str, files: ModelFiles, x_path: Path, out: Path) -> dict:
+    return {"engine": engine, "param": str(files.param), "bin": str(files.bin),
+            "onnx": str(files.onnx), "torchscript": str(files.torchscript),
+            "input": str(x_path), "output": str(out), "threads": settings.threads,
+            "seconds": settings.seconds, "min_runs": settings.min_runs,
+            "max_runs": settings.max_runs, "warmup": settings.warmup}
+
+
+def run_worker(job: dict, numba_cache: Path) -> dict:
+    """Run worker.py in a new process with every thread pool capped at ``job['threads']``;
+    its report, or RuntimeError with its last words."""
+    threads = str(job["threads"])
+    env = dict(os.environ, OMP_NUM_THREADS=threads, OPENBLAS_NUM_THREADS=threads,
+               MKL_NUM_THREADS=threads, NUMBA_NUM_THREADS=threads,
+               NUMBA_CACHE_DIR=str(numba_cache),
+               PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
+    done = subprocess.run([sys.executable, str(WORKER), json.dumps(job)], env=env,
+                          capture_output=True, text=True)
+    if done.returncode != 0:
+        last = (done.stderr.strip().splitlines() or ["(no output)"])[-1]
+        raise RuntimeError(f"worker exited with {done.returncode}: {last}")
+    return json.loads(done.stdout.strip().splitlines()[-1])

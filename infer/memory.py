@@ -1,0 +1,277 @@
+"""Memory plan: which intermediate arrays can share a buffer, and the arena that holds them.
+
+ncnn and MNN take the blobs of a forward pass from a pool that reuses memory as soon as a
+blob's last consumer has run. Here the same reuse is planned ahead, from the run order, the
+liveness lists and the shapes, and can be printed:
+
+    plan = graph.memory_plan((1, 3, 224, 224))
+    print(plan)        # operand, shape, bytes, buffer, live range; arena bytes vs all intermediates
+
+Planning (``plan_memory``)
+  - An intermediate operand lives from the step that writes it to the step of its last reader.
+    Graph inputs and outputs, constants (operators without inputs) and operands whose dtype
+    the param file does not give are not planned.
+  - A step that runs in place writes its output over its input: the two share one buffer,
+    which lives until the last of them has been read.
+  - Walking the steps in order, each new operand takes the smallest free buffer that is big
+    enough (best fit); if none is, the largest free buffer grows to its size; if no buffer is
+    free, a new one opens. After the step, every buffer whose operands are all dead is free.
+    A step's outputs never take its inputs' buffers: the inputs are read while it writes.
+
+Running (``Arena``)
+  A forward call takes an arena, one set of buffers, for itself alone (calls from several
+  threads never share one) and gives it back to the plan's pool at the end. Only layers that
+  can write into given arrays (``Layer.forward_into``) use it; a buffer is allocated the first
+  time such a layer needs it, so buffers reserved for layers that allocate their own outputs
+  cost nothing. numpy counts the owners of every array, so a buffer still seen from outside
+  the arena - through a view that outlived its operand (a reshape of it), or an output the
+  caller kept - is not handed out again while it is: the step gets a fresh array instead.
+"""
+
+from __future__ import annotations
+
+import html
+import sys
+from dataclasses import dataclass
+from typing import Protocol, Sequence
+
+import numpy as np
+
+from parser.bin import DTYPES
+
+Shape = tuple[int, ...]
+
+MAX_POOLED_ARENAS = 4        # arenas a plan keeps between calls (one per concurrent caller)
+INTO, IN_PLACE, OWN = "into", "in place", "layer"   # how a step fills an operand's memory
+
+
+class Step(Protocol):
+    """What planning needs of one step of the graph's run list (infer.graph builds them)."""
+
+    label: str                       # the operator, as errors name it
+    inputs: tuple[str, ...]          # operand names read
+    outputs: tuple[str, ...]         # operand names written
+    free: tuple[str, ...]            # operands whose last reader this step is
+    in_place: bool                   # overwrites its only input, when that array is writeable
+    into: bool                       # the layer can write into given arrays (forward_into)
+
+
+@dataclass(frozen=True)
+class Slot:
+    """Where one output of a forward_into step goes: a buffer of the arena (-1: a fresh
+    array, for graph outputs and operands the plan does not cover)."""
+
+    buffer: int
+    shape: Shape
+    dtype: np.dtype
+
+
+@dataclass(frozen=True)
+class PlannedOperand:
+    """One row of the plan."""
+
+    name: str
+    shape: Shape
+    dtype: np.dtype
+    nbytes: int
+    buffer: int
+    first: int          # step that writes it
+    last: int           # step of its last reader (of the last array sharing its buffer)
+    how: str            # INTO: the layer writes into the buffer; IN_PLACE; OWN: it allocates
+    writer: str         # the operator that writes it
+
+
+class MemoryPlan:
+    """Buffers for the intermediate operands of one set of input shapes (see the module
+    docstring). ``str(plan)`` is a table; in a notebook the plan shows as an HTML table."""
+
+    def __init__(self, operands: list[PlannedOperand], buffer_sizes: list[int],
+                 step_slots: list[tuple[Slot, ...] | None]):
+        self.operands = operands
+        self.buffer_sizes = buffer_sizes
+        self.step_slots = step_slots        # per step: where a forward_into step writes
+        self._pool: list[Arena] = []
+
+    @property
+    def arena_bytes(self) -> int:
+        """Bytes of all the buffers: the memory every intermediate would need if every layer
+        wrote into the arena."""
+        return sum(self.buffer_sizes)
+
+    @property
+    def intermediate_bytes(self) -> int:
+        """Bytes of all intermediate operands together: what keeping every one would take."""
+        return sum(o.nbytes for o in self.operands)
+
+    # ----- the arenas of forward calls ----------------------------------------------------------
+    def take_arena(self) -> "Arena":
+        """An arena for one forward call (from the pool, or a new one)."""
+        try:
+            return self._pool.pop()             # list.pop / append are atomic: no lock needed
+        except IndexError:
+            return Arena(self.buffer_sizes)
+
+    def give_back(self, arena: "Arena") -> None:
+        if len(self._pool) < MAX_POOLED_ARENAS:
+            self._pool.append(arena)
+
+    # ----- display -------------------------------------------------------------------------------
+    HEADER = ("operand", "shape", "dtype", "bytes", "buffer", "live (steps)", "filled",
+              "written by")
+
+    def rows(self) -> list[tuple[str, ...]]:
+        return [(o.name, "x".join(map(str, o.shape)) or "()", str(o.dtype), f"{o.nbytes:,}",
+                 str(o.buffer), f"{o.first}..{o.last}", o.how, o.writer) for o in self.operands]
+
+    def summary(self) -> str:
+        arena, total = self.arena_bytes, self.intermediate_bytes
+        saving = f", {total / arena:.1f}x less" if arena else ""
+        into = sum(o.how == INTO for o in self.operands)
+        return (f"{len(self.operands)} intermediate operands, {_mib(total)} together; planned "
+                f"arena {_mib(arena)} in {len(self.buffer_sizes)} buffers{saving}. "
+                f"{into} operands are written into the arena by their layers now "
+                f"(forward_into); in place: {sum(o.how == IN_PLACE for o in self.operands)}.")
+
+    def __str__(self) -> str:
+        rows = [self.HEADER, *self.rows()]
+        widths = [max(len(row[i]) for row in rows) for i in range(len(self.HEADER))]
+        right = {3, 4}                                     # numbers align right
+        lines = ["  ".join(cell.rjust(w) if i in right else cell.ljust(w)
+                           for i, (cell, w) in enumerate(zip(row, widths))).rstrip()
+                 for row in rows]
+        lines.insert(1, "  ".join("-" * w for w in widths))
+        return "\n".join(lines + ["", self.summary()])
+
+    def _repr_html_(self) -> str:
+        head = "".join(f"<th>{html.escape(h)}</th>" for h in self.HEADER)
+        body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>"
+                       for row in self.rows())
+        return (f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+                f"<p>{html.escape(self.summary())}</p>")
+
+    def __repr__(self) -> str:
+        return f"MemoryPlan({self.summary()})"
+
+
+class Arena:
+    """The buffers of one forward call at a time (see the module docstring)."""
+
+    def __init__(self, sizes: Sequence[int]):
+        self.sizes = list(sizes)
+        self.buffers: list[np.ndarray | None] = [None] * len(self.sizes)
+        self._idle_refs = 0          # what sys.getrefcount says of a buffer nobody else holds
+
+    def array(self, slot: Slot) -> np.ndarray:
+        """An array of ``slot``'s shape and dtype over its buffer, or a fresh one if the
+        buffer is still referenced from outside the arena (or the slot has none)."""
+        if slot.buffer < 0:
+            return np.empty(slot.shape, slot.dtype)
+        if self.buffers[slot.buffer] is None:
+            self.buffers[slot.buffer] = np.empty(self.sizes[slot.buffer], np.uint8)
+            self._idle_refs = sys.getrefcount(self.buffers[slot.buffer])
+        elif sys.getrefcount(self.buffers[slot.buffer]) > self._idle_refs:
+            return np.empty(slot.shape, slot.dtype)       # someone still reads this memory
+        nbytes = int(np.prod(slot.shape, dtype=np.int64)) * slot.dtype.itemsize
+        return self.buffers[slot.buffer][:nbytes].view(slot.dtype).reshape(slot.shape)
+
+    @property
+    def allocated_bytes(self) -> int:
+        return sum(b.nbytes for b in self.buffers if b is not None)
+
+
+# ----- planning ---------------------------------------------------------------------------------
+
+def plan_memory(steps: Sequence[Step], shapes: dict[str, Shape], dtypes: dict[str, str | None],
+                keep: set[str], constants: set[str]) -> MemoryPlan:
+    """Assign every intermediate operand of ``steps`` (the run order) a buffer, as the module
+    docstring describes. ``shapes``: the shape plan; ``dtypes``: pnnx dtype names (None:
+    unknown); ``keep``: graph inputs and outputs; ``constants``: outputs of steps without
+    inputs. Returns the plan with, per forward_into step, the slots its outputs go to."""
+    planned = {name for step in steps for name in step.outputs
+               if name not in keep and name not in constants and dtypes.get(name) in DTYPES}
+    last = _last_reads(steps)
+    group = _in_place_groups(steps, planned)          # operand -> the operand owning its memory
+    end: dict[str, int] = {}                          # owner -> step after which it is free
+    for name, owner in group.items():
+        end[owner] = max(end.get(owner, 0), len(steps) if name in keep else last[name])
+
+    sizes: list[int] = []
+    free: list[int] = []                              # buffer ids
+    buffer_of: dict[str, int] = {}
+    ending: dict[int, list[int]] = {}                 # step -> buffers free after it
+    rows: list[PlannedOperand] = []
+    for index, step in enumerate(steps):
+        for name in step.outputs:
+            if name not in planned:
+                continue
+            dtype = DTYPES[dtypes[name]]
+            nbytes = int(np.prod(shapes[name], dtype=np.int64)) * dtype.itemsize
+            owner = group[name]
+            if owner != name:                         # in place: the input's buffer
+                buffer = buffer_of[owner]
+                sizes[buffer] = max(sizes[buffer], nbytes)
+                how = IN_PLACE
+            else:
+                buffer = _best_fit(nbytes, free, sizes)
+                ending.setdefault(end[owner], []).append(buffer)
+                how = INTO if step.into else OWN
+            buffer_of[name] = buffer
+            rows.append(PlannedOperand(name, shapes[name], dtype, nbytes, buffer, index,
+                                       end[owner], how, step.label))
+        free.extend(ending.pop(index, []))
+
+    slots = [tuple(_slot(name, buffer_of, shapes, dtypes) for name in step.outputs)
+             if step.into and not step.in_place else None for step in steps]
+    return MemoryPlan(rows, sizes, slots)
+
+
+def _last_reads(steps: Sequence[Step]) -> dict[str, int]:
+    """Operand -> the step after which it is dead: the step whose free list names it, or the
+    step that writes it when nobody reads it."""
+    last = {name: index for index, step in enumerate(steps) for name in step.outputs}
+    for index, step in enumerate(steps):
+        for name in step.free:
+            last[name] = index
+    return last
+
+
+def _in_place_groups(steps: Sequence[Step], planned: set[str]) -> dict[str, str]:
+    """Operand -> the planned operand whose buffer it lives in: itself, or for the output of
+    an in-place step, its input's owner (chains of in-place steps share one buffer). A graph
+    output written in place over an intermediate is listed too: it keeps that buffer alive
+    to the end of the call."""
+    owner: dict[str, str] = {}            # only operands that live in a planned buffer
+    for step in steps:
+        for name in step.outputs:
+            source = step.inputs[0] if step.in_place else None
+            if source in owner:
+                owner[name] = owner[source]
+            elif name in planned:
+                owner[name] = name
+    return owner
+
+
+def _best_fit(nbytes: int, free: list[int], sizes: list[int]) -> int:
+    """Take the smallest free buffer of at least ``nbytes``; else grow the largest free one;
+    else open a new buffer."""
+    fitting = [b for b in free if sizes[b] >= nbytes]
+    if fitting:
+        buffer = min(fitting, key=lambda b: sizes[b])
+    elif free:
+        buffer = max(free, key=lambda b: sizes[b])
+        sizes[buffer] = nbytes
+    else:
+        sizes.append(nbytes)
+        return len(sizes) - 1
+    free.remove(buffer)
+    return buffer
+
+
+def _slot(name: str, buffer_of: dict[str, int], shapes: dict[str, Shape],
+          dtypes: dict[str, str | None]) -> Slot:
+    dtype = DTYPES.get(dtypes.get(name) or "", np.dtype(np.float32))
+    return Slot(buffer_of.get(name, -1), shapes[name], dtype)
+
+
+def _mib(nbytes: int) -> str:
+    return f"{nbytes / 2**20:.2f} MiB"

@@ -1,0 +1,289 @@
+"""The memory plan (infer.memory): buffers shared by liveness, in-place groups, the printed
+table, and forward_into steps writing into a per-call arena: right results against torch,
+views that outlive their operand, outputs the caller keeps, several threads at once."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from infer import Layer, LayerError, RuntimeGraph
+from infer.memory import IN_PLACE, INTO
+from tests.conftest import REPO, write_pnnx
+
+
+class Double(Layer):
+    """y = 2 x, written into the array it is given."""
+
+    support_forward_into = True
+
+    def forward_one(self, x):
+        return x * np.float32(2)
+
+    def forward_into(self, inputs, outputs):
+        np.multiply(inputs[0], np.float32(2), out=outputs[0])
+
+
+class Add(Layer):
+    """y = a + b, written into the array it is given."""
+
+    one_blob_only = False
+    support_forward_into = True
+
+    def infer_shapes(self, shapes):
+        return [tuple(np.broadcast_shapes(*shapes))]
+
+    def forward(self, inputs):
+        return [inputs[0] + inputs[1]]
+
+    def forward_into(self, inputs, outputs):
+        np.add(inputs[0], inputs[1], out=outputs[0])
+
+
+class Flip(Layer):
+    """y = x reversed along the last dim: a VIEW of its input (as reshapes and slices are)."""
+
+    def forward_one(self, x):
+        return x[..., ::-1]
+
+
+class Broken(Double):
+    def forward_into(self, inputs, outputs):
+        raise ValueError("no luck")
+
+
+CUSTOM = {"my.Double": Double, "my.Add": Add, "my.Flip": Flip, "my.Broken": Broken}
+
+
+def build(tmp_path, text, name="model"):
+    param, binary = write_pnnx(tmp_path, text, name=name)
+    graph = RuntimeGraph(param, binary)
+    for type_name, layer in CUSTOM.items():
+        graph.register_custom_layer(type_name, layer)
+    return graph.build()
+
+
+# a: input; b..f: intermediates; b is read by d2 and again by add, so it lives across c and d
+DIAMOND = """
+7767517
+8 7
+pnnx.Input   in0   0 1 a #a=(2,3,4,5)f32
+my.Double    d1    1 1 a b #b=(2,3,4,5)f32
+my.Double    d2    1 1 b c #c=(2,3,4,5)f32
+nn.ReLU      r1    1 1 c d #d=(2,3,4,5)f32
+my.Add       add   2 1 d b e #e=(2,3,4,5)f32
+my.Double    d3    1 1 e f #f=(2,3,4,5)f32
+my.Double    d4    1 1 f g #g=(2,3,4,5)f32
+pnnx.Output  out0  1 0 g
+"""
+
+
+def diamond_torch(x):
+    b = 2 * x
+    return 4 * (F.relu(2 * b) + b)
+
+
+def test_diamond_plan_reuses_buffers_by_liveness(tmp_path):
+    graph = build(tmp_path, DIAMOND)
+    plan = graph.memory_plan((2, 3, 4, 5))
+    rows = {o.name: o for o in plan.operands}
+    assert set(rows) == {"b", "c", "d", "e", "f"}     # not the input a, nor the output g
+    nbytes = 2 * 3 * 4 * 5 * 4
+    assert all(o.nbytes == nbytes for o in rows.values())
+    assert rows["d"].buffer == rows["c"].buffer and rows["d"].how == IN_PLACE   # relu in place
+    assert rows["b"].buffer != rows["c"].buffer       # b is still read when c is written
+    assert rows["e"].buffer not in (rows["b"].buffer, rows["c"].buffer)   # add reads both
+    assert rows["f"].buffer in (rows["b"].buffer, rows["c"].buffer)       # free again by then
+    assert len(plan.buffer_sizes) == 3 and plan.arena_bytes == 3 * nbytes
+    assert plan.intermediate_bytes == 5 * nbytes
+    assert rows["b"].how == INTO and rows["b"].writer == "my.Double d1"
+    assert (rows["b"].first, rows["b"].last) == (0, 3)
+    assert (rows["c"].first, rows["c"].last) == (1, 3)   # its memory lives on as d
+
+
+def test_plan_prints_as_a_table(tmp_path):
+    plan = build(tmp_path, DIAMOND).memory_plan((2, 3, 4, 5))
+    text = str(plan)
+    header, rule, *lines = text.splitlines()
+    assert header.split()[:4] == ["operand", "shape", "dtype", "bytes"]
+    assert set(rule.replace(" ", "")) == {"-"}
+    assert any(line.startswith("b ") and "2x3x4x5" in line and "480" in line for line in lines)
+    assert "planned arena" in text and "5 intermediate operands" in text
+    html = plan._repr_html_()
+    assert html.count("<tr>") == 6 and "my.Double d1" in html
+
+
+def test_plan_follows_the_input_shapes(tmp_path):
+    graph = build(tmp_path, DIAMOND.replace("(2,3,4,5)", "(?,3,?,?)"))
+    small, large = graph.memory_plan((1, 3, 2, 2)), graph.memory_plan((4, 3, 8, 8))
+    assert large.arena_bytes == small.arena_bytes * 4 * 16
+    assert graph.memory_plan((1, 3, 2, 2)) is small          # cached per input shapes
+
+
+@pytest.mark.parametrize("shape", [(2, 3, 4, 5), (1, 3, 1, 7)])
+def test_forward_into_steps_match_torch(tmp_path, shape):
+    graph = build(tmp_path, DIAMOND.replace("(2,3,4,5)", "(?,3,?,?)"))
+    x = np.random.default_rng(0).standard_normal(shape, dtype=np.float32)
+    for _ in range(3):                                  # the arena is reused from call to call
+        (got,) = graph.forward(x)
+        np.testing.assert_allclose(got, diamond_torch(torch.from_numpy(x)).numpy(), rtol=1e-6)
+    arena = graph.memory_plan(shape)._pool[0]
+    assert arena.allocated_bytes > 0                   # the layers did write into it
+
+
+def test_shipped_model_plan_never_overlaps_live_operands():
+    """On EfficientNet-Lite0: operands sharing a buffer are never alive at once, unless one
+    was written in place over the other; every buffer holds its largest operand."""
+    graph = RuntimeGraph(REPO / "model_file/efficientnet_lite0/efficientnet_lite0.pnnx.param")
+    plan = graph.build().memory_plan((2, 3, 224, 224))
+    assert plan.arena_bytes < plan.intermediate_bytes / 3
+    by_buffer: dict[int, list] = {}
+    for row in plan.operands:
+        assert plan.buffer_sizes[row.buffer] >= row.nbytes
+        by_buffer.setdefault(row.buffer, []).append(row)
+    for rows in by_buffer.values():
+        groups: list[list] = []                          # in-place chains are one group
+        for row in rows:
+            if row.how == IN_PLACE:
+                groups[-1].append(row)
+            else:
+                groups.append([row])
+        spans = sorted((g[0].first, g[0].last) for g in groups)
+        for (_, end), (start, _) in zip(spans, spans[1:]):
+            assert end < start
+
+
+FLIPPED = """
+7767517
+6 5
+pnnx.Input   in0   0 1 a #a=(2,8)f32
+my.Double    d1    1 1 a b #b=(2,8)f32
+my.Flip      flip  1 1 b c #c=(2,8)f32
+my.Double    d2    1 1 c d #d=(2,8)f32
+my.Add       add   2 1 d c e #e=(2,8)f32
+pnnx.Output  out0  1 0 e
+"""
+
+
+def test_a_view_that_outlives_its_operand_keeps_its_buffer(tmp_path):
+    """c is a view of b: the plan frees b's buffer after flip and gives it to d, while c
+    (still read by add) looks into it. The arena sees c holding the buffer and hands d a
+    fresh array instead of overwriting c."""
+    graph = build(tmp_path, FLIPPED)
+    plan = graph.memory_plan((2, 8))
+    rows = {o.name: o for o in plan.operands}
+    assert rows["d"].buffer == rows["b"].buffer        # what makes the guard necessary
+    x = np.arange(16, dtype=np.float32).reshape(2, 8)
+    c = torch.flip(2 * torch.from_numpy(x), dims=[-1])
+    for _ in range(2):
+        (got,) = graph.forward(x)
+        np.testing.assert_array_equal(got, (2 * c + c).numpy())
+
+
+KEPT = """
+7767517
+4 3
+pnnx.Input   in0   0 1 a #a=(3,4)f32
+my.Double    d1    1 1 a b #b=(3,4)f32
+nn.ReLU6     r1    1 1 b c #c=(3,4)f32
+pnnx.Output  out0  1 0 c
+"""
+
+
+def test_outputs_the_caller_keeps_are_not_overwritten(tmp_path):
+    """c is written in place over b, a buffer of the arena, and returned; the next call must
+    not reuse that memory while the caller holds c."""
+    graph = build(tmp_path, KEPT)
+    rng = np.random.default_rng(1)
+    xs = [rng.standard_normal((3, 4), dtype=np.float32) * 4 for _ in range(4)]
+    outs = [graph.forward(x)[0] for x in xs]
+    for x, out in zip(xs, outs):
+        np.testing.assert_array_equal(out, F.relu6(2 * torch.from_numpy(x)).numpy())
+    assert len({out.ctypes.data for out in outs}) == 4
+
+
+def test_activation_forward_into_matches_torch(tmp_path):
+    """b has two readers, so relu6 cannot run in place: it writes into the arena
+    (the base class's forward_into: copy, then in place)."""
+    text = """
+    7767517
+    5 4
+    pnnx.Input   in0   0 1 a #a=(2,5)f32
+    my.Double    d1    1 1 a b #b=(2,5)f32
+    nn.ReLU6     r1    1 1 b c #c=(2,5)f32
+    my.Add       add   2 1 c b d #d=(2,5)f32
+    pnnx.Output  out0  1 0 d
+    """
+    graph = build(tmp_path, text)
+    assert {o.name: o.how for o in graph.memory_plan((2, 5)).operands}["c"] == INTO
+    x = np.linspace(-5, 5, 10, dtype=np.float32).reshape(2, 5)
+    b = 2 * torch.from_numpy(x)
+    (got,) = graph.forward(x)
+    np.testing.assert_allclose(got, (F.relu6(b) + b).numpy())
+
+
+def test_several_threads_share_one_graph(tmp_path):
+    graph = build(tmp_path, DIAMOND.replace("(2,3,4,5)", "(?,3,?,?)"))
+    rng = np.random.default_rng(2)
+    inputs = [rng.standard_normal((2, 3, 16, 16), dtype=np.float32) for _ in range(8)]
+    wanted = [diamond_torch(torch.from_numpy(x)).numpy() for x in inputs]
+    failures = []
+
+    def worker(index):
+        for turn in range(40):
+            k = (index + turn) % len(inputs)
+            (got,) = graph.forward(inputs[k])
+            if not np.allclose(got, wanted[k], rtol=1e-6):
+                failures.append((index, turn))
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not failures
+
+
+def test_a_failing_forward_into_names_the_operator(tmp_path):
+    graph = build(tmp_path, DIAMOND.replace("my.Double    d2", "my.Broken    d2"))
+    with pytest.raises(LayerError, match=r"my\.Broken d2.*ValueError: no luck"):
+        graph.forward(np.ones((2, 3, 4, 5), np.float32))
+    (got,) = build(tmp_path, DIAMOND, "again").forward(np.ones((2, 3, 4, 5), np.float32))
+    assert got.shape == (2, 3, 4, 5)                    # the arena went back to the pool
+
+
+def test_an_unread_output_is_dropped_at_once(tmp_path):
+    """The second half of the split is read by nobody: it is dead right after the split."""
+
+    class Split(Layer):
+        one_blob_only = False
+
+        def infer_shapes(self, shapes):
+            n, c = shapes[0]
+            return [(n, c // 2), (n, c - c // 2)]
+
+        def forward(self, inputs):
+            x = inputs[0]
+            return [x[:, : x.shape[1] // 2].copy(), x[:, x.shape[1] // 2:].copy()]
+
+    text = """
+    7767517
+    4 4
+    pnnx.Input   in0   0 1 a #a=(2,6)f32
+    my.Split     s     1 2 a b c #b=(2,3)f32 #c=(2,3)f32
+    my.Double    d     1 1 b e #e=(2,3)f32
+    pnnx.Output  out0  1 0 e
+    """
+    param, binary = write_pnnx(tmp_path, text)
+    graph = RuntimeGraph(param, binary)
+    graph.register_custom_layer("my.Split", Split)
+    graph.register_custom_layer("my.Double", Double)
+    graph.build()
+    rows = {o.name: o for o in graph.memory_plan((2, 6)).operands}
+    assert (rows["c"].first, rows["c"].last) == (0, 0)
+    x = np.arange(12, dtype=np.float32).reshape(2, 6)
+    np.testing.assert_array_equal(graph.forward(x)[0], 2 * torch.from_numpy(x)[:, :3].numpy())
