@@ -52,7 +52,7 @@ TABLE_END = "<!-- end of operator table -->"
 def operator_table() -> str:
     """The README's operator table, from the registry: one row per layer module (family),
     its first docstring line, and the pnnx types its layers serve."""
-    import importlib
+    import sys
 
     from layers import LayerRegisterer
 
@@ -64,7 +64,7 @@ def operator_table() -> str:
             families.setdefault(module, []).append(type_name)
     rows = ["| Module | What | pnnx operator types |", "|---|---|---|"]
     for module, types in sorted(families.items()):
-        what = _summary(importlib.import_module(module).__doc__ or "")
+        what = _summary(sys.modules[module].__doc__ or "")
         path = module.replace(".", "/") + ".py"
         rows.append(f"| `{path}` | {what} | {', '.join(f'`{t}`' for t in types)} |")
     total = sum(len(types) for types in families.values())

@@ -218,11 +218,15 @@ def _resident_bytes() -> int:
 
 # ----- nothing executes model text --------------------------------------------------------------
 
-LOAD_PATH = [path for folder in ("parser", "layers", "infer") for path in
-             sorted((REPO / folder).glob("*.py"))
-             # export.py is the torch-side tool that makes model files: it imports the user's
-             # model code and torch.load(weights_only=True)s checkpoints, by design
-             if path.name != "export.py"]
+# The torch-side tools are not on the load path, and run user code by design: export.py imports
+# the user's model code and torch.load(weights_only=True)s checkpoints, convert.py runs the pnnx
+# program, compare.py runs the torch module pnnx wrote (only when a person asks to compare), and
+# draw.py pipes DOT text to graphviz's `dot` when a person asks for a drawing, and the
+# benchmark starts worker processes.
+TOOLS = {"export.py", "convert.py", "compare.py", "draw.py"}
+LOAD_PATH = [path for folder in ("parser", "layers", "infer")
+             for path in sorted((REPO / folder).rglob("*.py"))
+             if path.name not in TOOLS and "bench" not in path.relative_to(REPO).parts]
 FORBIDDEN_CALLS = {"eval", "exec", "compile", "__import__", "breakpoint", "input"}
 FORBIDDEN_MODULES = {"pickle", "cPickle", "dill", "cloudpickle", "marshal", "shelve", "joblib",
                      "importlib", "runpy", "code", "codeop", "yaml", "torch", "subprocess"}
