@@ -36,7 +36,7 @@ from parser.errors import (GraphError, InferError, LayerError, ShapeError,
                            UnsupportedOperatorError)
 from parser.param import NULL_DTYPE, read_param
 from infer.runtime import RuntimeAttribute, RuntimeOperand, RuntimeOperator, RuntimeParameter
-from infer import threads
+from infer import fusion, threads
 from infer.rewrite import unpack_outputs
 
 log = logging.getLogger(__name__)
@@ -173,6 +173,8 @@ class RuntimeGraph:
                 op.layer.use_fast_kernels = not self.reference
                 op.layer.load_param(op.param_values())
                 op.layer.load_model(op.weights())
+        if not self.reference:                  # conv -> add -> relu becomes one operator
+            fusion.fuse(self)
         self.operators = self._topological_order()
         self._free_after = self._liveness()
         self._shape_plans.clear()
