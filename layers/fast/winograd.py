@@ -52,9 +52,12 @@ A_T = np.array([[1, 1, 1, 1, 1, 0],
 
 def pack_winograd_weight(weight: np.ndarray) -> np.ndarray:
     """(C_out, C_in, 3, 3) -> U (36, C_out, C_in) = G g G^T per filter, in float64 then
-    rounded once to float32."""
-    u = np.einsum("ri,ocij,sj->rsoc", G, weight.astype(np.float64), G)   # (6, 6, O, C)
-    return np.ascontiguousarray(u.reshape(TAPS * TAPS, *weight.shape[:2]), np.float32)
+    rounded once to float32. U[k] for k = 6 r + s is a matrix over (output, input) channels."""
+    c_out, c_in = weight.shape[:2]
+    # U[(r, s)] = sum_ij G[r, i] g[i, j] G[s, j]: one GEMM with the Kronecker product of G
+    filters = weight.reshape(c_out * c_in, 9).astype(np.float64)          # (O*C, 9)
+    u = np.kron(G, G) @ filters.T                                         # (36, O*C)
+    return np.ascontiguousarray(u.reshape(TAPS * TAPS, c_out, c_in), np.float32)
 
 
 @numba.njit(cache=True, inline="always")
