@@ -6,11 +6,11 @@ multiplier) through its own kh x kw filter::
     y[n, o, oh, ow] = bias[o] + sum_{i, j} w[o, i, j] * x[n, c, oh*sh + i*dh - top, ow*sw + j*dw - left]
 
 There is almost no arithmetic per byte, so a GEMM does not help; what matters is reading each
-input row a few times from cache and keeping the inner loop branch-free. For each output row
-and each tap (i, j), the output columns whose input column falls inside the image form one
-interval [ow_lo, ow_hi): padding is never materialised, and the loop over that interval is a
-plain multiply-add the compiler vectorises. The (n, o) planes are spread over the threads, and
-the bias, residual and activation are applied to each row while it is still in cache.
+input row a few times from cache and keeping the inner loop branch-free. Each thread copies
+one (n, c) plane into a zero-padded buffer (a few KB, in cache), then for each output row
+accumulates the kh*kw taps into a row accumulator: with stride 1 the innermost loop is a plain
+multiply-add over contiguous floats that the compiler vectorises. Bias and activation are
+applied to the row before it is stored.
 """
 
 from __future__ import annotations
@@ -22,45 +22,40 @@ from numba import prange
 from layers.fast.epilogue import Activation, NO_ARRAY, activate_row
 
 
-@numba.njit(cache=True, inline="always")
-def _column_range(j, dw, left, sw, width, out_w):
-    """Output columns ow with 0 <= ow*sw + j*dw - left < width, as [lo, hi)."""
-    offset = j * dw - left                      # input column of ow = 0
-    lo = 0 if offset >= 0 else (-offset + sw - 1) // sw
-    hi = (width - 1 - offset) // sw + 1 if width - 1 - offset >= 0 else 0
-    return lo, max(min(hi, out_w), lo)
-
-
 @numba.njit(cache=True, parallel=True)
-def _depthwise(x, w, bias, y, stride_h, stride_w, dil_h, dil_w, top, left,
-               code, a, b):
+def _depthwise(x, w, bias, y, stride_h, stride_w, dil_h, dil_w, top, left, code, a, b):
     n, c_in, height, width = x.shape
     _, c_out, out_h, out_w = y.shape
     kh, kw = w.shape[1], w.shape[2]
     mult = c_out // c_in
     has_bias = bias.shape[0] > 0
+    # the padded plane: every window inside it, so the loops below need no bounds checks
+    padded_h = max((out_h - 1) * stride_h + (kh - 1) * dil_h + 1, top + height)
+    padded_w = max((out_w - 1) * stride_w + (kw - 1) * dil_w + 1, left + width)
     for plane in prange(n * c_out):
         i_n, o = plane // c_out, plane % c_out
-        src = x[i_n, o // mult]
+        padded = np.zeros((padded_h, padded_w), np.float32)
+        rows, cols = min(height, padded_h - top), min(width, padded_w - left)
+        padded[top:top + rows, left:left + cols] = x[i_n, o // mult, :rows, :cols]
         dst = y[i_n, o]
         filt = w[o]
         shift = bias[o] if has_bias else np.float32(0.0)
+        acc = np.empty(out_w, np.float32)
         for oh in range(out_h):
-            row = dst[oh]
             for ow in range(out_w):
-                row[ow] = shift
+                acc[ow] = shift
             for i in range(kh):
-                ih = oh * stride_h + i * dil_h - top
-                if ih < 0 or ih >= height:
-                    continue
-                src_row = src[ih]
+                src = padded[oh * stride_h + i * dil_h]
                 for j in range(kw):
-                    lo, hi = _column_range(j, dil_w, left, stride_w, width, out_w)
-                    tap = filt[i, j]
-                    start = j * dil_w - left
-                    for ow in range(lo, hi):
-                        row[ow] += tap * src_row[ow * stride_w + start]
-            activate_row(row, code, a, b)
+                    tap, start = filt[i, j], j * dil_w
+                    if stride_w == 1:                   # unit stride: a vectorised loop
+                        for ow in range(out_w):
+                            acc[ow] += tap * src[ow + start]
+                    else:
+                        for ow in range(out_w):
+                            acc[ow] += tap * src[ow * stride_w + start]
+            activate_row(acc, code, a, b)
+            dst[oh, :] = acc
 
 
 def depthwise_conv2d(x: np.ndarray, weight: np.ndarray, bias: np.ndarray | None,
