@@ -12,6 +12,8 @@ The weight is packed once, at build, as that (C_out, K) matrix (per group: (G, C
 * Otherwise a numba kernel writes cols into a scratch buffer that is reused from call to call
   (``scratch``), one image at a time so it stays small, and BLAS writes straight into the
   output image. Bias, residual and activation then follow in one pass (epilogue).
+
+The products go through ``blas.parallel_matmul`` (see there why BLAS runs single-threaded).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import numba
 import numpy as np
 from numba import prange
 
+from layers.fast.blas import parallel_matmul
 from layers.fast.epilogue import Activation, bias_residual_activation
 
 _local = threading.local()
@@ -89,14 +92,16 @@ def gemm_conv2d(x: np.ndarray, packed: np.ndarray, bias: np.ndarray | None,
     y_groups = y.reshape(n, groups, group_out, length)
     direct = kernel == (1, 1) and stride == (1, 1) and not any(pads)
     if direct:                                     # the input is already the cols matrix
-        np.matmul(packed, x.reshape(n, groups, group_k, length), out=y_groups)
+        images = x.reshape(n, groups, group_k, length)
+        for i in range(n):
+            parallel_matmul(packed, images[i], y_groups[i])
         bias_residual_activation(y, bias, residual, activation)
         return y
     cols = scratch("cols", (groups * group_k, length))
     for i in range(n):                             # one image at a time: cols stay small
         _im2col(x[i], cols, kernel[0], kernel[1], stride[0], stride[1], dilation[0],
                 dilation[1], pads[0], pads[2], out_h, out_w)
-        np.matmul(packed, cols.reshape(groups, group_k, length), out=y_groups[i])
+        parallel_matmul(packed, cols.reshape(groups, group_k, length), y_groups[i])
         bias_residual_activation(y[i:i + 1], bias,
                                  None if residual is None else residual[i:i + 1], activation)
     return y

@@ -25,6 +25,7 @@ import numba
 import numpy as np
 from numba import prange
 
+from layers.fast.blas import parallel_matmul
 from layers.fast.epilogue import Activation, NO_ARRAY, activate_row
 from layers.fast.gemm import scratch
 
@@ -165,7 +166,7 @@ def winograd_conv2d(x: np.ndarray, packed: np.ndarray, bias: np.ndarray | None,
     v = scratch("winograd_v", (TAPS * TAPS, c_in, t))
     m = scratch("winograd_m", (TAPS * TAPS, c_out, t))
     _input_transform(x, v, pads[0], pads[2], tiles_h, tiles_w)
-    np.matmul(packed, v, out=m)                          # 36 x (C_out, C_in) @ (C_in, T)
+    parallel_matmul(packed, v, m)                        # 36 x (C_out, C_in) @ (C_in, T)
     y = np.empty((n, c_out, *out_hw), np.float32) if out is None else out
     _output_transform(m, y, NO_ARRAY if bias is None else bias,
                       NO_RESIDUAL if residual is None else residual, tiles_h, tiles_w,
