@@ -31,7 +31,7 @@ from layers.convolution import Conv2d
 from layers.expression import ExpressionLayer
 from layers.fast.epilogue import activation_of
 from layers.linear import Linear
-from layers.shape import ZeroPad2d
+from layers.padding import PadModule
 from infer.runtime import RuntimeOperand, RuntimeOperator
 
 if TYPE_CHECKING:
@@ -82,14 +82,16 @@ def _remove(graph: "RuntimeGraph", op: RuntimeOperator, operand: RuntimeOperand)
 
 
 def _fold_padding(graph: "RuntimeGraph", op: RuntimeOperator, outputs: set[int]) -> None:
-    """nn.ZeroPad2d -> Conv2d (zeros mode): the conv pads by the sum of both."""
+    """nn.ZeroPad2d (or a ConstantPad2d of 0) -> Conv2d (zeros mode): the conv pads by the sum
+    of both."""
     padded = op.inputs[0]
     pad = padded.producer
-    if (pad is None or type(pad.layer) is not ZeroPad2d or len(pad.inputs) != 1
-            or _only_consumer(padded, outputs) is not op or op.layer.padding_mode != "zeros"
-            or min(pad.layer.padding) < 0):
+    if (pad is None or type(pad.layer) is not PadModule or len(pad.inputs) != 1
+            or pad.layer.mode != "constant" or pad.layer.value or len(pad.layer.pad) != 4
+            or min(pad.layer.pad) < 0 or _only_consumer(padded, outputs) is not op
+            or op.layer.padding_mode != "zeros"):
         return
-    op.layer.fuse_padding(*pad.layer.padding)          # (left, right, top, bottom)
+    op.layer.fuse_padding(*pad.layer.pad)              # (left, right, top, bottom)
     source = pad.inputs[0]
     source.consumers = [op if c is pad else c for c in source.consumers]
     op.inputs[0] = source

@@ -26,6 +26,28 @@ def unpack_outputs(operators: list[RuntimeOperator],
     """Replace tuples and lists of outputs by their members, in place."""
     flatten_tuples(operators, operands)
     split_output_lists(operators, operands)
+    absorb_tuple_unpacks(operators, operands)
+
+
+def absorb_tuple_unpacks(operators: list[RuntimeOperator],
+                         operands: dict[str, RuntimeOperand]) -> None:
+    """An operator whose one output is a tuple that only a prim::TupleUnpack reads (pnnx
+    writes ``nn.AdaptiveMaxPool2d(return_indices=True)`` so) produces the members itself:
+
+        before:  x -> op -> t -> prim::TupleUnpack -> a, b
+        after:   x -> op ----------------------------> a, b
+    """
+    for unpack in [op for op in operators if op.type == TUPLE_UNPACK]:
+        (packed,) = unpack.inputs
+        producer = packed.producer
+        if (producer is None or len(producer.outputs) != 1 or len(packed.consumers) != 1
+                or producer.type == TUPLE_CONSTRUCT):
+            continue
+        producer.outputs = list(unpack.outputs)
+        for member in unpack.outputs:
+            member.producer = producer
+        operands.pop(packed.name, None)
+        operators[:] = [op for op in operators if op is not unpack]
 
 
 def flatten_tuples(operators: list[RuntimeOperator],

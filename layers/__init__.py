@@ -12,3 +12,7 @@ import layers.linear  # noqa: E402,F401
 import layers.normalization  # noqa: E402,F401
 import layers.pooling  # noqa: E402,F401
 import layers.shape  # noqa: E402,F401
+import layers.split  # noqa: E402,F401
+import layers.padding  # noqa: E402,F401
+import layers.resize  # noqa: E402,F401
+import layers.create  # noqa: E402,F401

@@ -271,6 +271,45 @@ class ArgumentInputLayer(Layer):
         return self.infer_shapes_from(input_shapes, [None] * len(input_shapes))
 
 
+class NamedArgumentLayer(ArgumentInputLayer):
+    """A layer with several arguments, each a parameter when it is a constant or a NAMED input
+    when the model computes it from input sizes: pnnx writes ``x[:, :, 1:x.size(2) - 1]`` as
+    ``Tensor.slice ... dim=2 start=1 step=1 $input=0 $end=1``, ``end`` being input 1 (a
+    pnnx.Expression ``sub(size(@0,2),1)``). The graph sets ``input_names`` from the ``$name``
+    keys; ``INPUTS`` names the inputs in order for a layer built by hand.
+
+    ``self.argument(name, items)`` is the named input's value (a Python number or a tuple,
+    checked by the parameter's converter) if there is one, else the parameter. ``items`` are
+    the input arrays or, while the graph plans shapes, the input values known so far."""
+
+    INPUTS: ClassVar[tuple[str, ...]] = ("input",)
+    input_names: Sequence[str] = ()
+
+    def named_inputs(self, items: Sequence[Any]) -> dict[str, Any]:
+        names = list(self.input_names) if any(self.input_names) else list(self.INPUTS)
+        if len(items) > len(names):
+            raise ShapeError(f"expects at most {len(names)} inputs ({', '.join(names)}), "
+                             f"got {len(items)}")
+        return dict(zip(names, items))
+
+    def argument(self, name: str, items: Sequence[Any]) -> Any:
+        named = self.named_inputs(items)
+        if name not in named:
+            return getattr(self, name)
+        if named[name] is None:
+            raise ShapeError(f"the {name} is an input whose value is not known before the "
+                             f"graph runs")
+        value = np.asarray(named[name]).tolist()          # a Python number or a list
+        value = tuple(value) if isinstance(value, list) else value
+        spec = self.PARAMS.get(name)
+        if spec is not None and spec.convert is not None:
+            try:
+                value = spec.convert(value)
+            except (TypeError, ValueError) as exc:
+                raise ShapeError(f"input {name}={value!r}: {exc}") from None
+        return value
+
+
 def bias_is_an_input(value: Any) -> None:
     """Converter of the ``bias`` parameter of F.conv2d / F.linear. pnnx writes ``bias=None``
     when there is no bias (None is never converted); a real bias is always a graph input."""

@@ -1,4 +1,6 @@
-"""Convolution layers: nn.Conv2d (weights from the bin file) and F.conv2d (weights as inputs).
+"""Convolution layers: nn.Conv1d / nn.Conv2d and nn.ConvTranspose1d / nn.ConvTranspose2d
+(weights from the bin file), and F.conv1d / F.conv2d / F.conv_transpose1d / F.conv_transpose2d
+(weights as inputs).
 
 pnnx writes ``F.conv2d`` with constant weights as an ``nn.Conv2d`` line (with @weight/@bias);
 an ``F.conv2d`` line is left only when the weight is computed in the graph, and then the
@@ -9,11 +11,15 @@ Two implementations of the same maths: ``kernels.conv2d`` (numpy, the reference)
 weights packed once). infer/fusion.py may fold into an nn.Conv2d the zero padding before it
 and the residual add and activation after it (``fuse_padding`` / ``fuse_residual`` /
 ``fuse_activation``); both implementations then compute the fused result.
+
+A 1-D layer is its 2-D layer over a height of 1: an (N, C, L) input runs as (N, C, 1, L), a
+kernel k as (1, k), stride s as (1, s), padding p as (0, p). Its 1-D parameters are read by
+``lifted`` converters, so after ``load_param`` they hold that 2-D form.
 """
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -22,17 +28,60 @@ from layers.base import (Layer, Param, Shape, as_bool, as_int, as_str, as_tuple,
                          bias_is_an_input, check_bias_flag, expect_shape, split_weight_inputs)
 from layers.fast.conv import PackedConv2d
 from layers.fast.epilogue import IDENTITY, Activation, activation_of
+from layers.kernels import conv_transpose2d_output_shape
 from layers.registry import register_layer
 from parser.errors import LayerError, ShapeError
 
 
-def as_conv_padding(value: Any) -> tuple[int, int] | str:
-    """torch's conv padding: 'same', 'valid', an int or a pair of ints (each >= 0)."""
+def as_conv_padding(value: Any, dims: int = 2) -> tuple[int, ...] | str:
+    """torch's conv padding: 'same', 'valid', an int or ``dims`` ints (each >= 0). In 2-D,
+    also four ints (left, right, top, bottom): pnnx writes ``nn.Conv2d(padding='same',
+    padding_mode='reflect')`` with an even kernel that way (the pads torch gives F.pad)."""
     if isinstance(value, str):
         if value not in ("same", "valid"):
             raise ValueError("a string padding must be 'same' or 'valid'")
         return value
-    return at_least(0, as_tuple(2))(value)
+    if dims == 2 and isinstance(value, (list, tuple)) and len(value) == 4:
+        return at_least(0, as_tuple(4))(value)
+    return at_least(0, as_tuple(dims))(value)
+
+
+def lifted(convert: Callable[[Any], Any], height_value: int) -> Callable[[Any], Any]:
+    """A 1-D parameter read as the 2-D one of a height-1 layer: ``convert`` the value to a
+    1-tuple, then put ``height_value`` before it (kernel 3 -> (1, 3), padding 2 -> (0, 2)).
+    Strings ('same', 'valid') are the same in 1-D and 2-D."""
+
+    def convert_lifted(value: Any) -> Any:
+        result = convert(value)
+        return result if isinstance(result, str) else (height_value, *result)
+
+    return convert_lifted
+
+
+def lift_shape(shape: Shape, what: str = "(N, C, L) input") -> Shape:
+    """(N, C, L) -> (N, C, 1, L), the shape a 1-D layer's 2-D form reads; ShapeError if not
+    3-D."""
+    if len(shape) != 3:
+        raise ShapeError(f"expects a 3-D {what}, got shape {tuple(shape)} (rank {len(shape)})")
+    return (*shape[:2], 1, shape[2])
+
+
+def lift(x: np.ndarray, what: str = "(N, C, L) input") -> np.ndarray:
+    """(A, B, L) -> (A, B, 1, L), a view: a 1-D input or weight as its height-1 2-D form."""
+    lift_shape(x.shape, what)
+    return x[:, :, None, :]
+
+
+def drop_height(x):
+    """(N, C, 1, L) -> (N, C, L): a 2-D result (array or shape) back to 1-D."""
+    return (*x[:2], x[3]) if isinstance(x, tuple) else x[:, :, 0, :]
+
+
+_GEOMETRY_1D = {
+    "stride": Param(1, lifted(at_least(1, as_tuple(1)), 1)),
+    "padding": Param(0, lifted(lambda value: as_conv_padding(value, dims=1), 0)),
+    "dilation": Param(1, lifted(at_least(1, as_tuple(1)), 1)),
+}
 
 
 class _ConvGeometry(Layer):
@@ -172,13 +221,17 @@ class Conv2d(_ConvGeometry):
 
     # ----- running --------------------------------------------------------------------------
     def forward(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
-        x, residual = inputs[0], (inputs[1] if self.fused_residual else None)
-        if self.use_fast_kernels:
-            return [self._forward_fast(x, residual)]
-        return [self._forward_reference(x, residual)]
+        if self.fused_residual:
+            return [self._forward(inputs[0], inputs[1])]
+        return [self.forward_one(inputs[0])]
 
     def forward_one(self, x: np.ndarray) -> np.ndarray:
-        return self.forward([x])[0]
+        return self._forward(x, None)
+
+    def _forward(self, x: np.ndarray, residual: np.ndarray | None) -> np.ndarray:
+        if self.use_fast_kernels:
+            return self._forward_fast(x, residual)
+        return self._forward_reference(x, residual)
 
     def _forward_reference(self, x: np.ndarray, residual: np.ndarray | None) -> np.ndarray:
         """kernels.pad, kernels.conv2d, + residual, activation: one numpy step at a time."""
@@ -259,3 +312,209 @@ class FunctionalConv2d(_ConvGeometry):
 
     def forward(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
         return [self._conv(*split_weight_inputs(inputs))]
+
+
+# ----- 1-D convolution: the 2-D layers over a height of 1 ---------------------------------------
+
+@register_layer("nn.Conv1d")
+class Conv1d(Conv2d):
+    """1-D convolution, as ``torch.nn.Conv1d``: x (N, C_in, L), weight (C_out, C_in / groups, k),
+    bias (C_out,) -> y (N, C_out, Lo), Lo = floor((L + 2p - d * (k - 1) - 1) / s) + 1;
+    padding 'same' / 'valid' and every padding_mode as in nn.Conv2d. It runs as nn.Conv2d on
+    (N, C_in, 1, L) with a (1, k) kernel."""
+
+    PARAMS = {
+        **Conv2d.PARAMS,
+        "kernel_size": Param(convert=lifted(at_least(1, as_tuple(1)), 1)),
+        **_GEOMETRY_1D,
+    }
+
+    def check_params(self) -> None:
+        if self.padding is None:
+            # pnnx writes nn.Conv1d(padding='same', padding_mode='reflect') with an even
+            # kernel as ``padding=()`` (read as None): the uneven pads of 'same' are lost
+            self.padding = "same"
+        super().check_params()
+
+    def load_model(self, weights: dict[str, np.ndarray]) -> None:
+        weight = weights.get("weight")
+        if weight is not None:
+            expect_shape("@weight", weight.shape, drop_height(self.weight_shape))
+            weights = {**weights, "weight": lift(weight)}
+        super().load_model(weights)
+
+    def infer_shape(self, shape: Shape) -> Shape:
+        return drop_height(super().infer_shape(lift_shape(shape)))
+
+    def forward_one(self, x: np.ndarray) -> np.ndarray:
+        return drop_height(super().forward_one(lift(x)))
+
+
+@register_layer("F.conv1d")
+class FunctionalConv1d(FunctionalConv2d):
+    """``F.conv1d(input, weight, bias)`` with the weight (and the bias, if any) as graph inputs:
+    x (N, C_in, L), weight (C_out, C_in / groups, k)[, bias (C_out,)] -> (N, C_out, Lo)."""
+
+    PARAMS = {**FunctionalConv2d.PARAMS, **_GEOMETRY_1D}
+
+    def infer_shapes(self, input_shapes: Sequence[Shape]) -> list[Shape]:
+        x, weight, bias = split_weight_inputs(input_shapes)
+        lifted_shapes = [lift_shape(x), lift_shape(weight, "(C_out, C_in / groups, k) weight")]
+        if bias is not None:
+            lifted_shapes.append(bias)
+        return [drop_height(super().infer_shapes(lifted_shapes)[0])]
+
+    def forward(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+        x, weight, bias = split_weight_inputs(inputs)
+        return [drop_height(self._conv(lift(x), lift(weight, "weight"), bias))]
+
+
+# ----- transposed convolution -------------------------------------------------------------------
+
+class _ConvTransposeGeometry(Layer):
+    """The parameters nn.ConvTranspose2d and F.conv_transpose2d share, and their checks."""
+
+    PARAMS = {
+        "stride": Param(1, at_least(1, as_tuple(2))),
+        "padding": Param(0, at_least(0, as_tuple(2))),
+        "output_padding": Param(0, at_least(0, as_tuple(2))),
+        "dilation": Param(1, at_least(1, as_tuple(2))),
+        "groups": Param(1, at_least(1, as_int)),
+    }
+
+    def check_params(self) -> None:
+        for extra, stride, dilation in zip(self.output_padding, self.stride, self.dilation):
+            if extra >= max(stride, dilation):
+                raise LayerError(f"output_padding {self.output_padding} must be smaller than "
+                                 f"the stride {self.stride} or the dilation {self.dilation}")
+
+    def _output_shape(self, x_shape: Shape, weight_shape: Shape) -> Shape:
+        return conv_transpose2d_output_shape(x_shape, weight_shape, self.stride, self.padding,
+                                             self.output_padding, self.groups, self.dilation)
+
+    def _conv_transpose(self, x: np.ndarray, weight: np.ndarray, bias: np.ndarray | None
+                        ) -> np.ndarray:
+        return kernels.conv_transpose2d(x, weight, bias, self.stride, self.padding,
+                                        self.output_padding, self.groups, self.dilation)
+
+
+@register_layer("nn.ConvTranspose2d")
+class ConvTranspose2d(_ConvTransposeGeometry):
+    """2-D transposed convolution (the adjoint of nn.Conv2d: upsampling by the stride), as
+    ``torch.nn.ConvTranspose2d``; kernels.conv_transpose2d has the maths.
+
+    x (N, C_in, H, W), weight (C_in, C_out / groups, kh, kw), bias (C_out,) -> (N, C_out, Ho, Wo)
+    Ho = (H - 1) * stride_h - 2 * padding_h + dilation_h * (kh - 1) + output_padding_h + 1.
+    (A call with ``output_size=`` is written by pnnx as the output_padding it implies.)
+    """
+
+    PARAMS = {
+        "in_channels": Param(convert=at_least(1, as_int)),
+        "out_channels": Param(convert=at_least(1, as_int)),
+        "kernel_size": Param(convert=at_least(1, as_tuple(2))),
+        **_ConvTransposeGeometry.PARAMS,
+        "bias": Param(True, as_bool),
+        "padding_mode": Param("zeros", as_str),
+    }
+    WEIGHTS = ("weight",)
+    OPTIONAL_WEIGHTS = ("bias",)
+
+    def check_params(self) -> None:
+        super().check_params()
+        self.has_bias = self.bias
+        if self.padding_mode != "zeros":
+            raise LayerError(f"transposed convolutions pad with zeros only (as torch), got "
+                             f"padding_mode={self.padding_mode!r}")
+        for key in ("in_channels", "out_channels"):
+            if getattr(self, key) % self.groups:
+                raise LayerError(f"{key}={getattr(self, key)} is not divisible by "
+                                 f"groups={self.groups}")
+
+    @property
+    def weight_shape(self) -> Shape:
+        return (self.in_channels, self.out_channels // self.groups, *self.kernel_size)
+
+    def check_weights(self) -> None:
+        check_bias_flag(self.has_bias, self.bias)
+        expect_shape("@weight", self.weight.shape, self.weight_shape)
+        if self.bias is not None:
+            expect_shape("@bias", self.bias.shape, (self.out_channels,))
+
+    def infer_shape(self, shape: Shape) -> Shape:
+        return self._output_shape(shape, self.weight_shape)
+
+    def forward_one(self, x: np.ndarray) -> np.ndarray:
+        return self._conv_transpose(x, self.weight, self.bias)
+
+
+@register_layer("F.conv_transpose2d")
+class FunctionalConvTranspose2d(_ConvTransposeGeometry):
+    """``F.conv_transpose2d(input, weight, bias)`` with the weight (and the bias, if any) as
+    graph inputs: x (N, C_in, H, W), weight (C_in, C_out / groups, kh, kw)[, bias (C_out,)].
+    pnnx writes ``bias=None`` without a bias, and no bias parameter with one."""
+
+    PARAMS = {**_ConvTransposeGeometry.PARAMS, "bias": Param(None, bias_is_an_input)}
+    one_blob_only = False
+
+    def infer_shapes(self, input_shapes: Sequence[Shape]) -> list[Shape]:
+        x, weight, bias = split_weight_inputs(input_shapes)
+        out_shape = self._output_shape(x, weight)           # checks the weight against x
+        if bias is not None:
+            expect_shape("bias input", bias, (out_shape[1],), ShapeError)
+        return [out_shape]
+
+    def forward(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+        return [self._conv_transpose(*split_weight_inputs(inputs))]
+
+
+_TRANSPOSE_GEOMETRY_1D = {
+    "stride": Param(1, lifted(at_least(1, as_tuple(1)), 1)),
+    "padding": Param(0, lifted(at_least(0, as_tuple(1)), 0)),
+    "output_padding": Param(0, lifted(at_least(0, as_tuple(1)), 0)),
+    "dilation": Param(1, lifted(at_least(1, as_tuple(1)), 1)),
+}
+
+
+@register_layer("nn.ConvTranspose1d")
+class ConvTranspose1d(ConvTranspose2d):
+    """1-D transposed convolution, as ``torch.nn.ConvTranspose1d``: x (N, C_in, L), weight
+    (C_in, C_out / groups, k) -> (N, C_out, (L - 1) * s - 2p + d * (k - 1) + output_padding + 1).
+    It runs as nn.ConvTranspose2d on (N, C_in, 1, L) with a (1, k) kernel."""
+
+    PARAMS = {
+        **ConvTranspose2d.PARAMS,
+        "kernel_size": Param(convert=lifted(at_least(1, as_tuple(1)), 1)),
+        **_TRANSPOSE_GEOMETRY_1D,
+    }
+
+    def load_model(self, weights: dict[str, np.ndarray]) -> None:
+        weight = weights.get("weight")
+        if weight is not None:
+            expect_shape("@weight", weight.shape, drop_height(self.weight_shape))
+            weights = {**weights, "weight": lift(weight)}
+        super().load_model(weights)
+
+    def infer_shape(self, shape: Shape) -> Shape:
+        return drop_height(super().infer_shape(lift_shape(shape)))
+
+    def forward_one(self, x: np.ndarray) -> np.ndarray:
+        return drop_height(super().forward_one(lift(x)))
+
+
+@register_layer("F.conv_transpose1d")
+class FunctionalConvTranspose1d(FunctionalConvTranspose2d):
+    """``F.conv_transpose1d(input, weight, bias)`` with the weight (and the bias, if any) as
+    graph inputs: x (N, C_in, L), weight (C_in, C_out / groups, k)[, bias (C_out,)]."""
+
+    PARAMS = {**FunctionalConvTranspose2d.PARAMS, **_TRANSPOSE_GEOMETRY_1D}
+
+    def infer_shapes(self, input_shapes: Sequence[Shape]) -> list[Shape]:
+        x, weight, bias = split_weight_inputs(input_shapes)
+        lifted_shapes = [lift_shape(x), lift_shape(weight, "(C_in, C_out / groups, k) weight")]
+        if bias is not None:
+            lifted_shapes.append(bias)
+        return [drop_height(super().infer_shapes(lifted_shapes)[0])]
+
+    def forward(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+        x, weight, bias = split_weight_inputs(inputs)
+        return [drop_height(self._conv_transpose(lift(x), lift(weight, "weight"), bias))]

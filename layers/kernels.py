@@ -72,6 +72,8 @@ def conv2d_padding(padding: int | Sequence[int] | str, kernel: Pair, dilation: P
     An int or (ph, pw) pads both sides equally. ``'valid'`` is no padding. ``'same'`` pads
     ``dilation * (kernel - 1)`` in total per axis so that output size == input size (stride 1);
     when that total is odd, the extra row/column goes at the bottom/right, as torch does.
+    Four ints are per side in F.pad's order, (left, right, top, bottom): pnnx writes an odd
+    'same' of a conv with a padding_mode that way (torch's ``_reversed_padding_repeated_twice``).
     """
     if isinstance(padding, str):
         if padding == "valid":
@@ -80,6 +82,9 @@ def conv2d_padding(padding: int | Sequence[int] | str, kernel: Pair, dilation: P
             total_h, total_w = (d * (k - 1) for d, k in zip(dilation, kernel))
             return total_h // 2, total_h - total_h // 2, total_w // 2, total_w - total_w // 2
         raise LayerError(f"padding must be 'same', 'valid', an int or a pair, got {padding!r}")
+    if not isinstance(padding, (int, np.integer)) and len(padding) == 4:
+        left, right, top, bottom = (int(p) for p in padding)
+        return top, bottom, left, right
     ph, pw = _pair(padding)
     return ph, ph, pw, pw
 
@@ -132,6 +137,38 @@ def conv2d_output_shape(x_shape: Sequence[int], weight_shape: Sequence[int],
     out_h = window_output_size(h, kh, sh, pads[0], pads[1], dilation[0])
     out_w = window_output_size(w, kw, sw, pads[2], pads[3], dilation[1])
     return (n, c_out, *_spatial_size(x_shape, out_h, out_w, pads, (kh, kw), dilation))
+
+
+def conv_transpose2d_output_shape(x_shape: Sequence[int], weight_shape: Sequence[int],
+                                  stride: int | Pair = 1, padding: int | Pair = 0,
+                                  output_padding: int | Pair = 0, groups: int = 1,
+                                  dilation: int | Pair = 1) -> tuple[int, int, int, int]:
+    """(N, C_in, H, W) input and (C_in, C_out / groups, kh, kw) weight -> (N, C_out, Ho, Wo)::
+
+        Ho = (H - 1) * stride_h - 2 * padding_h + dilation_h * (kh - 1) + output_padding_h + 1
+
+    (W alike): the input size a conv2d with these settings maps back to H, plus output_padding.
+    """
+    _check_rank(x_shape, (4,), "(N, C, H, W) input")
+    _check_rank(weight_shape, (4,), "(C_in, C_out / groups, kh, kw) weight")
+    n, c, h, w = x_shape
+    c_in, c_out_group, kh, kw = weight_shape
+    if c != c_in:
+        raise ShapeError(f"input has {c} channels but the weight {tuple(weight_shape)} expects "
+                         f"{c_in}")
+    if c_in % groups:
+        raise ShapeError(f"weight {tuple(weight_shape)}: {c_in} input channels are not "
+                         f"divisible by groups={groups}")
+    if h == 0 or w == 0:
+        raise ShapeError(f"expects H and W of at least 1, got shape {tuple(x_shape)}")
+    out_hw = tuple((size - 1) * s - 2 * p + d * (k - 1) + extra + 1
+                   for size, k, s, p, extra, d in zip(
+                       (h, w), (kh, kw), _pair(stride), _pair(padding), _pair(output_padding),
+                       _pair(dilation)))
+    if min(out_hw) <= 0:
+        raise ShapeError(f"input {h}x{w} gives an output of {out_hw[0]}x{out_hw[1]}: the "
+                         f"padding {_pair(padding)} crops more than the output has")
+    return (n, c_out_group * groups, *out_hw)
 
 
 def pool2d_output_shape(x_shape: Sequence[int], kernel_size: int | Pair,
@@ -361,6 +398,39 @@ def _conv2d_im2col(xp: np.ndarray, weight: np.ndarray, groups: int, stride: Pair
     return y.reshape(n, c_out, out_h, out_w)
 
 
+def conv_transpose2d(x: np.ndarray, weight: np.ndarray, bias: np.ndarray | None = None,
+                     stride: int | Pair = 1, padding: int | Pair = 0,
+                     output_padding: int | Pair = 0, groups: int = 1,
+                     dilation: int | Pair = 1) -> np.ndarray:
+    """``F.conv_transpose2d``: the adjoint of conv2d. Every input pixel scatters itself, times
+    the kernel, into the output (C_in, C_out / groups, kh, kw weight)::
+
+        full[n, g * O/G + o, ih * sh + i * dh, iw * sw + j * dw]
+            += sum_c x[n, g * C/G + c, ih, iw] * weight[g * C/G + c, o, i, j]
+        y = full without ``padding`` rows / columns on each side, + bias
+
+    ``output_padding`` makes ``full`` that much taller / wider at the bottom / right (rows no
+    pixel reaches: they hold the bias only). One matrix product per group computes every
+    (o, i, j) contribution of every pixel; then a loop over the kh*kw taps adds each one into
+    its strided place, the same views of ``full`` that ``window_taps`` reads in a conv2d.
+    """
+    n, c_out, out_h, out_w = conv_transpose2d_output_shape(
+        x.shape, weight.shape, stride, padding, output_padding, groups, dilation)
+    c_in, h, w = x.shape[1:]
+    _, c_out_group, kh, kw = weight.shape
+    (ph, pw), stride, dilation = _pair(padding), _pair(stride), _pair(dilation)
+    w_t = weight.reshape(groups, c_in // groups, c_out_group * kh * kw).transpose(0, 2, 1)
+    cols = np.matmul(w_t, x.reshape(n, groups, c_in // groups, h * w))   # (N, G, O/G*kh*kw, HW)
+    cols = cols.reshape(n, c_out, kh, kw, h, w)
+    full = np.zeros((n, c_out, out_h + 2 * ph, out_w + 2 * pw), dtype=x.dtype)
+    for (i, j), place in window_taps(full, (kh, kw), stride, dilation, (h, w)):  # (N, O, H, W)
+        place += cols[:, :, i, j]
+    y = np.ascontiguousarray(full[:, :, ph:ph + out_h, pw:pw + out_w])   # (N, C_out, Ho, Wo)
+    if bias is not None:
+        y += bias.reshape(c_out, 1, 1)
+    return y
+
+
 # ================================================================ pooling
 
 def max_pool2d(x: np.ndarray, kernel_size: int | Pair, stride: int | Pair | None = None,
@@ -375,6 +445,66 @@ def max_pool2d(x: np.ndarray, kernel_size: int | Pair, stride: int | Pair | None
     for _, tap in taps:
         np.maximum(y, tap, out=y)
     return y
+
+
+def max_pool2d_with_indices(x: np.ndarray, kernel_size: int | Pair,
+                            stride: int | Pair | None = None, padding: int | Pair = 0,
+                            dilation: int | Pair = 1, ceil_mode: bool = False
+                            ) -> tuple[np.ndarray, np.ndarray]:
+    """``F.max_pool2d(..., return_indices=True)``: the max of each window and where it is, as
+    the flat index ``h * W + w`` into the input's (H, W) plane (what MaxUnpool2d takes).
+
+    As in torch, each window starts at -inf pointing at its first element inside the input;
+    scanning the taps in row-major order, a value replaces it if it is larger (so the first of
+    equal maxima wins) or NaN (so NaN always wins).
+    """
+    xp, kernel, stride, padding, dilation, out_hw = _pool_prepare(
+        x, kernel_size, stride, padding, dilation, ceil_mode, fill=-np.inf)
+    width = x.shape[-1]
+    rows, cols = (np.arange(out) * s - p for out, s, p in zip(out_hw, stride, padding))
+    first_rows, first_cols = (np.where(start < 0, start - (start // d) * d, start)
+                              for start, d in ((rows, dilation[0]), (cols, dilation[1])))
+    y = np.full(xp.shape[:-2] + out_hw, -np.inf, dtype=x.dtype)                # (..., Ho, Wo)
+    index = np.empty(y.shape, dtype=np.int64)
+    index[...] = np.add.outer(first_rows * width, first_cols)
+    for (i, j), tap in window_taps(xp, kernel, stride, dilation, out_hw):
+        better = (tap > y) | np.isnan(tap)
+        np.copyto(y, tap, where=better)
+        np.copyto(index, np.add.outer((rows + i * dilation[0]) * width,
+                                      cols + j * dilation[1]), where=better)
+    return y, index
+
+
+def adaptive_max_pool2d(x: np.ndarray, output_size: int | Sequence[int | None],
+                        return_indices: bool = False
+                        ) -> np.ndarray | tuple[np.ndarray, np.ndarray]:
+    """``F.adaptive_max_pool2d``: the max of each adaptive bin (the bins of
+    ``adaptive_avg_pool2d``: bin i along an axis covers [floor(i * size / out),
+    ceil((i + 1) * size / out))), and with ``return_indices`` its flat index ``h * W + w``.
+
+    Max is separable, so the values take a max over each row bin, then each column bin. The
+    indices take one tap per (i, j) offset inside the bins, every bin at once (a gather);
+    offsets past a shorter bin repeat its last element, which changes nothing.
+    """
+    out_h, out_w = adaptive_output_size(x.shape, output_size)
+    height, width = x.shape[-2:]
+    (start_h, end_h), (start_w, end_w) = _adaptive_bins(height, out_h), _adaptive_bins(width,
+                                                                                      out_w)
+    if not return_indices:
+        rows = np.stack([x[..., a:b, :].max(axis=-2) for a, b in zip(start_h, end_h)], -2)
+        return np.stack([rows[..., a:b].max(axis=-1) for a, b in zip(start_w, end_w)], -1)
+    y = np.full((*x.shape[:-2], out_h, out_w), -np.inf, dtype=x.dtype)
+    index = np.empty(y.shape, dtype=np.int64)
+    index[...] = np.add.outer(start_h * width, start_w)
+    for i in range(int((end_h - start_h).max(initial=0))):
+        rows = np.minimum(start_h + i, end_h - 1)                          # (Ho,)
+        for j in range(int((end_w - start_w).max(initial=0))):
+            cols = np.minimum(start_w + j, end_w - 1)                      # (Wo,)
+            tap = x[..., rows[:, None], cols[None, :]]                     # (..., Ho, Wo)
+            better = (tap > y) | np.isnan(tap)
+            np.copyto(y, tap, where=better)
+            np.copyto(index, np.add.outer(rows * width, cols), where=better)
+    return y, index
 
 
 def avg_pool2d(x: np.ndarray, kernel_size: int | Pair, stride: int | Pair | None = None,
@@ -430,11 +560,17 @@ def adaptive_avg_pool2d(x: np.ndarray, output_size: int | Sequence[int | None]) 
     return a_h @ y                                           # (..., Ho, Wo)
 
 
-def _bin_average_matrix(size: int, out: int) -> np.ndarray:
-    """(out, size) matrix whose row i averages adaptive bin i."""
+def _adaptive_bins(size: int, out: int) -> tuple[np.ndarray, np.ndarray]:
+    """(start, end) of each of the ``out`` adaptive bins over an axis of ``size``."""
     i = np.arange(out)
     start = (i * size) // out                                # floor(i * size / out)
     end = -((-(i + 1) * size) // out)                        # ceil((i + 1) * size / out)
+    return start, end
+
+
+def _bin_average_matrix(size: int, out: int) -> np.ndarray:
+    """(out, size) matrix whose row i averages adaptive bin i."""
+    start, end = _adaptive_bins(size, out)
     k = np.arange(size)
     inside = (k >= start[:, None]) & (k < end[:, None])      # (out, size)
     return inside / (end - start)[:, None]
@@ -450,6 +586,22 @@ def linear(x: np.ndarray, weight: np.ndarray, bias: np.ndarray | None = None) ->
     if bias is not None:
         y += bias
     return y.reshape(*x.shape[:-1], out_features)
+
+
+def addmm(input: np.ndarray, mat1: np.ndarray, mat2: np.ndarray, beta: float = 1.0,
+          alpha: float = 1.0) -> np.ndarray:
+    """``torch.addmm`` (and ``torch.baddbmm`` with batched operands)::
+
+        y = beta * input + alpha * (mat1 @ mat2)
+
+    ``input`` broadcasts to the product's shape. As in torch, beta = 0 ignores ``input``
+    (NaN and inf in it do not leak through 0 * input), and alpha = 0 the product.
+    """
+    product = np.matmul(mat1, mat2)                          # (..., n, p)
+    y = product * alpha if alpha else np.zeros_like(product)
+    if beta:
+        y += input * beta                                    # broadcast over (..., n, p)
+    return y
 
 
 def softmax(x: np.ndarray, dim: int) -> np.ndarray:

@@ -1,37 +1,87 @@
-"""Pooling layers over the last two dims (H, W) of an (N, C, H, W) or (C, H, W) input:
-max pooling, average pooling and adaptive average pooling."""
+"""Pooling layers: max, average, adaptive average and adaptive max pooling, in 1-D over the
+last dim of an (N, C, L) or (C, L) input and in 2-D over the last two of (N, C, H, W) or
+(C, H, W).
+
+A 1-D layer is its 2-D layer over a height of 1: the input runs as (N, C, 1, L), a kernel k
+as (1, k), stride s as (1, s), padding p as (0, p). Its 1-D parameters are read by ``lifted``
+converters, so after ``load_param`` they hold that 2-D form.
+"""
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, ClassVar, Sequence
 
 import numpy as np
 
 from layers import kernels
 from layers.base import (ArgumentInputLayer, Layer, Param, Shape, as_bool, as_int, as_tuple,
                          at_least, param_or_input)
+from layers.convolution import lifted
 from layers.registry import register_layer
-from parser.errors import LayerError
+from parser.errors import LayerError, ShapeError
 
 
-def as_pool_stride(value: Any) -> tuple[int, int] | None:
-    """A pair of strides >= 1; an empty list (torch's ``stride=[]``) means None: the kernel
-    size. (pnnx writes ``stride=None`` for ``F.max_pool2d(x, 2)``.)"""
-    if isinstance(value, (list, tuple)) and len(value) == 0:
-        return None
-    return at_least(1, as_tuple(2))(value)
+class _Spatial:
+    """Where 1-D and 2-D pooling differ: the input ranks, and lifting 1-D to 2-D and back."""
+
+    dims: ClassVar[int] = 2
+
+    def _lift_shape(self, shape: Shape) -> Shape:
+        """(N, C, L) or (C, L) -> (N, C, 1, L) or (C, 1, L) for a 1-D layer; ShapeError for
+        other ranks. A 2-D layer's shape is checked by the kernels."""
+        if self.dims == 2:
+            return tuple(shape)
+        if len(shape) not in (2, 3):
+            raise ShapeError(f"expects a 3-D (N, C, L) or 2-D (C, L) input, got shape "
+                             f"{tuple(shape)} (rank {len(shape)})")
+        return (*shape[:-1], 1, shape[-1])
+
+    def _lift(self, x: np.ndarray) -> np.ndarray:
+        return x.reshape(self._lift_shape(x.shape))
+
+    def _drop(self, y):
+        """A 2-D result (array or shape) back to the layer's dims."""
+        if self.dims == 2:
+            return y
+        return (*y[:-2], y[-1]) if isinstance(y, tuple) else y[..., 0, :]
 
 
-class _Pool2d(Layer):
-    """What max and average pooling share: a window, its stride, padding and ceil_mode."""
+def as_pool_stride(dims: int = 2):
+    """Converter of pooling strides (each >= 1); an empty list (torch's ``stride=[]``) means
+    None: the kernel size. (pnnx writes ``stride=None`` for ``F.max_pool2d(x, 2)``.)"""
+    convert = at_least(1, as_tuple(dims))
+    if dims == 1:
+        convert = lifted(convert, 1)
 
-    PARAMS = {
-        "kernel_size": Param(convert=at_least(1, as_tuple(2))),
-        "stride": Param(None, as_pool_stride),
-        "padding": Param(0, at_least(0, as_tuple(2))),
+    def as_stride(value: Any) -> tuple[int, int] | None:
+        if isinstance(value, (list, tuple)) and len(value) == 0:
+            return None
+        return convert(value)
+
+    return as_stride
+
+
+def _window_params(dims: int) -> dict[str, Param]:
+    """kernel_size, stride, padding and ceil_mode, in ``dims`` dims (1-D ones lifted)."""
+    if dims == 2:
+        ints = lambda minimum: at_least(minimum, as_tuple(2))            # noqa: E731
+    else:
+        ints = lambda minimum: lifted(at_least(minimum, as_tuple(1)), minimum)  # noqa: E731
+    return {
+        "kernel_size": Param(convert=ints(1)),
+        "stride": Param(None, as_pool_stride(dims)),
+        "padding": Param(0, ints(0)),
         "ceil_mode": Param(False, as_bool),
     }
+
+
+class _Pool(_Spatial, Layer):
+    """What max and average pooling share: a window, its stride, padding and ceil_mode."""
+
+    PARAMS = _window_params(2)
     dilation = (1, 1)                                # average pooling has no dilation
+    one_blob_only = False                            # max pooling may return its indices
+    n_outputs = 1
 
     def check_params(self) -> None:
         if self.stride is None:
@@ -40,92 +90,182 @@ class _Pool2d(Layer):
             raise LayerError(f"padding {self.padding} must be at most half of the kernel size "
                              f"{self.kernel_size}")
 
-    def infer_shape(self, shape: Shape) -> Shape:
-        return kernels.pool2d_output_shape(shape, self.kernel_size, self.stride, self.padding,
-                                           self.dilation, self.ceil_mode)
+    def infer_shapes(self, input_shapes: Sequence[Shape]) -> list[Shape]:
+        if len(input_shapes) != 1:
+            raise ShapeError(f"expects 1 input, got {len(input_shapes)}")
+        shape = kernels.pool2d_output_shape(self._lift_shape(input_shapes[0]), self.kernel_size,
+                                            self.stride, self.padding, self.dilation,
+                                            self.ceil_mode)
+        return [self._drop(shape)] * self.n_outputs
+
+    def forward(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+        return [self._drop(y) for y in self._pool(self._lift(inputs[0]))]
+
+    def _pool(self, x: np.ndarray) -> list[np.ndarray]:
+        raise NotImplementedError
 
 
 @register_layer("nn.MaxPool2d", "F.max_pool2d")
-class MaxPool2d(_Pool2d):
+class MaxPool2d(_Pool):
     """Max pooling, as ``torch.nn.MaxPool2d``::
 
         y[..., oh, ow] = max_{i, j} x_padded[..., oh * sh + i * dh, ow * sw + j * dw]
 
     Padding is -inf (it never wins). Ho = floor((H + 2 * ph - dh * (kh - 1) - 1) / sh) + 1;
     with ceil_mode the division rounds up, but the last window must start inside the input or
-    the left padding.
+    the left padding. ``return_indices=True`` adds a second output: where each max is, as an
+    int64 flat index h * W + w into the input's (H, W) plane.
     """
 
     PARAMS = {
-        **_Pool2d.PARAMS,
+        **_Pool.PARAMS,
         "dilation": Param(1, at_least(1, as_tuple(2))),
         "return_indices": Param(False, as_bool),
     }
 
-    def check_params(self) -> None:
-        super().check_params()
-        if self.return_indices:
-            raise LayerError("return_indices=True (a second output with the argmax indices) "
-                             "is not supported")
+    @property
+    def n_outputs(self) -> int:
+        return 2 if self.return_indices else 1
 
-    def forward_one(self, x: np.ndarray) -> np.ndarray:
-        return kernels.max_pool2d(x, self.kernel_size, self.stride, self.padding, self.dilation,
-                                  self.ceil_mode)
+    def _pool(self, x: np.ndarray) -> list[np.ndarray]:
+        geometry = (self.kernel_size, self.stride, self.padding, self.dilation, self.ceil_mode)
+        if self.return_indices:
+            return list(kernels.max_pool2d_with_indices(x, *geometry))
+        return [kernels.max_pool2d(x, *geometry)]
+
+
+@register_layer("nn.MaxPool1d", "F.max_pool1d")
+class MaxPool1d(MaxPool2d):
+    """Max pooling over the last dim, as ``torch.nn.MaxPool1d``: nn.MaxPool2d over a height of
+    1; the indices (``return_indices=True``) are positions along L."""
+
+    dims = 1
+    PARAMS = {
+        **_window_params(1),
+        "dilation": Param(1, lifted(at_least(1, as_tuple(1)), 1)),
+        "return_indices": Param(False, as_bool),
+    }
 
 
 @register_layer("nn.AvgPool2d", "F.avg_pool2d")
-class AvgPool2d(_Pool2d):
+class AvgPool2d(_Pool):
     """Average pooling, as ``torch.nn.AvgPool2d``: the sum of each window divided by
     ``divisor_override`` if set, else by the window size counting the zero padding
-    (``count_include_pad=True``) or only the real input elements (False)."""
+    (``count_include_pad=True``) or only the real input elements (False). With ceil_mode, a
+    last window reaching past the right padding counts only up to it."""
 
     PARAMS = {
-        **_Pool2d.PARAMS,
+        **_Pool.PARAMS,
         "count_include_pad": Param(True, as_bool),
         "divisor_override": Param(None, at_least(1, as_int)),
     }
 
-    def forward_one(self, x: np.ndarray) -> np.ndarray:
-        return kernels.avg_pool2d(x, self.kernel_size, self.stride, self.padding, self.ceil_mode,
-                                  self.count_include_pad, self.divisor_override)
+    def _pool(self, x: np.ndarray) -> list[np.ndarray]:
+        return [kernels.avg_pool2d(x, self.kernel_size, self.stride, self.padding,
+                                   self.ceil_mode, self.count_include_pad,
+                                   self.divisor_override)]
 
 
-def as_output_size(value: Any) -> tuple[int | None, int | None]:
-    """Adaptive ``output_size``: an int, or a pair whose None entries keep the input size.
-    pnnx writes None as 0 (``(3, None)`` -> ``output_size=(3,0)``), so 0 means None here."""
-    if value is None or isinstance(value, (int, np.integer)):
-        value = (value, value)
-    if not isinstance(value, (list, tuple)) or len(value) != 2:
-        raise ValueError("expected an int or a pair")
-    sizes = tuple(None if v is None or v == 0 else as_int(v) for v in value)
-    if any(v is not None and v < 0 for v in sizes):
-        raise ValueError("sizes must be >= 0")
-    return sizes                                     # type: ignore[return-value]
+@register_layer("nn.AvgPool1d", "F.avg_pool1d")
+class AvgPool1d(AvgPool2d):
+    """Average pooling over the last dim, as ``torch.nn.AvgPool1d`` (which has no
+    divisor_override): nn.AvgPool2d over a height of 1."""
+
+    dims = 1
+    PARAMS = {**_window_params(1), "count_include_pad": Param(True, as_bool)}
+    divisor_override = None
 
 
-@register_layer("nn.AdaptiveAvgPool2d", "F.adaptive_avg_pool2d")
-class AdaptiveAvgPool2d(ArgumentInputLayer):
-    """Adaptive average pooling, as ``torch.nn.AdaptiveAvgPool2d``: the output has a fixed size
-    (Ho, Wo); output bin i along H averages rows [floor(i * H / Ho), ceil((i + 1) * H / Ho)),
-    and the same along W. ``output_size=1`` is global average pooling.
+# ----- adaptive pooling -------------------------------------------------------------------------
 
-    When the model computes the size from the input's (``F.adaptive_avg_pool2d(x, (h // 2,
-    w // 2))`` in a dynamic export), pnnx passes it as a second input instead of the parameter.
-    """
+def as_output_size(dims: int = 2):
+    """Converter of adaptive ``output_size``: an int, or ``dims`` entries where None keeps the
+    input size. pnnx writes None as 0 (``(3, None)`` -> ``output_size=(3,0)``), so 0 means None
+    here. A 1-D size is lifted to (1, size)."""
 
-    PARAMS = {"output_size": Param(None, as_output_size)}
+    def convert(value: Any) -> tuple[int | None, int | None]:
+        if value is None or isinstance(value, (int, np.integer)):
+            value = (value,) * dims
+        if not isinstance(value, (list, tuple)) or len(value) != dims:
+            raise ValueError(f"expected an int or {dims} entries")
+        sizes = tuple(None if v is None or v == 0 else as_int(v) for v in value)
+        if any(v is not None and v < 0 for v in sizes):
+            raise ValueError("sizes must be >= 0")
+        return sizes if dims == 2 else (1, *sizes)                      # type: ignore
+
+    return convert
+
+
+class _AdaptivePool(_Spatial, ArgumentInputLayer):
+    """What adaptive average and max pooling share: the output size, a parameter or, when the
+    model computes it from the input's size (``F.adaptive_avg_pool2d(x, (h // 2, w // 2))`` in
+    a dynamic export), a second input."""
+
+    PARAMS = {"output_size": Param(None, as_output_size(2))}
+    n_outputs = 1
 
     def _output_size(self, inputs) -> tuple[int | None, int | None]:
         sizes = param_or_input(self.output_size, "output_size", inputs)
         if isinstance(sizes, np.ndarray):                 # computed in the graph: real sizes
-            return tuple(int(v) for v in sizes)
+            sizes = tuple(int(v) for v in sizes)
+            return sizes if self.dims == 2 else (1, *sizes)
         return sizes
 
     def infer_shapes_from(self, input_shapes: Sequence[Shape],
                           input_values: Sequence[np.ndarray | None]) -> list[Shape]:
-        shape = input_shapes[0]
+        shape = self._lift_shape(input_shapes[0])
         out_hw = kernels.adaptive_output_size(shape, self._output_size(input_values))
-        return [(*shape[:-2], *out_hw)]
+        return [self._drop((*shape[:-2], *out_hw))] * self.n_outputs
 
     def forward(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
-        return [kernels.adaptive_avg_pool2d(inputs[0], self._output_size(inputs))]
+        x = self._lift(inputs[0])
+        return [self._drop(y) for y in self._pool(x, self._output_size(inputs))]
+
+    def _pool(self, x: np.ndarray, output_size) -> list[np.ndarray]:
+        raise NotImplementedError
+
+
+@register_layer("nn.AdaptiveAvgPool2d", "F.adaptive_avg_pool2d")
+class AdaptiveAvgPool2d(_AdaptivePool):
+    """Adaptive average pooling, as ``torch.nn.AdaptiveAvgPool2d``: the output has a fixed size
+    (Ho, Wo); output bin i along H averages rows [floor(i * H / Ho), ceil((i + 1) * H / Ho)),
+    and the same along W. ``output_size=1`` is global average pooling."""
+
+    def _pool(self, x: np.ndarray, output_size) -> list[np.ndarray]:
+        return [kernels.adaptive_avg_pool2d(x, output_size)]
+
+
+@register_layer("nn.AdaptiveAvgPool1d", "F.adaptive_avg_pool1d")
+class AdaptiveAvgPool1d(AdaptiveAvgPool2d):
+    """Adaptive average pooling over the last dim, as ``torch.nn.AdaptiveAvgPool1d``."""
+
+    dims = 1
+    PARAMS = {"output_size": Param(None, as_output_size(1))}
+
+
+@register_layer("nn.AdaptiveMaxPool2d", "F.adaptive_max_pool2d")
+class AdaptiveMaxPool2d(_AdaptivePool):
+    """Adaptive max pooling, as ``torch.nn.AdaptiveMaxPool2d``: the max of each adaptive bin
+    (the bins of nn.AdaptiveAvgPool2d). ``return_indices=True`` adds a second output, the int64
+    flat index h * W + w of each max; pnnx always writes F.adaptive_max_pool2d that way."""
+
+    PARAMS = {**_AdaptivePool.PARAMS, "return_indices": Param(False, as_bool)}
+
+    @property
+    def n_outputs(self) -> int:
+        return 2 if self.return_indices else 1
+
+    def _pool(self, x: np.ndarray, output_size) -> list[np.ndarray]:
+        if self.return_indices:
+            return list(kernels.adaptive_max_pool2d(x, output_size, return_indices=True))
+        return [kernels.adaptive_max_pool2d(x, output_size)]
+
+
+@register_layer("nn.AdaptiveMaxPool1d", "F.adaptive_max_pool1d")
+class AdaptiveMaxPool1d(AdaptiveMaxPool2d):
+    """Adaptive max pooling over the last dim, as ``torch.nn.AdaptiveMaxPool1d``; the indices
+    are positions along L."""
+
+    dims = 1
+    PARAMS = {"output_size": Param(None, as_output_size(1)),
+              "return_indices": Param(False, as_bool)}

@@ -1,9 +1,15 @@
-"""Layers that move or copy data without arithmetic: flatten, reshape, padding, concatenation,
-and the identities (dropout in eval mode, nn.Identity, contiguous).
+"""Layers that change a tensor's shape or the order of its elements without arithmetic: the
+identities, flatten / unflatten, reshape / view, permute / transpose, squeeze / unsqueeze,
+expand / repeat / tile, flip and roll.
 
-Flatten, reshape and the identities return a *view* of their input when numpy can (as torch
-does). Such a view is marked read-only, so that nobody, e.g. a later in-place activation, can
-write through it into the input another operator may still read.
+Most of them return a *view* of their input when numpy can (as torch does). Such a view is
+marked read-only, so that nobody, e.g. a later in-place activation, can write through it into
+the input another operator may still read.
+
+A shape argument the model computes from input sizes (``x.view(x.size(0), -1)``) comes as a
+named input instead of a parameter (see ``NamedArgumentLayer``); the graph evaluates it while it
+plans shapes. These layers also pass small known values on (``KnownValues``), so shape maths
+that goes through a reshape or a slice is still known in advance.
 """
 
 from __future__ import annotations
@@ -13,9 +19,9 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from layers import kernels
-from layers.base import (ArgumentInputLayer, Layer, Param, Shape, as_float, as_int, as_ints,
-                         as_str, as_tuple, normalize_dim, param_or_input)
+from layers.base import (Layer, NamedArgumentLayer, Param, Shape, as_int, as_ints,
+                         normalize_dim)
+from layers.expression import SMALL_VALUE
 from layers.registry import register_layer
 from parser.errors import LayerError, ShapeError
 
@@ -28,17 +34,40 @@ def read_only_alias(y: np.ndarray, x: np.ndarray) -> np.ndarray:
     return y
 
 
-@register_layer("nn.Identity", "nn.Dropout", "nn.Dropout2d", "F.dropout", "F.dropout2d",
-                "Tensor.contiguous")
-class Identity(Layer):
+class KnownValues:
+    """Mixin for layers that only move data: when every input value is known while the graph
+    plans shapes (shape arithmetic, small constants), the output values are known too."""
+
+    def infer_values(self, input_shapes: Sequence[Shape],
+                     input_values: Sequence[np.ndarray | None]) -> list[np.ndarray] | None:
+        if any(v is None for v in input_values) or \
+                sum(np.size(v) for v in input_values) > SMALL_VALUE:
+            return None
+        return self.forward([np.asarray(v) for v in input_values])
+
+
+def normalize_dims(dims: Sequence[int], rank: int) -> tuple[int, ...]:
+    """Every dim made non-negative (ShapeError when out of range); no dim may repeat."""
+    result = tuple(normalize_dim(d, rank) for d in dims)
+    if len(set(result)) != len(result):
+        raise ShapeError(f"dims {tuple(dims)} name a dim twice for a tensor of rank {rank}")
+    return result
+
+
+@register_layer("nn.Identity", "nn.Dropout", "nn.Dropout1d", "nn.Dropout2d", "nn.Dropout3d",
+                "nn.AlphaDropout", "nn.FeatureAlphaDropout", "F.dropout", "F.dropout1d",
+                "F.dropout2d", "F.dropout3d", "F.alpha_dropout", "F.feature_alpha_dropout",
+                "Tensor.contiguous", "Tensor.clone", "torch.clone")
+class Identity(KnownValues, Layer):
     """y = x. Dropout is the identity at inference (eval mode); pnnx usually drops all of these
-    when it exports, but a hand-written graph may still contain them."""
+    when it exports, but a hand-written graph may still contain them. A clone may share the
+    input's memory here, because the output is read-only."""
 
     def forward_one(self, x: np.ndarray) -> np.ndarray:
         return read_only_alias(x, x)
 
 
-# ----- flatten / reshape --------------------------------------------------------------------
+# ----- flatten / unflatten / reshape ----------------------------------------------------------
 
 def flatten_output_shape(shape: Shape, start_dim: int, end_dim: int) -> Shape:
     """Merge dims start_dim..end_dim (inclusive, negative from the end) into one."""
@@ -51,8 +80,8 @@ def flatten_output_shape(shape: Shape, start_dim: int, end_dim: int) -> Shape:
     return (*shape[:start], math.prod(shape[start:end + 1]), *shape[end + 1:])
 
 
-@register_layer("torch.flatten")
-class Flatten(Layer):
+@register_layer("torch.flatten", "Tensor.flatten")
+class Flatten(KnownValues, Layer):
     """``torch.flatten(x, start_dim=0, end_dim=-1)``: dims start..end become one dim, e.g.
     (N, C, H, W) with start_dim=1 -> (N, C*H*W)."""
 
@@ -94,127 +123,336 @@ def reshape_output_shape(in_shape: Shape, shape: Sequence[int]) -> Shape:
     return shape
 
 
-@register_layer("Tensor.reshape", "Tensor.view")
-class Reshape(ArgumentInputLayer):
-    """``x.reshape(shape)`` / ``x.view(shape)``: the same elements in row-major order, in a new
-    shape; one entry may be -1 (inferred). pnnx writes the shape as the parameter ``shape``, or,
-    when it depends on the input size, as a second input computed by a pnnx.Expression."""
+@register_layer("Tensor.unflatten", "torch.unflatten")
+class Unflatten(KnownValues, NamedArgumentLayer):
+    """``x.unflatten(dim, sizes)``: dim ``dim`` becomes the dims ``sizes`` (one may be -1),
+    e.g. (N, 12, L) with dim=1, sizes=(3, -1) -> (N, 3, 4, L)."""
 
-    PARAMS = {"shape": Param(None, as_ints)}
+    PARAMS = {"dim": Param(convert=as_int), "sizes": Param(None, as_ints)}
+    INPUTS = ("input", "sizes")
 
-    def infer_shapes_from(self, input_shapes: Sequence[Shape],
-                          input_values: Sequence[np.ndarray | None]) -> list[Shape]:
-        target = param_or_input(self.shape, "shape", input_values)
-        return [reshape_output_shape(input_shapes[0], target)]
-
-    def forward(self, inputs: Sequence[Any]) -> list[np.ndarray]:
-        x = inputs[0]
-        target = param_or_input(self.shape, "shape", inputs)
-        return [read_only_alias(x.reshape(reshape_output_shape(x.shape, target)), x)]
-
-
-# ----- padding ------------------------------------------------------------------------------
-
-_PAD_MODES = ("constant", "reflect", "replicate", "circular")
-
-
-@register_layer("F.pad")
-class Pad(ArgumentInputLayer):
-    """``F.pad(x, pad, mode, value)``: ``pad`` lists (before, after) pairs from the LAST dim
-    backwards: (left, right) pads W, (left, right, top, bottom) pads W and H, and so on.
-
-    mode 'constant' fills with ``value`` (None means 0); 'reflect' mirrors without repeating
-    the edge; 'replicate' repeats the edge; 'circular' wraps around. Negative pads crop.
-
-    When the model computes ``pad`` from the input's size (padding to a multiple of 8 in a
-    dynamic export), pnnx passes it as a second input instead of the parameter.
-    """
-
-    PARAMS = {
-        "pad": Param(None, as_ints),
-        "mode": Param("constant", as_str),
-        "value": Param(None, as_float),
-    }
-
-    def check_params(self) -> None:
-        if self.mode not in _PAD_MODES:
-            raise LayerError(f"mode must be one of {', '.join(_PAD_MODES)}, got {self.mode!r}")
-        if self.mode != "constant" and self.value:
-            raise LayerError(f"padding mode {self.mode!r} does not take a value "
-                             f"(value={self.value})")
-        if self.pad is not None and len(self.pad) % 2:
-            raise LayerError(f"pad={self.pad} must have an even length")
-
-    def _pad(self, inputs: Sequence[Any]) -> tuple[int, ...]:
-        """The pad parameter, or the second input's values (the kernel checks them)."""
-        return tuple(int(p) for p in param_or_input(self.pad, "pad", inputs))
-
-    def infer_shapes_from(self, input_shapes: Sequence[Shape],
-                          input_values: Sequence[np.ndarray | None]) -> list[Shape]:
-        return [kernels.pad_output_shape(input_shapes[0], self._pad(input_values), self.mode)]
+    def infer_shapes_from(self, input_shapes, input_values) -> list[Shape]:
+        shape = tuple(input_shapes[0])
+        dim = normalize_dim(self.dim, len(shape))
+        sizes = reshape_output_shape((shape[dim],), self.argument("sizes", input_values))
+        return [(*shape[:dim], *sizes, *shape[dim + 1:])]
 
     def forward(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
         x = inputs[0]
-        y = kernels.pad(x, self._pad(inputs), self.mode, self.value or 0.0)
-        return [read_only_alias(y, x)]
+        (shape,) = self.infer_shapes_from([x.shape] + [a.shape for a in inputs[1:]], inputs)
+        return [read_only_alias(x.reshape(shape), x)]
 
 
-@register_layer("nn.ZeroPad2d")
-class ZeroPad2d(Pad):
-    """``nn.ZeroPad2d(padding)``: pad W and H with zeros; padding is an int or
-    (left, right, top, bottom)."""
+@register_layer("Tensor.reshape", "Tensor.view", "torch.reshape")
+class Reshape(KnownValues, NamedArgumentLayer):
+    """``x.reshape(shape)`` / ``x.view(shape)``: the same elements in row-major order, in a new
+    shape; one entry may be -1 (inferred). pnnx writes the shape as the parameter ``shape``, or,
+    when it depends on the input size, as a second input computed by a pnnx.Expression
+    (``x.view(x.size(0), -1)`` -> ``[size(@0,0),-1]``)."""
 
-    PARAMS = {"padding": Param(convert=as_tuple(4))}
-    mode, value = "constant", None
+    PARAMS = {"shape": Param(None, as_ints)}
+    INPUTS = ("input", "shape")
 
-    def check_params(self) -> None:
-        self.pad = self.padding
-        super().check_params()
+    def infer_shapes_from(self, input_shapes, input_values) -> list[Shape]:
+        return [reshape_output_shape(input_shapes[0], self._target(input_values))]
 
+    def _target(self, items: Sequence[Any]) -> tuple[int, ...]:
+        target = self.argument("shape", items)
+        if target is None:
+            raise ShapeError("needs the shape: a parameter or a second input")
+        return target
 
-@register_layer("nn.ConstantPad2d")
-class ConstantPad2d(ZeroPad2d):
-    """``nn.ConstantPad2d(padding, value)``: pad W and H with ``value``."""
-
-    PARAMS = {"padding": Param(convert=as_tuple(4)), "value": Param(convert=as_float)}
-
-
-@register_layer("nn.ReflectionPad2d")
-class ReflectionPad2d(ZeroPad2d):
-    """``nn.ReflectionPad2d(padding)``: pad W and H with their mirror image (edge excluded)."""
-
-    mode = "reflect"
+    def forward(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+        x = inputs[0]
+        shape = reshape_output_shape(x.shape, self._target(inputs))
+        return [read_only_alias(x.reshape(shape), x)]
 
 
-@register_layer("nn.ReplicationPad2d")
-class ReplicationPad2d(ZeroPad2d):
-    """``nn.ReplicationPad2d(padding)``: pad W and H by repeating the edge values."""
+@register_layer("Tensor.reshape_as", "Tensor.view_as", "aten::view_as")
+class ReshapeAs(Layer):
+    """``x.reshape_as(other)`` / ``x.view_as(other)``: x's elements in other's shape."""
 
-    mode = "replicate"
-
-
-# ----- concatenation ------------------------------------------------------------------------
-
-@register_layer("torch.cat")
-class Cat(Layer):
-    """``torch.cat(inputs, dim)``: join the inputs along ``dim``; every other dim must match."""
-
-    PARAMS = {"dim": Param(0, as_int)}
     one_blob_only = False
 
     def infer_shapes(self, input_shapes: Sequence[Shape]) -> list[Shape]:
-        if not input_shapes:
-            raise ShapeError("expects at least one input")
-        first = tuple(input_shapes[0])
-        dim = normalize_dim(self.dim, len(first))
-        for shape in input_shapes[1:]:
-            if len(shape) != len(first) or any(
-                    a != b for i, (a, b) in enumerate(zip(shape, first)) if i != dim):
-                raise ShapeError(f"cannot concatenate shapes {[tuple(s) for s in input_shapes]} "
-                                 f"along dim {self.dim}: the other dims must match")
-        total = sum(shape[dim] for shape in input_shapes)
-        return [(*first[:dim], total, *first[dim + 1:])]
+        if len(input_shapes) != 2:
+            raise ShapeError(f"expects 2 inputs (input, other), got {len(input_shapes)}")
+        return [reshape_output_shape(input_shapes[0], input_shapes[1])]
 
     def forward(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
-        self.infer_shapes([x.shape for x in inputs])
-        return [np.concatenate(inputs, axis=normalize_dim(self.dim, inputs[0].ndim))]
+        (shape,) = self.infer_shapes([a.shape for a in inputs])
+        return [read_only_alias(inputs[0].reshape(shape), inputs[0])]
+
+
+# ----- permute / transpose ----------------------------------------------------------------------
+
+@register_layer("Tensor.permute", "torch.permute")
+class Permute(KnownValues, Layer):
+    """``x.permute(dims)``: output dim i is input dim dims[i] (negative dims count from the
+    end), e.g. (N, C, H, W) with dims=(0, 2, 3, 1) -> (N, H, W, C)."""
+
+    PARAMS = {"dims": Param(convert=as_ints)}
+
+    def _axes(self, rank: int) -> tuple[int, ...]:
+        if len(self.dims) != rank:
+            raise ShapeError(f"dims={self.dims} has {len(self.dims)} entries for an input of "
+                             f"rank {rank}")
+        return normalize_dims(self.dims, rank)
+
+    def infer_shape(self, shape: Shape) -> Shape:
+        return tuple(shape[axis] for axis in self._axes(len(shape)))
+
+    def forward_one(self, x: np.ndarray) -> np.ndarray:
+        return read_only_alias(x.transpose(self._axes(x.ndim)), x)
+
+
+@register_layer("torch.transpose", "Tensor.transpose")
+class Transpose(KnownValues, Layer):
+    """``torch.transpose(x, dim0, dim1)``: swap two dims (negative dims count from the end)."""
+
+    PARAMS = {"dim0": Param(convert=as_int), "dim1": Param(convert=as_int)}
+
+    def _axes(self, rank: int) -> list[int]:
+        axes = list(range(rank))
+        a, b = normalize_dim(self.dim0, rank), normalize_dim(self.dim1, rank)
+        axes[a], axes[b] = axes[b], axes[a]
+        return axes
+
+    def infer_shape(self, shape: Shape) -> Shape:
+        return tuple(shape[axis] for axis in self._axes(len(shape)))
+
+    def forward_one(self, x: np.ndarray) -> np.ndarray:
+        return read_only_alias(x.transpose(self._axes(x.ndim)), x)
+
+
+@register_layer("torch.t", "Tensor.t")
+class MatrixTranspose(Transpose):
+    """``x.t()``: a matrix transposed; a 0-D or 1-D tensor is returned as it is."""
+
+    PARAMS = {}
+    dim0, dim1 = 0, -1
+
+    def infer_shape(self, shape: Shape) -> Shape:
+        if len(shape) > 2:
+            raise ShapeError(f"t() expects a tensor of at most 2 dims, got shape {shape}")
+        return tuple(reversed(shape))
+
+    def _axes(self, rank: int) -> list[int]:
+        return list(reversed(range(rank)))
+
+
+@register_layer("aten::numpy_T", "Tensor.T")
+class ReverseDims(MatrixTranspose):
+    """``x.T``: all dims in reverse order."""
+
+    def infer_shape(self, shape: Shape) -> Shape:
+        return tuple(reversed(shape))
+
+
+@register_layer("aten::mT", "Tensor.mT")
+class SwapLastTwo(Transpose):
+    """``x.mT``: the last two dims swapped (a batch of matrices transposed)."""
+
+    PARAMS = {}
+    dim0, dim1 = -2, -1
+
+    def infer_shape(self, shape: Shape) -> Shape:
+        if len(shape) < 2:
+            raise ShapeError(f"mT expects a tensor of at least 2 dims, got shape {shape}")
+        return super().infer_shape(shape)
+
+
+# ----- squeeze / unsqueeze ----------------------------------------------------------------------
+
+@register_layer("torch.squeeze", "Tensor.squeeze")
+class Squeeze(KnownValues, Layer):
+    """``torch.squeeze(x, dim=None)``: drop the named dims (an int or a tuple; negative from
+    the end) that have size 1, or every size-1 dim when no dim is given. A named dim of another
+    size stays, as in torch."""
+
+    PARAMS = {"dim": Param(None, as_ints)}
+
+    def _axes(self, shape: Shape) -> tuple[int, ...]:
+        if self.dim is None:
+            return tuple(i for i, size in enumerate(shape) if size == 1)
+        rank = max(len(shape), 1)                        # a 0-D tensor takes dim 0 or -1
+        dims = {normalize_dim(d, rank) for d in self.dim}
+        return tuple(i for i in sorted(dims) if i < len(shape) and shape[i] == 1)
+
+    def infer_shape(self, shape: Shape) -> Shape:
+        drop = self._axes(shape)
+        return tuple(size for i, size in enumerate(shape) if i not in drop)
+
+    def forward_one(self, x: np.ndarray) -> np.ndarray:
+        return read_only_alias(x.reshape(self.infer_shape(x.shape)), x)
+
+
+@register_layer("torch.unsqueeze", "Tensor.unsqueeze")
+class Unsqueeze(KnownValues, Layer):
+    """``torch.unsqueeze(x, dim)``: insert a size-1 dim at ``dim`` of the OUTPUT (-1 appends
+    one at the end), e.g. (C, H, W) with dim=0 -> (1, C, H, W)."""
+
+    PARAMS = {"dim": Param(convert=as_int)}
+
+    def infer_shape(self, shape: Shape) -> Shape:
+        dim = normalize_dim(self.dim, len(shape) + 1)
+        return (*shape[:dim], 1, *shape[dim:])
+
+    def forward_one(self, x: np.ndarray) -> np.ndarray:
+        return read_only_alias(x.reshape(self.infer_shape(x.shape)), x)
+
+
+# ----- expand / repeat / tile ------------------------------------------------------------------
+
+def expand_output_shape(shape: Shape, sizes: Sequence[int]) -> Shape:
+    """torch's expand: ``sizes`` may add leading dims; -1 keeps a dim; a size-1 dim may grow to
+    any size, the others must stay."""
+    sizes = tuple(int(s) for s in sizes)
+    if len(sizes) < len(shape):
+        raise ShapeError(f"cannot expand shape {tuple(shape)} to {sizes}: fewer dims")
+    new = len(sizes) - len(shape)
+    out = []
+    for i, size in enumerate(sizes):
+        if i < new:
+            if size < 0:
+                raise ShapeError(f"cannot expand shape {tuple(shape)} to {sizes}: a new "
+                                 f"leading dim cannot be {size}")
+            out.append(size)
+            continue
+        have = shape[i - new]
+        if size == -1 or size == have:
+            out.append(have)
+        elif have == 1 and size >= 0:
+            out.append(size)
+        else:
+            raise ShapeError(f"cannot expand shape {tuple(shape)} to {sizes}: dim {i} has "
+                             f"size {have}, which is not 1")
+    return tuple(out)
+
+
+@register_layer("Tensor.expand", "torch.expand")
+class Expand(NamedArgumentLayer):
+    """``x.expand(*sizes)``: size-1 dims broadcast to ``sizes`` (-1 keeps a dim, extra sizes
+    add leading dims), e.g. (N, 1, W) with sizes=(N, 3, -1) -> (N, 3, W). No copy is made: the
+    output is a read-only broadcast view. The sizes may be an input computed in the graph."""
+
+    PARAMS = {"sizes": Param(None, as_ints)}
+    INPUTS = ("input", "sizes")
+
+    def infer_shapes_from(self, input_shapes, input_values) -> list[Shape]:
+        return [expand_output_shape(input_shapes[0], self._sizes(input_values))]
+
+    def _sizes(self, items: Sequence[Any]) -> tuple[int, ...]:
+        sizes = self.argument("sizes", items)
+        if sizes is None:
+            raise ShapeError("needs the sizes: a parameter or a second input")
+        return sizes
+
+    def forward(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+        x = inputs[0]
+        return [np.broadcast_to(x, expand_output_shape(x.shape, self._sizes(inputs)))]
+
+
+@register_layer("Tensor.expand_as")
+class ExpandAs(Layer):
+    """``x.expand_as(other)``: x broadcast to other's shape (a read-only view)."""
+
+    one_blob_only = False
+
+    def infer_shapes(self, input_shapes: Sequence[Shape]) -> list[Shape]:
+        if len(input_shapes) != 2:
+            raise ShapeError(f"expects 2 inputs (input, other), got {len(input_shapes)}")
+        return [expand_output_shape(input_shapes[0], input_shapes[1])]
+
+    def forward(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+        (shape,) = self.infer_shapes([a.shape for a in inputs])
+        return [np.broadcast_to(inputs[0], shape)]
+
+
+@register_layer("Tensor.repeat")
+class Repeat(NamedArgumentLayer):
+    """``x.repeat(*sizes)``: x tiled sizes[i] times along dim i; more sizes than dims add
+    leading dims, e.g. (2, 3) with sizes=(2, 1, 2) -> (2, 2, 6)."""
+
+    PARAMS = {"sizes": Param(None, as_ints)}
+    INPUTS = ("input", "sizes")
+
+    def _sizes(self, rank: int, items: Sequence[Any]) -> tuple[int, ...]:
+        sizes = self.argument("sizes", items)
+        if sizes is None or len(sizes) < rank or any(s < 0 for s in sizes):
+            raise ShapeError(f"repeat sizes {sizes} must be >= 0 and at least one per dim of "
+                             f"the input (rank {rank})")
+        return sizes
+
+    def infer_shapes_from(self, input_shapes, input_values) -> list[Shape]:
+        shape = tuple(input_shapes[0])
+        sizes = self._sizes(len(shape), input_values)
+        shape = (1,) * (len(sizes) - len(shape)) + shape
+        return [tuple(a * b for a, b in zip(shape, sizes))]
+
+    def forward(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+        x = inputs[0]
+        return [np.tile(x, self._sizes(x.ndim, inputs))]
+
+
+@register_layer("torch.tile", "Tensor.tile")
+class Tile(Layer):
+    """``torch.tile(x, dims)``: like repeat, but fewer dims than the input's rank are padded
+    with 1s in front, e.g. (2, 3, 4) with dims=(2,) -> (2, 3, 8)."""
+
+    PARAMS = {"dims": Param(convert=as_ints)}
+
+    def check_params(self) -> None:
+        if any(d < 0 for d in self.dims):
+            raise LayerError(f"dims={self.dims} must be >= 0")
+
+    def infer_shape(self, shape: Shape) -> Shape:
+        rank = max(len(shape), len(self.dims))
+        shape = (1,) * (rank - len(shape)) + tuple(shape)
+        dims = (1,) * (rank - len(self.dims)) + self.dims
+        return tuple(a * b for a, b in zip(shape, dims))
+
+    def forward_one(self, x: np.ndarray) -> np.ndarray:
+        return np.tile(x, self.dims)
+
+
+# ----- flip / roll ------------------------------------------------------------------------------
+
+@register_layer("torch.flip", "Tensor.flip")
+class Flip(KnownValues, Layer):
+    """``torch.flip(x, dims)``: reverse the order of elements along each of ``dims``."""
+
+    PARAMS = {"dims": Param(convert=as_ints)}
+
+    def infer_shape(self, shape: Shape) -> Shape:
+        normalize_dims(self.dims, len(shape))
+        return shape
+
+    def forward_one(self, x: np.ndarray) -> np.ndarray:
+        return read_only_alias(np.flip(x, normalize_dims(self.dims, x.ndim)), x)
+
+
+@register_layer("torch.roll", "Tensor.roll")
+class Roll(KnownValues, Layer):
+    """``torch.roll(x, shifts, dims=None)``: y[..., (i + shift) % n, ...] = x[..., i, ...]
+    along each of ``dims``; without dims, x is rolled as one flat sequence and reshaped back."""
+
+    PARAMS = {"shifts": Param(convert=as_ints), "dims": Param(None, as_ints)}
+
+    def check_params(self) -> None:
+        if self.dims is None and len(self.shifts) != 1:
+            raise LayerError(f"shifts={self.shifts} needs dims, one per shift")
+        if self.dims is not None and len(self.dims) != len(self.shifts):
+            raise LayerError(f"shifts={self.shifts} and dims={self.dims} differ in length")
+
+    def infer_shape(self, shape: Shape) -> Shape:
+        if self.dims is not None:
+            for dim in self.dims:
+                normalize_dim(dim, len(shape))
+        return shape
+
+    def forward_one(self, x: np.ndarray) -> np.ndarray:
+        if self.dims is None:
+            return np.roll(x.reshape(-1), self.shifts[0]).reshape(x.shape)
+        axes = tuple(normalize_dim(d, x.ndim) for d in self.dims)
+        return np.roll(x, self.shifts, axis=axes)

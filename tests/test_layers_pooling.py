@@ -1,4 +1,6 @@
-"""Max, average and adaptive average pooling against torch, ceil_mode edge cases included."""
+"""Max, average, adaptive average and adaptive max pooling in 1-D and 2-D against torch:
+ceil_mode edge cases, dilation, count_include_pad, divisor_override, returned indices,
+adaptive sizes that do not divide the input; and pnnx exports of them run by RuntimeGraph."""
 
 import itertools
 
@@ -10,8 +12,10 @@ from torch import nn
 
 from helpers import check_layer, make_layer, rand
 from layers import LayerRegisterer
-from layers.pooling import AdaptiveAvgPool2d, AvgPool2d, MaxPool2d
+from layers.pooling import (AdaptiveAvgPool1d, AdaptiveAvgPool2d, AdaptiveMaxPool1d,
+                            AdaptiveMaxPool2d, AvgPool1d, AvgPool2d, MaxPool1d, MaxPool2d)
 from parser.errors import LayerError, ShapeError
+from test_layers_convolution import check_exported
 
 
 def pool_params(kernel_size, stride=None, padding=0, ceil_mode=False, **extra):
@@ -96,6 +100,204 @@ def test_adaptive_avg_pool2d_takes_the_size_as_a_second_input():
         layer.infer_shapes([(2, 3, 10, 7)])
 
 
+@pytest.mark.parametrize("kernel, stride, padding, ceil_mode", [
+    ((4, 5), (3, 2), (2, 2), True), ((5, 4), (4, 3), (2, 1), True), ((4, 4), (3, 3), (2, 2), False),
+    ((2, 5), (1, 4), (1, 2), True), ((5, 5), (5, 5), (2, 2), True),
+], ids=str)
+@pytest.mark.parametrize("count_include_pad", [True, False])
+@pytest.mark.parametrize("divisor_override", [None, 3])
+def test_avg_pool2d_wide_padding_and_ceil_windows(kernel, stride, padding, ceil_mode,
+                                                  count_include_pad, divisor_override):
+    """Large kernels padded by half their size: with ceil_mode a last window may start in the
+    input, reach past the right padding, or start inside the left padding."""
+    params = pool_params(kernel, stride, padding, ceil_mode, count_include_pad=count_include_pad,
+                         divisor_override=divisor_override)
+    for size in [(7, 9), (8, 6), (3, 4)]:
+        check_layer("nn.AvgPool2d", nn.AvgPool2d(**params), [(2, 3, *size)], params)
+
+
+def check_with_indices(type_name, torch_fn, x, params):
+    """A pooling layer that returns (values, int64 indices) against torch, through the same
+    steps as check_layer: infer_shapes, then forward."""
+    layer = make_layer(type_name, params)
+    shapes = layer.infer_shapes([x.shape])
+    values, indices = layer.forward([x])
+    want_values, want_indices = torch_fn(torch.from_numpy(x.copy()))
+    assert shapes == [values.shape, indices.shape] == [tuple(want_values.shape)] * 2
+    assert values.dtype == np.float32 and indices.dtype == np.int64
+    np.testing.assert_array_equal(values, want_values.numpy())
+    np.testing.assert_array_equal(indices, want_indices.numpy())
+
+
+def ties_and_nans(*shape):
+    """Random values with many ties (small integers), a NaN and a -inf: the edge cases of
+    which index torch reports."""
+    x = np.random.default_rng(1).integers(-2, 3, shape).astype(np.float32)
+    flat = x.reshape(-1)
+    flat[3 % flat.size], flat[17 % flat.size] = np.nan, -np.inf
+    return x
+
+
+@pytest.mark.parametrize("kernel, stride, padding, dilation, ceil_mode", [
+    (3, 2, 1, 1, False), (3, 2, 1, 1, True), (2, None, 0, 1, False), (3, 1, 1, 2, True),
+    ((2, 3), (1, 2), (1, 0), (3, 1), True), ((3, 2), (2, 3), (1, 1), (1, 2), False),
+], ids=str)
+@pytest.mark.parametrize("values", ["random", "ties"])
+def test_max_pool2d_returns_indices(kernel, stride, padding, dilation, ceil_mode, values):
+    params = dict(kernel_size=kernel, stride=stride, padding=padding, dilation=dilation,
+                  ceil_mode=ceil_mode, return_indices=True)
+    x = rand(2, 3, 9, 8) if values == "random" else ties_and_nans(2, 3, 9, 8)
+    check_with_indices("nn.MaxPool2d", nn.MaxPool2d(**params), x, params)
+    check_with_indices("F.max_pool2d", lambda t: F.max_pool2d(t, **params), x[0], params)
+
+
+# ----- 1-D pooling -------------------------------------------------------------------------------
+
+WINDOWS_1D = [(size, kernel, stride, padding, ceil_mode)
+              for size, kernel, stride, padding, ceil_mode in itertools.product(
+                  (5, 6, 7, 8), (2, 3, 4), (1, 2, 3), (0, 1, 2), (False, True))
+              if padding <= kernel // 2]
+
+
+@pytest.mark.parametrize("size, kernel, stride, padding, ceil_mode", WINDOWS_1D)
+def test_pool1d_matches_torch(size, kernel, stride, padding, ceil_mode):
+    """pnnx writes 1-tuples: kernel_size=(3) stride=(2) padding=(1) dilation=(1)."""
+    params = pool_params((kernel,), (stride,), (padding,), ceil_mode, dilation=(1,),
+                         return_indices=False)
+    check_layer("nn.MaxPool1d", nn.MaxPool1d(**params), [(2, 3, size)], params)
+    for include in (True, False):
+        params = pool_params((kernel,), (stride,), (padding,), ceil_mode,
+                             count_include_pad=include)
+        check_layer("nn.AvgPool1d", nn.AvgPool1d(**params), [(2, 3, size)], params)
+
+
+@pytest.mark.parametrize("params", [
+    dict(kernel_size=3, stride=None, padding=0, dilation=1, ceil_mode=False),    # pnnx: None
+    dict(kernel_size=3, stride=2, padding=1, dilation=2, ceil_mode=True),
+    dict(kernel_size=2, stride=3, padding=1, dilation=3, ceil_mode=True),
+], ids=str)
+def test_max_pool1d_dilation_unbatched_and_indices(params):
+    check_layer("F.max_pool1d", lambda x: F.max_pool1d(x, **params), [(2, 3, 11)], params)
+    check_layer("F.max_pool1d", lambda x: F.max_pool1d(x, **params), [(3, 11)], params)
+    with_indices = {**params, "return_indices": True}
+    for x in (rand(2, 3, 11), ties_and_nans(3, 11)):
+        check_with_indices("F.max_pool1d", lambda t: F.max_pool1d(t, **with_indices), x,
+                           with_indices)
+
+
+def test_avg_pool1d_functional_and_unbatched():
+    params = pool_params(3, 2, 1, True, count_include_pad=False)
+    check_layer("F.avg_pool1d", lambda x: F.avg_pool1d(x, **params), [(3, 10)], params)
+    check_layer("F.avg_pool1d", lambda x: F.avg_pool1d(x, 4), [(2, 3, 10)],
+                pool_params((4,), None, (0,), False, count_include_pad=True))
+
+
+# ----- adaptive max pooling and 1-D adaptive pooling ----------------------------------------------
+
+ADAPTIVE_2D = [((7, 7), (3, 3)), ((10, 9), (4, 5)), ((7, 10), (3, 4)), ((9, 9), 1),
+               ((5, 6), (5, 6)), ((3, 4), (5, 7)), ((7, 9), (2, None)), ((7, 9), (None, 4)),
+               ((1, 1), 2)]
+
+
+@pytest.mark.parametrize("in_size, output_size", ADAPTIVE_2D, ids=str)
+def test_adaptive_max_pool2d_matches_torch(in_size, output_size):
+    pnnx_size = output_size if isinstance(output_size, int) else \
+        tuple(0 if v is None else v for v in output_size)                # pnnx: None -> 0
+    params = {"output_size": pnnx_size, "return_indices": False}
+    check_layer("nn.AdaptiveMaxPool2d", nn.AdaptiveMaxPool2d(output_size), [(2, 3, *in_size)],
+                params)
+    for x in (rand(2, 3, *in_size), ties_and_nans(3, *in_size)):
+        check_with_indices("F.adaptive_max_pool2d",
+                           lambda t: F.adaptive_max_pool2d(t, output_size, True), x,
+                           {"output_size": pnnx_size, "return_indices": True})
+
+
+@pytest.mark.parametrize("size, output_size", [(10, 3), (7, 7), (7, 1), (3, 5), (9, 4), (1, 1)])
+def test_adaptive_pool1d_matches_torch(size, output_size):
+    params = {"output_size": (output_size,)}                         # pnnx: output_size=(3)
+    check_layer("nn.AdaptiveAvgPool1d", nn.AdaptiveAvgPool1d(output_size), [(2, 3, size)],
+                params)
+    check_layer("F.adaptive_avg_pool1d", lambda x: F.adaptive_avg_pool1d(x, output_size),
+                [(3, size)], params)
+    check_layer("nn.AdaptiveMaxPool1d", nn.AdaptiveMaxPool1d(output_size), [(2, 3, size)],
+                {**params, "return_indices": False})
+    for x in (rand(2, 3, size), ties_and_nans(3, size)):
+        check_with_indices("F.adaptive_max_pool1d",
+                           lambda t: F.adaptive_max_pool1d(t, output_size, True), x,
+                           {**params, "return_indices": True})
+
+
+def test_adaptive_pooling_takes_the_size_as_a_second_input():
+    x = rand(2, 3, 10, 7)
+    layer = make_layer("F.adaptive_max_pool2d", {"return_indices": True})
+    values, indices = layer.forward([x, np.array([4, 3])])
+    want_values, want_indices = F.adaptive_max_pool2d(torch.from_numpy(x), (4, 3), True)
+    np.testing.assert_array_equal(values, want_values.numpy())
+    np.testing.assert_array_equal(indices, want_indices.numpy())
+    assert layer.infer_shapes_from([x.shape, (2,)], [None, np.array([4, 3])]) == \
+        [(2, 3, 4, 3)] * 2
+    layer = make_layer("F.adaptive_avg_pool1d")
+    (y,) = layer.forward([x[0], np.array([4])])
+    np.testing.assert_allclose(y, F.adaptive_avg_pool1d(torch.from_numpy(x[0]), 4).numpy(),
+                               atol=1e-6)
+    assert layer.infer_shapes_from([(3, 10, 7), (1,)], [None, np.array([4])]) == [(3, 10, 4)]
+
+
+# ----- pnnx exports run by the graph --------------------------------------------------------------
+
+class Pooling1d(nn.Module):
+    """Every 1-D pooling pnnx writes, max pooling with its indices (int64 graph outputs)."""
+
+    def __init__(self):
+        super().__init__()
+        self.max = nn.MaxPool1d(3, 2, 1, dilation=2, ceil_mode=True, return_indices=True)
+        self.avg = nn.AvgPool1d(3, 2, 1, ceil_mode=True, count_include_pad=False)
+        self.adaptive_avg = nn.AdaptiveAvgPool1d(3)
+        self.adaptive_max = nn.AdaptiveMaxPool1d(4)
+
+    def forward(self, x):                                           # (N, C, L)
+        y, where = self.max(x)
+        values, indices = F.adaptive_max_pool1d(x, 5, return_indices=True)
+        return (self.avg(y), F.avg_pool1d(y, 2, ceil_mode=True), F.max_pool1d(x, 2),
+                self.adaptive_avg(y), self.adaptive_max(x), where, values, indices)
+
+
+class Pooling2d(nn.Module):
+    """Every 2-D pooling pnnx writes, with indices, ceil_mode, dilation, divisor_override and
+    adaptive sizes that do not divide the input."""
+
+    def __init__(self):
+        super().__init__()
+        self.max = nn.MaxPool2d(3, 2, 1, dilation=(1, 2), ceil_mode=True, return_indices=True)
+        self.avg = nn.AvgPool2d((3, 2), 2, (1, 1), ceil_mode=True, count_include_pad=False)
+        self.divided = nn.AvgPool2d(3, 1, 1, divisor_override=4)
+        self.adaptive_max = nn.AdaptiveMaxPool2d((3, None))
+        self.adaptive_avg = nn.AdaptiveAvgPool2d((None, 3))
+        self.adaptive_indices = nn.AdaptiveMaxPool2d(2, return_indices=True)  # a tuple, unpacked
+
+    def forward(self, x):                                           # (N, C, H, W)
+        y, where = self.max(x)
+        values, indices = F.max_pool2d(x, 2, return_indices=True)
+        z, _ = F.adaptive_max_pool2d(x, (4, 3), return_indices=True)
+        maxima, positions = self.adaptive_indices(x)
+        return (self.avg(y), self.divided(x), self.adaptive_max(x), self.adaptive_avg(x),
+                where, values, indices, z, maxima * 2.0, positions)
+
+
+def test_pnnx_export_of_1d_pooling(tmp_path):
+    check_exported(tmp_path, Pooling1d(), "pooling_1d",
+                   ["nn.MaxPool1d", "F.max_pool1d", "nn.AvgPool1d", "F.avg_pool1d",
+                    "nn.AdaptiveAvgPool1d", "nn.AdaptiveMaxPool1d", "F.adaptive_max_pool1d"],
+                   [(2, 3, 17)], [(3, 3, 23)])
+
+
+def test_pnnx_export_of_2d_pooling(tmp_path):
+    check_exported(tmp_path, Pooling2d(), "pooling_2d",
+                   ["nn.MaxPool2d", "F.max_pool2d", "nn.AvgPool2d", "nn.AdaptiveMaxPool2d",
+                    "nn.AdaptiveAvgPool2d", "F.adaptive_max_pool2d"],
+                   [(2, 3, 11, 10)], [(1, 3, 14, 17)])
+
+
 # ----- errors --------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("type_name, params", [
@@ -104,7 +306,11 @@ def test_adaptive_avg_pool2d_takes_the_size_as_a_second_input():
     ("nn.MaxPool2d", pool_params((2, 2), padding=(2, 0))),          # more than half the kernel
     ("nn.MaxPool2d", pool_params((3, 3), padding=(-1, 0))),
     ("nn.MaxPool2d", pool_params((3, 3), dilation=0)),
-    ("nn.MaxPool2d", pool_params((3, 3), return_indices=True)),
+    ("nn.MaxPool1d", pool_params((3, 3))),
+    ("nn.MaxPool1d", pool_params(3, padding=2)),
+    ("nn.AvgPool1d", pool_params(0)),
+    ("nn.AdaptiveMaxPool2d", {"output_size": (2, -1)}),
+    ("nn.AdaptiveMaxPool1d", {"output_size": (2, 2)}),
     ("nn.AvgPool2d", pool_params((3, 3), divisor_override=0)),
     ("nn.AdaptiveAvgPool2d", {"output_size": (1, 2, 3)}),
 ], ids=str)
@@ -121,6 +327,11 @@ def test_bad_params_are_layer_errors(type_name, params):
     ("nn.MaxPool2d", pool_params((3, 3), (2, 2), (1, 1), True), (1, 3, 0, 4)),   # empty H
     ("nn.AvgPool2d", pool_params((1, 1)), (1, 0, 4, 4)),                       # no channels
     ("nn.AdaptiveAvgPool2d", {"output_size": 3}, (3, 4, 0)),
+    ("nn.MaxPool1d", pool_params(3), (1, 2, 3, 8)),                  # rank 4
+    ("nn.AvgPool1d", pool_params(3), (8,)),                          # rank 1
+    ("nn.AvgPool1d", pool_params(3), (1, 2, 2)),                     # too short
+    ("nn.AdaptiveMaxPool1d", {"output_size": 2}, (1, 2, 3, 4)),
+    ("nn.AdaptiveMaxPool2d", {"output_size": 2}, (1, 0, 3, 4)),
 ], ids=str)
 def test_bad_input_shapes_are_shape_errors(type_name, params, shape):
     with pytest.raises(ShapeError):
@@ -132,6 +343,11 @@ def test_bad_input_shapes_are_shape_errors(type_name, params, shape):
 @pytest.mark.parametrize("type_name, layer_class", [
     ("nn.MaxPool2d", MaxPool2d), ("F.max_pool2d", MaxPool2d),
     ("nn.AvgPool2d", AvgPool2d), ("F.avg_pool2d", AvgPool2d),
-    ("nn.AdaptiveAvgPool2d", AdaptiveAvgPool2d), ("F.adaptive_avg_pool2d", AdaptiveAvgPool2d)])
+    ("nn.AdaptiveAvgPool2d", AdaptiveAvgPool2d), ("F.adaptive_avg_pool2d", AdaptiveAvgPool2d),
+    ("nn.MaxPool1d", MaxPool1d), ("F.max_pool1d", MaxPool1d),
+    ("nn.AvgPool1d", AvgPool1d), ("F.avg_pool1d", AvgPool1d),
+    ("nn.AdaptiveAvgPool1d", AdaptiveAvgPool1d), ("F.adaptive_avg_pool1d", AdaptiveAvgPool1d),
+    ("nn.AdaptiveMaxPool2d", AdaptiveMaxPool2d), ("F.adaptive_max_pool2d", AdaptiveMaxPool2d),
+    ("nn.AdaptiveMaxPool1d", AdaptiveMaxPool1d), ("F.adaptive_max_pool1d", AdaptiveMaxPool1d)])
 def test_registered_under_pnnx_names(type_name, layer_class):
     assert LayerRegisterer().layer_class(type_name) is layer_class

@@ -1,9 +1,10 @@
-"""Flatten, reshape, padding, concatenation and the identities against torch."""
+"""Reshaping and reordering layers against torch: flatten / unflatten, reshape / view (also
+with a computed shape), reshape_as, permute, transpose, t / T / mT, squeeze / unsqueeze,
+expand / repeat / tile, flip, roll and the identities."""
 
 import numpy as np
 import pytest
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from helpers import check_layer, make_layer, rand
@@ -11,6 +12,8 @@ from layers import LayerRegisterer
 from layers import shape as shape_layers
 from parser.errors import LayerError, ShapeError
 
+
+# ----- flatten / unflatten / reshape ------------------------------------------------------------
 
 @pytest.mark.parametrize("start_dim, end_dim", [(0, -1), (1, -1), (1, 2), (-3, -2), (2, 2),
                                                 (0, 0), (3, -1)], ids=str)
@@ -30,6 +33,18 @@ def test_flatten_start_after_end_is_a_shape_error():
         make_layer("torch.flatten", {"start_dim": 2, "end_dim": 1}).infer_shapes([(2, 3, 4)])
 
 
+@pytest.mark.parametrize("dim, sizes", [(1, (3, 4)), (1, (-1, 2)), (-1, (5, 1)), (0, (1, 2))],
+                         ids=str)
+def test_unflatten_matches_torch(dim, sizes):
+    check_layer("Tensor.unflatten", lambda t: t.unflatten(dim, sizes), [(2, 12, 5)],
+                {"dim": dim, "sizes": sizes})
+
+
+def test_unflatten_that_does_not_fit_is_a_shape_error():
+    with pytest.raises(ShapeError, match="cannot reshape"):
+        make_layer("Tensor.unflatten", {"dim": 1, "sizes": (5, -1)}).infer_shapes([(2, 12)])
+
+
 @pytest.mark.parametrize("target", [(2, 60), (-1, 60), (2, -1), (5, -1, 4), (120,), (-1,),
                                     (2, 3, 4, 5, 1)], ids=str)
 def test_reshape_matches_torch(target):
@@ -47,6 +62,8 @@ def test_reshape_takes_the_shape_as_a_second_input():
         layer.infer_shapes([(2, 3, 4), (2,)])
     target = np.array([3, -1], np.int64)            # known while planning: shape arithmetic
     assert layer.infer_shapes_from([(2, 3, 4), (2,)], [None, target]) == [(3, 8)]
+    layer.input_names = ["input", "shape"]          # as the graph names them
+    assert layer.infer_shapes_from([(2, 3, 4), (2,)], [None, target]) == [(3, 8)]
 
 
 @pytest.mark.parametrize("target", [(7, -1), (5, 5), (-1, -1), (2, -2)], ids=str)
@@ -57,114 +74,185 @@ def test_reshape_that_does_not_fit_names_both_shapes(target):
     assert "(2, 3, 4)" in str(error.value) and str(target) in str(error.value)
 
 
+@pytest.mark.parametrize("type_name", ["Tensor.reshape_as", "Tensor.view_as", "aten::view_as"])
+def test_reshape_as_takes_the_shape_of_the_other_input(type_name):
+    other = rand(4, 6)
+    check_layer(type_name, lambda t, o: t.reshape_as(o), [(2, 3, 4), other])
+    with pytest.raises(ShapeError, match="cannot reshape"):
+        make_layer(type_name).infer_shapes([(2, 3, 4), (5, 5)])
+
+
 def test_views_of_the_input_are_read_only():
     x = rand(2, 3, 4)
     for type_name, params in [("Tensor.reshape", {"shape": (6, 4)}), ("torch.flatten", {}),
-                              ("nn.Identity", {})]:
+                              ("nn.Identity", {}), ("Tensor.permute", {"dims": (2, 0, 1)}),
+                              ("torch.squeeze", {}), ("torch.unsqueeze", {"dim": 0}),
+                              ("torch.flip", {"dims": (1,)}),
+                              ("Tensor.expand", {"sizes": (2, 2, 3, 4)})]:
         (y,) = make_layer(type_name, params).forward([x])
-        assert np.shares_memory(x, y) and not y.flags.writeable
+        assert np.shares_memory(x, y) and not y.flags.writeable, type_name
         assert x.flags.writeable
 
 
-# ----- padding -------------------------------------------------------------------------------
+# ----- permute / transpose ---------------------------------------------------------------------
 
-@pytest.mark.parametrize("pad, mode, value", [
-    ((1, 1), "constant", None), ((1, 2, 3, 4), "constant", 0.5),
-    ((0, 0, 0, 0, 1, 1), "constant", None), ((1, 0, 0, 0, 0, 2, 1, 0), "constant", -1.0),
-    ((-1, 2, 0, -2), "constant", None),                         # negative pads crop
-    ((1, 2, 3, 2), "reflect", None), ((1, 2), "reflect", None),
-    ((1, 1, 1, 1, 1, 1), "reflect", None), ((1, 2, 3, 4), "replicate", None),
-    ((2, 2, 1, 1), "circular", None), ((4, 4, 3, 3), "circular", None),
-    ((7, 9, 0, 0), "replicate", None),                          # replicate: any amount
-    ((3, -3), "reflect", None), ((-1, 2, 2, -1), "replicate", None),   # fill, then crop
-    ((-2, 1, 1, -1), "circular", None),
-], ids=str)
-def test_pad_matches_torch(pad, mode, value):
-    shape = (2, 3, 4, 5) if len(pad) > 2 or mode == "constant" else (3, 4, 5)
-    check_layer("F.pad", lambda t: F.pad(t, pad, mode, value), [shape],
-                {"pad": pad, "mode": mode, "value": value})
+@pytest.mark.parametrize("dims", [(0, 2, 1), (2, 0, 1), (-1, 0, 1), (1, 0, 2), (0, 1, 2)],
+                         ids=str)
+def test_permute_matches_torch(dims):
+    check_layer("Tensor.permute", lambda t: t.permute(dims), [(2, 3, 4)], {"dims": dims})
 
 
-def test_pad_takes_the_pad_as_a_second_input():
-    # a dynamic export of F.pad(x, (0, (8 - w % 8) % 8, 0, (8 - h % 8) % 8), mode="reflect")
-    layer = make_layer("F.pad", {"mode": "reflect"})
-    x = rand(1, 2, 5, 6)
-    (y,) = layer.forward([x, np.array([0, 2, 0, 3])])
-    np.testing.assert_array_equal(y, F.pad(torch.from_numpy(x), (0, 2, 0, 3), "reflect").numpy())
-    assert layer.infer_shapes_from([(1, 2, 5, 6), (4,)], [None, np.array([0, 2, 0, 3])]) == \
-        [(1, 2, 8, 8)]
-    with pytest.raises(ShapeError, match="even length"):
-        layer.infer_shapes_from([(1, 2, 5, 6), (3,)], [None, np.array([1, 2, 1])])
-    with pytest.raises(ShapeError, match="not known before the graph runs"):
-        layer.infer_shapes([(1, 2, 5, 6), (4,)])
-
-
-@pytest.mark.parametrize("type_name, module, params", [
-    ("nn.ZeroPad2d", nn.ZeroPad2d((1, 2, 0, 1)), {"padding": (1, 2, 0, 1)}),
-    ("nn.ZeroPad2d", nn.ZeroPad2d(2), {"padding": 2}),
-    ("nn.ConstantPad2d", nn.ConstantPad2d((1, 1, 2, 2), 0.5),
-     {"padding": (1, 1, 2, 2), "value": 0.5}),
-    ("nn.ReflectionPad2d", nn.ReflectionPad2d((1, 2, 0, 1)), {"padding": (1, 2, 0, 1)}),
-    ("nn.ReplicationPad2d", nn.ReplicationPad2d(1), {"padding": (1, 1, 1, 1)}),
-], ids=str)
-def test_pad_modules_match_torch(type_name, module, params):
-    check_layer(type_name, module, [(2, 3, 4, 5)], params)
-
-
-@pytest.mark.parametrize("params, shape", [
-    ({"pad": (4, 4, 0, 0), "mode": "reflect"}, (1, 2, 3, 4)),   # reflect needs pad < size
-    ({"pad": (1, 1), "mode": "reflect"}, (1, 2, 3, 4)),         # 1 dim of a 4-D input
-    ({"pad": (5, 0, 0, 0), "mode": "circular"}, (1, 2, 3, 4)),
-    ({"pad": (3, -2), "mode": "circular"}, (1, 2, 3, 4)),       # wraps 2 columns 3 times
-    ({"pad": (1, 1, 1, 1, 1, 1, 1, 1, 1, 1)}, (1, 2, 3, 4)),    # more dims than the input
-    ({"pad": (-3, -2)}, (1, 2, 3, 4)),                          # crops below zero
-    ({"pad": (-5, 2)}, (1, 2, 3, 4)),                           # crops 5 of 4, then pads
-], ids=str)
-def test_bad_pads_for_the_input_are_shape_errors(params, shape):
+@pytest.mark.parametrize("dims", [(0, 1), (0, 1, 1), (0, 1, 3)], ids=str)
+def test_permute_with_bad_dims_is_a_shape_error(dims):
     with pytest.raises(ShapeError):
-        make_layer("F.pad", params).infer_shapes([shape])
+        make_layer("Tensor.permute", {"dims": dims}).infer_shapes([(2, 3, 4)])
 
 
-@pytest.mark.parametrize("params", [
-    {"pad": (1, 1, 1)}, {"pad": (1, 1), "mode": "symmetric"},
-    {"pad": (1, 1), "mode": "reflect", "value": 0.5},
+@pytest.mark.parametrize("dim0, dim1", [(0, 2), (-1, -2), (1, 1), (0, -1)], ids=str)
+def test_transpose_matches_torch(dim0, dim1):
+    check_layer("torch.transpose", lambda t: torch.transpose(t, dim0, dim1), [(2, 3, 4)],
+                {"dim0": dim0, "dim1": dim1})
+
+
+@pytest.mark.parametrize("type_name, torch_fn, shapes", [
+    ("torch.t", torch.t, [(3, 5), (4,)]),
+    ("aten::numpy_T", lambda t: t.permute(*reversed(range(t.dim()))), [(3, 5), (2, 3, 4)]),
+    ("aten::mT", lambda t: t.mT, [(3, 5), (2, 3, 4)]),
 ], ids=str)
-def test_bad_pad_params_are_layer_errors(params):
-    with pytest.raises(LayerError):
-        make_layer("F.pad", params)
+def test_matrix_transposes_match_torch(type_name, torch_fn, shapes):
+    for shape in shapes:
+        check_layer(type_name, torch_fn, [shape])
 
 
-# ----- concatenation, identities -----------------------------------------------------------------
-
-@pytest.mark.parametrize("dim, shapes", [
-    (1, [(2, 3, 4), (2, 5, 4)]), (0, [(1, 3), (2, 3), (3, 3)]), (-1, [(2, 3, 1), (2, 3, 4)]),
-    (2, [(1, 2, 3, 4)]),
-], ids=str)
-def test_cat_matches_torch(dim, shapes):
-    check_layer("torch.cat", lambda *ts: torch.cat(ts, dim), shapes, {"dim": dim})
+def test_t_of_3d_and_mT_of_1d_are_shape_errors():
+    with pytest.raises(ShapeError, match="at most 2 dims"):
+        make_layer("torch.t").infer_shapes([(2, 3, 4)])
+    with pytest.raises(ShapeError, match="at least 2 dims"):
+        make_layer("aten::mT").infer_shapes([(4,)])
 
 
-def test_cat_of_mismatched_shapes_is_a_shape_error():
-    with pytest.raises(ShapeError, match=r"\(2, 3, 4\), \(2, 3, 5\)"):
-        make_layer("torch.cat", {"dim": 1}).infer_shapes([(2, 3, 4), (2, 3, 5)])
+# ----- squeeze / unsqueeze ----------------------------------------------------------------------
+
+@pytest.mark.parametrize("dim", [None, 1, -1, 0, (1, 3), (0, -1), 2], ids=str)
+def test_squeeze_matches_torch(dim):
+    fn = (lambda t: torch.squeeze(t)) if dim is None else (lambda t: torch.squeeze(t, dim))
+    check_layer("torch.squeeze", fn, [(2, 1, 3, 1)], {} if dim is None else {"dim": dim})
+
+
+@pytest.mark.parametrize("dim", [0, 1, 3, -1, -4], ids=str)
+def test_unsqueeze_matches_torch(dim):
+    check_layer("torch.unsqueeze", lambda t: torch.unsqueeze(t, dim), [(2, 3, 4)],
+                {"dim": dim})
+
+
+def test_squeeze_and_unsqueeze_dims_out_of_range_are_shape_errors():
     with pytest.raises(ShapeError, match="out of range"):
-        make_layer("torch.cat", {"dim": 3}).infer_shapes([(2, 3, 4), (2, 3, 4)])
+        make_layer("torch.squeeze", {"dim": 4}).infer_shapes([(2, 1, 3, 1)])
+    with pytest.raises(ShapeError, match="out of range"):
+        make_layer("torch.unsqueeze", {"dim": 4}).infer_shapes([(2, 3, 4)])
 
+
+# ----- expand / repeat / tile ------------------------------------------------------------------
+
+@pytest.mark.parametrize("sizes", [(2, 3, 10), (-1, 3, -1), (4, 2, -1, 10), (2, 1, 10),
+                                   (0, 2, 3, 10)], ids=str)
+def test_expand_matches_torch(sizes):
+    check_layer("Tensor.expand", lambda t: t.expand(*sizes), [(2, 1, 10)], {"sizes": sizes})
+
+
+@pytest.mark.parametrize("sizes", [(3, 1, 10), (2, 10), (-1, 2, 1, 10), (2, 1, -2)], ids=str)
+def test_expand_to_an_impossible_shape_is_a_shape_error(sizes):
+    with pytest.raises(ShapeError, match="cannot expand"):
+        make_layer("Tensor.expand", {"sizes": sizes}).infer_shapes([(2, 1, 10)])
+
+
+def test_expand_takes_the_sizes_as_a_second_input():
+    layer = make_layer("Tensor.expand")
+    layer.input_names = ["input", "sizes"]
+    x = rand(1, 1, 5)
+    assert layer.infer_shapes_from([(1, 1, 5), (3,)], [None, np.array([4, -1, 5])]) == \
+        [(4, 1, 5)]
+    (y,) = layer.forward([x, np.array([4, 3, -1])])
+    np.testing.assert_array_equal(y, torch.from_numpy(x).expand(4, 3, -1).numpy())
+
+
+def test_expand_as_matches_torch():
+    check_layer("Tensor.expand_as", lambda t, o: t.expand_as(o), [(2, 1, 5), rand(3, 2, 4, 5)])
+    with pytest.raises(ShapeError):
+        make_layer("Tensor.expand_as").infer_shapes([(2, 3), (2, 4)])
+
+
+@pytest.mark.parametrize("sizes", [(1, 2, 3), (2, 1, 1, 1), (1, 1, 1), (3, 2, 1, 2),
+                                   (1, 0, 2)], ids=str)
+def test_repeat_matches_torch(sizes):
+    check_layer("Tensor.repeat", lambda t: t.repeat(*sizes), [(2, 1, 4)], {"sizes": sizes})
+
+
+def test_repeat_with_fewer_sizes_than_dims_is_a_shape_error():
+    with pytest.raises(ShapeError, match="at least one per dim"):
+        make_layer("Tensor.repeat", {"sizes": (2, 2)}).infer_shapes([(2, 1, 4)])
+
+
+@pytest.mark.parametrize("dims", [(2,), (1, 2), (2, 1, 1), (2, 1, 1, 3)], ids=str)
+def test_tile_matches_torch(dims):
+    check_layer("torch.tile", lambda t: torch.tile(t, dims), [(2, 3, 4)], {"dims": dims})
+
+
+# ----- flip / roll ------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("dims", [(1,), (-1, 0), (0, 1, 2)], ids=str)
+def test_flip_matches_torch(dims):
+    check_layer("torch.flip", lambda t: torch.flip(t, dims), [(2, 3, 5)], {"dims": dims})
+
+
+@pytest.mark.parametrize("shifts, dims", [((2,), (1,)), ((1, -2), (0, 2)), ((3,), None),
+                                          ((-1,), (-1,)), ((7,), (2,)), ((1, 1), (1, 1))],
+                         ids=str)
+def test_roll_matches_torch(shifts, dims):
+    fn = (lambda t: torch.roll(t, shifts)) if dims is None else \
+        (lambda t: torch.roll(t, shifts, dims))
+    check_layer("torch.roll", fn, [(2, 3, 5)], {"shifts": shifts, "dims": dims})
+
+
+def test_bad_flip_and_roll_arguments():
+    with pytest.raises(ShapeError, match="twice"):
+        make_layer("torch.flip", {"dims": (1, -2)}).infer_shapes([(2, 3, 5)])
+    with pytest.raises(LayerError, match="differ in length"):
+        make_layer("torch.roll", {"shifts": (1, 2), "dims": (0,)})
+    with pytest.raises(LayerError, match="needs dims"):
+        make_layer("torch.roll", {"shifts": (1, 2)})
+
+
+# ----- identities, known values, registrations ----------------------------------------------------
 
 @pytest.mark.parametrize("type_name, params", [
     ("nn.Identity", {}), ("nn.Dropout", {"p": 0.5}), ("nn.Dropout2d", {}),
-    ("F.dropout", {"p": 0.1, "training": False}), ("Tensor.contiguous", {})], ids=str)
+    ("F.dropout", {"p": 0.1, "training": False}), ("Tensor.contiguous", {}),
+    ("Tensor.clone", {})], ids=str)
 def test_identities_return_their_input(type_name, params):
     check_layer(type_name, lambda t: t, [(2, 3, 4)], params)
+
+
+def test_known_values_pass_through_data_movement():
+    """Shape arithmetic that goes through a reshape or a permute stays known while the graph
+    plans shapes; an unknown input gives no values."""
+    sizes = np.array([[2, 3], [4, 5]], np.int64)
+    (moved,) = make_layer("Tensor.permute", {"dims": (1, 0)}).infer_values([(2, 2)], [sizes])
+    np.testing.assert_array_equal(moved, sizes.T)
+    assert make_layer("torch.flatten").infer_values([(2, 2)], [None]) is None
 
 
 @pytest.mark.parametrize("type_name, layer_class", [
     ("torch.flatten", shape_layers.Flatten), ("nn.Flatten", shape_layers.FlattenModule),
     ("Tensor.reshape", shape_layers.Reshape), ("Tensor.view", shape_layers.Reshape),
-    ("F.pad", shape_layers.Pad), ("nn.ZeroPad2d", shape_layers.ZeroPad2d),
-    ("nn.ConstantPad2d", shape_layers.ConstantPad2d),
-    ("nn.ReflectionPad2d", shape_layers.ReflectionPad2d),
-    ("nn.ReplicationPad2d", shape_layers.ReplicationPad2d), ("torch.cat", shape_layers.Cat),
+    ("Tensor.view_as", shape_layers.ReshapeAs), ("aten::view_as", shape_layers.ReshapeAs),
+    ("Tensor.unflatten", shape_layers.Unflatten), ("Tensor.permute", shape_layers.Permute),
+    ("torch.transpose", shape_layers.Transpose), ("torch.t", shape_layers.MatrixTranspose),
+    ("aten::numpy_T", shape_layers.ReverseDims), ("aten::mT", shape_layers.SwapLastTwo),
+    ("torch.squeeze", shape_layers.Squeeze), ("torch.unsqueeze", shape_layers.Unsqueeze),
+    ("Tensor.expand", shape_layers.Expand), ("Tensor.expand_as", shape_layers.ExpandAs),
+    ("Tensor.repeat", shape_layers.Repeat), ("torch.tile", shape_layers.Tile),
+    ("torch.flip", shape_layers.Flip), ("torch.roll", shape_layers.Roll),
     ("nn.Identity", shape_layers.Identity), ("nn.Dropout", shape_layers.Identity)])
 def test_registered_under_pnnx_names(type_name, layer_class):
     assert LayerRegisterer().layer_class(type_name) is layer_class

@@ -1,0 +1,251 @@
+"""Slicing, joining and splitting layers against torch: Tensor.slice (single and fused, with
+bounds computed in the graph), pnnx.SliceIndexes, select, narrow, cat, stack, split / chunk /
+tensor_split / unbind (several outputs), index_select and gather."""
+
+import numpy as np
+import pytest
+import torch
+
+from helpers import check_layer, make_layer, rand
+from layers import LayerRegisterer
+from layers import split as split_layers
+from parser.errors import LayerError, ShapeError
+
+INT_MAX = 2147483647
+
+
+def named_layer(type_name, params, input_names):
+    """A layer built as the graph builds it for a line with ``$name=`` inputs."""
+    layer = make_layer(type_name, params)
+    layer.input_names = list(input_names)
+    return layer
+
+
+# ----- slice ------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("dim, start, end, step", [
+    (1, 1, INT_MAX, 1), (1, 0, INT_MAX, 2), (2, -3, -1, 1), (2, 2, 100, 1), (2, -100, 3, 1),
+    (-1, 1, -1, 3), (0, 1, 1, 1), (2, 7, 2, 1), (1, -1, INT_MAX, 1), (2, 0, 9, 4)], ids=str)
+def test_slice_matches_torch(dim, start, end, step):
+    index = (slice(None),) * (dim % 3) + (slice(start, end, step),)
+    check_layer("Tensor.slice", lambda t: t[index], [(2, 3, 10)],
+                {"dim": dim, "start": start, "end": end, "step": step})
+
+
+@pytest.mark.parametrize("params, index", [
+    ({"dims": (1, 2), "starts": (1, 0), "ends": (3, INT_MAX), "steps": (1, 3)},
+     (slice(None), slice(1, 3), slice(0, None, 3))),
+    ({"dims": (0, -1), "starts": (1, -4), "ends": (2, -1), "steps": (1, 2)},
+     (slice(1, 2), Ellipsis, slice(-4, -1, 2))),
+    ({"dims": (1, 2), "starts": (0, 0), "ends": (0, 0), "steps": (0, 0),
+      "selects": (-1, 4)}, (slice(None), -1, 4)),
+    ({"dims": (1, 2), "starts": (0, 2), "ends": (0, 8), "steps": (0, 2),
+      "selects": (0, INT_MAX)}, (slice(None), 0, slice(2, 8, 2))),
+], ids=["slices", "negative dims", "two selects", "select and slice"])
+def test_fused_slice_matches_torch(params, index):
+    """pnnx fuses x[:, 1:3, ::3] into one Tensor.slice with lists; a select in the list
+    removes that dim."""
+    check_layer("Tensor.slice", lambda t: t[index], [(2, 3, 10)], params)
+
+
+def test_slice_with_a_computed_end():
+    # x[:, :, :x.size(2) // 2] -> Tensor.slice dim=2 start=0 step=1 $input=0 $end=1
+    layer = named_layer("Tensor.slice", {"dim": 2, "start": 0, "step": 1}, ["input", "end"])
+    x = rand(2, 3, 10)
+    assert layer.infer_shapes_from([x.shape, ()], [None, np.array(5)]) == [(2, 3, 5)]
+    (y,) = layer.forward([x, np.array(5)])
+    np.testing.assert_array_equal(y, x[:, :, :5])
+    with pytest.raises(ShapeError, match="not known before the graph runs"):
+        layer.infer_shapes([x.shape, ()])
+
+
+def test_fused_slice_with_computed_bounds_from_slice_indexes():
+    """pnnx.SliceIndexes builds the bounds list: indexes=(@0,0) is input 0's value, then 0."""
+    starts = make_layer("pnnx.SliceIndexes", {"indexes": ("@0", "0")})
+    ends = make_layer("pnnx.SliceIndexes", {"indexes": (str(INT_MAX), "@0")})
+    (start_values,) = starts.infer_values([()], [np.array(2)])
+    (end_values,) = ends.forward([np.array(5)])
+    np.testing.assert_array_equal(start_values, [2, 0])
+    assert starts.infer_shapes([()]) == [(2,)] and start_values.dtype == np.int64
+    layer = named_layer("Tensor.slice", {"dims": (1, 2), "steps": (1, 1),
+                                         "selects": (INT_MAX, INT_MAX)},
+                        ["input", "starts", "ends"])
+    x = rand(2, 4, 10)
+    assert layer.infer_shapes_from([x.shape, (2,), (2,)], [None, start_values, end_values]) \
+        == [(2, 2, 5)]
+    (y,) = layer.forward([x, start_values, end_values])
+    np.testing.assert_array_equal(y, x[:, 2:, :5])
+
+
+def test_computed_select_in_a_fused_slice():
+    # x[:, -1, x.size(2) // 3] -> $selects from SliceIndexes indexes=(-1,@0)
+    selects = make_layer("pnnx.SliceIndexes", {"indexes": ("-1", "@0")}).forward(
+        [np.array(3)])[0]
+    layer = named_layer("Tensor.slice", {"dims": (1, 2), "starts": (0, 0), "ends": (0, 0),
+                                         "steps": (0, 0)}, ["input", "selects"])
+    x = rand(2, 4, 10)
+    (y,) = layer.forward([x, selects])
+    np.testing.assert_array_equal(y, x[:, -1, 3])
+
+
+@pytest.mark.parametrize("params", [
+    {"dim": 1, "start": 0, "end": 2, "step": 0}, {"dim": 3, "start": 0, "end": 1, "step": 1},
+    {"dims": (1,), "selects": (3,)}, {"dims": (1, 2), "starts": (0,)}, {},
+], ids=str)
+def test_bad_slices_are_errors(params):
+    with pytest.raises((ShapeError, LayerError)):
+        make_layer("Tensor.slice", params).infer_shapes([(2, 3, 10)])
+
+
+def test_slice_indexes_refuses_what_is_not_an_index():
+    with pytest.raises(LayerError, match="neither a number nor @N"):
+        make_layer("pnnx.SliceIndexes", {"indexes": ("@0", "x")})
+    with pytest.raises(ShapeError, match="refers to input 1"):
+        make_layer("pnnx.SliceIndexes", {"indexes": ("@1",)}).infer_shapes([()])
+
+
+# ----- select / narrow --------------------------------------------------------------------------
+
+@pytest.mark.parametrize("dim, index", [(0, 1), (1, -1), (2, -2), (-1, 0)], ids=str)
+def test_select_matches_torch(dim, index):
+    check_layer("Tensor.select", lambda t: t.select(dim, index), [(2, 3, 10)],
+                {"dim": dim, "index": index})
+
+
+def test_select_of_a_vector_gives_a_0d_array_and_a_computed_index_works():
+    check_layer("Tensor.select", lambda t: t.select(0, 2), [(4,)], {"dim": 0, "index": 2})
+    layer = named_layer("Tensor.select", {"dim": 1}, ["input", "index"])
+    x = rand(2, 3, 4)
+    (y,) = layer.forward([x, np.array(2)])
+    np.testing.assert_array_equal(y, x[:, 2])
+
+
+def test_select_out_of_range_is_a_shape_error():
+    with pytest.raises(ShapeError, match="out of range"):
+        make_layer("Tensor.select", {"dim": 1, "index": 3}).infer_shapes([(2, 3, 4)])
+
+
+@pytest.mark.parametrize("dim, start, length", [(1, 1, 2), (2, 0, 10), (-1, -4, 3), (0, 2, 0)],
+                         ids=str)
+def test_narrow_matches_torch(dim, start, length):
+    check_layer("torch.narrow", lambda t: torch.narrow(t, dim, start, length), [(2, 3, 10)],
+                {"dim": dim, "start": start, "length": length})
+
+
+def test_narrow_past_the_end_is_a_shape_error():
+    with pytest.raises(ShapeError, match="does not fit"):
+        make_layer("torch.narrow", {"dim": 1, "start": 2, "length": 2}).infer_shapes([(2, 3)])
+
+
+# ----- cat / stack ----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("dim, shapes", [
+    (1, [(2, 3, 4), (2, 5, 4)]), (0, [(1, 3), (2, 3), (3, 3)]), (-1, [(2, 3, 1), (2, 3, 4)]),
+    (2, [(1, 2, 3, 4)]), (-3, [(2, 3, 4), (2, 3, 4)]),
+], ids=str)
+def test_cat_matches_torch(dim, shapes):
+    check_layer("torch.cat", lambda *ts: torch.cat(ts, dim), shapes, {"dim": dim})
+
+
+def test_cat_of_mismatched_shapes_is_a_shape_error():
+    with pytest.raises(ShapeError, match=r"\(2, 3, 4\), \(2, 3, 5\)"):
+        make_layer("torch.cat", {"dim": 1}).infer_shapes([(2, 3, 4), (2, 3, 5)])
+    with pytest.raises(ShapeError, match="out of range"):
+        make_layer("torch.cat", {"dim": 3}).infer_shapes([(2, 3, 4), (2, 3, 4)])
+
+
+@pytest.mark.parametrize("dim, count", [(0, 2), (1, 3), (-1, 2), (3, 1), (-4, 2)], ids=str)
+def test_stack_matches_torch(dim, count):
+    check_layer("torch.stack", lambda *ts: torch.stack(ts, dim), [(2, 3, 4)] * count,
+                {"dim": dim})
+
+
+def test_stack_of_different_shapes_is_a_shape_error():
+    with pytest.raises(ShapeError, match="must be equal"):
+        make_layer("torch.stack", {"dim": 0}).infer_shapes([(2, 3), (2, 4)])
+
+
+# ----- split / chunk / tensor_split / unbind ------------------------------------------------
+
+@pytest.mark.parametrize("sizes, dim", [(3, 2), (5, -1), (10, 2), (20, 2), ((2, 5, 3), -1),
+                                        ((1, 2), 1), ((0, 10), 2), (1, 0)], ids=str)
+def test_split_matches_torch(sizes, dim):
+    check_layer("torch.split", lambda t: torch.split(t, sizes, dim), [(2, 3, 10)],
+                {"split_size_or_sections": sizes, "dim": dim})
+
+
+def test_split_sizes_that_do_not_add_up_are_a_shape_error():
+    with pytest.raises(ShapeError, match="add up"):
+        make_layer("torch.split", {"split_size_or_sections": (2, 5), "dim": 2}).infer_shapes(
+            [(2, 3, 10)])
+
+
+@pytest.mark.parametrize("chunks, dim, size", [(3, 2, 10), (2, 1, 3), (3, 0, 4), (5, 0, 4),
+                                               (1, -1, 7), (4, -1, 8)], ids=str)
+def test_chunk_matches_torch(chunks, dim, size):
+    """torch.chunk can return fewer pieces than asked (4 in 3 chunks: 2 + 2)."""
+    shape = [2, 3, 5]
+    shape[dim] = size
+    check_layer("torch.chunk", lambda t: torch.chunk(t, chunks, dim), [tuple(shape)],
+                {"chunks": chunks, "dim": dim})
+
+
+@pytest.mark.parametrize("params, torch_arg", [
+    ({"sections": 3, "dim": 2}, 3), ({"sections": 4, "dim": 1}, 4),
+    ({"indices": (1, 4), "dim": -1}, [1, 4]), ({"indices": (4, 1), "dim": 2}, [4, 1]),
+    ({"indices": (-3, 20), "dim": 2}, [-3, 20]), ({"indices": (0,), "dim": 0}, [0]),
+], ids=str)
+def test_tensor_split_matches_torch(params, torch_arg):
+    check_layer("torch.tensor_split", lambda t: torch.tensor_split(t, torch_arg, params["dim"]),
+                [(2, 3, 10)], params)
+
+
+@pytest.mark.parametrize("dim", [0, 1, -1], ids=str)
+def test_unbind_matches_torch(dim):
+    check_layer("torch.unbind", lambda t: torch.unbind(t, dim), [(2, 3, 4)], {"dim": dim})
+
+
+def test_pieces_are_read_only_views():
+    x = rand(2, 3, 10)
+    pieces = make_layer("torch.chunk", {"chunks": 2, "dim": 2}).forward([x])
+    assert all(np.shares_memory(p, x) and not p.flags.writeable for p in pieces)
+
+
+# ----- index_select / gather ------------------------------------------------------------------
+
+@pytest.mark.parametrize("dim, index", [(1, [2, 0]), (-1, [4, 4, 1]), (0, [1])], ids=str)
+def test_index_select_matches_torch(dim, index):
+    index = np.array(index, np.int64)
+    check_layer("torch.index_select", lambda t, i: torch.index_select(t, dim, i),
+                [(2, 3, 5), index], {"dim": dim})
+
+
+def test_index_select_out_of_range_is_a_shape_error():
+    layer = make_layer("torch.index_select", {"dim": 1})
+    with pytest.raises(ShapeError, match="outside"):
+        layer.forward([rand(2, 3), np.array([3])])
+
+
+@pytest.mark.parametrize("dim, index_shape", [(2, (2, 3, 4)), (0, (1, 3, 5)), (-2, (2, 2, 3))],
+                         ids=str)
+def test_gather_matches_torch(dim, index_shape):
+    size = (2, 3, 5)[dim]
+    index = np.random.default_rng(1).integers(0, size, index_shape)
+    check_layer("torch.gather", lambda t, i: torch.gather(t, dim, i), [(2, 3, 5), index],
+                {"dim": dim})
+
+
+def test_gather_with_a_too_large_index_is_a_shape_error():
+    with pytest.raises(ShapeError, match="does not fit"):
+        make_layer("torch.gather", {"dim": 0}).infer_shapes([(2, 3), (2, 4)])
+
+
+@pytest.mark.parametrize("type_name, layer_class", [
+    ("Tensor.slice", split_layers.Slice), ("pnnx.SliceIndexes", split_layers.SliceIndexes),
+    ("Tensor.select", split_layers.Select), ("torch.narrow", split_layers.Narrow),
+    ("torch.cat", split_layers.Cat), ("torch.stack", split_layers.Stack),
+    ("torch.split", split_layers.Split), ("torch.chunk", split_layers.Chunk),
+    ("torch.tensor_split", split_layers.TensorSplit), ("torch.unbind", split_layers.Unbind),
+    ("torch.index_select", split_layers.IndexSelect), ("torch.gather", split_layers.Gather)])
+def test_registered_under_pnnx_names(type_name, layer_class):
+    assert LayerRegisterer().layer_class(type_name) is layer_class
