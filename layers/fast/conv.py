@@ -21,7 +21,6 @@ import threading
 
 import numpy as np
 
-from layers.fast.blas import single_threaded_blas
 from layers.fast.depthwise import depthwise_conv2d
 from layers.fast.epilogue import Activation, bias_residual_activation
 from layers.fast.gemm import gemm_conv2d, pack_gemm_weight
@@ -76,12 +75,7 @@ class PackedConv2d:
         """Pack what ``run`` will need for this size now (at build) rather than mid-forward."""
         self.packed(self.algorithm(batch, out_hw))
 
-    def run(self, *args, **kwargs) -> np.ndarray:
-        """``_run`` with numpy's BLAS single-threaded: the kernels split the work themselves."""
-        with single_threaded_blas():
-            return self._run(*args, **kwargs)
-
-    def _run(self, x: np.ndarray, pads: tuple[int, int, int, int], out_hw: Pair,
+    def run(self, x: np.ndarray, pads: tuple[int, int, int, int], out_hw: Pair,
             activation: Activation, residual: np.ndarray | None = None) -> np.ndarray:
         """x (N, C_in, H, W) -> activation(conv(x) + bias + residual) (N, C_out, Ho, Wo);
         pads are (top, bottom, left, right) zeros around x."""

@@ -17,12 +17,11 @@ from __future__ import annotations
 
 import numba
 import numpy as np
-from numba import prange
 
 from layers.fast.epilogue import Activation, NO_ARRAY, activate_row
 
 
-@numba.njit(cache=True, parallel=True)
+@numba.njit(cache=True)
 def _depthwise(x, w, bias, y, stride_h, stride_w, dil_h, dil_w, top, left, code, a, b):
     n, c_in, height, width = x.shape
     _, c_out, out_h, out_w = y.shape
@@ -32,7 +31,7 @@ def _depthwise(x, w, bias, y, stride_h, stride_w, dil_h, dil_w, top, left, code,
     # the padded plane: every window inside it, so the loops below need no bounds checks
     padded_h = max((out_h - 1) * stride_h + (kh - 1) * dil_h + 1, top + height)
     padded_w = max((out_w - 1) * stride_w + (kw - 1) * dil_w + 1, left + width)
-    for plane in prange(n * c_out):
+    for plane in range(n * c_out):
         i_n, o = plane // c_out, plane % c_out
         padded = np.zeros((padded_h, padded_w), np.float32)
         rows, cols = min(height, padded_h - top), min(width, padded_w - left)

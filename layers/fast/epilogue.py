@@ -26,7 +26,6 @@ from dataclasses import dataclass
 
 import numba
 import numpy as np
-from numba import prange
 
 from layers import activation as act
 
@@ -97,13 +96,13 @@ def activate_row(row, code, a, b):
             row[i] = np.tanh(row[i])
 
 
-@numba.njit(cache=True, parallel=True)
+@numba.njit(cache=True)
 def _bias_residual_activation(y, bias, residual, code, a, b):
     """y (N, C, L) <- activation(y + bias[c] + residual), in place; an empty bias or residual
     (size 0) is skipped. Rows (n, c) are spread over the threads."""
     n, c, length = y.shape
     has_bias, has_residual = bias.shape[0] > 0, residual.shape[0] > 0
-    for row_index in prange(n * c):
+    for row_index in range(n * c):
         i, k = row_index // c, row_index % c
         row = y[i, k]
         if has_bias:

@@ -12,8 +12,6 @@ The weight is packed once, at build, as that (C_out, K) matrix (per group: (G, C
 * Otherwise a numba kernel writes cols into a scratch buffer that is reused from call to call
   (``scratch``), one image at a time so it stays small, and BLAS writes straight into the
   output image. Bias, residual and activation then follow in one pass (epilogue).
-
-The products go through ``blas.parallel_matmul`` (see there why BLAS runs single-threaded).
 """
 
 from __future__ import annotations
@@ -22,9 +20,7 @@ import threading
 
 import numba
 import numpy as np
-from numba import prange
 
-from layers.fast.blas import parallel_matmul
 from layers.fast.epilogue import Activation, bias_residual_activation
 
 _local = threading.local()
@@ -41,12 +37,12 @@ def scratch(name: str, shape: tuple[int, ...]) -> np.ndarray:
     return buffer[:size].reshape(shape)
 
 
-@numba.njit(cache=True, parallel=True)
+@numba.njit(cache=True)
 def _im2col(x, cols, kh, kw, stride_h, stride_w, dil_h, dil_w, top, left, out_h, out_w):
     """x (C, H, W) -> cols (C*kh*kw, Ho*Wo), zeros where a window reaches into the padding."""
     channels, height, width = x.shape
     zero = np.float32(0.0)
-    for r in prange(channels * kh * kw):
+    for r in range(channels * kh * kw):
         c, tap = r // (kh * kw), r % (kh * kw)
         i, j = tap // kw, tap % kw
         dst = cols[r]
@@ -94,14 +90,14 @@ def gemm_conv2d(x: np.ndarray, packed: np.ndarray, bias: np.ndarray | None,
     if direct:                                     # the input is already the cols matrix
         images = x.reshape(n, groups, group_k, length)
         for i in range(n):
-            parallel_matmul(packed, images[i], y_groups[i])
+            np.matmul(packed, images[i], out=y_groups[i])
         bias_residual_activation(y, bias, residual, activation)
         return y
     cols = scratch("cols", (groups * group_k, length))
     for i in range(n):                             # one image at a time: cols stay small
         _im2col(x[i], cols, kernel[0], kernel[1], stride[0], stride[1], dilation[0],
                 dilation[1], pads[0], pads[2], out_h, out_w)
-        parallel_matmul(packed, cols.reshape(groups, group_k, length), y_groups[i])
+        np.matmul(packed, cols.reshape(groups, group_k, length), out=y_groups[i])
         bias_residual_activation(y[i:i + 1], bias,
                                  None if residual is None else residual[i:i + 1], activation)
     return y

@@ -23,9 +23,7 @@ from __future__ import annotations
 
 import numba
 import numpy as np
-from numba import prange
 
-from layers.fast.blas import parallel_matmul
 from layers.fast.epilogue import Activation, NO_ARRAY, activate_row
 from layers.fast.gemm import scratch
 
@@ -81,13 +79,13 @@ def _at(m0, m1, m2, m3, m4, m5):
             m1 - m2 + F8 * m3 - F8 * m4 + m5)
 
 
-@numba.njit(cache=True, parallel=True)
+@numba.njit(cache=True)
 def _input_transform(x, v, top, left, tiles_h, tiles_w):
     """x (N, C, H, W) -> v (36, C, T): V = B^T d B for every 6x6 tile d."""
     n, channels, height, width = x.shape
     tiles = tiles_h * tiles_w
     zero = np.float32(0.0)
-    for plane in prange(n * channels):
+    for plane in range(n * channels):
         i_n, c = plane // channels, plane % channels
         src = x[i_n, c]
         d = np.empty((TAPS, TAPS), np.float32)
@@ -118,13 +116,13 @@ def _input_transform(x, v, top, left, tiles_h, tiles_w):
                         v[r * TAPS + s, c, t] = row[s]
 
 
-@numba.njit(cache=True, parallel=True)
+@numba.njit(cache=True)
 def _output_transform(m, y, bias, residual, tiles_h, tiles_w, code, a, b):
     """m (36, C_out, T) -> y (N, C_out, Ho, Wo) = A^T m A + bias + residual, activated."""
     n, c_out, out_h, out_w = y.shape
     tiles = tiles_h * tiles_w
     has_bias, has_residual = bias.shape[0] > 0, residual.shape[0] > 0
-    for plane in prange(n * c_out):
+    for plane in range(n * c_out):
         i_n, o = plane // c_out, plane % c_out
         dst = y[i_n, o]
         shift = bias[o] if has_bias else np.float32(0.0)
@@ -166,7 +164,7 @@ def winograd_conv2d(x: np.ndarray, packed: np.ndarray, bias: np.ndarray | None,
     v = scratch("winograd_v", (TAPS * TAPS, c_in, t))
     m = scratch("winograd_m", (TAPS * TAPS, c_out, t))
     _input_transform(x, v, pads[0], pads[2], tiles_h, tiles_w)
-    parallel_matmul(packed, v, m)                        # 36 x (C_out, C_in) @ (C_in, T)
+    np.matmul(packed, v, out=m)                          # 36 x (C_out, C_in) @ (C_in, T)
     y = np.empty((n, c_out, *out_hw), np.float32) if out is None else out
     _output_transform(m, y, NO_ARRAY if bias is None else bias,
                       NO_RESIDUAL if residual is None else residual, tiles_h, tiles_w,
