@@ -6,7 +6,7 @@ multiplier) through its own kh x kw filter::
     y[n, o, oh, ow] = bias[o] + sum_{i, j} w[o, i, j] * x[n, c, oh*sh + i*dh - top, ow*sw + j*dw - left]
 
 There is almost no arithmetic per byte, so a GEMM does not help; what matters is reading each
-input row a few times from cache and keeping the inner loop branch-free. Each thread copies
+input row a few times from cache and keeping the inner loop branch-free. The kernel copies
 one (n, c) plane into a zero-padded buffer (a few KB, in cache), then for each output row
 accumulates the kh*kw taps into a row accumulator: with stride 1 the innermost loop is a plain
 multiply-add over contiguous floats that the compiler vectorises. Bias and activation are

@@ -99,7 +99,7 @@ def activate_row(row, code, a, b):
 @numba.njit(cache=True)
 def _bias_residual_activation(y, bias, residual, code, a, b):
     """y (N, C, L) <- activation(y + bias[c] + residual), in place; an empty bias or residual
-    (size 0) is skipped. Rows (n, c) are spread over the threads."""
+    (size 0) is skipped; one row (n, c) at a time, while it is in cache."""
     n, c, length = y.shape
     has_bias, has_residual = bias.shape[0] > 0, residual.shape[0] > 0
     for row_index in range(n * c):
