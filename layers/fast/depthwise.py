@@ -8,8 +8,9 @@ multiplier) through its own kh x kw filter::
 There is almost no arithmetic per byte, so a GEMM does not help; what matters is reading each
 input row a few times from cache and keeping the inner loop branch-free. The kernel copies
 one (n, c) plane into a zero-padded buffer (a few KB, in cache), then for each output row
-accumulates the kh*kw taps into a row accumulator: with stride 1 the innermost loop is a plain
-multiply-add over contiguous floats that the compiler vectorises. Bias and activation are
+accumulates the kh*kw taps into a row accumulator. For the common 3- and 5-wide kernels at
+stride 1, one pass adds a whole kernel row (3 or 5 taps) over contiguous floats, a loop the
+compiler vectorises; other shapes add one tap per pass. Bias and activation are
 applied to the row before it is stored.
 """
 
@@ -45,12 +46,29 @@ def _depthwise(x, w, bias, y, stride_h, stride_w, dil_h, dil_w, top, left, code,
                 acc[ow] = shift
             for i in range(kh):
                 src = padded[oh * stride_h + i * dil_h]
-                for j in range(kw):
-                    tap, start = filt[i, j], j * dil_w
-                    if stride_w == 1:                   # unit stride: a vectorised loop
-                        for ow in range(out_w):
-                            acc[ow] += tap * src[ow + start]
-                    else:
+                if stride_w == 1 and dil_w == 1 and kw == 3:     # a whole kernel row per pass
+                    t0, t1, t2 = filt[i, 0], filt[i, 1], filt[i, 2]
+                    for ow in range(out_w):
+                        acc[ow] += t0 * src[ow] + t1 * src[ow + 1] + t2 * src[ow + 2]
+                elif stride_w == 1 and dil_w == 1 and kw == 5:
+                    t0, t1, t2, t3, t4 = filt[i, 0], filt[i, 1], filt[i, 2], filt[i, 3], filt[i, 4]
+                    for ow in range(out_w):
+                        acc[ow] += (t0 * src[ow] + t1 * src[ow + 1] + t2 * src[ow + 2]
+                                    + t3 * src[ow + 3] + t4 * src[ow + 4])
+                elif dil_w == 1 and kw == 3:                     # strided, still one pass
+                    t0, t1, t2 = filt[i, 0], filt[i, 1], filt[i, 2]
+                    for ow in range(out_w):
+                        k = ow * stride_w
+                        acc[ow] += t0 * src[k] + t1 * src[k + 1] + t2 * src[k + 2]
+                elif dil_w == 1 and kw == 5:
+                    t0, t1, t2, t3, t4 = filt[i, 0], filt[i, 1], filt[i, 2], filt[i, 3], filt[i, 4]
+                    for ow in range(out_w):
+                        k = ow * stride_w
+                        acc[ow] += (t0 * src[k] + t1 * src[k + 1] + t2 * src[k + 2]
+                                    + t3 * src[k + 3] + t4 * src[k + 4])
+                else:
+                    for j in range(kw):
+                        tap, start = filt[i, j], j * dil_w
                         for ow in range(out_w):
                             acc[ow] += tap * src[ow * stride_w + start]
             activate_row(acc, code, a, b)
