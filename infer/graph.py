@@ -39,7 +39,7 @@ from parser.errors import (GraphError, InferError, LayerError, ShapeError,
                            UnsupportedOperatorError)
 from parser.param import NULL_DTYPE, read_param
 from infer.runtime import RuntimeAttribute, RuntimeOperand, RuntimeOperator, RuntimeParameter
-from infer import threads
+from infer import fusion, threads
 from infer.memory import MemoryPlan, plan_memory
 from infer.rewrite import unpack_outputs
 from infer.tools import GraphTools
@@ -181,6 +181,8 @@ class RuntimeGraph(GraphTools):
                 op.layer.use_fast_kernels = not self.reference
                 op.layer.load_param(op.param_values())
                 op.layer.load_model(op.weights())
+        if not self.reference:                  # conv -> add -> relu becomes one operator
+            fusion.fuse(self)
         self.operators = self._topological_order()
         self._free_after = self._liveness()
         self._steps = self._run_list()

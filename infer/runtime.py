@@ -78,6 +78,7 @@ class RuntimeOperator:
     params: dict[str, RuntimeParameter] = field(default_factory=dict)
     attrs: dict[str, RuntimeAttribute] = field(default_factory=dict)
     layer: Layer | None = None
+    fused: list[str] = field(default_factory=list)           # operators folded in (fusion.py)
 
     @property
     def label(self) -> str:

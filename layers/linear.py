@@ -62,8 +62,32 @@ class Linear(Layer):
     def infer_shape(self, shape: Shape) -> Shape:
         return linear_output_shape(shape, (self.out_features, self.in_features))
 
+    # fusion (infer/fusion.py): an elementwise activation applied to the output
+    fused_activation: Layer | None = None
+
+    def fuse_activation(self, layer: Layer) -> None:
+        if not layer.support_inplace or self.fused_activation is not None:
+            raise LayerError(f"cannot fuse {type(layer).__name__} into this linear layer")
+        self.fused_activation = layer
+
     def forward_one(self, x: np.ndarray) -> np.ndarray:
-        return kernels.linear(x, self.weight, self.bias)
+        if self.use_fast_kernels and x.ndim >= 1 and x.dtype == np.float32:
+            y = self._forward_fast(x)
+        else:
+            y = kernels.linear(x, self.weight, self.bias)
+        if self.fused_activation is not None:
+            self.fused_activation.forward_inplace(y)
+        return y
+
+    def _forward_fast(self, x: np.ndarray) -> np.ndarray:
+        """One GEMM into a fresh output, then the bias in place: x (M, in) @ weight.T (in, out),
+        the weight read as stored (BLAS takes the transpose as a flag, no copy)."""
+        rows = x.reshape(-1, self.in_features)                  # (M, in)
+        y = np.empty((rows.shape[0], self.out_features), np.float32)
+        np.matmul(rows, self.weight.T, out=y)
+        if self.bias is not None:
+            y += self.bias
+        return y.reshape(*x.shape[:-1], self.out_features)
 
 
 @register_layer("F.linear")

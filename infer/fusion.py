@@ -1,0 +1,122 @@
+"""Operator fusion: fold the cheap operators around a convolution into it.
+
+A ResNet block ends ``conv -> add(residual) -> relu``; run one by one, each step reads and
+writes the whole tensor again. Fused, the convolution applies them while its output is still
+in cache (layers/fast/epilogue.py), and two tensors never exist::
+
+    before:  x --Conv2d--> a --Expression add(@0,@1)--> b --ReLU--> y
+                                       r ----^
+    after:   x, r --Conv2d [fused: add, relu]--> y
+
+Patterns, tried on every nn.Conv2d (nn.Linear: the activation only), in this order:
+
+    nn.ZeroPad2d -> Conv2d      the pad folds into the convolution's zero padding
+    Conv2d -> add(@0,@1)        the other operand becomes the convolution's second input
+    Conv2d -> activation        ReLU, ReLU6, Hardtanh, LeakyReLU, Sigmoid, SiLU, Hardswish, ...
+
+A pattern applies only when the tensor between the two operators has exactly one consumer and
+is not a graph output (nobody else may see it), and only to the project's own layer classes
+(a custom layer may compute something else). The folded operators leave the graph, but their
+names stay on the operator that absorbed them, in order: ``op.fused == ['pnnx_expr_14',
+'pnnx_unique_0']``. The graph calls ``fuse(graph)`` after creating the layers and before
+ordering them, so the topological order, liveness and shape plans see the fused graph.
+``RuntimeGraph(..., reference=True)`` skips fusion: the reference graph is the file as written.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from layers.convolution import Conv2d
+from layers.expression import ExpressionLayer
+from layers.fast.epilogue import activation_of
+from layers.linear import Linear
+from layers.padding import PadModule
+from infer.runtime import RuntimeOperand, RuntimeOperator
+
+if TYPE_CHECKING:
+    from infer.graph import RuntimeGraph
+
+RESIDUAL_ADDS = ("add(@0,@1)", "add(@1,@0)")
+
+
+def fuse(graph: "RuntimeGraph") -> int:
+    """Fuse in place; returns how many operators were folded away."""
+    before = len(graph.operators)
+    outputs = {id(o) for o in graph.output_operands}
+    for op in list(graph.operators):
+        if op not in graph.operators:                  # already folded into another
+            continue
+        if type(op.layer) is Conv2d:
+            _fold_padding(graph, op, outputs)
+            _fold_residual_add(graph, op, outputs)
+        if type(op.layer) in (Conv2d, Linear):
+            _fold_activation(graph, op, outputs)
+    return before - len(graph.operators)
+
+
+def _only_consumer(operand: RuntimeOperand, outputs: set[int]) -> RuntimeOperator | None:
+    """The one operator reading ``operand``, if nothing else (nor the caller) can see it."""
+    if id(operand) in outputs or len(operand.consumers) != 1:
+        return None
+    return operand.consumers[0]
+
+
+def _absorb_next(graph: "RuntimeGraph", op: RuntimeOperator, nxt: RuntimeOperator) -> None:
+    """``op``'s output feeds only ``nxt``: ``op`` now produces ``nxt``'s output instead."""
+    middle = op.outputs[0]
+    op.outputs = list(nxt.outputs)
+    for out in op.outputs:
+        out.producer = op
+    for src in nxt.inputs:                             # nxt's other inputs now feed op
+        if src is not middle:
+            src.consumers = [op if c is nxt else c for c in src.consumers]
+            op.inputs.append(src)
+    _remove(graph, nxt, middle)
+    op.fused.append(nxt.name)
+
+
+def _remove(graph: "RuntimeGraph", op: RuntimeOperator, operand: RuntimeOperand) -> None:
+    graph.operators.remove(op)
+    del graph.operands[operand.name]
+
+
+def _fold_padding(graph: "RuntimeGraph", op: RuntimeOperator, outputs: set[int]) -> None:
+    """nn.ZeroPad2d (or a ConstantPad2d of 0) -> Conv2d (zeros mode): the conv pads by the sum
+    of both."""
+    padded = op.inputs[0]
+    pad = padded.producer
+    if (pad is None or type(pad.layer) is not PadModule or len(pad.inputs) != 1
+            or pad.layer.mode != "constant" or pad.layer.value or len(pad.layer.pad) != 4
+            or min(pad.layer.pad) < 0 or _only_consumer(padded, outputs) is not op
+            or op.layer.padding_mode != "zeros"):
+        return
+    op.layer.fuse_padding(*pad.layer.pad)              # (left, right, top, bottom)
+    source = pad.inputs[0]
+    source.consumers = [op if c is pad else c for c in source.consumers]
+    op.inputs[0] = source
+    _remove(graph, pad, padded)
+    op.fused.append(pad.name)
+
+
+def _fold_residual_add(graph: "RuntimeGraph", op: RuntimeOperator, outputs: set[int]) -> None:
+    """Conv2d -> add(conv, r): r becomes the conv's second input, added to its output."""
+    add = _only_consumer(op.outputs[0], outputs)
+    if (add is None or type(add.layer) is not ExpressionLayer or len(add.inputs) != 2
+            or add.layer.expr.replace(" ", "") not in RESIDUAL_ADDS
+            or add.inputs[0] is add.inputs[1] or len(op.outputs) != 1
+            or op.layer.fused_activation is not None or op.layer.fused_residual
+            or any(o.dtype not in (None, "f32") for o in (*add.inputs, *add.outputs))):
+        return
+    op.layer.fuse_residual()
+    _absorb_next(graph, op, add)
+
+
+def _fold_activation(graph: "RuntimeGraph", op: RuntimeOperator, outputs: set[int]) -> None:
+    """Conv2d / Linear -> elementwise activation the fast kernels know."""
+    act = _only_consumer(op.outputs[0], outputs)
+    if (act is None or len(act.inputs) != 1 or len(op.outputs) != 1
+            or op.layer.fused_activation is not None or activation_of(act.layer) is None):
+        return
+    op.layer.fuse_activation(act.layer)
+    _absorb_next(graph, op, act)

@@ -1,0 +1,23 @@
+"""Fast kernels: numba for what BLAS cannot do, BLAS (``np.matmul``) for the matrix products.
+
+    epilogue.py    bias + residual + activation in one pass (what fusion folds into a layer)
+    depthwise.py   depthwise convolution, direct numba kernel
+    gemm.py        1x1 convolution straight into GEMM; k x k through im2col into a reused buffer
+    winograd.py    3x3 stride-1 convolution as Winograd F(4x4, 3x3): 36 GEMMs on BLAS
+    conv.py        one convolution's packed weights and the choice of kernel per input size
+
+A layer uses them when ``Layer.use_fast_kernels`` is True (``RuntimeGraph(reference=True)``
+turns it off); layers/kernels.py holds the numpy references they are tested against.
+
+Every numba function is compiled lazily, the first time a model needs it, for one array layout
+(C-contiguous, writable float32), and cached on disk (``cache=True``): later processes load it.
+
+Threads: the matrix products run on BLAS's threads (numpy's OpenBLAS, capped per graph by
+RuntimeGraph.set_num_threads); the numba kernels run on the calling thread. Two thread pools
+taking turns on the same cores fight: OpenBLAS's workers spin after each product while
+numba's OpenMP workers need those cores, and on this 2-core machine a parallel numba
+Winograd convolution alternating with BLAS went from 2 ms to 500 ms. Measured end to end
+(ResNet18 and EfficientNet-Lite0 at batch 1), serial numba + threaded BLAS was the fastest
+and the steadiest of the arrangements tried (parallel numba + single-threaded BLAS split by
+hand, both parallel, both serial); it also needs no OpenMP start-up on the first inference.
+"""

@@ -1,0 +1,96 @@
+"""One convolution's weights, packed for the fast kernels, and the choice between them.
+
+    packed = PackedConv2d(weight, bias, stride, dilation, groups)
+    y = packed.run(x, pads, out_hw, activation, residual)     # (N, C_out, Ho, Wo)
+
+Which kernel runs depends on the convolution and on the size of its input:
+
+    depthwise   groups == C_in, one input channel per group   numba direct kernel
+    winograd    3x3, stride 1, dilation 1, groups 1, and enough tiles to fill the GEMMs
+    gemm        everything else: 1x1 straight into BLAS, k x k through im2col
+
+Winograd multiplies 4x fewer values than im2col but reads 4x more weights (U is 36 C_out C_in
+floats against 9 C_out C_in), so when the image has few 4x4 tiles (ResNet's 7x7 last stage at
+batch 1) the weights dominate and im2col wins. Each packing is made the first time it is
+needed (the graph asks for it while planning shapes at build, when shapes are known) and kept.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+
+from layers.fast.depthwise import depthwise_conv2d
+from layers.fast.epilogue import Activation, bias_residual_activation
+from layers.fast.gemm import gemm_conv2d, pack_gemm_weight
+from layers.fast.winograd import TILE, pack_winograd_weight, winograd_conv2d
+
+Pair = tuple[int, int]
+WINOGRAD_MIN_TILES = 16        # below this many 4x4 output tiles (all images), im2col wins
+
+
+class PackedConv2d:
+    """The weight of one convolution in the layouts its kernels read; bias as float32."""
+
+    def __init__(self, weight: np.ndarray, bias: np.ndarray | None, stride: Pair,
+                 dilation: Pair, groups: int, winograd: bool = True):
+        self.weight, self.stride, self.dilation, self.groups = weight, stride, dilation, groups
+        self.c_out, c_group, *kernel = weight.shape
+        self.c_in, self.kernel = c_group * groups, tuple(kernel)
+        self.bias = None if bias is None else np.array(bias, np.float32)   # writable copy
+        self.depthwise = groups == self.c_in and c_group == 1 and groups > 1
+        self.winograd_ok = winograd and (self.kernel == (3, 3) and stride == (1, 1)
+                            and dilation == (1, 1) and groups == 1)
+        self._packs: dict[str, np.ndarray] = {}
+        self._lock = threading.Lock()
+
+    def algorithm(self, batch: int, out_hw: Pair) -> str:
+        """'depthwise', 'winograd' or 'gemm' for this many images of this output size."""
+        if self.depthwise:
+            return "depthwise"
+        tiles = batch * -(-out_hw[0] // TILE) * -(-out_hw[1] // TILE)
+        if self.winograd_ok and tiles >= WINOGRAD_MIN_TILES:
+            return "winograd"
+        return "gemm"
+
+    def packed(self, algorithm: str) -> np.ndarray:
+        """The weight packed for ``algorithm``, made on first use."""
+        pack = self._packs.get(algorithm)
+        if pack is None:
+            with self._lock:
+                pack = self._packs.get(algorithm)
+                if pack is None:
+                    pack = self._packs[algorithm] = self._pack(algorithm)
+        return pack
+
+    def _pack(self, algorithm: str) -> np.ndarray:
+        if algorithm == "depthwise":                  # (C_out, 1, kh, kw) -> (C_out, kh, kw)
+            return np.array(self.weight.reshape(self.c_out, *self.kernel), np.float32)
+        if algorithm == "winograd":
+            return pack_winograd_weight(self.weight)
+        return pack_gemm_weight(self.weight, self.groups)
+
+    def prepare(self, batch: int, out_hw: Pair) -> None:
+        """Pack what ``run`` will need for this size now (at build) rather than mid-forward."""
+        self.packed(self.algorithm(batch, out_hw))
+
+    def run(self, x: np.ndarray, pads: tuple[int, int, int, int], out_hw: Pair,
+            activation: Activation, residual: np.ndarray | None = None) -> np.ndarray:
+        """x (N, C_in, H, W) -> activation(conv(x) + bias + residual) (N, C_out, Ho, Wo);
+        pads are (top, bottom, left, right) zeros around x."""
+        x = np.require(x, np.float32, ("C", "W"))      # numba kernels take one array layout
+        if residual is not None:
+            residual = np.require(residual, np.float32, ("C", "W"))
+        algorithm = self.algorithm(x.shape[0], out_hw)
+        weight = self.packed(algorithm)
+        if algorithm == "depthwise":
+            y = depthwise_conv2d(x, weight, self.bias, self.stride, pads, self.dilation,
+                                 out_hw, activation if residual is None else Activation())
+            if residual is not None:                  # rare (MobileNet blocks end in 1x1)
+                bias_residual_activation(y, None, residual, activation)
+            return y
+        if algorithm == "winograd":
+            return winograd_conv2d(x, weight, self.bias, pads, out_hw, activation, residual)
+        return gemm_conv2d(x, weight, self.bias, self.kernel, self.stride, pads, self.dilation,
+                           out_hw, activation, residual)

@@ -1,0 +1,133 @@
+"""What a fused operator does to its result before writing it: bias, residual, activation.
+
+A convolution or linear layer computes ``acc = weight (*) x``; with fusion (infer/fusion.py)
+it also applies, in one pass over memory and in this order::
+
+    y = activation(acc + bias[c] + residual)
+
+The activation is described by a small integer code and two floats, so one compiled numba
+function serves every activation (no signature per activation, nothing to compile per model):
+
+    code        y                              a, b
+    NONE        x
+    RELU        max(x, 0)
+    CLAMP       min(max(x, a), b)              ReLU6 (0, 6), Hardtanh (min_val, max_val)
+    LEAKY       x if x >= 0 else a * x         LeakyReLU (negative_slope)
+    SIGMOID     1 / (1 + exp(-x))
+    SILU        x * sigmoid(x)
+    HARDSWISH   x * clip(x + 3, 0, 6) / 6
+    HARDSIGMOID clip(x + 3, 0, 6) / 6
+    TANH        tanh(x)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numba
+import numpy as np
+
+from layers import activation as act
+
+NONE, RELU, CLAMP, LEAKY, SIGMOID, SILU, HARDSWISH, HARDSIGMOID, TANH = range(9)
+
+
+@dataclass(frozen=True)
+class Activation:
+    """An activation as the kernels take it: ``code`` and its two parameters."""
+
+    code: int = NONE
+    a: float = 0.0
+    b: float = 0.0
+
+
+IDENTITY = Activation()
+
+
+def activation_of(layer) -> Activation | None:
+    """The Activation a fast kernel applies for this activation layer, or None if it has none.
+    Exact types only: a subclass may compute something else."""
+    kind = type(layer)
+    if kind is act.ReLU:
+        return Activation(RELU)
+    if kind in (act.ReLU6, act.Hardtanh):
+        return Activation(CLAMP, layer.min_val, layer.max_val)
+    if kind is act.LeakyReLU:
+        return Activation(LEAKY, layer.negative_slope)
+    simple = {act.Sigmoid: SIGMOID, act.SiLU: SILU, act.Hardswish: HARDSWISH,
+              act.Hardsigmoid: HARDSIGMOID, act.Tanh: TANH}
+    return Activation(simple[kind]) if kind in simple else None
+
+
+@numba.njit(cache=True, inline="always")
+def activate_row(row, code, a, b):
+    """Apply the activation ``code`` to a 1-D float32 array in place. The branch is taken once
+    per row, so each loop below is a plain loop the compiler vectorises."""
+    n = row.shape[0]
+    lo, hi = np.float32(a), np.float32(b)
+    one, zero = np.float32(1.0), np.float32(0.0)
+    three, six = np.float32(3.0), np.float32(6.0)
+    if code == RELU:
+        for i in range(n):
+            row[i] = max(row[i], zero)
+    elif code == CLAMP:
+        for i in range(n):
+            row[i] = min(max(row[i], lo), hi)
+    elif code == LEAKY:
+        for i in range(n):
+            v = row[i]
+            row[i] = v if v >= zero else v * lo
+    elif code == SIGMOID:
+        for i in range(n):
+            row[i] = one / (one + np.exp(-row[i]))
+    elif code == SILU:
+        for i in range(n):
+            v = row[i]
+            row[i] = v * (one / (one + np.exp(-v)))
+    elif code == HARDSWISH:
+        for i in range(n):
+            v = row[i]
+            row[i] = v * (min(max(v + three, zero), six) / six)
+    elif code == HARDSIGMOID:
+        for i in range(n):
+            row[i] = min(max(row[i] + three, zero), six) / six
+    elif code == TANH:
+        for i in range(n):
+            row[i] = np.tanh(row[i])
+
+
+@numba.njit(cache=True)
+def _bias_residual_activation(y, bias, residual, code, a, b):
+    """y (N, C, L) <- activation(y + bias[c] + residual), in place; an empty bias or residual
+    (size 0) is skipped; one row (n, c) at a time, while it is in cache."""
+    n, c, length = y.shape
+    has_bias, has_residual = bias.shape[0] > 0, residual.shape[0] > 0
+    for row_index in range(n * c):
+        i, k = row_index // c, row_index % c
+        row = y[i, k]
+        if has_bias:
+            shift = bias[k]
+            for j in range(length):
+                row[j] += shift
+        if has_residual:
+            other = residual[i, k]
+            for j in range(length):
+                row[j] += other[j]
+        activate_row(row, code, a, b)
+
+
+NO_ARRAY = np.zeros((0,), np.float32)           # "no bias"
+NO_RESIDUAL = np.zeros((0, 0, 0), np.float32)   # "no residual"
+
+
+def bias_residual_activation(y: np.ndarray, bias: np.ndarray | None,
+                             residual: np.ndarray | None, activation: Activation) -> None:
+    """In place on a C-contiguous float32 ``y`` (N, C, ...): y = activation(y + bias + residual).
+    ``residual`` has y's shape. Does nothing when there is nothing to do."""
+    if bias is None and residual is None and activation.code == NONE:
+        return
+    n, c = y.shape[:2]
+    _bias_residual_activation(
+        y.reshape(n, c, -1), NO_ARRAY if bias is None else bias,
+        NO_RESIDUAL if residual is None else residual.reshape(n, c, -1),
+        activation.code, activation.a, activation.b)

@@ -1,0 +1,103 @@
+"""Dense and grouped convolution as matrix products on BLAS (``np.matmul``).
+
+A convolution is a matrix product once every input window is laid out as a column::
+
+    cols[(c, i, j), (oh, ow)] = x[c, oh*sh + i*dh - top, ow*sw + j*dw - left]   (0 outside)
+    y[n] = weight (C_out, C_in*kh*kw) @ cols (C_in*kh*kw, Ho*Wo)                  per image
+
+The weight is packed once, at build, as that (C_out, K) matrix (per group: (G, C_out/G, K/G)).
+
+* A 1x1 convolution with stride 1 and no padding needs no cols at all: the image itself,
+  viewed as (C_in, H*W), is the matrix, so the product reads the input in place (no copy).
+* Otherwise a numba kernel writes cols into a scratch buffer that is reused from call to call
+  (``scratch``), one image at a time so it stays small, and BLAS writes straight into the
+  output image. Bias, residual and activation then follow in one pass (epilogue).
+"""
+
+from __future__ import annotations
+
+import threading
+
+import numba
+import numpy as np
+
+from layers.fast.epilogue import Activation, bias_residual_activation
+
+_local = threading.local()
+
+
+def scratch(name: str, shape: tuple[int, ...]) -> np.ndarray:
+    """A float32 work array of ``shape`` (contents undefined), from a buffer that this thread
+    keeps under ``name`` and grows when needed: the kernels allocate nothing per call."""
+    size = int(np.prod(shape))
+    buffers = _local.__dict__.setdefault("buffers", {})
+    buffer = buffers.get(name)
+    if buffer is None or buffer.size < size:
+        buffer = buffers[name] = np.empty(size, np.float32)
+    return buffer[:size].reshape(shape)
+
+
+@numba.njit(cache=True)
+def _im2col(x, cols, kh, kw, stride_h, stride_w, dil_h, dil_w, top, left, out_h, out_w):
+    """x (C, H, W) -> cols (C*kh*kw, Ho*Wo), zeros where a window reaches into the padding."""
+    channels, height, width = x.shape
+    zero = np.float32(0.0)
+    for r in range(channels * kh * kw):
+        c, tap = r // (kh * kw), r % (kh * kw)
+        i, j = tap // kw, tap % kw
+        dst = cols[r]
+        offset = j * dil_w - left                  # input column of ow = 0
+        lo = 0 if offset >= 0 else min((-offset + stride_w - 1) // stride_w, out_w)
+        hi = max(min((width - 1 - offset) // stride_w + 1, out_w), lo) \
+            if width - 1 - offset >= 0 else lo
+        for oh in range(out_h):
+            ih = oh * stride_h + i * dil_h - top
+            base = oh * out_w
+            if ih < 0 or ih >= height:
+                for ow in range(out_w):
+                    dst[base + ow] = zero
+                continue
+            src = x[c, ih]
+            for ow in range(lo):
+                dst[base + ow] = zero
+            for ow in range(lo, hi):
+                dst[base + ow] = src[ow * stride_w + offset]
+            for ow in range(hi, out_w):
+                dst[base + ow] = zero
+
+
+def pack_gemm_weight(weight: np.ndarray, groups: int) -> np.ndarray:
+    """(C_out, C_in/G, kh, kw) -> (G, C_out/G, C_in/G*kh*kw), C-contiguous: one matrix per
+    group whose columns follow the rows of cols."""
+    c_out = weight.shape[0]
+    return np.ascontiguousarray(weight.reshape(groups, c_out // groups, -1), np.float32)
+
+
+def gemm_conv2d(x: np.ndarray, packed: np.ndarray, bias: np.ndarray | None,
+                kernel: tuple[int, int], stride: tuple[int, int],
+                pads: tuple[int, int, int, int], dilation: tuple[int, int],
+                out_hw: tuple[int, int], activation: Activation,
+                residual: np.ndarray | None = None, out: np.ndarray | None = None
+                ) -> np.ndarray:
+    """x (N, C_in, H, W) float32 C-contiguous, packed weight (G, C_out/G, K/G) ->
+    y (N, C_out, Ho, Wo) = activation(conv + bias + residual)."""
+    n, c_in = x.shape[:2]
+    groups, group_out, group_k = packed.shape
+    (out_h, out_w), length = out_hw, out_hw[0] * out_hw[1]
+    y = np.empty((n, groups * group_out, out_h, out_w), np.float32) if out is None else out
+    y_groups = y.reshape(n, groups, group_out, length)
+    direct = kernel == (1, 1) and stride == (1, 1) and not any(pads)
+    if direct:                                     # the input is already the cols matrix
+        images = x.reshape(n, groups, group_k, length)
+        for i in range(n):
+            np.matmul(packed, images[i], out=y_groups[i])
+        bias_residual_activation(y, bias, residual, activation)
+        return y
+    cols = scratch("cols", (groups * group_k, length))
+    for i in range(n):                             # one image at a time: cols stay small
+        _im2col(x[i], cols, kernel[0], kernel[1], stride[0], stride[1], dilation[0],
+                dilation[1], pads[0], pads[2], out_h, out_w)
+        np.matmul(packed, cols.reshape(groups, group_k, length), out=y_groups[i])
+        bias_residual_activation(y[i:i + 1], bias,
+                                 None if residual is None else residual[i:i + 1], activation)
+    return y

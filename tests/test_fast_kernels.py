@@ -1,0 +1,264 @@
+"""The fast kernels (layers/fast) against the numpy reference kernels AND torch: depthwise,
+Winograd, im2col/1x1 GEMM, the fused epilogue, and the nn.Conv2d / nn.Linear fast paths."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from helpers import check_layer, make_layer, rand, torch_module
+from layers import kernels
+from layers.activation import (Hardsigmoid, Hardswish, Hardtanh, LeakyReLU, ReLU, ReLU6,
+                               Sigmoid, SiLU, Tanh)
+from layers.fast import winograd
+from layers.fast.conv import PackedConv2d
+from layers.fast.epilogue import IDENTITY, activation_of, bias_residual_activation
+
+ACTIVATIONS = {          # our layer, the torch function it mirrors
+    "relu": (ReLU(), F.relu),
+    "relu6": (ReLU6(), F.relu6),
+    "hardtanh": (Hardtanh(min_val=-0.5, max_val=2.0), lambda t: F.hardtanh(t, -0.5, 2.0)),
+    "leaky": (LeakyReLU(negative_slope=0.2), lambda t: F.leaky_relu(t, 0.2)),
+    "sigmoid": (Sigmoid(), torch.sigmoid),
+    "silu": (SiLU(), F.silu),
+    "hardswish": (Hardswish(), F.hardswish),
+    "hardsigmoid": (Hardsigmoid(), F.hardsigmoid),
+    "tanh": (Tanh(), torch.tanh),
+}
+
+
+def run_packed(x, weight, bias, stride=(1, 1), padding=(0, 0, 0, 0), dilation=(1, 1),
+               groups=1, activation=IDENTITY, residual=None, winograd_ok=True):
+    """The fast kernel chosen for this convolution; padding is (top, bottom, left, right)."""
+    top, bottom, left, right = padding
+    padded = (*x.shape[:2], x.shape[2] + top + bottom, x.shape[3] + left + right)
+    out_hw = kernels.conv2d_output_shape(padded, weight.shape, stride, 0, dilation, groups)[2:]
+    packed = PackedConv2d(weight, bias, stride, dilation, groups, winograd=winograd_ok)
+    return packed, packed.run(x, padding, out_hw, activation, residual)
+
+
+def reference_conv(x, weight, bias, stride, padding, dilation, groups):
+    """kernels.conv2d with an asymmetric (top, bottom, left, right) zero padding."""
+    top, bottom, left, right = padding
+    return kernels.conv2d(kernels.pad(x, (left, right, top, bottom)), weight, bias, stride, 0,
+                          dilation, groups)
+
+
+def torch_conv(x, weight, bias, stride, padding, dilation, groups):
+    top, bottom, left, right = padding
+    t = F.pad(torch.from_numpy(x.copy()), (left, right, top, bottom))
+    return F.conv2d(t, torch.from_numpy(weight), None if bias is None else torch.from_numpy(bias),
+                    stride, 0, dilation, groups).numpy()
+
+
+def check_against_both(got, x, weight, bias, stride, padding, dilation, groups, atol=1e-4,
+                       scale=1e-6):
+    want_ref = reference_conv(x, weight, bias, stride, padding, dilation, groups)
+    want_torch = torch_conv(x, weight, bias, stride, padding, dilation, groups)
+    if want_ref.size:        # float32 errors grow with the outputs (up to ~50 here)
+        atol = max(atol, scale * float(np.abs(want_ref).max()))
+    assert got.shape == want_ref.shape == want_torch.shape
+    assert got.dtype == np.float32 and got.flags.c_contiguous
+    np.testing.assert_allclose(got, want_ref, atol=atol, rtol=1e-4)
+    np.testing.assert_allclose(got, want_torch, atol=atol, rtol=1e-4)
+
+
+# ----- depthwise ----------------------------------------------------------------------------
+
+DEPTHWISE = {   # (N, C, H, W), multiplier, kernel, stride, (top, bottom, left, right), dilation
+    "3x3 pad 1": ((2, 8, 11, 10), 1, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1)),
+    "3x3 stride 2 asym pad": ((1, 6, 12, 13), 1, (3, 3), (2, 2), (0, 1, 0, 1), (1, 1)),
+    "5x5 stride 2": ((2, 5, 15, 14), 1, (5, 5), (2, 2), (1, 2, 1, 2), (1, 1)),
+    "5x5 pad 2": ((1, 4, 9, 9), 1, (5, 5), (1, 1), (2, 2, 2, 2), (1, 1)),
+    "dilated (2,3)": ((1, 3, 13, 14), 1, (3, 3), (1, 2), (2, 2, 3, 3), (2, 3)),
+    "multiplier 2": ((2, 4, 7, 8), 2, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1)),
+    "7x1 no pad": ((1, 3, 10, 6), 1, (7, 1), (1, 1), (0, 0, 0, 0), (1, 1)),
+    "pad wider than kernel": ((1, 2, 4, 4), 1, (3, 3), (3, 1), (3, 3, 4, 4), (1, 1)),
+    "1x1 image": ((3, 4, 1, 1), 1, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1)),
+}
+
+
+@pytest.mark.parametrize("case", DEPTHWISE.values(), ids=DEPTHWISE.keys())
+@pytest.mark.parametrize("with_bias", [True, False])
+def test_depthwise_matches_reference_and_torch(case, with_bias):
+    shape, mult, kernel, stride, padding, dilation = case
+    x = rand(*shape)
+    c = shape[1]
+    weight, bias = rand(c * mult, 1, *kernel), (rand(c * mult) if with_bias else None)
+    packed, got = run_packed(x, weight, bias, stride, padding, dilation, groups=c)
+    assert packed.algorithm(shape[0], got.shape[2:]) == "depthwise"
+    check_against_both(got, x, weight, bias, stride, padding, dilation, c)
+
+
+# ----- Winograd -----------------------------------------------------------------------------
+
+def test_winograd_matrices_compute_a_3x3_correlation():
+    """A^T [(G g G^T) * (B^T d B)] A is the 4x4 valid correlation of a 6x6 tile d with g."""
+    rng = np.random.default_rng(1)
+    d, g = rng.standard_normal((6, 6)), rng.standard_normal((3, 3))
+    y = winograd.A_T @ ((winograd.G @ g @ winograd.G.T) * (winograd.B_T @ d @ winograd.B_T.T)) \
+        @ winograd.A_T.T
+    direct = np.array([[np.sum(d[r:r + 3, s:s + 3] * g) for s in range(4)] for r in range(4)])
+    np.testing.assert_allclose(y, direct, atol=1e-12)
+
+
+WINOGRAD = {   # (N, C_in, H, W), C_out, (top, bottom, left, right)
+    "56x56 pad 1": ((1, 16, 56, 56), 16, (1, 1, 1, 1)),
+    "ragged tiles": ((2, 5, 11, 10), 7, (1, 1, 1, 1)),
+    "no padding": ((1, 8, 18, 17), 4, (0, 0, 0, 0)),
+    "asymmetric": ((1, 3, 15, 16), 6, (0, 2, 1, 0)),
+    "batch 4 small": ((4, 8, 7, 7), 8, (1, 1, 1, 1)),
+    "wide channels": ((1, 64, 16, 16), 32, (1, 1, 1, 1)),
+}
+
+
+@pytest.mark.parametrize("case", WINOGRAD.values(), ids=WINOGRAD.keys())
+def test_winograd_matches_reference_and_torch(case):
+    shape, c_out, padding = case
+    x = rand(*shape)
+    weight, bias = rand(c_out, shape[1], 3, 3), rand(c_out)
+    packed, got = run_packed(x, weight, bias, padding=padding)
+    assert packed.algorithm(shape[0], got.shape[2:]) == "winograd"
+    # Winograd's transforms cost a few float32 ulps of the largest output (~5e-6 of it)
+    check_against_both(got, x, weight, bias, (1, 1), padding, (1, 1), 1, scale=5e-6)
+
+
+def test_winograd_is_left_for_im2col_when_the_image_has_few_tiles():
+    packed = PackedConv2d(rand(8, 8, 3, 3), None, (1, 1), (1, 1), 1)
+    assert packed.algorithm(1, (7, 7)) == "gemm"              # 4 tiles: weights dominate
+    assert packed.algorithm(8, (7, 7)) == "winograd"          # 32 tiles
+    strided = PackedConv2d(rand(8, 8, 3, 3), None, (2, 2), (1, 1), 1)
+    assert strided.algorithm(8, (56, 56)) == "gemm"
+
+
+# ----- GEMM: 1x1 and im2col ------------------------------------------------------------------
+
+GEMM = {   # (N, C_in, H, W), C_out, kernel, stride, (top, bottom, left, right), dilation, groups
+    "1x1": ((2, 16, 9, 8), 24, (1, 1), (1, 1), (0, 0, 0, 0), (1, 1), 1),
+    "1x1 groups 4": ((2, 16, 5, 6), 8, (1, 1), (1, 1), (0, 0, 0, 0), (1, 1), 4),
+    "1x1 stride 2": ((1, 8, 9, 9), 16, (1, 1), (2, 2), (0, 0, 0, 0), (1, 1), 1),
+    "1x1 padded": ((1, 4, 5, 5), 6, (1, 1), (1, 1), (1, 1, 2, 0), (1, 1), 1),
+    "3x3 stride 2": ((2, 8, 12, 11), 16, (3, 3), (2, 2), (1, 1, 1, 1), (1, 1), 1),
+    "7x7 stem": ((1, 3, 32, 30), 8, (7, 7), (2, 2), (3, 3, 3, 3), (1, 1), 1),
+    "3x3 dilated": ((1, 4, 13, 12), 6, (3, 3), (1, 1), (2, 2, 2, 2), (2, 2), 1),
+    "groups 2": ((2, 8, 10, 9), 6, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 2),
+    "3x1 stride (2,1)": ((1, 4, 9, 7), 5, (3, 1), (2, 1), (1, 1, 0, 0), (1, 1), 1),
+    "kernel 2x4 asym": ((1, 3, 8, 9), 4, (2, 4), (1, 3), (0, 1, 2, 1), (1, 1), 1),
+    "small 3x3 (few tiles)": ((1, 32, 7, 7), 16, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1),
+}
+
+
+@pytest.mark.parametrize("case", GEMM.values(), ids=GEMM.keys())
+def test_gemm_conv_matches_reference_and_torch(case):
+    shape, c_out, kernel, stride, padding, dilation, groups = case
+    x = rand(*shape)
+    weight, bias = rand(c_out, shape[1] // groups, *kernel), rand(c_out)
+    packed, got = run_packed(x, weight, bias, stride, padding, dilation, groups)
+    assert packed.algorithm(shape[0], got.shape[2:]) == "gemm"
+    check_against_both(got, x, weight, bias, stride, padding, dilation, groups)
+
+
+@pytest.mark.parametrize("winograd_ok", [True, False], ids=["winograd", "im2col"])
+def test_empty_batch_and_awkward_inputs(winograd_ok):
+    """Batch 0, a read-only input and a non-contiguous view give what the reference gives."""
+    weight, bias = rand(6, 4, 3, 3), rand(6)
+    for x in (np.zeros((0, 4, 9, 9), np.float32), rand(4, 9, 9, 1).transpose(3, 0, 1, 2)):
+        _, got = run_packed(x, weight, bias, padding=(1, 1, 1, 1), winograd_ok=winograd_ok)
+        check_against_both(got, x, weight, bias, (1, 1), (1, 1, 1, 1), (1, 1), 1)
+    x = rand(2, 4, 9, 9)
+    x.flags.writeable = False
+    _, got = run_packed(x, weight, bias, padding=(1, 1, 1, 1), winograd_ok=winograd_ok)
+    check_against_both(got, x, weight, bias, (1, 1), (1, 1, 1, 1), (1, 1), 1)
+
+
+# ----- the epilogue: bias + residual + activation --------------------------------------------
+
+@pytest.mark.parametrize("name", ACTIVATIONS)
+def test_epilogue_activation_matches_the_layer_and_torch(name):
+    layer, torch_fn = ACTIVATIONS[name]
+    y = rand(2, 3, 5, 7) * 4                                 # reaches every branch (+-3, +-6)
+    bias, residual = rand(3), rand(2, 3, 5, 7)
+    got = y.copy()
+    bias_residual_activation(got, bias, residual, activation_of(layer))
+    summed = y + bias.reshape(3, 1, 1) + residual
+    want_layer = summed.copy()
+    layer.forward_inplace(want_layer)
+    np.testing.assert_allclose(got, want_layer, atol=1e-6, rtol=1e-6)
+    np.testing.assert_allclose(got, torch_fn(torch.from_numpy(summed)).numpy(), atol=1e-6,
+                               rtol=1e-5)
+
+
+def test_unknown_activations_have_no_kernel_code():
+    class MyReLU(ReLU):                                      # a subclass may differ
+        pass
+    assert activation_of(MyReLU()) is None
+    assert activation_of(make_layer("nn.Softmax", {"dim": 1})) is None
+
+
+@pytest.mark.parametrize("algorithm_case", [
+    ("winograd", (1, 8, 16, 16), (8, 8, 3, 3), 1, (1, 1)),
+    ("gemm", (2, 8, 6, 6), (8, 8, 3, 3), 1, (2, 2)),
+    ("gemm", (2, 8, 6, 6), (8, 8, 1, 1), 1, (1, 1)),
+    ("depthwise", (2, 8, 9, 9), (8, 1, 3, 3), 8, (1, 1)),
+], ids=["winograd", "im2col", "1x1", "depthwise"])
+@pytest.mark.parametrize("name", ["relu", "relu6", "silu", "hardswish", "leaky"])
+def test_each_kernel_fuses_residual_and_activation(algorithm_case, name):
+    algorithm, shape, w_shape, groups, stride = algorithm_case
+    layer, torch_fn = ACTIVATIONS[name]
+    x, weight, bias = rand(*shape), rand(*w_shape), rand(w_shape[0])
+    padding = (1, 1, 1, 1) if w_shape[2] == 3 else (0, 0, 0, 0)
+    conv = torch_conv(x, weight, bias, stride, padding, (1, 1), groups)
+    residual = rand(*conv.shape)
+    packed, got = run_packed(x, weight, bias, stride, padding, (1, 1), groups,
+                             activation_of(layer), residual)
+    assert packed.algorithm(shape[0], got.shape[2:]) == algorithm
+    want = torch_fn(torch.from_numpy(conv + residual)).numpy()
+    np.testing.assert_allclose(got, want, atol=1e-4, rtol=1e-4)
+
+
+# ----- the layers: fast path == reference path == torch -----------------------------------------
+
+LAYER_CASES = {
+    "3x3 winograd": dict(in_channels=8, out_channels=8, kernel_size=(3, 3), padding=(1, 1)),
+    "3x3 stride 2": dict(in_channels=4, out_channels=8, kernel_size=(3, 3), stride=(2, 2),
+                         padding=(1, 1)),
+    "depthwise 5x5": dict(in_channels=6, out_channels=6, kernel_size=(5, 5), groups=6,
+                          padding=(2, 2)),
+    "1x1 no bias": dict(in_channels=8, out_channels=4, kernel_size=(1, 1), bias=False),
+    "same dilated": dict(in_channels=3, out_channels=5, kernel_size=(3, 3), padding="same",
+                         dilation=(2, 2)),
+    "reflect": dict(in_channels=3, out_channels=5, kernel_size=(3, 3), padding=(1, 1),
+                    padding_mode="reflect"),
+}
+
+
+@pytest.mark.parametrize("params", LAYER_CASES.values(), ids=LAYER_CASES.keys())
+@pytest.mark.parametrize("batch", [1, 3])
+def test_conv2d_layer_fast_and_reference_paths_agree_with_torch(params, batch):
+    conv, weights = torch_module(nn.Conv2d, **params)
+    x = rand(batch, params["in_channels"], 20, 18)
+    fast = check_layer("nn.Conv2d", conv, [x], params, weights)[0]
+    layer = make_layer("nn.Conv2d", params, weights)
+    layer.use_fast_kernels = False
+    np.testing.assert_allclose(fast, layer.forward([x])[0], atol=1e-4, rtol=1e-4)
+
+
+def test_functional_conv2d_fast_path_matches_torch():
+    x, weight, bias = rand(2, 6, 10, 10), rand(6, 3, 3, 3), rand(6)
+    params = dict(stride=(1, 1), padding=(1, 1), dilation=(1, 1), groups=2, bias=None)
+    check_layer("F.conv2d", lambda a, w, b: F.conv2d(a, w, b, 1, 1, 1, 2), [x, weight, bias],
+                params)
+
+
+@pytest.mark.parametrize("shape", [(3, 16), (2, 5, 16), (16,)])
+def test_linear_fast_path_matches_reference_and_torch(shape):
+    params = dict(in_features=16, out_features=10, bias=True)
+    fc, weights = torch_module(nn.Linear, **params)
+    x = rand(*shape)
+    fast = check_layer("nn.Linear", fc, [x], params, weights)[0]
+    layer = make_layer("nn.Linear", params, weights)
+    layer.use_fast_kernels = False
+    np.testing.assert_allclose(fast, layer.forward([x])[0], atol=1e-5, rtol=1e-5)

@@ -1,0 +1,202 @@
+"""Operator fusion (infer/fusion.py): what folds, what must not, and that a fused graph computes
+what the reference graph (``reference=True``, no fusion) and torch compute."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from infer import RuntimeGraph
+from parser.errors import ShapeError
+from tests.conftest import write_pnnx
+
+rng = np.random.default_rng(0)
+
+
+def conv_line(name, src, dst, c_in=4, c_out=4, k=3, pad=1, stride=1, groups=1):
+    return (f"nn.Conv2d {name} 1 1 {src} {dst} bias=True dilation=(1,1) groups={groups} "
+            f"in_channels={c_in} kernel_size=({k},{k}) out_channels={c_out} "
+            f"padding=({pad},{pad}) padding_mode=zeros stride=({stride},{stride}) "
+            f"@bias=({c_out})f32 @weight=({c_out},{c_in // groups},{k},{k})f32")
+
+
+def conv_weights(name, c_in=4, c_out=4, k=3, groups=1):
+    return {f"{name}.weight": rng.standard_normal((c_out, c_in // groups, k, k)).astype(np.float32),
+            f"{name}.bias": rng.standard_normal(c_out).astype(np.float32)}
+
+
+def param_text(lines):
+    """A .pnnx.param file: the magic, the operator and operand counts, the lines."""
+    operands = set()
+    for line in lines:
+        tokens = line.split()
+        operands.update(tokens[4:4 + int(tokens[2]) + int(tokens[3])])
+    return "\n".join(["7767517", f"{len(lines)} {len(operands)}", *lines])
+
+
+def graph_pair(tmp_path, lines, weights):
+    """The same file built fused (default) and as the reference (no fusion)."""
+    param, binary = write_pnnx(tmp_path, param_text(lines), weights)
+    return RuntimeGraph(param, binary).build(), RuntimeGraph(param, binary, reference=True).build()
+
+
+def torch_conv(x, weights, name, padding=1, groups=1):
+    return F.conv2d(x, torch.from_numpy(weights[f"{name}.weight"]),
+                    torch.from_numpy(weights[f"{name}.bias"]), 1, padding, 1, groups)
+
+
+def test_pad_conv_add_relu_fold_into_one_operator(tmp_path):
+    lines = ["pnnx.Input in0 0 1 a",
+             conv_line("conv1", "a", "b"),
+             "nn.ZeroPad2d pad 1 1 b c padding=(0,1,2,0)",
+             conv_line("conv2", "c", "d", pad=0),
+             "pnnx.Expression add 2 1 d e f expr=add(@0,@1)",
+             "nn.ReLU relu 1 1 f g",
+             "pnnx.Output out0 1 0 g"]
+    # e: the residual; conv2 shrinks the 7x6 image padded to 9x7 to 7x5
+    lines.insert(1, "pnnx.Input in1 0 1 e")
+    weights = {**conv_weights("conv1"), **conv_weights("conv2")}
+    fused, reference = graph_pair(tmp_path, lines, weights)
+
+    assert [op.name for op in fused.operators if op.type == "nn.Conv2d"] == ["conv1", "conv2"]
+    assert fused.operator("conv2").fused == ["pad", "add", "relu"]
+    assert {"pad", "add", "relu"}.isdisjoint(op.name for op in fused.operators)
+    assert {"c", "d", "f"}.isdisjoint(fused.operands)            # the folded intermediates
+    assert len(reference.operators) == len(fused.operators) + 3
+    assert all(not op.fused for op in reference.operators)
+
+    x = rng.standard_normal((2, 4, 7, 6)).astype(np.float32)
+    r = rng.standard_normal((2, 4, 7, 5)).astype(np.float32)
+    (got,) = fused.forward(x, r)
+    (want,) = reference.forward(x, r)
+    b = torch_conv(torch.from_numpy(x), weights, "conv1")
+    d = torch_conv(F.pad(b, (0, 1, 2, 0)), weights, "conv2", padding=0)
+    np.testing.assert_allclose(got, F.relu(d + torch.from_numpy(r)).numpy(), atol=1e-4)
+    np.testing.assert_allclose(got, want, atol=1e-4)
+    assert fused.infer_shapes((2, 4, 7, 6), (2, 4, 7, 5))["g"] == (2, 4, 7, 5)
+    with pytest.raises(ShapeError, match="residual"):
+        fused.forward(x, r[:, :, :6])
+
+
+def test_nothing_folds_across_a_tensor_someone_else_reads(tmp_path):
+    lines = ["pnnx.Input in0 0 1 a",
+             conv_line("conv1", "a", "b"),
+             "nn.ReLU relu1 1 1 b c",                  # b is also a graph output
+             conv_line("conv2", "c", "d"),
+             "nn.ReLU relu2 1 1 d e",                  # d is read twice
+             "nn.Sigmoid sig 1 1 d f",
+             conv_line("conv3", "e", "g"),
+             "nn.Softmax soft 1 1 g h dim=1",          # not an activation the kernels know
+             "pnnx.Output out0 3 0 b f h"]
+    weights = {**conv_weights("conv1"), **conv_weights("conv2"), **conv_weights("conv3")}
+    fused, reference = graph_pair(tmp_path, lines, weights)
+    assert all(not op.fused for op in fused.operators)
+    assert len(fused.operators) == len(reference.operators)
+    x = rng.standard_normal((1, 4, 6, 6)).astype(np.float32)
+    for got, want in zip(fused.forward(x), reference.forward(x)):
+        np.testing.assert_allclose(got, want, atol=1e-5)
+
+
+def test_a_residual_that_broadcasts_still_adds_like_torch(tmp_path):
+    lines = ["pnnx.Input in0 0 1 a",
+             "pnnx.Input in1 0 1 r",
+             conv_line("conv", "a", "b"),
+             "pnnx.Expression add 2 1 r b c expr=add(@0,@1)",
+             "nn.Hardswish act 1 1 c d",
+             "pnnx.Output out0 1 0 d"]
+    weights = conv_weights("conv")
+    fused, reference = graph_pair(tmp_path, lines, weights)
+    assert fused.operator("conv").fused == ["add", "act"]
+    x = rng.standard_normal((2, 4, 5, 5)).astype(np.float32)
+    for r_shape in [(2, 4, 5, 5), (1, 4, 1, 1), (3, 2, 4, 5, 5)]:
+        r = rng.standard_normal(r_shape).astype(np.float32)
+        (got,) = fused.forward(x, r)
+        (want,) = reference.forward(x, r)
+        torch_want = F.hardswish(torch.from_numpy(r) + torch_conv(torch.from_numpy(x), weights,
+                                                                  "conv"))
+        assert got.shape == want.shape == tuple(torch_want.shape)
+        np.testing.assert_allclose(got, torch_want.numpy(), atol=1e-4)
+        np.testing.assert_allclose(got, want, atol=1e-4)
+
+
+def test_linear_takes_its_activation(tmp_path):
+    lines = ["pnnx.Input in0 0 1 a",
+             "nn.Linear fc 1 1 a b bias=True in_features=6 out_features=3 @bias=(3)f32 "
+             "@weight=(3,6)f32",
+             "nn.LeakyReLU act 1 1 b c negative_slope=0.1",
+             "pnnx.Output out0 1 0 c"]
+    weights = {"fc.weight": rng.standard_normal((3, 6)).astype(np.float32),
+               "fc.bias": rng.standard_normal(3).astype(np.float32)}
+    fused, reference = graph_pair(tmp_path, lines, weights)
+    assert fused.operator("fc").fused == ["act"]
+    x = rng.standard_normal((4, 6)).astype(np.float32)
+    want = F.leaky_relu(F.linear(torch.from_numpy(x), torch.from_numpy(weights["fc.weight"]),
+                                 torch.from_numpy(weights["fc.bias"])), 0.1).numpy()
+    np.testing.assert_allclose(fused.forward(x)[0], want, atol=1e-5)
+    np.testing.assert_allclose(reference.forward(x)[0], want, atol=1e-5)
+
+
+class Blocks(nn.Module):
+    """Every activation the kernels fuse, after regular, depthwise and residual convolutions."""
+
+    def __init__(self):
+        super().__init__()
+        self.pad = nn.ZeroPad2d((0, 1, 0, 1))
+        self.stem = nn.Conv2d(3, 8, 3, stride=2)
+        self.acts = nn.ModuleList([nn.ReLU6(), nn.Hardswish(), nn.SiLU(), nn.LeakyReLU(0.2),
+                                   nn.Sigmoid(), nn.Tanh(), nn.Hardtanh(-0.5, 0.5),
+                                   nn.Hardsigmoid()])
+        self.convs = nn.ModuleList([nn.Conv2d(8, 8, 3, padding=1, groups=g)
+                                    for g in (1, 8, 1, 8, 1, 2, 1, 8)])
+        self.pool = nn.AdaptiveAvgPool2d(1)
+        self.fc = nn.Linear(8, 5)
+
+    def forward(self, x):
+        x = F.relu(self.stem(self.pad(x)))
+        for i, (conv, act) in enumerate(zip(self.convs, self.acts)):
+            x = act(conv(x) + x) if i % 2 else act(conv(x))
+        return torch.relu(self.fc(torch.flatten(self.pool(x), 1)))
+
+
+def test_exported_model_fuses_and_matches_torch(pnnx_export):
+    torch.manual_seed(0)
+    model = Blocks().eval()
+    example = torch.rand(1, 3, 32, 32)
+    param, binary = pnnx_export(model, (example,), "fusion_blocks", dynamic=True)
+    fused = RuntimeGraph(param, binary).build()
+    reference = RuntimeGraph(param, binary, reference=True).build()
+    folded = [name for op in fused.operators for name in op.fused]
+    assert len(folded) == len(reference.operators) - len(fused.operators) >= 13
+    for shape in [(1, 3, 32, 32), (2, 3, 40, 36)]:
+        x = torch.randn(*shape, generator=torch.Generator().manual_seed(1))
+        with torch.no_grad():
+            want = model(x).numpy()
+        (got,) = fused.forward(x.numpy())
+        (ref,) = reference.forward(x.numpy())
+        np.testing.assert_allclose(got, want, atol=1e-5)
+        np.testing.assert_allclose(ref, want, atol=1e-5)
+
+
+@pytest.mark.parametrize("reference", [False, True])
+def test_intermediates_are_released_after_their_last_reader(tmp_path, reference):
+    """Liveness sees the fused graph: the residual is dropped after the conv that adds it."""
+    lines = ["pnnx.Input in0 0 1 a",
+             conv_line("conv1", "a", "b"),
+             "nn.ReLU relu1 1 1 b c",
+             conv_line("conv2", "c", "d"),
+             "pnnx.Expression add 2 1 d c e expr=add(@0,@1)",
+             "nn.ReLU relu2 1 1 e f",
+             "pnnx.Output out0 1 0 f"]
+    weights = {**conv_weights("conv1"), **conv_weights("conv2")}
+    param, binary = write_pnnx(tmp_path, param_text(lines), weights)
+    graph = RuntimeGraph(param, binary, reference=reference).build()
+    freed = {op.name: names for op, names in zip(graph.operators, graph._free_after)}
+    if reference:
+        assert "c" in freed["add"]
+    else:
+        assert graph.operator("conv2").fused == ["add", "relu2"]
+        assert sorted(freed["conv2"]) == ["c"]
+        assert graph.operator("conv1").fused == ["relu1"]
