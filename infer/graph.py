@@ -27,7 +27,7 @@ import logging
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -183,7 +183,7 @@ class RuntimeGraph(GraphTools):
                 op.layer.load_model(op.weights())
         if not self.reference:                  # conv -> add -> relu becomes one operator
             fusion.fuse(self)
-        self.operators = self._topological_order()
+        self.operators = self.topological_order()
         self._free_after = self._liveness()
         self._steps = self._run_list()
         self._shape_plans.clear()
@@ -226,10 +226,19 @@ class RuntimeGraph(GraphTools):
                 data.flags.writeable = False
             attr.data = data
 
-    def _topological_order(self) -> list[RuntimeOperator]:
-        """Reverse depth-first search (KuiperInfer): visit every operator reachable from the
-        operators with no inputs (pnnx.Input, pnnx.Attribute), append it after all its
-        consumers, then reverse. Meeting an operator still being visited means a cycle."""
+    def topological_order(self, on_visit: Callable[[str, RuntimeOperator], None] | None = None
+                          ) -> list[RuntimeOperator]:
+        """The operators in run order, by a reverse depth-first search (KuiperInfer): visit
+        every operator reachable from the operators with no inputs (pnnx.Input,
+        pnnx.Attribute), append it after all its consumers, then reverse. Meeting an operator
+        still being visited means a cycle. build() stores this order in ``operators``.
+
+        ``on_visit(event, op)``, if given, watches the search: "enter" when it reaches ``op``,
+        "seen" when it meets ``op`` again as a consumer that has already finished, "finish"
+        when every consumer of ``op`` is done and ``op`` joins the post order."""
+        if self.state is GraphState.NEED_INIT:
+            self.init()
+        notify = on_visit or (lambda event, op: None)
         WHITE, GREY, BLACK = 0, 1, 2
         colour = {id(op): WHITE for op in self.operators}
         post_order: list[RuntimeOperator] = []
@@ -237,6 +246,7 @@ class RuntimeGraph(GraphTools):
         def visit(root: RuntimeOperator) -> None:
             stack = [(root, iter(_successors(root)))]      # iterative: deep graphs are fine
             colour[id(root)] = GREY
+            notify("enter", root)
             while stack:
                 op, successors = stack[-1]
                 nxt = next(successors, None)
@@ -244,13 +254,17 @@ class RuntimeGraph(GraphTools):
                     stack.pop()
                     colour[id(op)] = BLACK
                     post_order.append(op)
+                    notify("finish", op)
                 elif colour[id(nxt)] == GREY:
                     raise GraphError(
                         f"{self.param_path}:{nxt.line}: the graph has a cycle through "
                         f"{nxt.label} (reached again from {op.label})", operator=nxt.label)
                 elif colour[id(nxt)] == WHITE:
                     colour[id(nxt)] = GREY
+                    notify("enter", nxt)
                     stack.append((nxt, iter(_successors(nxt))))
+                else:
+                    notify("seen", nxt)
 
         for op in self.operators:
             if not op.inputs and colour[id(op)] == WHITE:

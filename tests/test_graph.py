@@ -145,6 +145,33 @@ def test_lines_out_of_order_are_sorted(tmp_path):
     np.testing.assert_allclose(graph.forward(x)[0], x * 1.5)
 
 
+def test_topological_order_can_be_watched_step_by_step(tmp_path):
+    text = """
+    7767517
+    5 4
+    pnnx.Input  in0  0 1 a #a=(2,3)f32
+    my.Scale    s1   1 1 a b factor=3.0
+    my.Scale    s2   1 1 a c factor=0.5
+    pnnx.Expression add 2 1 b c d expr=add(@0,@1)
+    pnnx.Output out0 1 0 d
+    """
+    param, binary = write_pnnx(tmp_path, text)
+    graph = RuntimeGraph(param, binary)          # not even init(): the sort reads the file
+    events = []
+    order = graph.topological_order(on_visit=lambda event, op: events.append((event, op.name)))
+    # depth first from in0: s1 leads to add and out0; s2 meets add again, already finished
+    assert events == [("enter", "in0"), ("enter", "s1"), ("enter", "add"), ("enter", "out0"),
+                      ("finish", "out0"), ("finish", "add"), ("finish", "s1"),
+                      ("enter", "s2"), ("seen", "add"), ("finish", "s2"), ("finish", "in0")]
+    finished = [name for event, name in events if event == "finish"]
+    assert [op.name for op in order] == finished[::-1] == ["in0", "s2", "s1", "add", "out0"]
+    graph.register_custom_layer("my.Scale", Scale)
+    graph.build()                                # build() runs the same sort
+    assert [op.name for op in graph.operators] == finished[::-1]
+    x = np.ones((2, 3), np.float32)
+    np.testing.assert_allclose(graph.forward(x)[0], x * 3.5)
+
+
 def test_cycle_is_refused_naming_an_operator(tmp_path):
     text = """
     7767517
