@@ -195,3 +195,15 @@ def test_diff_arrays_tolerance_nan_and_integers():
     ints = diff_arrays(np.array([1, 2, 3]), np.array([1, 2, 4]), atol=5, rtol=5)
     assert ints["bad"] == 1 and ints["first_bad_index"] == (2,)   # integers: exact
     assert diff_arrays(np.ones(3), 2 * np.ones(3), 0, 0)["max_rel"] == pytest.approx(0.5)
+
+
+def test_a_fused_graph_is_compared_through_its_folded_operators(tmp_path_factory):
+    """conv -> relu fused into one operator: it is compared with torch's relu output."""
+    model, param, binary = exported(tmp_path_factory)
+    g = RuntimeGraph(param, binary).build()                 # fusion on (the default)
+    fused = [op for op in g.operators if op.fused]
+    assert fused and all(op.output_of in op.fused for op in fused)
+    report = compare_with_torch(g, model, example_input(1))
+    compared = {r.operator.name for r in report.compared}
+    assert report.ok and {op.name for op in fused if op.output_of in
+                          dict(model.named_modules())} <= compared
