@@ -153,9 +153,12 @@ def torch_values_from_module(module, graph: "RuntimeGraph", inputs: Sequence[np.
                 recorded[operand.name] = value.detach().cpu().clone().numpy()
         return hook
 
-    handles = [sub.register_forward_hook(hook_for(named_ops[name]))
-               for name, sub in module.named_modules()
-               if name and name in named_ops and not getattr(named_ops[name], "fused", None)]
+    # a fused operator (conv + relu) produces what its last folded operator did: that
+    # operator's module is its twin; an operator with only a pad folded in keeps its own name
+    twins = {(op.output_of or op.name): op for op in graph.operators
+             if op.output_of or not op.fused}
+    handles = [sub.register_forward_hook(hook_for(twins[name]))
+               for name, sub in module.named_modules() if name and name in twins]
     try:
         tensors = [torch.from_numpy(np.array(x)) for x in inputs]
         with torch.no_grad():

@@ -416,6 +416,10 @@ class Debugger:
         for op, _ in self._run.steps:
             if op.name == name:
                 return op
+        for op, _ in self._run.steps:                 # folded into another by fusion
+            if name in op.fused:
+                log.info("%s is fused into %s: stopping there", name, op.label)
+                return op
         known = [op.name for op, _ in self._run.steps]
         close = [k for k in known if name in k or k in name][:5]
         hint = f" (similar: {', '.join(close)})" if close else ""

@@ -74,6 +74,7 @@ def _absorb_next(graph: "RuntimeGraph", op: RuntimeOperator, nxt: RuntimeOperato
             op.inputs.append(src)
     _remove(graph, nxt, middle)
     op.fused.append(nxt.name)
+    op.output_of = nxt.output_of or nxt.name
 
 
 def _remove(graph: "RuntimeGraph", op: RuntimeOperator, operand: RuntimeOperand) -> None:

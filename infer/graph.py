@@ -73,8 +73,11 @@ class RuntimeGraph(GraphTools):
     """A pnnx model ready to run. See the module docstring for the life cycle."""
 
     def __init__(self, param_path: str | Path, bin_path: str | Path | None = None, *,
-                 reference: bool = False):
+                 reference: bool = False, fuse: bool = True):
         self.reference = reference      # True: every layer runs its numpy reference kernels
+        # False: every operator of the file runs on its own (to step through each one); the
+        # reference graph never fuses
+        self.fuse = fuse and not reference
         self.param_path = str(param_path)
         if bin_path is None:
             bin_path = _default_bin_path(self.param_path)
@@ -181,7 +184,7 @@ class RuntimeGraph(GraphTools):
                 op.layer.use_fast_kernels = not self.reference
                 op.layer.load_param(op.param_values())
                 op.layer.load_model(op.weights())
-        if not self.reference:                  # conv -> add -> relu becomes one operator
+        if self.fuse:                           # conv -> add -> relu becomes one operator
             fusion.fuse(self)
         self.operators = self._topological_order()
         self._free_after = self._liveness()

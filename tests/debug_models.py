@@ -66,7 +66,7 @@ def small_net(tmp_path_factory, **custom_layers: type[Layer]) -> tuple[nn.Module
     """The torch model and a new built graph of it; ``custom_layers`` maps a pnnx type with
     ``.`` written as ``__`` (nn__Hardswish) to a Layer class registered on this graph."""
     model, param, binary = exported(tmp_path_factory)
-    graph = RuntimeGraph(param, binary)
+    graph = RuntimeGraph(param, binary, fuse=False)      # every operator of the file, one by one
     for type_name, layer_class in custom_layers.items():
         graph.register_custom_layer(type_name.replace("__", "."), layer_class)
     return model, graph.build()

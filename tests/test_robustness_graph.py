@@ -72,8 +72,8 @@ def test_output_from_a_constant_alone_is_that_constant(tmp_path):
 def test_unknown_operator_type(tmp_path):
     error = expect_build_error(
         UnsupportedOperatorError, tmp_path, INPUT, "nn.Relu relu 1 1 0 1",
-        "nn.GELU gelu 1 1 1 2", "pnnx.Output out0 1 0 2",
-        words=("model.pnnx.param:4", "'nn.Relu'", "nn.ReLU", "nn.GELU"))
+        "nn.Frobnicate frob 1 1 1 2", "pnnx.Output out0 1 0 2",
+        words=("model.pnnx.param:4", "'nn.Relu'", "nn.ReLU", "nn.Frobnicate"))
     assert error.operator == "nn.Relu relu"
 
 
