@@ -58,8 +58,12 @@ def export_module(module, example_inputs: Sequence, out_dir: str | Path, name: s
         param, binary = produced / f"{name}.pnnx.param", produced / f"{name}.pnnx.bin"
         traced = produced / f"{name}.pt"
         try:
-            with torch.no_grad():
-                torch.jit.trace(module, inputs).save(str(traced))
+            # Grad stays on, as in pnnx.export: without it, torch takes the fused inference
+            # paths of nn.TransformerEncoderLayer / nn.MultiheadAttention
+            # (aten::_transformer_encoder_layer_fwd), which pnnx cannot split into its ops.
+            # check_trace=False: the check re-runs the model and pnnx needs only the trace.
+            with torch.enable_grad():
+                torch.jit.trace(module, inputs, check_trace=False).save(str(traced))
         except Exception as exc:                 # the model's own error, on these inputs
             raise ExportError(f"torch.jit.trace failed on inputs of shapes "
                               f"{[tuple(x.shape) for x in inputs]}: {exc}") from exc

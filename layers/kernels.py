@@ -549,15 +549,33 @@ def adaptive_avg_pool2d(x: np.ndarray, output_size: int | Sequence[int | None]) 
     Bin i along an axis of ``size`` covers [floor(i * size / out), ceil((i + 1) * size / out)),
     so bins may overlap when out does not divide size (7 -> 3: [0,3) [2,5) [4,7)).
 
-    Averaging over bins is linear, so it is two small matrix products::
-
-        y = A_h @ x @ A_w.T        A[i, k] = 1 / len(bin i) if k is in bin i else 0
-    """
+    A bin's average is separable: average its rows, then its columns. Each bin sums only its
+    own elements, as torch does, so a NaN or Inf reaches only the bins that hold it (a matrix
+    product with 0 weights would spread it everywhere: 0 * NaN = NaN)."""
     out_h, out_w = adaptive_output_size(x.shape, output_size)
-    a_h = _bin_average_matrix(x.shape[-2], out_h).astype(x.dtype)     # (Ho, H)
-    a_w = _bin_average_matrix(x.shape[-1], out_w).astype(x.dtype)     # (Wo, W)
-    y = x @ a_w.T                                            # (..., H, Wo)
-    return a_h @ y                                           # (..., Ho, Wo)
+    rows = _bin_means(x, -2, out_h)                          # (..., Ho, W)
+    y = _bin_means(rows, -1, out_w)                          # (..., Ho, Wo)
+    return y.copy() if y is x else y                         # never the input itself
+
+
+def _bin_means(x: np.ndarray, axis: int, out: int) -> np.ndarray:
+    """The mean of each of the ``out`` adaptive bins along ``axis`` (-2 or -1)."""
+    size = x.shape[axis]
+    if out == size:                                          # every bin is one element
+        return x
+    if out and size % out == 0:                              # equal bins: one reshaped mean
+        split = (*x.shape[:x.ndim + axis], out, size // out, *x.shape[x.ndim + axis + 1:])
+        return x.reshape(split).mean(axis=axis)
+    start, end = _adaptive_bins(size, out)
+    shape = list(x.shape)
+    shape[axis] = out
+    y = np.empty(shape, dtype=x.dtype)
+    for i, (a, b) in enumerate(zip(start, end)):
+        if axis == -2:
+            y[..., i, :] = x[..., a:b, :].mean(axis=-2)
+        else:
+            y[..., i] = x[..., a:b].mean(axis=-1)
+    return y
 
 
 def _adaptive_bins(size: int, out: int) -> tuple[np.ndarray, np.ndarray]:
@@ -566,14 +584,6 @@ def _adaptive_bins(size: int, out: int) -> tuple[np.ndarray, np.ndarray]:
     start = (i * size) // out                                # floor(i * size / out)
     end = -((-(i + 1) * size) // out)                        # ceil((i + 1) * size / out)
     return start, end
-
-
-def _bin_average_matrix(size: int, out: int) -> np.ndarray:
-    """(out, size) matrix whose row i averages adaptive bin i."""
-    start, end = _adaptive_bins(size, out)
-    k = np.arange(size)
-    inside = (k >= start[:, None]) & (k < end[:, None])      # (out, size)
-    return inside / (end - start)[:, None]
 
 
 # ================================================================ dense, softmax, batch norm

@@ -176,6 +176,66 @@ class AvgPool1d(AvgPool2d):
     divisor_override = None
 
 
+# ----- aten::max_pool2d / aten::avg_pool2d: every argument an input --------------------------
+
+class _AtenPool(ArgumentInputLayer):
+    """Pooling written as the aten function, every argument an input: pnnx writes this when
+    the model computes the kernel from the input's size (``F.avg_pool2d(x, (h // 2, w // 2))``).
+    The arguments come from pnnx.Expression operators (``[floor_divide(size(@0,2),2),...]``,
+    ``[0,0]``, ``True``, ``None``), known before the graph runs; they configure the matching
+    nn.* layer (``POOL``), which does the work."""
+
+    POOL: ClassVar[type[_Pool]]
+    ARGUMENTS: ClassVar[tuple[str, ...]]
+
+    def _configured(self, values: Sequence[Any]) -> _Pool:
+        if len(values) != 1 + len(self.ARGUMENTS):
+            raise ShapeError(f"expects {1 + len(self.ARGUMENTS)} inputs (input, "
+                             f"{', '.join(self.ARGUMENTS)}), got {len(values)}")
+        params = {}
+        for name, value in zip(self.ARGUMENTS, values[1:]):
+            if value is None:                                  # not known while planning
+                raise ShapeError(f"the {name} is an input whose value is not known before "
+                                 f"the graph runs")
+            value = np.asarray(value)
+            value = value.item() if value.dtype == object else value.tolist()  # None: absent
+            if value is not None:
+                params[name] = value
+        key = tuple(sorted((k, str(v)) for k, v in params.items()))
+        cache = self.__dict__.setdefault("_pools", {})
+        if key not in cache:
+            cache[key] = self.POOL(**params)                   # LayerError for bad values
+        return cache[key]
+
+    def infer_shapes_from(self, input_shapes: Sequence[Shape],
+                          input_values: Sequence[np.ndarray | None]) -> list[Shape]:
+        return self._configured(input_values).infer_shapes(input_shapes[:1])
+
+    def forward(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+        pool = self._configured(inputs)
+        pool.use_fast_kernels = self.use_fast_kernels
+        return pool.forward(inputs[:1])
+
+
+@register_layer("aten::max_pool2d")
+class AtenMaxPool2d(_AtenPool):
+    """``aten::max_pool2d(input, kernel_size, stride, padding, dilation, ceil_mode)``:
+    nn.MaxPool2d with the arguments given as inputs (stride None: the kernel size)."""
+
+    POOL = MaxPool2d
+    ARGUMENTS = ("kernel_size", "stride", "padding", "dilation", "ceil_mode")
+
+
+@register_layer("aten::avg_pool2d")
+class AtenAvgPool2d(_AtenPool):
+    """``aten::avg_pool2d(input, kernel_size, stride, padding, ceil_mode, count_include_pad,
+    divisor_override)``: nn.AvgPool2d with the arguments given as inputs."""
+
+    POOL = AvgPool2d
+    ARGUMENTS = ("kernel_size", "stride", "padding", "ceil_mode", "count_include_pad",
+                 "divisor_override")
+
+
 # ----- adaptive pooling -------------------------------------------------------------------------
 
 def as_output_size(dims: int = 2):

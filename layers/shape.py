@@ -1,6 +1,6 @@
 """Layers that change a tensor's shape or the order of its elements without arithmetic: the
 identities, flatten / unflatten, reshape / view, permute / transpose, squeeze / unsqueeze,
-expand / repeat / tile, flip and roll.
+expand / repeat / tile, flip, roll and channel shuffle.
 
 Most of them return a *view* of their input when numpy can (as torch does). Such a view is
 marked read-only, so that nobody, e.g. a later in-place activation, can write through it into
@@ -19,8 +19,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from layers.base import (Layer, NamedArgumentLayer, Param, Shape, as_int, as_ints,
-                         normalize_dim)
+from layers.base import (ArgumentInputLayer, Layer, NamedArgumentLayer, Param, Shape, as_int,
+                         as_ints, normalize_dim, param_or_input)
 from layers.expression import SMALL_VALUE
 from layers.registry import register_layer
 from parser.errors import LayerError, ShapeError
@@ -456,3 +456,39 @@ class Roll(KnownValues, Layer):
             return np.roll(x.reshape(-1), self.shifts[0]).reshape(x.shape)
         axes = tuple(normalize_dim(d, x.ndim) for d in self.dims)
         return np.roll(x, self.shifts, axis=axes)
+
+
+@register_layer("nn.ChannelShuffle", "aten::channel_shuffle")
+class ChannelShuffle(ArgumentInputLayer):
+    """``nn.ChannelShuffle(groups)`` (ShuffleNet): (N, C, *) with C = g * k channels read as
+    a (g, k) grid and written out transposed: y[:, j * g + i] = x[:, i * k + j]. pnnx writes
+    nn.ChannelShuffle for the module and for the ``view, transpose(1, 2), view`` idiom it
+    recognises; ``F.channel_shuffle(x, g)`` becomes ``aten::channel_shuffle`` with the groups
+    as a second input."""
+
+    PARAMS = {"groups": Param(None, as_int)}
+
+    def _groups(self, inputs: Sequence[Any]) -> int:
+        groups = param_or_input(self.groups, "groups", inputs)
+        groups = int(groups[0]) if isinstance(groups, np.ndarray) else groups
+        if groups <= 0:
+            raise LayerError(f"groups must be positive, got {groups}")
+        return groups
+
+    def infer_shapes_from(self, input_shapes: Sequence[Shape],
+                          input_values: Sequence[np.ndarray | None]) -> list[Shape]:
+        return [self._checked(tuple(input_shapes[0]), self._groups(input_values))]
+
+    @staticmethod
+    def _checked(shape: Shape, groups: int) -> Shape:
+        if len(shape) < 3:
+            raise ShapeError(f"channel shuffle expects (N, C, *) of rank > 2, got {shape}")
+        if shape[1] % groups:
+            raise ShapeError(f"{shape[1]} channels cannot be split into {groups} groups")
+        return shape
+
+    def forward(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+        x, groups = inputs[0], self._groups(inputs)
+        n, c, *rest = self._checked(x.shape, groups)
+        y = x.reshape(n, groups, c // groups, *rest).swapaxes(1, 2)    # (N, k, g, *)
+        return [np.ascontiguousarray(y).reshape(x.shape)]

@@ -351,3 +351,52 @@ def test_bad_input_shapes_are_shape_errors(type_name, params, shape):
     ("nn.AdaptiveMaxPool1d", AdaptiveMaxPool1d), ("F.adaptive_max_pool1d", AdaptiveMaxPool1d)])
 def test_registered_under_pnnx_names(type_name, layer_class):
     assert LayerRegisterer().layer_class(type_name) is layer_class
+
+
+# ----- aten::max_pool2d / aten::avg_pool2d: every argument a pnnx.Expression input ---------------
+
+NONE = np.array(None, dtype=object)                  # what a pnnx.Expression ``None`` gives
+
+
+@pytest.mark.parametrize("kernel, stride, padding, dilation, ceil_mode", [
+    ([3, 2], NONE, [0, 0], [1, 1], False), ([3, 3], [2, 1], [1, 1], [1, 2], True),
+    ([7, 5], [1, 1], [0, 0], [1, 1], False),
+], ids=str)
+def test_aten_max_pool2d_takes_its_arguments_as_inputs(kernel, stride, padding, dilation,
+                                                        ceil_mode):
+    """pnnx writes ``aten::max_pool2d`` when the kernel is computed from the input size; its
+    arguments are inputs (stride=None: the kernel size)."""
+    x = rand(2, 3, 7, 5)
+    arguments = [np.array(kernel), stride, np.array(padding), np.array(dilation),
+                 np.array(ceil_mode)]
+    layer = make_layer("aten::max_pool2d")
+    (y,) = layer.forward([x, *arguments])
+    torch_stride = None if stride is NONE else tuple(stride)
+    expected = F.max_pool2d(torch.from_numpy(x), tuple(kernel), torch_stride, tuple(padding),
+                            tuple(dilation), ceil_mode).numpy()
+    np.testing.assert_array_equal(y, expected)
+    shapes = [x.shape] + [np.shape(a) for a in arguments]
+    assert layer.infer_shapes_from(shapes, [None, *arguments]) == [expected.shape]
+    with pytest.raises(ShapeError, match="kernel_size is an input whose value is not known"):
+        layer.infer_shapes(shapes)
+
+
+@pytest.mark.parametrize("ceil_mode, count_include_pad, divisor", [
+    (False, True, None), (True, False, None), (True, True, 5)])
+def test_aten_avg_pool2d_takes_its_arguments_as_inputs(ceil_mode, count_include_pad, divisor):
+    x = rand(1, 4, 9, 8)
+    arguments = [np.array([4, 3]), np.array([3, 2]), np.array([1, 1]), np.array(ceil_mode),
+                 np.array(count_include_pad), NONE if divisor is None else np.array(divisor)]
+    (y,) = make_layer("aten::avg_pool2d").forward([x, *arguments])
+    expected = F.avg_pool2d(torch.from_numpy(x), (4, 3), (3, 2), (1, 1), ceil_mode,
+                            count_include_pad, divisor).numpy()
+    np.testing.assert_allclose(y, expected, rtol=1e-5, atol=1e-6)
+
+
+def test_aten_pool_with_bad_arguments_is_an_error():
+    layer = make_layer("aten::avg_pool2d")
+    with pytest.raises(ShapeError, match="expects 7 inputs"):
+        layer.forward([rand(1, 2, 4, 4), np.array([2, 2])])
+    with pytest.raises(LayerError, match="padding"):                # padding > kernel / 2
+        layer.forward([rand(1, 2, 4, 4), np.array([2, 2]), NONE, np.array([2, 2]),
+                       np.array(False), np.array(True), NONE])

@@ -256,3 +256,29 @@ def test_known_values_pass_through_data_movement():
     ("nn.Identity", shape_layers.Identity), ("nn.Dropout", shape_layers.Identity)])
 def test_registered_under_pnnx_names(type_name, layer_class):
     assert LayerRegisterer().layer_class(type_name) is layer_class
+
+
+@pytest.mark.parametrize("groups, shape", [(2, (2, 6, 3, 4)), (3, (1, 6, 5)), (4, (2, 8, 2, 3, 2)),
+                                           (1, (1, 5, 2)), (6, (1, 6, 1, 1))], ids=str)
+def test_channel_shuffle_matches_torch(groups, shape):
+    check_layer("nn.ChannelShuffle", nn.ChannelShuffle(groups), [shape], {"groups": groups})
+
+
+def test_channel_shuffle_groups_as_a_second_input():
+    """F.channel_shuffle(x, g) is written aten::channel_shuffle, g from a pnnx.Expression."""
+    x = rand(2, 6, 3, 4)
+    layer = make_layer("aten::channel_shuffle")
+    (y,) = layer.forward([x, np.array(3)])
+    np.testing.assert_array_equal(y, torch.channel_shuffle(torch.from_numpy(x), 3).numpy())
+    assert layer.infer_shapes_from([x.shape, ()], [None, np.array(3)]) == [x.shape]
+
+
+@pytest.mark.parametrize("groups, shape, message", [
+    (4, (1, 6, 3, 3), "6 channels cannot be split into 4 groups"),
+    (2, (2, 6), "rank > 2"),
+    (0, (1, 6, 3, 3), "groups must be positive"),
+])
+def test_channel_shuffle_errors(groups, shape, message):
+    layer = make_layer("nn.ChannelShuffle", {"groups": groups})
+    with pytest.raises((ShapeError, LayerError), match=message):
+        layer.infer_shapes([shape])

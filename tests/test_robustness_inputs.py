@@ -249,11 +249,7 @@ SPECIAL_CASES = {
     "expression_math": ("pnnx.Expression", {"expr": "div(exp(@0),add(sqrt(abs(@0)),1))"},
                         None, lambda x: torch.exp(x) / (torch.sqrt(torch.abs(x)) + 1)),
 }
-KNOWN_DIFFERENCES = {
-    # adaptive_avg_pool2d averages bins with a matrix product, where 0 * NaN = NaN and
-    # 0 * Inf = NaN reach every bin; torch sums each bin's own elements (layers/kernels.py)
-    "adaptive_avgpool_3": "NaN/Inf spread to every bin through the averaging matrix",
-}
+KNOWN_DIFFERENCES: dict[str, str] = {}     # case -> why this runtime differs from torch
 
 
 @pytest.mark.parametrize("fast", [False, True], ids=["reference", "fast"])
