@@ -278,17 +278,18 @@ class MultiheadAttention(Layer):
 
     def _shapes(self, input_shapes: Sequence[Shape]) -> tuple[int, int, int]:
         """(N, L, S) for the operator's input shapes (N = 1 unbatched), or ShapeError. Where
-        pnnx wrote a boolean mask as an unnamed first input, the error says so."""
+        pnnx wrote a boolean mask as an unnamed first input (and may name the query
+        ``attn_mask`` then), the error says so."""
         query, key, value, mask = self._split([tuple(s) for s in input_shapes])
         try:
             return self._check_shapes(query, key, value, mask)
         except ShapeError as err:
-            if mask is None and len(input_shapes) > 1:
-                raise ShapeError(f"{err.message}. pnnx writes a boolean attn_mask or "
-                                 f"key_padding_mask as an unnamed first input (its own "
-                                 f"re-export then passes it as the query): give the model a "
-                                 f"float mask (0 where allowed, -inf where blocked) "
-                                 f"instead") from None
+            if len(input_shapes) > 1:
+                raise ShapeError(f"{err.message}. If the model passes a boolean attn_mask or "
+                                 f"key_padding_mask: pnnx writes it as an unnamed first input "
+                                 f"(its own re-export then passes it as the query), so give "
+                                 f"the model a float mask (0 where allowed, -inf where "
+                                 f"blocked) instead") from None
             raise
 
     def _check_shapes(self, query: Shape, key: Shape, value: Shape, mask: Shape | None

@@ -325,14 +325,18 @@ def test_exported_multihead_attention_at_other_sizes(pnnx_export):
                  more_inputs=[[_t(3, 9, 16)], [_t(1, 1, 16)]])
 
 
-def test_exported_multihead_attention_with_a_bool_mask_is_refused(pnnx_export):
-    """pnnx mis-wires a boolean mask (its re-export passes it as the query): the graph says
-    so at build() instead of computing something else."""
-    model = Call(lambda m, x, mask: m(x, x, x, attn_mask=mask)[0],
+@pytest.mark.parametrize("which, mask_shape", [("attn_mask", (5, 5)),
+                                                ("key_padding_mask", (2, 5))])
+def test_exported_multihead_attention_with_a_bool_mask_is_refused(pnnx_export, which,
+                                                                  mask_shape):
+    """pnnx mis-wires a boolean mask (its re-export passes it as the query, and the file names
+    the real query ``$attn_mask``): the graph says so at build() instead of computing
+    something else."""
+    model = Call(lambda m, x, mask: m(x, x, x, **{which: mask})[0],
                  randomized(nn.MultiheadAttention(16, 4, batch_first=True)))
-    param, binary = pnnx_export(model.eval(), (_t(2, 5, 16), torch.rand(5, 5) > 0.5),
-                                "mha_bool_mask")
-    with pytest.raises(InferError, match="float mask"):
+    param, binary = pnnx_export(model.eval(), (_t(2, 5, 16), torch.rand(*mask_shape) > 0.5),
+                                f"mha_bool_{which}")
+    with pytest.raises(InferError, match="boolean .*float mask"):
         RuntimeGraph(param, binary).build()
 
 
