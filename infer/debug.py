@@ -20,6 +20,12 @@ so a bad input shape is refused before anything runs), its layers and its livene
 (``_free_after``). The plain ``forward`` keeps its own tight loop; it hands over to this one
 only while a hook is set.
 
+With fusion on (the default), an operator folded into another (a ReLU into the convolution
+before it) does not run on its own: ``run_to``, ``break_on`` (by its name or its type) and
+``inspect`` of its name stop at, or read the output of, the operator that absorbed it; an
+operator folded in the middle of a chain (the add of conv -> add -> relu) has no output of its
+own, and ``RuntimeGraph(..., fuse=False)`` runs every operator of the file on its own.
+
 Two differences from ``forward``, both so that what you look at is what was computed: a layer
 is never run in place nor into a planned buffer (``call_layer`` hands it read-only views of its
 inputs and takes the new arrays it returns; a layer that writes into an input is caught), and
@@ -269,18 +275,26 @@ def forward_all(graph: "RuntimeGraph", *inputs: np.ndarray) -> dict[str, np.ndar
 @dataclass
 class Breakpoint:
     """Stop after an operator of this ``type``, of this ``name``, for which ``when(step)`` is
-    true, or (``nonfinite``) whose outputs hold a NaN or an Inf. Given conditions all hold."""
+    true, or (``nonfinite``) whose outputs hold a NaN or an Inf. Given conditions all hold.
+
+    With fusion on, an operator folded into another (a ReLU into the convolution before it)
+    no longer runs on its own: its type and name then match the operator that absorbed it
+    (``at_type`` / ``at_name``, filled in by ``Debugger.break_on``), as ``run_to`` stops
+    there too."""
 
     type: str | None = None
     name: str | None = None
     when: Callable[[Step], bool] | None = None
     nonfinite: bool = False
     hits: int = field(default=0, compare=False)
+    at_type: frozenset[str] | None = field(default=None, compare=False, repr=False)
+    at_name: str | None = field(default=None, compare=False, repr=False)
 
     def matches(self, step: Step) -> bool:
-        if self.type is not None and step.type != self.type:
+        if self.type is not None and step.type != self.type and step.name not in (
+                self.at_type or ()):
             return False
-        if self.name is not None and step.name != self.name:
+        if self.name is not None and step.name not in (self.name, self.at_name):
             return False
         if self.nonfinite and all(
                 np.isfinite(y).all() for y in step.outputs
@@ -340,6 +354,8 @@ class Debugger:
     # ------------------------------------------------------------------ moving
     def step(self, n: int = 1) -> Step | None:
         """Run the next ``n`` operators (fewer at the end); return the last one's Step."""
+        if not isinstance(n, (int, np.integer)) or n < 0:
+            raise GraphError(f"step(n) takes a count >= 0, got {n!r}")
         with threads.limit(self.graph.num_threads):
             for _ in range(n):
                 if self.done:
@@ -365,13 +381,19 @@ class Debugger:
         """Add a breakpoint; ``continue_()`` stops after the next operator that matches it."""
         if type is None and name is None and when is None and not nonfinite:
             raise GraphError("break_on needs a type, a name, a when= condition or nonfinite=True")
-        if type is not None and all(op.type != type for op, _ in self._run.steps):
-            types = sorted({op.type for op, _ in self._run.steps})
-            raise GraphError(f"no operator of type {type!r} runs in this graph; its types: "
-                             f"{', '.join(types)}")
-        if name is not None:
-            self._operator(name)
-        point = Breakpoint(type, name, when, nonfinite)
+        at_type = None
+        if type is not None:
+            at_type = frozenset(op.name for op, _ in self._run.steps
+                                if type in self._folded_types(op))
+            if not at_type and all(op.type != type for op, _ in self._run.steps):
+                types = sorted({op.type for op, _ in self._run.steps})
+                raise GraphError(f"no operator of type {type!r} runs in this graph; its "
+                                 f"types: {', '.join(types)}")
+            if at_type:
+                log.info("operators of type %s are fused into %s: stopping there too", type,
+                         ", ".join(sorted(at_type)))
+        at_name = None if name is None else self._operator(name).name
+        point = Breakpoint(type, name, when, nonfinite, at_type=at_type, at_name=at_name)
         self.breakpoints.append(point)
         return point
 
@@ -420,10 +442,24 @@ class Debugger:
             if name in op.fused:
                 log.info("%s is fused into %s: stopping there", name, op.label)
                 return op
+        if not isinstance(name, str):
+            raise GraphError(f"an operator name is a str, got {name!r}")
         known = [op.name for op, _ in self._run.steps]
         close = [k for k in known if name in k or k in name][:5]
         hint = f" (similar: {', '.join(close)})" if close else ""
         raise GraphError(f"no operator named {name!r} runs in this graph{hint}")
+
+    def _folded_types(self, op: RuntimeOperator) -> set[str]:
+        """The types of the operators fusion folded into ``op`` (read back from the param file,
+        as the folded operators have left the graph)."""
+        if not op.fused:
+            return set()
+        if not hasattr(self, "_types_by_name"):
+            from parser.param import read_param
+
+            self._types_by_name = {rec.name: rec.type
+                                   for rec in read_param(self.graph.param_path).operators}
+        return {self._types_by_name[n] for n in op.fused if n in self._types_by_name}
 
     # ------------------------------------------------------------------ looking
     def value(self, name: str) -> np.ndarray:
@@ -450,6 +486,13 @@ class Debugger:
                     raise GraphError(f"{op.label} has {len(op.outputs)} outputs ({outs}): name "
                                      f"one operand", operator=op.label)
                 return op.outputs[0].name
+        for op in self.graph.operators:                # folded into another by fusion
+            if name in op.fused:
+                if op.output_of == name and len(op.outputs) == 1:
+                    return op.outputs[0].name          # op now produces what it produced
+                raise GraphError(f"{name!r} is fused into {op.label}, which does not keep its "
+                                 f"output; RuntimeGraph(..., fuse=False) runs every operator "
+                                 f"on its own", operator=op.label)
         raise GraphError(f"no operand or operator named {name!r} in this graph")
 
     def listing(self, context: int = 3) -> Table:

@@ -357,3 +357,94 @@ def test_a_layer_that_writes_into_its_input_is_caught_naming_it(tmp_path_factory
     _, g = small_net(tmp_path_factory, nn__ReLU=ScribblingRelu)
     with pytest.raises(LayerError, match="nn.ReLU relu.*read-only"):
         g.debug(example_input()).run_to("relu")
+
+
+# ----------------------------------------------------------------------------- a fused graph
+@pytest.fixture
+def fused(tmp_path_factory):
+    """The small net as RuntimeGraph builds it by default: relu, act and the head's sigmoid
+    are folded into the convolutions before them."""
+    from debug_models import exported
+    from infer import RuntimeGraph
+
+    model, param, binary = exported(tmp_path_factory)
+    graph = RuntimeGraph(param, binary).build()
+    assert graph.operator("conv2").fused == ["act"]
+    return model, graph
+
+
+def test_break_on_the_name_of_a_fused_operator_stops_where_it_was_folded(fused):
+    model, g = fused
+    x = example_input()
+    torch_values = torch_outputs_by_module(model, x)
+    dbg = g.debug(x)
+    dbg.break_on(name="act")
+    step = dbg.continue_()
+    assert step is not None and step.operator.name == "conv2"
+    np.testing.assert_allclose(step.outputs[0], torch_values["act"], atol=ATOL)
+    assert dbg.continue_() is None and dbg.breakpoints[0].hits == 1
+
+
+def test_break_on_a_type_fusion_folded_away_stops_at_the_operators_that_absorbed_it(fused):
+    _, g = fused
+    dbg = g.debug(example_input())
+    assert all(op.type != "nn.Hardswish" for op in running(g))
+    dbg.break_on(type="nn.Hardswish")
+    assert dbg.continue_().operator.name == "conv2"
+    assert dbg.continue_() is None
+    dbg.restart()
+    dbg.clear_breakpoints()
+    dbg.break_on(type="nn.ReLU")
+    assert dbg.continue_().operator.name == "convbn2d_0"
+    dbg.restart()
+    dbg.clear_breakpoints()
+    dbg.break_on(type="nn.Conv2d")                 # still every convolution, fused or not
+    stops = []
+    while (step := dbg.continue_()) is not None:
+        stops.append(step.operator.name)
+    assert stops == ["convbn2d_0", "conv2", "head"]
+    with pytest.raises(GraphError, match="no operator of type 'nn.GELU'"):
+        dbg.break_on(type="nn.GELU")
+
+
+def test_inspect_a_fused_operator_by_name(fused):
+    model, g = fused
+    x = example_input()
+    torch_values = torch_outputs_by_module(model, x)
+    dbg = g.debug(x)
+    dbg.run_to("act")
+    assert dbg.current.operator.name == "conv2"
+    np.testing.assert_allclose(dbg.value("act"), torch_values["act"], atol=ATOL)
+    assert dbg.inspect("act") == dbg.inspect("conv2")
+
+
+def test_an_operator_fused_in_the_middle_has_no_value_and_says_why(tmp_path):
+    """conv -> add(@0,@1) -> relu fuses into one operator: the add's own output never exists."""
+    from infer import RuntimeGraph
+    from tests.robustness import conv_line, conv_weights, write_model
+
+    param, binary = write_model(
+        tmp_path, "pnnx.Input in0 0 1 0 #0=(1,3,6,6)f32", "pnnx.Input in1 0 1 1 #1=(1,4,4,4)f32",
+        conv_line().replace(" 1 1 0 1 ", " 1 1 0 2 "),
+        "pnnx.Expression add 2 1 2 1 3 expr=add(@0,@1)", "nn.ReLU relu 1 1 3 4",
+        "pnnx.Output out0 1 0 4", weights=conv_weights())
+    g = RuntimeGraph(param, binary).build()
+    assert g.operator("conv").fused == ["add", "relu"]
+    rng = np.random.default_rng(0)
+    x, r = rng.standard_normal((1, 3, 6, 6), np.float32), rng.standard_normal((1, 4, 4, 4), np.float32)
+    dbg = g.debug(x, r)
+    dbg.finish()
+    with pytest.raises(GraphError, match=r"'add' is fused into nn.Conv2d conv.*fuse=False"):
+        dbg.inspect("add")
+    np.testing.assert_array_equal(dbg.value("relu"), g.forward(x, r)[0])
+
+
+def test_moving_takes_counts_and_names(net):
+    _, g = net
+    dbg = g.debug(example_input())
+    for bad in (-1, "2", 1.5):
+        with pytest.raises(GraphError, match="takes a count"):
+            dbg.step(bad)
+    with pytest.raises(GraphError, match="operator name is a str"):
+        dbg.run_to(None)
+    assert dbg.step(np.int64(2)).index == 2 and dbg.step(0).index == 2
