@@ -25,6 +25,7 @@ The ``key=value`` fields come in four kinds, told apart by the first character o
     $name=operand    the name the operator gives to one of its input operands
     #operand=(1,?)f32  the shape and dtype of an input or output operand; ? is a dynamic dim
 
+Two operators of one name are an error (the bin stores weights under "<op name>.<attr>").
 A parameter or attribute key given twice on one line is an error (pnnx writes each once);
 ``#`` annotations may repeat (an operand that is an input twice is annotated twice).
 The reader never evaluates anything: every value is matched against a small set of patterns.
@@ -148,9 +149,17 @@ def parse_param(text: str, path: str = "<string>") -> ParamGraph:
 
     operators: list[OperatorRecord] = []
     operands: dict[str, OperandInfo] = {}
+    lines_by_name: dict[str, int] = {}
     for number, line in enumerate(lines[2:], start=3):
         if line.strip():
-            operators.append(_parse_operator_line(line, number, path, operands))
+            record = _parse_operator_line(line, number, path, operands)
+            if record.name in lines_by_name:
+                raise ParamFileError(
+                    f"operator name {record.name!r} is already taken by line "
+                    f"{lines_by_name[record.name]} (an operator's weights are stored under its "
+                    f"name, so pnnx names each operator once)", path=path, line=number, text=line)
+            lines_by_name[record.name] = number
+            operators.append(record)
 
     if len(operators) != operator_count:
         raise ParamFileError(f"the header declares {operator_count} operators but the file has "

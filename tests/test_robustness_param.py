@@ -98,6 +98,12 @@ def test_operand_produced_twice(tmp_path):
     assert error.operator == "nn.Sigmoid sig"
 
 
+def test_operator_name_given_twice(tmp_path):
+    """Two operators called 'relu' would read the same bin entries and make run_to ambiguous."""
+    text = model_text(INPUT, RELU, "nn.Sigmoid relu 1 1 1 2", "pnnx.Output out0 1 0 2")
+    expect_param_error(tmp_path, text, 5, "operator name 'relu' is already taken by line 4")
+
+
 @pytest.mark.parametrize("item, words", [
     ("inplace", "expected key=value"),
     ("=3", "expected key=value"),
