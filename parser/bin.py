@@ -20,6 +20,7 @@ The central directory at the end of the file (read with ``zipfile``) lists every
 offset of its local header, its size and the CRC-32 of its bytes. ``PnnxBin`` memory-maps the file read-only and hands out numpy views
 straight over the mapping: nothing is copied, and the OS pages weights in as they are used.
 
+An entry name that appears twice and an encrypted entry are refused when the file is opened.
 A damaged file never loads silently: an entry is checked before its first view is handed out
 (the local header must name the same entry as the central directory, a stored entry's sizes
 must agree, and its bytes must have the CRC-32 the directory records; zlib does this at over
@@ -145,7 +146,16 @@ class PnnxBin:
                                    path=self.path) from None
             raise BinFileError("not a zip archive (a pnnx bin is a store-only zip)",
                                path=self.path) from None
-        return {info.filename: self._locate(info) for info in infos}
+        entries: dict[str, _Entry] = {}
+        for info in infos:
+            if info.filename in entries:        # zipfile would silently keep the last one
+                raise BinFileError("the archive holds this entry twice (which copy is the "
+                                   "weight?)", path=self.path, entry=info.filename)
+            if info.flag_bits & 0x1:
+                raise BinFileError("the entry is encrypted; pnnx writes plain stored entries",
+                                   path=self.path, entry=info.filename)
+            entries[info.filename] = self._locate(info)
+        return entries
 
     def _starts_like_zip(self) -> bool:
         with open(self.path, "rb") as file:

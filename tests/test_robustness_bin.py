@@ -128,3 +128,24 @@ def test_error_closes_the_file(model):
     expect_bin_error(param, binary, "truncated")
     binary.write_bytes(data)
     assert RuntimeGraph(param, binary).build().forward(np.zeros((1, 3, 6, 6), np.float32))
+
+
+def test_an_entry_stored_twice(model):
+    """zipfile keeps the last of two same-named entries: the weights would silently be the
+    second copy's."""
+    import warnings
+
+    param, binary = model
+    with warnings.catch_warnings(), zipfile.ZipFile(binary, "a") as archive:
+        warnings.simplefilter("ignore")                    # zipfile: "Duplicate name"
+        archive.writestr("conv.weight", np.zeros((4, 3, 3, 3), np.float32).tobytes())
+    expect_bin_error(param, binary, "[conv.weight]", "twice")
+
+
+def test_an_encrypted_entry(model):
+    param, binary = model
+    data = bytearray(binary.read_bytes())
+    central = data.index(b"PK\x01\x02")                    # first central directory record
+    data[central + 8] |= 0x1                                # general purpose flag: encrypted
+    binary.write_bytes(bytes(data))
+    expect_bin_error(param, binary, "encrypted")
