@@ -269,6 +269,63 @@ class LogSigmoid(_Elementwise):
         x -= tail
 
 
+@register_layer("nn.Threshold", "F.threshold")
+class Threshold(_Elementwise):
+    """y = value if x <= threshold else x   (NaN stays NaN, as in torch)"""
+
+    PARAMS = {"threshold": Param(convert=as_float), "value": Param(convert=as_float)}
+
+    def forward_inplace(self, x: np.ndarray) -> None:
+        np.copyto(x, np.float32(self.value), where=x <= self.threshold)
+
+
+@register_layer("nn.Hardshrink", "F.hardshrink")
+class Hardshrink(_Elementwise):
+    """y = x if |x| > lambd else 0"""
+
+    PARAMS = {"lambd": Param(0.5, as_float)}
+
+    def forward_inplace(self, x: np.ndarray) -> None:
+        np.copyto(x, 0, where=np.abs(x) <= self.lambd)
+
+
+@register_layer("nn.Softshrink", "F.softshrink")
+class Softshrink(_Elementwise):
+    """y = x - lambd if x > lambd, x + lambd if x < -lambd, else 0"""
+
+    PARAMS = {"lambd": Param(0.5, as_float)}
+
+    def check_params(self) -> None:
+        if self.lambd < 0:
+            raise LayerError(f"lambd must be >= 0, got {self.lambd}")
+
+    def forward_inplace(self, x: np.ndarray) -> None:
+        shrunk = np.abs(x)
+        shrunk -= np.float32(self.lambd)
+        np.maximum(shrunk, 0, out=shrunk)             # max(|x| - lambd, 0), NaN kept
+        np.copysign(shrunk, x, out=x)
+
+
+@register_layer("nn.Tanhshrink", "F.tanhshrink")
+class Tanhshrink(_Elementwise):
+    """y = x - tanh(x)"""
+
+    def forward_inplace(self, x: np.ndarray) -> None:
+        x -= np.tanh(x)
+
+
+@register_layer("nn.RReLU", "F.rrelu")
+class RReLU(_Elementwise):
+    """At inference (eval mode, training=False) RReLU is a leaky ReLU with the mean slope:
+    y = x if x >= 0 else x * (lower + upper) / 2"""
+
+    PARAMS = {"lower": Param(1.0 / 8, as_float), "upper": Param(1.0 / 3, as_float)}
+
+    def forward_inplace(self, x: np.ndarray) -> None:
+        slope = np.float32((self.lower + self.upper) / 2)
+        np.multiply(x, slope, out=x, where=x < 0)
+
+
 @register_layer("nn.PReLU", "F.prelu")
 class PReLU(Layer):
     """y = x if x >= 0 else weight[c] * x, with c the channel (dim 1) of x; a single weight
@@ -417,3 +474,33 @@ class LogSoftmax(Softmax):
         y = x - x.max(axis=dim, keepdims=True)
         y -= np.log(np.exp(y).sum(axis=dim, keepdims=True))
         return y
+
+
+@register_layer("nn.Softmin", "F.softmin")
+class Softmin(Softmax):
+    """y = softmax(-x) along ``dim`` = exp(-x) / sum(exp(-x))."""
+
+    def forward_one(self, x: np.ndarray) -> np.ndarray:
+        return kernels.softmax(np.negative(x), self._dim(x.ndim))
+
+
+@register_layer("nn.GLU", "F.glu")
+class GLU(Layer):
+    """Gated linear unit: x split in two halves a, b along ``dim`` (its size must be even);
+    y = a * sigmoid(b), half the size of x along ``dim``."""
+
+    PARAMS = {"dim": Param(-1, as_int)}
+
+    def infer_shape(self, shape: Shape) -> Shape:
+        axis = normalize_dim(self.dim, len(shape))
+        if len(shape) == 0 or shape[axis] % 2:
+            raise ShapeError(f"GLU halves dim {self.dim}: its size must be even, input "
+                             f"shape {tuple(shape)}")
+        return shape[:axis] + (shape[axis] // 2,) + shape[axis + 1:]
+
+    def forward_one(self, x: np.ndarray) -> np.ndarray:
+        self.infer_shape(x.shape)
+        a, b = np.split(x, 2, axis=normalize_dim(self.dim, x.ndim))
+        gate = np.array(b)                                # (..., size / 2, ...)
+        sigmoid_inplace(gate)
+        return a * gate

@@ -58,6 +58,15 @@ ELEMENTWISE = [
     ("torch.clamp", {"min": None, "max": -0.5}, lambda t: torch.clamp(t, max=-0.5)),
     ("torch.clamp", {"min": -1, "max": 2}, lambda t: torch.clamp(t, -1, 2)),
     ("torch.clamp", {"min": 1.0, "max": -1.0}, lambda t: torch.clamp(t, 1.0, -1.0)),
+    ("F.threshold", {"threshold": 0.1, "value": 20}, lambda t: F.threshold(t, 0.1, 20)),
+    ("nn.Threshold", {"threshold": -1, "value": -2.5}, nn.Threshold(-1, -2.5)),
+    ("F.hardshrink", {"lambd": 0.3}, lambda t: F.hardshrink(t, 0.3)),
+    ("nn.Hardshrink", {}, nn.Hardshrink()),
+    ("F.softshrink", {"lambd": 0.3}, lambda t: F.softshrink(t, 0.3)),
+    ("nn.Softshrink", {}, nn.Softshrink()),
+    ("F.tanhshrink", {}, F.tanhshrink),
+    ("F.rrelu", {"lower": 0.125, "upper": 0.333333343}, nn.RReLU().eval()),
+    ("nn.RReLU", {"lower": 0.1, "upper": 0.3}, nn.RReLU(0.1, 0.3).eval()),
 ]
 
 
@@ -259,3 +268,33 @@ def test_pnnx_export_of_functions(pnnx_export):
 def test_pnnx_export_of_clamps(pnnx_export):
     check_export(pnnx_export, Clamps(), [(2, 3, 4, 5), (3, 1, 5)], "act_clamps",
                  ["torch.clamp", "aten::clamp_min", "aten::clamp_max"])
+
+
+@pytest.mark.parametrize("dim", [0, 1, -1, -3])
+def test_softmin_matches_torch(dim):
+    check_layer("F.softmin", nn.Softmin(dim), [(2, 3, 4, 6)], {"dim": dim})
+
+
+@pytest.mark.parametrize("dim", [0, 1, 3, -1, -2])
+def test_glu_halves_its_dim_as_torch(dim):
+    check_layer("F.glu", nn.GLU(dim), [(2, 4, 6, 8)], {"dim": dim})
+
+
+def test_glu_of_an_odd_dim_is_a_shape_error():
+    with pytest.raises(ShapeError, match="even"):
+        make_layer("F.glu", {"dim": 1}).infer_shapes([(2, 3, 4)])
+
+
+class MoreActivations(nn.Module):
+    """Activations beyond issue 3's list, which pnnx writes as F.* operators."""
+
+    def forward(self, x):
+        return (nn.Threshold(0.1, 20)(x), nn.Hardshrink(0.3)(x), nn.Softshrink(0.3)(x),
+                nn.Tanhshrink()(x), nn.RReLU().eval()(x), nn.Softmin(1)(x), nn.GLU(1)(x),
+                F.glu(x, -1))
+
+
+def test_pnnx_export_of_more_activations(pnnx_export):
+    check_export(pnnx_export, MoreActivations(), [(2, 6, 4, 8)], "act_more", [
+        "F.threshold", "F.hardshrink", "F.softshrink", "F.tanhshrink", "F.rrelu", "F.softmin",
+        "F.glu"])
