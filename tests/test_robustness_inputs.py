@@ -248,8 +248,27 @@ SPECIAL_CASES = {
                    lambda x: x * 2.0 + torch.maximum(x, -x)),
     "expression_math": ("pnnx.Expression", {"expr": "div(exp(@0),add(sqrt(abs(@0)),1))"},
                         None, lambda x: torch.exp(x) / (torch.sqrt(torch.abs(x)) + 1)),
+    "adaptive_maxpool": ("nn.AdaptiveMaxPool2d", {"output_size": (3, 4)}, None,
+                         lambda x: F.adaptive_max_pool2d(x, (3, 4))),
+    "interpolate_bilinear": ("F.interpolate", {"mode": "bilinear", "scale_factor": (2.0, 2.0),
+                                               "align_corners": False}, None,
+                             lambda x: F.interpolate(x, scale_factor=2, mode="bilinear")),
+    "groupnorm": ("nn.GroupNorm", {"num_groups": 2, "num_channels": 4, "eps": 1e-5,
+                                   "affine": False}, None, lambda x: F.group_norm(x, 2)),
+    "amax": ("torch.amax", {"dim": (2, 3), "keepdim": False}, None,
+             lambda x: torch.amax(x, (2, 3))),
+    "argmax": ("torch.argmax", {"dim": 3, "keepdim": False}, None,
+               lambda x: torch.argmax(x, 3)),          # a NaN is the largest, as in torch
+    "mean": ("torch.mean", {"dim": (3,), "keepdim": False}, None, lambda x: torch.mean(x, 3)),
+    "clamp": ("torch.clamp", {"min": -1.0, "max": 1.0}, None, lambda x: torch.clamp(x, -1, 1)),
+    "gelu_tanh": ("nn.GELU", {"approximate": "tanh"}, None,
+                  lambda x: F.gelu(x, approximate="tanh")),
+    "gelu": ("nn.GELU", {}, None, F.gelu),
 }
-KNOWN_DIFFERENCES: dict[str, str] = {}     # case -> why this runtime differs from torch
+KNOWN_DIFFERENCES: dict[str, str] = {      # case -> why this runtime differs from torch
+    "gelu": "torch's CPU kernel gives gelu(+inf) = NaN (exact erf mode); here it is +inf, "
+            "the limit of x * Phi(x), as torch's own approximate='tanh' mode gives",
+}
 
 
 @pytest.mark.parametrize("fast", [False, True], ids=["reference", "fast"])
