@@ -122,6 +122,38 @@ class Slice(KnownValues, NamedArgumentLayer):
         return [read_only_alias(np.asarray(x[self._index(x.shape, inputs)]), x)]
 
 
+@register_layer("Tensor.slice_copy")
+class SliceCopy(Slice):
+    """Assignment into a slice, ``x[:, 1:3] = src`` / ``y[..., 0:2] = f(y[..., 0:2])``:
+    pnnx writes it as a copy of x in which the elements that Tensor.slice with the same
+    parameters would take are replaced by ``src`` (broadcast to that slice's shape, cast to
+    x's dtype)::
+
+        y = x.clone(); y[index] = src        # index: dim/start/end/step/select, or the lists
+
+    Inputs ``$self`` (x) and ``$src``; the output has x's shape and dtype."""
+
+    INPUTS = ("self", "src")
+
+    def infer_shapes_from(self, input_shapes, input_values) -> list[Shape]:
+        if len(input_shapes) < 2:
+            raise ShapeError(f"expects 2 inputs (self, src), got {len(input_shapes)}")
+        target = super().infer_shapes_from(input_shapes, input_values)[0]
+        try:
+            np.broadcast_shapes(tuple(input_shapes[1]), target)
+        except ValueError:
+            raise ShapeError(f"src of shape {tuple(input_shapes[1])} cannot be assigned to a "
+                             f"slice of shape {target}") from None
+        return [tuple(input_shapes[0])]
+
+    def forward(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+        self.infer_shapes_from([np.shape(x) for x in inputs], inputs)
+        x, src = inputs[0], inputs[1]
+        y = np.array(x, copy=True)                          # x's shape and dtype
+        y[self._index(x.shape, inputs)] = src
+        return [y]
+
+
 @register_layer("Tensor.select", "torch.select")
 class Select(KnownValues, NamedArgumentLayer):
     """``x.select(dim, index)`` = ``x[..., index, ...]``: one index along ``dim`` (negative

@@ -6,7 +6,9 @@ import numpy as np
 import pytest
 import torch
 
-from helpers import check_layer, make_layer, rand
+from torch import nn
+
+from helpers import check_export, check_layer, make_layer, rand
 from layers import LayerRegisterer
 from layers import split as split_layers
 from parser.errors import LayerError, ShapeError
@@ -240,8 +242,72 @@ def test_gather_with_a_too_large_index_is_a_shape_error():
         make_layer("torch.gather", {"dim": 0}).infer_shapes([(2, 3), (2, 4)])
 
 
+# ----- slice_copy (assignment into a slice) -----------------------------------------------------
+
+def assigned(index):
+    """torch's assignment into a slice: (x, src) -> y = x.clone(); y[index] = src."""
+
+    def run(x, src):
+        y = x.clone()
+        y[index] = src
+        return y
+
+    return run
+
+
+@pytest.mark.parametrize("params, index, src_shape", [
+    ({"dim": 1, "start": 1, "end": 3, "step": 1}, (slice(None), slice(1, 3)), (2, 2, 10)),
+    ({"dim": -1, "start": 0, "end": 2, "step": 1}, (Ellipsis, slice(0, 2)), (2, 3, 2)),
+    ({"dim": 2, "start": 1, "end": INT_MAX, "step": 3},
+     (slice(None), slice(None), slice(1, None, 3)), (1, 3, 1)),
+    ({"dim": 1, "end": 0, "select": -1, "start": 0, "step": 0}, (slice(None), -1), (2, 10)),
+    ({"dims": (0, 2), "starts": (0, 0), "ends": (0, 0), "steps": (0, 0), "selects": (1, 2)},
+     (1, slice(None), 2), (3,)),
+    ({"dims": (1, 2), "starts": (0, -4), "ends": (2, INT_MAX), "steps": (1, 2),
+      "selects": (INT_MAX, INT_MAX)}, (slice(None), slice(0, 2), slice(-4, None, 2)), (2, 2, 2)),
+], ids=["slice", "last dim", "step, broadcast src", "select", "two selects", "fused slices"])
+def test_slice_copy_matches_torch_assignment(params, index, src_shape):
+    layer = named_layer("Tensor.slice_copy", params, ["self", "src"])
+    x, src = rand(2, 3, 10), rand(*src_shape)
+    want = assigned(index)(torch.from_numpy(x.copy()), torch.from_numpy(src.copy()))
+    assert layer.infer_shapes([x.shape, src.shape]) == [x.shape]
+    (y,) = layer.forward([x, src])
+    np.testing.assert_array_equal(y, want.numpy())
+    assert not np.shares_memory(y, x)
+
+
+def test_slice_copy_with_a_computed_end_and_a_bad_src():
+    # x[:, :, :x.size(2) // 2] = src -> $self=0 $src=1 $end=2
+    layer = named_layer("Tensor.slice_copy", {"dim": 2, "start": 0, "step": 1},
+                        ["self", "src", "end"])
+    x, src = rand(2, 3, 10), rand(2, 3, 5)
+    (y,) = layer.forward([x, src, np.array(5)])
+    np.testing.assert_array_equal(y[:, :, :5], src)
+    np.testing.assert_array_equal(y[:, :, 5:], x[:, :, 5:])
+    with pytest.raises(ShapeError, match="cannot be assigned"):
+        layer.infer_shapes_from([x.shape, (2, 3, 4), ()], [None, None, np.array(5)])
+
+
+class SetItems(nn.Module):
+    """In-place assignments as YOLOv5's Detect (inplace=True) and masking code write them."""
+
+    def forward(self, x):
+        y = x.sigmoid()
+        y[..., 0:2] = (y[..., 0:2] * 2 - 0.5) * 8
+        y[..., 2:4] = (y[..., 2:4] * 2) ** 2
+        y[:, -1] = y[:, 0] + 1
+        y[0, :, 2] = 7
+        y[:, 1:3, 1::2, -3:] = 0.5
+        return y
+
+
+def test_pnnx_export_of_assignments_into_slices(pnnx_export):
+    check_export(pnnx_export, SetItems(), [(2, 4, 5, 7)], "slice_copy", ["Tensor.slice_copy"])
+
+
 @pytest.mark.parametrize("type_name, layer_class", [
-    ("Tensor.slice", split_layers.Slice), ("pnnx.SliceIndexes", split_layers.SliceIndexes),
+    ("Tensor.slice", split_layers.Slice), ("Tensor.slice_copy", split_layers.SliceCopy),
+    ("pnnx.SliceIndexes", split_layers.SliceIndexes),
     ("Tensor.select", split_layers.Select), ("torch.narrow", split_layers.Narrow),
     ("torch.cat", split_layers.Cat), ("torch.stack", split_layers.Stack),
     ("torch.split", split_layers.Split), ("torch.chunk", split_layers.Chunk),
