@@ -380,12 +380,16 @@ def compare_with_torch(graph: "RuntimeGraph", reference: Any, *inputs: np.ndarra
     """Run ``graph`` and torch on ``inputs`` and compare every operand both have (see the
     module docstring). ``reference``: a torch module, a ``*_pnnx.py`` path, or None for the
     ``*_pnnx.py`` beside the graph's param file."""
+    by_path = reference is None or isinstance(reference, (str, Path))
+    if not by_path and not callable(getattr(reference, "named_modules", None)):
+        raise GraphError(f"reference must be the torch module the files came from, the path "
+                         f"of a *_pnnx.py, or None; got {type(reference).__name__}")
     run = Execution.start(graph, inputs, keep_all=True)
     run.run_all()
     ours = run.values
     arrays = [ours[op.outputs[0].name] for op in graph.input_operators]
 
-    if reference is None or isinstance(reference, (str, Path)):
+    if by_path:
         path = Path(reference) if reference is not None else pnnx_py_path(graph)
         by_variable = torch_values_from_pnnx_py(path, graph.bin_path, arrays)
         theirs = {name: by_variable[python_name(name)] for name in graph.operands

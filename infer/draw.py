@@ -23,6 +23,7 @@ Two layout engines draw the same boxes:
 
 from __future__ import annotations
 
+import difflib
 import html
 import logging
 import shutil
@@ -128,6 +129,7 @@ def draw_graph(graph: "RuntimeGraph", *, shapes: Mapping[str, tuple] | None = No
         raise GraphError("the graph has no operators yet: call init() or build() first")
     if engine not in ("auto", "dot", "builtin"):
         raise GraphError(f"engine must be 'auto', 'dot' or 'builtin', not {engine!r}")
+    highlight = _operator_named(graph, highlight)
     done, colours = set(done), dict(colours or {})
     fills = {op.name: _fill(op, highlight, done, colours) for op in graph.operators}
     labels = {op.name: node_lines(op, shapes) for op in graph.operators}
@@ -144,6 +146,20 @@ def draw_graph(graph: "RuntimeGraph", *, shapes: Mapping[str, tuple] | None = No
             raise GraphError("engine='dot' needs the Graphviz 'dot' program on the PATH "
                              "(apt-get install graphviz); engine='builtin' needs nothing")
     return Drawing(builtin_svg(graph, labels, fills), source, "builtin")
+
+
+def _operator_named(graph: "RuntimeGraph", name: str | None) -> str | None:
+    """The name of the operator to highlight: ``name`` itself, or the operator fusion folded
+    it into; an unknown name is an error (a drawing that silently highlights nothing would
+    mislead)."""
+    if name is None or any(op.name == name for op in graph.operators):
+        return name
+    for op in graph.operators:
+        if name in op.fused:
+            return op.name
+    close = difflib.get_close_matches(str(name), [op.name for op in graph.operators], n=3)
+    hint = f"; close: {', '.join(close)}" if close else ""
+    raise GraphError(f"highlight={name!r}: no operator of that name in this graph{hint}")
 
 
 def dot_source(graph: "RuntimeGraph", labels: Mapping[str, list[str]],

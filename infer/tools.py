@@ -41,9 +41,14 @@ class GraphTools:
         ``remove()`` takes the hook off again."""
         from infer.debug import Hook, HookHandle
 
+        from parser.errors import GraphError
+
         if before is None and after is None:
-            from parser.errors import GraphError
             raise GraphError("add_hook needs a before= or an after= function")
+        for key, function in (("before", before), ("after", after)):
+            if function is not None and not callable(function):
+                raise GraphError(f"add_hook: {key}= must be a function, got "
+                                 f"{type(function).__name__}")
         hook = Hook(before, after)
         self._hook_list().append(hook)
         return HookHandle(self._hooks, hook)
@@ -115,7 +120,7 @@ class GraphTools:
         """The graph as a picture (SVG in Jupyter); shapes for ``input_shapes`` if given."""
         from infer.draw import draw_graph
 
-        shapes = self.infer_shapes(*input_shapes) if input_shapes else None
+        shapes = self._shapes_for(input_shapes)
         return draw_graph(self, shapes=shapes, highlight=highlight, engine=engine)
 
     def summary(self, *input_shapes: Sequence[int]) -> "Table":
@@ -123,8 +128,20 @@ class GraphTools:
         parameters and weights. Shapes for ``input_shapes`` if given, else as annotated."""
         from infer.draw import summary_table
 
-        shapes = self.infer_shapes(*input_shapes) if input_shapes else None
-        return summary_table(self, shapes)
+        return summary_table(self, self._shapes_for(input_shapes))
+
+    def _shapes_for(self, input_shapes: Sequence[Sequence[int]]) -> dict | None:
+        """The shape plan for one shape per graph input (None when none is given)."""
+        if not input_shapes:
+            return None
+        self._require_complete()
+        if len(input_shapes) != len(self.input_operators):
+            from parser.errors import ShapeError
+
+            names = ", ".join(op.name for op in self.input_operators)
+            raise ShapeError(f"the graph takes {len(self.input_operators)} input shape(s) "
+                             f"({names}), got {len(input_shapes)}")
+        return self.infer_shapes(*input_shapes)
 
     def _repr_html_(self) -> str:
         from infer.draw import graph_html

@@ -135,6 +135,16 @@ def test_without_the_pnnx_module_the_error_says_how_to_get_one(tmp_path_factory,
         g.compare_with_torch(example_input())
 
 
+def test_a_reference_that_is_neither_a_module_nor_a_path_is_refused_before_running(clean,
+                                                                                 monkeypatch):
+    from infer.debug import Execution
+
+    _, g = clean
+    monkeypatch.setattr(Execution, "start", lambda *a, **k: pytest.fail("ran the graph"))
+    with pytest.raises(GraphError, match="reference must be the torch module.*got int"):
+        g.compare_with_torch(example_input(), reference=42)
+
+
 def test_the_pnnx_module_reads_the_graphs_own_weights(tmp_path_factory, tmp_path):
     """pnnx wrote the .bin path it had during export (a temporary folder, gone since) into
     the python file; the comparison reads the graph's own .bin instead: change a weight

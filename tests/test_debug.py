@@ -283,6 +283,9 @@ def test_add_hook_needs_a_function(net):
     _, g = net
     with pytest.raises(GraphError, match="before= or an after="):
         g.add_hook()
+    with pytest.raises(GraphError, match="after= must be a function, got str"):
+        g.add_hook(after="print")
+    assert not g._hooks
 
 
 def test_hooks_are_off_by_default_and_forward_keeps_its_own_loop(net, monkeypatch):

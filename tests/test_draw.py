@@ -99,6 +99,31 @@ def test_highlight_and_done_colours(net):
     assert found["conv2"]["fill"] != HIGHLIGHT
 
 
+def test_highlight_of_an_unknown_or_fused_operator(net, tmp_path_factory):
+    """An unknown name is an error rather than a drawing with nothing highlighted; a name
+    fusion folded away highlights the operator that absorbed it."""
+    from debug_models import exported
+
+    _, g = net
+    with pytest.raises(GraphError, match=r"highlight='ac': no operator .*close: act"):
+        g.draw(highlight="ac", engine="builtin")
+    _, param, binary = exported(tmp_path_factory)
+    fused = RuntimeGraph(param, binary).build()
+    found = boxes(fused.draw(highlight="act", engine="builtin").svg)
+    assert "act" not in found and found["conv2"]["fill"] == HIGHLIGHT
+
+
+def test_draw_and_summary_take_one_shape_per_input(net):
+    from infer import ShapeError
+
+    _, g = net
+    for shapes in ((INPUT_SHAPE, INPUT_SHAPE), (INPUT_SHAPE, (1, 3))):
+        with pytest.raises(ShapeError, match="takes 1 input shape"):
+            g.draw(*shapes, engine="builtin")
+        with pytest.raises(ShapeError, match="takes 1 input shape"):
+            g.summary(*shapes)
+
+
 def test_debugger_draws_the_current_step(net):
     _, g = net
     dbg = g.debug(example_input())
