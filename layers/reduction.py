@@ -1,4 +1,6 @@
-"""Reductions: sum, mean, prod, max, min, amax, amin, argmax, argmin, logsumexp, std, var.
+"""Reductions: sum, mean, prod, max, min, amax, amin, argmax, argmin, logsumexp, std, var,
+norm; and the operators that keep the reduced dim: cumsum / cumprod (running reductions) and
+topk (the k largest or smallest along a dim, with their indices).
 
 pnnx writes them all as ``torch.x`` (the Tensor spellings ``x.sum(1)`` too)::
 
@@ -22,6 +24,7 @@ import numpy as np
 
 from layers.base import (Layer, Param, Shape, as_bool, as_float, as_int, as_ints,
                          normalize_dim)
+from layers.create import TORCH_DTYPES
 from layers.expression import FLOAT, category
 from layers.registry import register_layer
 from parser.errors import LayerError, ShapeError
@@ -244,3 +247,110 @@ class ArgMaxMin(_Reduction):
         if not axes:                                              # a 0-d input
             return np.zeros((), np.int64)
         return find(x, axis=axes[0], keepdims=self.keepdim).astype(np.int64)
+
+
+def as_norm_order(value) -> float:
+    """torch.norm's ``p``: a number (inf and -inf too). 'fro' is the 2-norm of the dims taken
+    as one vector (pnnx writes it as p=2 already); the nuclear norm is not supported."""
+    if value == "fro":
+        return 2.0
+    return as_float(value)
+
+
+@register_layer("torch.norm")
+class Norm(_Reduction):
+    """The vector p-norm of x over ``dim`` (every dim when None), float32 for float32 x:
+
+        p = 2 (default):   sqrt(sum |x|^2)        p = inf:    max |x|
+        p = 0:             count of x != 0         p = -inf:   min |x|
+        any other p:       (sum |x|^p)^(1/p)
+
+    (torch.linalg.vector_norm / x.norm(dim=...) / F.normalize's denominator.)"""
+
+    PARAMS = {**_Reduction.PARAMS, "p": Param(2.0, as_norm_order)}
+
+    def reduce(self, x, axes):
+        if category(x.dtype) < FLOAT:
+            raise LayerError(f"torch.norm takes a floating tensor, got {x.dtype}")
+        magnitude = np.abs(x)
+        keep, p = self.keepdim, self.p
+        if p == np.inf:
+            return np.max(magnitude, axis=axes, keepdims=keep, initial=0)
+        if p == -np.inf:
+            return np.min(magnitude, axis=axes, keepdims=keep)
+        if p == 0:
+            return np.sum(x != 0, axis=axes, keepdims=keep).astype(x.dtype)
+        with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
+            if p == 2:
+                return np.sqrt(np.sum(magnitude * magnitude, axis=axes, keepdims=keep))
+            if p == 1:
+                return np.sum(magnitude, axis=axes, keepdims=keep)
+            total = np.sum(magnitude ** x.dtype.type(p), axis=axes, keepdims=keep)
+            return total ** x.dtype.type(1.0 / p)
+
+
+@register_layer("torch.cumsum", "torch.cumprod")
+class CumulativeSum(Layer):
+    """Running sum (product) along ``dim``: y[..., i, ...] = x[..., 0, ...] + ... +
+    x[..., i, ...]; the shape is x's. Integer and bool inputs give int64, as in torch, unless a
+    ``dtype`` is written."""
+
+    PARAMS = {"dim": Param(convert=as_int), "dtype": Param(None)}
+
+    def check_params(self) -> None:
+        if self.dtype is not None and self.dtype not in TORCH_DTYPES:
+            raise LayerError(f"unsupported dtype {self.dtype!r}")
+
+    def infer_shape(self, shape: Shape) -> Shape:
+        normalize_dim(self.dim, len(shape))
+        return shape
+
+    def forward_one(self, x: np.ndarray) -> np.ndarray:
+        axis = normalize_dim(self.dim, x.ndim)
+        if self.dtype is not None:
+            x = x.astype(TORCH_DTYPES[self.dtype])
+        else:
+            x = _integers_to_int64(x)
+        if x.ndim == 0:
+            return x.copy()
+        scan = np.cumsum if self.type == "torch.cumsum" else np.cumprod
+        return scan(x, axis=axis, dtype=x.dtype)
+
+
+@register_layer("torch.topk")
+class TopK(Layer):
+    """The ``k`` largest (``largest=False``: smallest) values along ``dim`` and their int64
+    indices, best first; equal values keep their order. pnnx drops an unused indices output."""
+
+    PARAMS = {"k": Param(convert=as_int), "dim": Param(-1, as_int),
+              "largest": Param(True, as_bool), "sorted": Param(True, as_bool)}
+    one_blob_only = False
+
+    def _outputs(self) -> int:
+        return 2 if self.num_outputs is None else self.num_outputs
+
+    def infer_shapes(self, input_shapes: Sequence[Shape]) -> list[Shape]:
+        if len(input_shapes) != 1:
+            raise ShapeError(f"expects 1 input, got {len(input_shapes)}")
+        if self._outputs() not in (1, 2):
+            raise LayerError(f"gives values and indices; the operator has {self._outputs()} "
+                             f"outputs")
+        shape = tuple(input_shapes[0])
+        axis = normalize_dim(self.dim, len(shape))
+        size = shape[axis] if shape else 1
+        if not 0 <= self.k <= size:
+            raise ShapeError(f"k={self.k} is out of range for dim {self.dim} of shape {shape}")
+        out = shape[:axis] + (self.k,) + shape[axis + 1:] if shape else ()
+        return [out] * self._outputs()
+
+    def forward(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+        self.infer_shapes([a.shape for a in inputs])
+        x = inputs[0]
+        if x.ndim == 0:
+            return [x.copy(), np.zeros((), np.int64)][:self._outputs()]
+        axis = normalize_dim(self.dim, x.ndim)
+        key = np.negative(x) if self.largest else x
+        order = np.argsort(key, axis=axis, kind="stable")
+        indices = np.take(order, np.arange(self.k), axis=axis)        # (..., k, ...)
+        values = np.take_along_axis(x, indices, axis=axis)
+        return [values, indices.astype(np.int64)][:self._outputs()]

@@ -178,3 +178,49 @@ def test_pnnx_export_of_reductions(pnnx_export):
         "torch.sum", "torch.mean", "torch.max", "torch.min", "torch.amax", "torch.amin",
         "torch.prod", "aten::prod", "torch.argmax", "torch.argmin", "torch.logsumexp",
         "torch.var", "torch.std"], atol=1e-4)
+
+
+# ----- norm, cumsum / cumprod, topk --------------------------------------------------------------
+
+@pytest.mark.parametrize("keepdim", [False, True])
+@pytest.mark.parametrize("dim", [None, 1, -1, (1, 2), (0, 3)], ids=str)
+@pytest.mark.parametrize("p", [2.0, 1.0, 3.0, 0.5, 0.0, float("inf"), float("-inf")], ids=str)
+def test_norm_matches_torch(p, dim, keepdim):
+    x = rand(*SHAPE)
+    x[0, 0, 0, :2] = 0                                   # p = 0 counts the non-zeros
+    check_layer("torch.norm", lambda t: torch.linalg.vector_norm(t, p, torch_dims(dim),
+                                                                  keepdim), [x],
+                {"dim": dim, "keepdim": keepdim, "p": p})
+
+
+@pytest.mark.parametrize("dim", [0, 1, -1, -2])
+@pytest.mark.parametrize("type_name, torch_fn", [("torch.cumsum", torch.cumsum),
+                                                 ("torch.cumprod", torch.cumprod)])
+def test_cumulative_sum_and_product_match_torch(type_name, torch_fn, dim):
+    check_layer(type_name, lambda t: torch_fn(t, dim), [SHAPE], {"dim": dim})
+    ints = np.arange(24, dtype=np.int32).reshape(2, 3, 4) % 5
+    check_layer(type_name, lambda t: torch_fn(t, dim), [ints], {"dim": dim})   # int64 out
+
+
+@pytest.mark.parametrize("k, dim, largest", [(1, -1, True), (3, 1, False), (5, 3, True),
+                                             (0, 0, True), (2, -2, False)], ids=str)
+def test_topk_values_and_indices_match_torch(k, dim, largest):
+    check_layer("torch.topk", lambda t: torch.topk(t, k, dim, largest),
+                [SHAPE], {"k": k, "dim": dim, "largest": largest, "sorted": True})
+
+
+def test_topk_with_k_past_the_dim_is_a_shape_error():
+    with pytest.raises(ShapeError, match="k=6"):
+        make_layer("torch.topk", {"k": 6, "dim": -1}).infer_shapes([SHAPE])
+
+
+class NormsAndScans(nn.Module):
+    def forward(self, x):
+        return (torch.norm(x), x.norm(p=1, dim=(1, 2)), x.norm(dim=1, keepdim=True),
+                torch.linalg.vector_norm(x, float("inf"), dim=-1), x.cumsum(-1),
+                torch.cumprod(x, 1), torch.topk(x, 2, dim=1), x.topk(3, largest=False)[0])
+
+
+def test_pnnx_export_of_norms_scans_and_topk(pnnx_export):
+    check_export(pnnx_export, NormsAndScans(), [SHAPE], "norms_scans_topk",
+                 ["torch.norm", "torch.cumsum", "torch.cumprod", "torch.topk"])
