@@ -79,76 +79,91 @@ def _at(m0, m1, m2, m3, m4, m5):
             m1 - m2 + F8 * m3 - F8 * m4 + m5)
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, nogil=True)
 def _input_transform(x, v, top, left, tiles_h, tiles_w):
-    """x (N, C, H, W) -> v (36, C, T): V = B^T d B for every 6x6 tile d."""
+    """x (N, C, H, W) -> v (36, C, T): V = B^T d B for every 6x6 tile d.
+
+    Each plane is first copied into a zero-padded one that holds every tile whole (the zeros
+    around the image are written once, then only the image part changes). Then, per row of
+    tiles, the column pass B^T d runs over the full padded width at once (six rows in, six
+    out: a loop the compiler vectorises), and the row pass finishes each tile."""
     n, channels, height, width = x.shape
     tiles = tiles_h * tiles_w
-    zero = np.float32(0.0)
+    padded_h, padded_w = tiles_h * TILE + 2, tiles_w * TILE + 2
+    padded = np.zeros((padded_h, padded_w), np.float32)
+    rows, cols = min(height, padded_h - top), min(width, padded_w - left)
+    t1 = np.empty((TAPS, padded_w), np.float32)
     for plane in range(n * channels):
         i_n, c = plane // channels, plane % channels
         src = x[i_n, c]
-        d = np.empty((TAPS, TAPS), np.float32)
-        t1 = np.empty((TAPS, TAPS), np.float32)
+        for r in range(rows):
+            padded[top + r, left:left + cols] = src[r, :cols]
         for ty in range(tiles_h):
-            row0 = ty * TILE - top
-            for tx in range(tiles_w):
-                col0 = tx * TILE - left
-                if row0 >= 0 and col0 >= 0 and row0 + TAPS <= height and col0 + TAPS <= width:
-                    for r in range(TAPS):
-                        for s in range(TAPS):
-                            d[r, s] = src[row0 + r, col0 + s]
-                else:                                   # a border tile: zeros outside
-                    for r in range(TAPS):
-                        ih = row0 + r
-                        for s in range(TAPS):
-                            iw = col0 + s
-                            inside = 0 <= ih < height and 0 <= iw < width
-                            d[r, s] = src[ih, iw] if inside else zero
-                for s in range(TAPS):                   # columns: t1 = B^T d
-                    col = _bt(d[0, s], d[1, s], d[2, s], d[3, s], d[4, s], d[5, s])
-                    for r in range(TAPS):
-                        t1[r, s] = col[r]
-                t = i_n * tiles + ty * tiles_w + tx
-                for r in range(TAPS):                   # rows: V = t1 B
-                    row = _bt(t1[r, 0], t1[r, 1], t1[r, 2], t1[r, 3], t1[r, 4], t1[r, 5])
-                    for s in range(TAPS):
-                        v[r * TAPS + s, c, t] = row[s]
+            d0, d1, d2 = padded[ty * TILE], padded[ty * TILE + 1], padded[ty * TILE + 2]
+            d3, d4, d5 = padded[ty * TILE + 3], padded[ty * TILE + 4], padded[ty * TILE + 5]
+            for col in range(padded_w):                 # columns: t1 = B^T d, all tiles
+                t1[0, col], t1[1, col], t1[2, col], t1[3, col], t1[4, col], t1[5, col] = \
+                    _bt(d0[col], d1[col], d2[col], d3[col], d4[col], d5[col])
+            t0 = i_n * tiles + ty * tiles_w
+            for r in range(TAPS):                       # rows: V = t1 B, tile by tile
+                line = t1[r]
+                for tx in range(tiles_w):
+                    k = tx * TILE
+                    e0, e1, e2, e3, e4, e5 = _bt(line[k], line[k + 1], line[k + 2],
+                                                 line[k + 3], line[k + 4], line[k + 5])
+                    t = t0 + tx
+                    v[r * TAPS, c, t] = e0
+                    v[r * TAPS + 1, c, t] = e1
+                    v[r * TAPS + 2, c, t] = e2
+                    v[r * TAPS + 3, c, t] = e3
+                    v[r * TAPS + 4, c, t] = e4
+                    v[r * TAPS + 5, c, t] = e5
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, nogil=True)
 def _output_transform(m, y, bias, residual, tiles_h, tiles_w, code, a, b):
-    """m (36, C_out, T) -> y (N, C_out, Ho, Wo) = A^T m A + bias + residual, activated."""
+    """m (36, C_out, T) -> y (N, C_out, Ho, Wo) = A^T m A + bias + residual, activated.
+
+    Per row of tiles, the column pass A^T m reads the 36 planes of m along the tiles (unit
+    stride, vectorised), then the row pass writes each output row whole into a row buffer
+    as wide as the tiles, which is cut to Wo, given bias, residual and activation, and
+    stored."""
     n, c_out, out_h, out_w = y.shape
     tiles = tiles_h * tiles_w
     has_bias, has_residual = bias.shape[0] > 0, residual.shape[0] > 0
+    t1 = np.empty((TILE, TAPS, tiles_w), np.float32)   # (output row r, tap column s, tile)
+    line = np.empty(tiles_w * TILE, np.float32)
     for plane in range(n * c_out):
         i_n, o = plane // c_out, plane % c_out
         dst = y[i_n, o]
         shift = bias[o] if has_bias else np.float32(0.0)
-        t1 = np.empty((TILE, TAPS), np.float32)
         for ty in range(tiles_h):
-            for tx in range(tiles_w):
-                t = i_n * tiles + ty * tiles_w + tx
-                for s in range(TAPS):                   # columns: t1 = A^T m
-                    col = _at(m[s, o, t], m[TAPS + s, o, t], m[2 * TAPS + s, o, t],
-                              m[3 * TAPS + s, o, t], m[4 * TAPS + s, o, t],
-                              m[5 * TAPS + s, o, t])
-                    for r in range(TILE):
-                        t1[r, s] = col[r]
-                for r in range(TILE):                   # rows: Y = t1 A
-                    oh = ty * TILE + r
-                    if oh >= out_h:
-                        break
-                    row = _at(t1[r, 0], t1[r, 1], t1[r, 2], t1[r, 3], t1[r, 4], t1[r, 5])
-                    for s in range(TILE):
-                        ow = tx * TILE + s
-                        if ow < out_w:
-                            dst[oh, ow] = row[s] + shift
-        if has_residual:
-            dst += residual[i_n, o]
-        for oh in range(out_h):
-            activate_row(dst[oh], code, a, b)
+            t0 = i_n * tiles + ty * tiles_w
+            for s in range(TAPS):                       # columns: t1 = A^T m, all tiles
+                m0, m1, m2 = m[s, o, t0:], m[TAPS + s, o, t0:], m[2 * TAPS + s, o, t0:]
+                m3, m4, m5 = m[3 * TAPS + s, o, t0:], m[4 * TAPS + s, o, t0:], \
+                    m[5 * TAPS + s, o, t0:]
+                for tx in range(tiles_w):
+                    t1[0, s, tx], t1[1, s, tx], t1[2, s, tx], t1[3, s, tx] = \
+                        _at(m0[tx], m1[tx], m2[tx], m3[tx], m4[tx], m5[tx])
+            for r in range(TILE):                       # rows: Y = t1 A, a whole output row
+                oh = ty * TILE + r
+                if oh >= out_h:
+                    break
+                q = t1[r]
+                for tx in range(tiles_w):
+                    e0, e1, e2, e3 = _at(q[0, tx], q[1, tx], q[2, tx], q[3, tx], q[4, tx],
+                                         q[5, tx])
+                    k = tx * TILE
+                    line[k], line[k + 1], line[k + 2], line[k + 3] = (
+                        e0 + shift, e1 + shift, e2 + shift, e3 + shift)
+                row = line[:out_w]
+                if has_residual:
+                    other = residual[i_n, o, oh]
+                    for ow in range(out_w):
+                        row[ow] += other[ow]
+                activate_row(row, code, a, b)
+                dst[oh, :] = row
 
 
 def winograd_conv2d(x: np.ndarray, packed: np.ndarray, bias: np.ndarray | None,
