@@ -222,6 +222,64 @@ class FunctionalLayerNorm(_LayerNormBase):
         return [self.layer_norm(inputs[0], args["weight"], args["bias"])]
 
 
+# ----- RMS norm ---------------------------------------------------------------------------------
+
+class _RMSNormBase(_LayerNormBase):
+    """y = x / sqrt(mean(x^2) + eps) * weight, the mean over the last len(normalized_shape)
+    dims (no centring, no bias: LLaMA-style transformers). ``eps=None`` is torch's default,
+    the machine epsilon of x's dtype."""
+
+    def rms_norm(self, x: np.ndarray, weight) -> np.ndarray:
+        axes = tuple(range(x.ndim - len(self.normalized_shape), x.ndim))
+        eps = np.finfo(x.dtype).eps if self.eps is None else self.eps
+        mean_square = np.mean(np.square(x), axis=axes, keepdims=True)    # (..., 1, 1)
+        y = x / np.sqrt(mean_square + x.dtype.type(eps))
+        return y if weight is None else y * weight
+
+
+@register_layer("nn.RMSNorm")
+class RMSNorm(_RMSNormBase):
+    """``nn.RMSNorm``: the weight (elementwise_affine=True) in the bin file."""
+
+    PARAMS = {"normalized_shape": Param(convert=at_least(1, as_ints)),
+              "eps": Param(None, as_float), "elementwise_affine": Param(True, as_bool)}
+    OPTIONAL_WEIGHTS = ("weight",)
+
+    def check_weights(self) -> None:
+        if self.elementwise_affine and self.weight is None:
+            raise LayerError("elementwise_affine=True but the @weight is missing")
+        if self.weight is not None:
+            expect_shape("@weight", self.weight.shape, self.normalized_shape)
+
+    def infer_shape(self, shape: Shape) -> Shape:
+        return self.check_input(shape)
+
+    def forward_one(self, x: np.ndarray) -> np.ndarray:
+        self.check_input(x.shape)
+        return self.rms_norm(x, self.weight)
+
+
+@register_layer("F.rms_norm")
+class FunctionalRMSNorm(_RMSNormBase):
+    """``F.rms_norm(input, normalized_shape, weight, eps)``; the weight as an input."""
+
+    ARGUMENTS = ("weight",)
+    PARAMS = {"normalized_shape": Param(convert=at_least(1, as_ints)),
+              "eps": Param(None, as_float), "weight": Param(AN_INPUT, or_input())}
+    one_blob_only = False
+
+    def infer_shapes(self, input_shapes: Sequence[Shape]) -> list[Shape]:
+        args = bind_inputs(self, self.ARGUMENTS, input_shapes)
+        if args["weight"] is not None:
+            expect_shape("weight", args["weight"], self.normalized_shape, ShapeError)
+        return [self.check_input(input_shapes[0])]
+
+    def forward(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+        self.infer_shapes([a.shape for a in inputs])
+        args = bind_inputs(self, self.ARGUMENTS, inputs)
+        return [self.rms_norm(inputs[0], args["weight"])]
+
+
 # ----- group norm -------------------------------------------------------------------------------
 
 class _GroupNormBase(Layer):

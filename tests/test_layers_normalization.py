@@ -342,3 +342,44 @@ def test_pnnx_export_of_functions(pnnx_export):
     check_export(pnnx_export, Functionals(), [(2, 3, 4, 5)], "norm_functions", [
         "nn.BatchNorm2d", "F.batch_norm", "F.layer_norm", "F.group_norm", "F.instance_norm",
         "nn.InstanceNorm2d", "F.normalize"], atol=1e-4)
+
+
+# ----- RMS norm ---------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("normalized_shape, eps, affine", [
+    ((6,), None, True), ((5, 6), 1e-3, True), ((6,), 1e-6, False)], ids=str)
+def test_rms_norm_matches_torch(normalized_shape, eps, affine):
+    params = dict(normalized_shape=normalized_shape, eps=eps, elementwise_affine=affine)
+    module, weights = torch_module(nn.RMSNorm, **params)
+    if affine:
+        with torch.no_grad():
+            module.weight.uniform_(0.5, 1.5)
+        weights = {"weight": module.weight.detach().numpy().copy()}
+    check_layer("nn.RMSNorm", module, [(2, 3, 5, 6)], params, weights)
+
+
+def test_functional_rms_norm_with_and_without_a_weight():
+    weight = rand(4, 6)
+    check_layer("F.rms_norm", lambda t, w: F.rms_norm(t, (4, 6), w, 1e-5),
+                [(2, 4, 6), weight], {"normalized_shape": (4, 6), "eps": 1e-5})
+    check_layer("F.rms_norm", lambda t: F.rms_norm(t, (6,)), [(2, 4, 6)],
+                {"normalized_shape": (6,), "eps": None, "weight": None})
+
+
+class RMSNorms(nn.Module):
+    """pnnx folds F.rms_norm with a constant weight into nn.RMSNorm; a weight computed in the
+    graph keeps it F.rms_norm."""
+
+    def __init__(self):
+        super().__init__()
+        self.norm = nn.RMSNorm(6)
+        with torch.no_grad():
+            self.norm.weight.uniform_(0.5, 1.5)
+
+    def forward(self, x, w):
+        return self.norm(x), F.rms_norm(x, (4, 6), w.abs() + 0.5, 1e-4), F.rms_norm(x, (6,))
+
+
+def test_pnnx_export_of_rms_norms(pnnx_export):
+    check_export(pnnx_export, RMSNorms(), [(2, 4, 6), (4, 6)], "rms_norms",
+                 ["nn.RMSNorm", "F.rms_norm"])
