@@ -17,6 +17,7 @@ from layers import kernels
 from layers.base import (ArgumentInputLayer, Layer, Param, Shape, as_bool, as_int, as_tuple,
                          at_least, param_or_input)
 from layers.convolution import lifted
+from layers.fast import pool as fast_pool
 from layers.registry import register_layer
 from parser.errors import LayerError, ShapeError
 
@@ -131,6 +132,10 @@ class MaxPool2d(_Pool):
         geometry = (self.kernel_size, self.stride, self.padding, self.dilation, self.ceil_mode)
         if self.return_indices:
             return list(kernels.max_pool2d_with_indices(x, *geometry))
+        if self.use_fast_kernels and x.ndim == 4 and x.dtype == np.float32:
+            out_hw = kernels.pool2d_output_shape(x.shape, *geometry)[-2:]
+            return [fast_pool.max_pool2d(x, self.kernel_size, self.stride, self.padding,
+                                         self.dilation, out_hw)]
         return [kernels.max_pool2d(x, *geometry)]
 
 

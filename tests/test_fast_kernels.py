@@ -262,3 +262,37 @@ def test_linear_fast_path_matches_reference_and_torch(shape):
     layer = make_layer("nn.Linear", params, weights)
     layer.use_fast_kernels = False
     np.testing.assert_allclose(fast, layer.forward([x])[0], atol=1e-5, rtol=1e-5)
+
+
+# ----- max pooling ----------------------------------------------------------------------------
+
+MAX_POOL = {   # kernel, stride, padding, dilation, ceil_mode, (N, C, H, W)
+    "resnet stem 3x3 s2 p1": ((3, 3), (2, 2), (1, 1), (1, 1), False, (1, 4, 16, 16)),
+    "2x2": ((2, 2), (2, 2), (0, 0), (1, 1), False, (2, 3, 9, 8)),
+    "ceil mode": ((3, 3), (2, 2), (0, 0), (1, 1), True, (1, 2, 10, 11)),
+    "ceil mode padded": ((3, 2), (2, 3), (1, 1), (1, 1), True, (2, 2, 9, 13)),
+    "dilated": ((3, 3), (1, 2), (1, 1), (2, 2), False, (1, 3, 12, 12)),
+    "5x5 s1 p2 (SPPF)": ((5, 5), (1, 1), (2, 2), (1, 1), False, (1, 2, 7, 6)),
+    "1x1 image": ((3, 3), (1, 1), (1, 1), (1, 1), False, (2, 2, 1, 1)),
+}
+
+
+@pytest.mark.parametrize("case", MAX_POOL.values(), ids=MAX_POOL.keys())
+@pytest.mark.parametrize("with_nan", [False, True])
+def test_max_pool_fast_path_matches_reference_and_torch(case, with_nan):
+    kernel, stride, padding, dilation, ceil_mode, shape = case
+    x = rand(*shape)
+    if with_nan:                                     # NaN wins its windows, as in torch
+        x.reshape(-1)[:: 7] = np.nan
+    params = dict(kernel_size=kernel, stride=stride, padding=padding, dilation=dilation,
+                  ceil_mode=ceil_mode)
+    fast_layer = make_layer("nn.MaxPool2d", params)
+    assert fast_layer.use_fast_kernels
+    reference_layer = make_layer("nn.MaxPool2d", params)
+    reference_layer.use_fast_kernels = False
+    got, want = fast_layer.forward([x])[0], reference_layer.forward([x])[0]
+    torch_y = F.max_pool2d(torch.from_numpy(x), kernel, stride, padding, dilation,
+                           ceil_mode).numpy()
+    assert got.dtype == np.float32 and got.shape == torch_y.shape
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(got, torch_y)

@@ -5,6 +5,7 @@
     gemm.py        1x1 convolution straight into GEMM; k x k through im2col into a reused buffer
     winograd.py    3x3 stride-1 convolution as Winograd F(4x4, 3x3): 36 GEMMs on BLAS
     conv.py        one convolution's packed weights and the choice of kernel per input size
+    pool.py        max pooling, separable: rows then columns
 
 A layer uses them when ``Layer.use_fast_kernels`` is True (``RuntimeGraph(reference=True)``
 turns it off); layers/kernels.py holds the numpy references they are tested against.
