@@ -333,6 +333,13 @@ class RuntimeGraph(GraphTools):
         plan = self._shape_plans.get(key)
         if plan is not None:
             return plan
+        if len(key) != len(self.input_operators):
+            raise ShapeError(f"the graph has {len(self.input_operators)} input(s), "
+                             f"{len(key)} shape(s) were given")
+        for op, shape in zip(self.input_operators, key):
+            if not all(isinstance(d, (int, np.integer)) and d >= 0 for d in shape):
+                raise ShapeError(f"input {op.name}: a shape is a tuple of sizes >= 0, got "
+                                 f"{shape}")
         shapes: dict[str, Shape] = {op.outputs[0].name: tuple(shape)
                                     for op, shape in zip(self.input_operators, input_shapes)}
         known: dict[str, np.ndarray] = {}    # values computable before running: shape maths

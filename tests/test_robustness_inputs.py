@@ -93,6 +93,21 @@ def test_wrong_shape_on_a_dynamic_model(lite0):
     expect_error(ShapeError, lambda: lite0.forward(np.zeros((1, 3, 64), np.float32)), "rank 3")
 
 
+@pytest.mark.parametrize("shapes, words", [
+    ((), "1 input.*0 shape"),
+    (((1, 3, 64, 64), (1, 3, 32, 32)), "1 input.*2 shape"),
+    (((1, 3, "64", 64),), "sizes >= 0"),
+    (((1, 3, -1, 64),), "sizes >= 0"),
+])
+def test_planning_shapes_and_memory_checks_the_shapes_given(lite0, shapes, words):
+    """infer_shapes / memory_plan take one shape per graph input, each of sizes >= 0."""
+    with pytest.raises(ShapeError, match=words):
+        lite0.infer_shapes(*shapes)
+    with pytest.raises(ShapeError, match=words):
+        lite0.memory_plan(*shapes)
+    assert lite0.infer_shapes((2, 3, 64, 64))[lite0.output_operands[0].name] == (2, 1000)
+
+
 # ----- dtypes -----------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64, np.longdouble, ">f4",
