@@ -1,5 +1,7 @@
 """Tensors made from a shape and a fill value: torch.zeros / ones / full / empty, their
-``_like`` forms, ``x.new_zeros`` / ``new_ones`` / ``new_empty`` and ``x.fill(value)``.
+``_like`` forms, ``x.new_zeros`` / ``new_ones`` / ``new_empty`` and ``x.fill(value)``; and the
+coordinate tensors of a grid: torch.arange and torch.meshgrid (YOLO's cell grids, which a
+dynamic export computes from the feature map's size).
 
 The output is a read-only broadcast of one value (no memory per element); the graph copies it
 if it is a graph output. ``empty`` gives zeros (torch leaves it uninitialised). ``dtype``
@@ -9,11 +11,12 @@ follows torch: the ``torch.long`` etc. parameter if given, else the input's dtyp
 
 from __future__ import annotations
 
+import math
 from typing import Any, Sequence
 
 import numpy as np
 
-from layers.base import NamedArgumentLayer, Param, Shape, as_ints, as_str
+from layers.base import Layer, NamedArgumentLayer, Param, Shape, as_ints, as_str
 from layers.registry import register_layer
 from parser.errors import LayerError, ShapeError
 
@@ -182,3 +185,82 @@ class NewOnes(NewZeros):
 
     FILL = 1
 
+
+
+# ----- arange / meshgrid ------------------------------------------------------------------------
+
+@register_layer("torch.arange")
+class Arange(NamedArgumentLayer):
+    """``torch.arange(start=0, end, step=1, dtype=None)``: start, start + step, ... up to
+    (not including) end, ceil((end - start) / step) values. Without a dtype: int64 when every
+    argument is an integer, else float32. A dynamic export computes ``end`` from an input's
+    size: ``torch.arange ... dtype=torch.float $end=142``."""
+
+    PARAMS = {"start": Param(0, as_number), "end": Param(None, as_number),
+              "step": Param(1, as_number), "dtype": Param(None, as_str)}
+    INPUTS = ("end",)
+
+    def check_params(self) -> None:
+        if self.dtype is not None and self.dtype not in TORCH_DTYPES:
+            raise LayerError(f"unsupported dtype {self.dtype!r}")
+
+    def _range(self, items: Sequence[Any]) -> tuple[float, float, float, np.dtype]:
+        start, end, step = (self.argument(key, items) for key in ("start", "end", "step"))
+        if end is None:
+            raise ShapeError("needs the end: a parameter or an input")
+        if step == 0:
+            raise ShapeError("step must be nonzero")
+        if self.dtype is not None:
+            dtype = np.dtype(TORCH_DTYPES[self.dtype])
+        elif all(isinstance(v, (int, np.integer)) for v in (start, end, step)):
+            dtype = np.dtype(np.int64)
+        else:
+            dtype = np.dtype(np.float32)
+        return start, end, step, dtype
+
+    def infer_shapes_from(self, input_shapes, input_values) -> list[Shape]:
+        start, end, step, _ = self._range(input_values)
+        return [(max(0, math.ceil((end - start) / step)),)]
+
+    def infer_values(self, input_shapes, input_values) -> list[np.ndarray] | None:
+        if any(v is None for v in input_values):
+            return None
+        return self.forward(input_values)
+
+    def forward(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+        start, end, step, dtype = self._range(inputs)
+        (length,) = self.infer_shapes_from([], inputs)[0]
+        return [(start + step * np.arange(length, dtype=np.float64)).astype(dtype)]
+
+
+@register_layer("aten::meshgrid", "torch.meshgrid")
+class Meshgrid(Layer):
+    """``torch.meshgrid(v0, v1, ..., indexing)``: n vectors (0-d or 1-d) of lengths
+    L0, L1, ... give n grids of shape (L0, L1, ...), grid i holding v_i along dim i:
+    grid_i[j0, j1, ...] = v_i[j_i]. ``indexing='xy'`` swaps the first two dims (Cartesian).
+
+    pnnx writes it as ``aten::meshgrid`` over a list of tensors (a ``pnnx.Expression
+    [@0,@1]``) and the indexing string, followed by a ``prim::ListUnpack``; the graph's
+    rewrite (infer/rewrite.py) turns that into this operator with the vectors as its inputs,
+    ``indexing`` as its parameter and one output per grid."""
+
+    PARAMS = {"indexing": Param("ij", as_str)}
+    one_blob_only = False
+
+    def check_params(self) -> None:
+        if self.indexing not in ("ij", "xy"):
+            raise LayerError(f"indexing must be 'ij' or 'xy', got {self.indexing!r}")
+
+    def infer_shapes(self, input_shapes: Sequence[Shape]) -> list[Shape]:
+        if not input_shapes or any(len(s) > 1 for s in input_shapes):
+            raise ShapeError(f"expects one or more 0-d or 1-d inputs, got shapes "
+                             f"{[tuple(s) for s in input_shapes]}")
+        shape = [s[0] if s else 1 for s in input_shapes]
+        if self.indexing == "xy" and len(shape) > 1:
+            shape[0], shape[1] = shape[1], shape[0]
+        return [tuple(shape)] * len(input_shapes)
+
+    def forward(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+        self.infer_shapes([np.shape(v) for v in inputs])
+        vectors = [np.atleast_1d(v) for v in inputs]
+        return list(np.meshgrid(*vectors, indexing=self.indexing))

@@ -1,11 +1,14 @@
 """Tensors made from a shape against torch: zeros / ones / full / empty, their _like and new_
-forms, and x.fill(value); dtypes, sizes computed in the graph, read-only outputs."""
+forms, and x.fill(value); dtypes, sizes computed in the graph, read-only outputs; torch.arange
+and torch.meshgrid (a dynamic export's grids)."""
 
 import numpy as np
 import pytest
 import torch
 
-from helpers import check_layer, make_layer, rand
+from torch import nn
+
+from helpers import check_export, check_layer, make_layer, rand
 from layers import LayerRegisterer
 from layers import create as create_layers
 from parser.errors import LayerError, ShapeError
@@ -88,3 +91,64 @@ def test_bad_creation_arguments():
     ("Tensor.new_empty", create_layers.NewZeros), ("Tensor.new_ones", create_layers.NewOnes)])
 def test_registered_under_pnnx_names(type_name, layer_class):
     assert LayerRegisterer().layer_class(type_name) is layer_class
+
+
+# ----- arange / meshgrid ------------------------------------------------------------------------
+
+@pytest.mark.parametrize("params", [
+    {"end": 5}, {"start": 2, "end": 9, "step": 3}, {"end": 7, "dtype": "torch.float"},
+    {"start": 0.5, "end": 3.2, "step": 0.25}, {"start": 5, "end": 1, "step": -2},
+    {"start": 3, "end": 3}], ids=str)
+def test_arange_matches_torch(params):
+    layer = make_layer("torch.arange", params)
+    (y,) = layer.forward([])
+    dtype = {"torch.float": torch.float32}.get(params.get("dtype"))
+    want = torch.arange(params.get("start", 0), params["end"], params.get("step", 1),
+                        dtype=dtype).numpy()
+    assert y.dtype == want.dtype and layer.infer_shapes([]) == [want.shape]
+    np.testing.assert_allclose(y, want, rtol=1e-6)
+
+
+def test_arange_with_an_end_computed_in_the_graph():
+    # torch.arange(x.size(2), dtype=torch.float) -> torch.arange dtype=torch.float $end=1
+    layer = make_layer("torch.arange", {"dtype": "torch.float"})
+    layer.input_names = ["end"]
+    assert layer.infer_shapes_from([()], [np.array(6)]) == [(6,)]
+    np.testing.assert_array_equal(layer.forward([np.array(6)])[0], np.arange(6.0))
+    with pytest.raises(ShapeError, match="not known"):
+        layer.infer_shapes([()])
+
+
+@pytest.mark.parametrize("indexing", ["ij", "xy"])
+def test_meshgrid_matches_torch(indexing):
+    grids = check_layer("aten::meshgrid",
+                        lambda *v: torch.meshgrid(*v, indexing=indexing),
+                        [(3,), (5,), np.array(2.0, np.float32)], {"indexing": indexing})
+    assert len(grids) == 3
+
+
+class Grid(nn.Module):
+    """YOLO's cell grid and anchor points computed from the feature map's size."""
+
+    def forward(self, x):
+        ny, nx = x.shape[2], x.shape[3]
+        yv, xv = torch.meshgrid(torch.arange(ny, dtype=torch.float32),
+                                torch.arange(nx, dtype=torch.float32) + 0.5, indexing="ij")
+        gx, gy = torch.meshgrid(torch.arange(nx), torch.arange(ny), indexing="xy")
+        grid = torch.stack((xv, yv), 2).view(1, ny, nx, 2)
+        return x.permute(0, 2, 3, 1)[..., :2] + grid, gx * 10 + gy
+
+
+def test_pnnx_dynamic_export_of_grids_runs_at_other_sizes(pnnx_export):
+    from infer import RuntimeGraph
+
+    param, binary = pnnx_export(Grid(), (torch.rand(1, 3, 4, 6),), "grid_dynamic", dynamic=True)
+    graph = RuntimeGraph(param, binary).build()
+    for shape in [(1, 3, 4, 6), (2, 3, 7, 5)]:
+        x = rand(*shape)
+        with torch.no_grad():
+            want = Grid()(torch.from_numpy(x.copy()))
+        got = graph.forward(x)
+        for g, w in zip(got, want):
+            assert g.dtype == w.numpy().dtype
+            np.testing.assert_allclose(g, w.numpy(), atol=1e-6)

@@ -343,6 +343,20 @@ def test_yolov5s_style_detector(pnnx_export):
     check_model(pnnx_export, seeded(YOLOv5()), [image(1, 3, 128, 128)], "zoo_yolov5")
 
 
+def test_yolov5s_style_detector_exported_dynamic_runs_at_other_sizes(pnnx_export):
+    """A dynamic export cannot fold Detect's grids: pnnx writes torch.arange over the feature
+    map's size, and torch.meshgrid on lists (aten::meshgrid, prim::ListUnpack)."""
+    model = seeded(YOLOv5())
+    param, binary = pnnx_export(model, (image(1, 3, 64, 64),), "zoo_yolov5_dynamic",
+                                dynamic=True)
+    graph = RuntimeGraph(param, binary).build()
+    for x in (image(1, 3, 64, 64), image(2, 3, 96, 128, seed=2)):
+        with torch.no_grad():
+            want = model(x)
+        (got,) = graph.forward(x.numpy())
+        assert_close(got, want.numpy(), f"dynamic YOLOv5 at {tuple(x.shape)}")
+
+
 # ================================================================ UNet
 
 class DoubleConv(nn.Sequential):
