@@ -32,6 +32,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 import layers  # noqa: F401  (registers the built-in layers)
+from layers import fast as fast_kernels
 from layers.base import Layer
 from layers.registry import LayerRegisterer, unsupported_message
 from parser.bin import DTYPES, PnnxBin
@@ -176,6 +177,8 @@ class RuntimeGraph(GraphTools):
         if self.state is GraphState.COMPLETE:
             return self
         self._check_supported()
+        if not self.reference:
+            fast_kernels.start()                # numba's one-time start-up, here not mid-forward
         self._bin = PnnxBin(self.bin_path) if self._needs_bin() else None
         for op in self.operators:
             with _operator_context(op):

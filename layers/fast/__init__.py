@@ -22,3 +22,23 @@ Winograd convolution alternating with BLAS went from 2 ms to 500 ms. Measured en
 and the steadiest of the arrangements tried (parallel numba + single-threaded BLAS split by
 hand, both parallel, both serial); it also needs no OpenMP start-up on the first inference.
 """
+
+import numpy as np
+
+_started = False
+
+
+def start() -> None:
+    """Start numba's compiler once per process, by running one small kernel.
+
+    numba sets up its CPU target the first time any compiled function is loaded: about 0.3 s
+    here (0.2 s of it numba importing scipy.linalg to look for a BLAS, when scipy is
+    installed). Each kernel after that loads from numba's disk cache in a few milliseconds.
+    RuntimeGraph.build() calls this, so that cost falls on building the graph rather than on
+    its first inference."""
+    global _started
+    if not _started:
+        from layers.fast.epilogue import RELU, Activation, bias_residual_activation
+
+        bias_residual_activation(np.zeros((1, 1, 1), np.float32), None, None, Activation(RELU))
+        _started = True
