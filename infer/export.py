@@ -162,10 +162,12 @@ def randomize(model, seed: int | None = 0):
     with torch.no_grad():
         for module in model.modules():
             if isinstance(module, torch.nn.modules.batchnorm._BatchNorm):
-                module.running_mean.uniform_(-0.2, 0.2, generator=generator)
-                module.running_var.uniform_(0.5, 1.5, generator=generator)
-                module.weight.uniform_(0.5, 1.5, generator=generator)
-                module.bias.uniform_(-0.2, 0.2, generator=generator)
+                # affine=False has no weight / bias, track_running_stats=False no statistics
+                for name, low, high in (("running_mean", -0.2, 0.2), ("running_var", 0.5, 1.5),
+                                        ("weight", 0.5, 1.5), ("bias", -0.2, 0.2)):
+                    tensor = getattr(module, name)
+                    if tensor is not None:
+                        tensor.uniform_(low, high, generator=generator)
     return model
 
 

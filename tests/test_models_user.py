@@ -158,3 +158,18 @@ def test_classify_refuses_a_model_with_several_outputs(pnnx_export):
     classifier = ImageClassifier(RuntimeGraph(param, binary).build(), ["a", "b"])
     with pytest.raises(InferError, match="one \\(1, classes\\) array"):
         classifier.classify(np.zeros((40, 30, 3), np.uint8))
+
+
+def test_randomize_and_export_batch_norms_without_affine(pnnx_export):
+    """infer.export.randomize fills what a BatchNorm has: affine=False has no weight and bias
+    (it used to fail on them), track_running_stats=False no running statistics. (pnnx itself
+    cannot export the latter: it aborts in pass_level1.)"""
+    from infer.export import randomize
+
+    untracked = randomize(nn.BatchNorm2d(4, track_running_stats=False))
+    assert untracked.running_mean is None
+    model = randomize(nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4, affine=False),
+                                    nn.ReLU())).eval()
+    assert model[1].weight is None and model[1].running_var.min() >= 0.5
+    param, binary = pnnx_export(model, (torch.rand(2, 3, 6, 7),), "user_bn_without_affine")
+    run_both(model, RuntimeGraph(param, binary).build(), (2, 3, 6, 7))
