@@ -79,7 +79,8 @@ def _targets(results: Results) -> list[str]:
                      f"{_mark(ours.peak_rss_mib <= base.peak_rss_mib)}; first / "
                      f"median {ours.first_ms / ours.median_ms:.1f} (target 3) "
                      f"{_mark(ours.first_ms <= 3 * ours.median_ms)}; outputs within "
-                     f"{TOLERANCE:g} of {REFERENCE} {_mark(bool(ours.agrees))}")
+                     f"{TOLERANCE:g} of {REFERENCE} "
+                     f"{'(not measured)' if ours.agrees is None else _mark(ours.agrees)}")
     return ["pnnx-infer against the targets of the issue \"Speed\":", ""] + lines if lines else []
 
 
