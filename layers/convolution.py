@@ -130,6 +130,8 @@ class Conv2d(_ConvGeometry):
     circular), then convolves without padding.
     """
 
+    support_forward_into = True          # forward_into: the fast kernels fill the buffer
+
     PARAMS = {
         "in_channels": Param(convert=at_least(1, as_int)),
         "out_channels": Param(convert=at_least(1, as_int)),
@@ -255,8 +257,22 @@ class Conv2d(_ConvGeometry):
             self.fused_activation.forward_inplace(y)
         return y
 
-    def _forward_fast(self, x: np.ndarray, residual: np.ndarray | None) -> np.ndarray:
-        """The packed kernels, with padding, bias, residual and activation fused in."""
+    def forward_into(self, inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray]) -> None:
+        """The fast kernels write straight into the memory plan's buffer; any other path
+        computes a new array and copies it over."""
+        x, residual = inputs[0], (inputs[1] if self.fused_residual else None)
+        out = outputs[0]
+        if self.use_fast_kernels and x.ndim == 4 and out.dtype == np.float32:
+            y = self._forward_fast(x, residual, out)
+        else:                                      # Conv1d, (C, H, W) inputs, the reference
+            y = self.forward(list(inputs))[0]
+        if y is not out:
+            np.copyto(out, y)
+
+    def _forward_fast(self, x: np.ndarray, residual: np.ndarray | None,
+                      out: np.ndarray | None = None) -> np.ndarray:
+        """The packed kernels, with padding, bias, residual and activation fused in; into
+        ``out`` where the kernels compute the whole result."""
         if x.ndim != 4:                            # (C, H, W): the reference explains why not
             return self._forward_reference(x, residual)
         top, bottom, left, right = self._pads(self.kernel_size)
@@ -274,7 +290,9 @@ class Conv2d(_ConvGeometry):
         if activation is None or (residual is not None and residual_in_kernel is None):
             y = self.packed.run(x, pads, out_hw, IDENTITY)
             return self._finish(y, residual)
-        return self.packed.run(x, pads, out_hw, activation, residual_in_kernel)
+        if out is not None and out.shape != (x.shape[0], self.out_channels, *out_hw):
+            out = None
+        return self.packed.run(x, pads, out_hw, activation, residual_in_kernel, out)
 
     def _out_hw(self, x_shape: Shape, pads: tuple[int, int, int, int]) -> tuple[int, int]:
         """(Ho, Wo) of the convolution over x padded by pads (top, bottom, left, right)."""

@@ -76,9 +76,12 @@ class PackedConv2d:
         self.packed(self.algorithm(batch, out_hw))
 
     def run(self, x: np.ndarray, pads: tuple[int, int, int, int], out_hw: Pair,
-            activation: Activation, residual: np.ndarray | None = None) -> np.ndarray:
+            activation: Activation, residual: np.ndarray | None = None,
+            out: np.ndarray | None = None) -> np.ndarray:
         """x (N, C_in, H, W) -> activation(conv(x) + bias + residual) (N, C_out, Ho, Wo);
-        pads are (top, bottom, left, right) zeros around x."""
+        pads are (top, bottom, left, right) zeros around x. ``out``: a C-contiguous float32
+        array of the output's shape to write into (not overlapping x or residual), or None
+        for a new one."""
         x = np.require(x, np.float32, ("C", "W"))      # numba kernels take one array layout
         if residual is not None:
             residual = np.require(residual, np.float32, ("C", "W"))
@@ -86,11 +89,12 @@ class PackedConv2d:
         weight = self.packed(algorithm)
         if algorithm == "depthwise":
             y = depthwise_conv2d(x, weight, self.bias, self.stride, pads, self.dilation,
-                                 out_hw, activation if residual is None else Activation())
+                                 out_hw, activation if residual is None else Activation(), out)
             if residual is not None:                  # rare (MobileNet blocks end in 1x1)
                 bias_residual_activation(y, None, residual, activation)
             return y
         if algorithm == "winograd":
-            return winograd_conv2d(x, weight, self.bias, pads, out_hw, activation, residual)
+            return winograd_conv2d(x, weight, self.bias, pads, out_hw, activation, residual,
+                                   out)
         return gemm_conv2d(x, weight, self.bias, self.kernel, self.stride, pads, self.dilation,
-                           out_hw, activation, residual)
+                           out_hw, activation, residual, out)
