@@ -22,7 +22,7 @@ import threading
 import numpy as np
 
 from layers.fast.depthwise import depthwise_conv2d
-from layers.fast.epilogue import Activation, bias_residual_activation
+from layers.fast.epilogue import IDENTITY, Activation, bias_residual_activation
 from layers.fast.gemm import gemm_conv2d, pack_gemm_weight
 from layers.fast.winograd import TILE, pack_winograd_weight, winograd_conv2d
 
@@ -72,8 +72,11 @@ class PackedConv2d:
         return pack_gemm_weight(self.weight, self.groups)
 
     def prepare(self, batch: int, out_hw: Pair) -> None:
-        """Pack what ``run`` will need for this size now (at build) rather than mid-forward."""
-        self.packed(self.algorithm(batch, out_hw))
+        """Pack what ``run`` will need for this size now (at build) rather than mid-forward,
+        and load its numba kernels."""
+        algorithm = self.algorithm(batch, out_hw)
+        self.packed(algorithm)
+        load_kernels(algorithm)
 
     def run(self, x: np.ndarray, pads: tuple[int, int, int, int], out_hw: Pair,
             activation: Activation, residual: np.ndarray | None = None,
@@ -98,3 +101,27 @@ class PackedConv2d:
                                    out)
         return gemm_conv2d(x, weight, self.bias, self.kernel, self.stride, pads, self.dilation,
                            out_hw, activation, residual, out)
+
+
+_loaded: set[str] = set()
+
+
+def load_kernels(algorithm: str) -> None:
+    """Run ``algorithm``'s kernels once in this process on a tiny convolution, so that numba
+    loads them from its disk cache (a few ms each; compiling, the first time ever) while the
+    graph is built rather than in its first inference. The tiny arrays have the types of the
+    real calls (C-contiguous float32), so the same compiled code serves both."""
+    if algorithm in _loaded:
+        return
+    x, bias = np.zeros((1, 2, 6, 6), np.float32), np.zeros(2, np.float32)
+    if algorithm == "depthwise":
+        weight = np.zeros((2, 1, 3, 3), np.float32)
+        depthwise_conv2d(x, weight[:, 0], bias, (1, 1), (1, 1, 1, 1), (1, 1), (6, 6), IDENTITY)
+    elif algorithm == "winograd":
+        weight = np.zeros((2, 2, 3, 3), np.float32)
+        winograd_conv2d(x, pack_winograd_weight(weight), bias, (1, 1, 1, 1), (6, 6), IDENTITY)
+    else:
+        weight = np.zeros((2, 2, 3, 3), np.float32)
+        gemm_conv2d(x, pack_gemm_weight(weight, 1), bias, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1),
+                    (6, 6), IDENTITY)
+    _loaded.add(algorithm)

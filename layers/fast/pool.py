@@ -64,3 +64,15 @@ def max_pool2d(x: np.ndarray, kernel: tuple[int, int], stride: tuple[int, int],
     _max_pool2d(x, y, kernel[0], kernel[1], stride[0], stride[1], dilation[0], dilation[1],
                 padding[0], padding[1])
     return y
+
+
+_loaded = False
+
+
+def load_kernel() -> None:
+    """Run the kernel once on a tiny input so numba loads it (from its disk cache) now: at
+    build, when the graph plans shapes, rather than in the first inference."""
+    global _loaded
+    if not _loaded:
+        max_pool2d(np.zeros((1, 1, 2, 2), np.float32), (2, 2), (2, 2), (0, 0), (1, 1), (1, 1))
+        _loaded = True
