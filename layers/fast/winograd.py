@@ -37,6 +37,7 @@ G = np.array([[1 / 4, 0, 0],
               [1 / 24, 1 / 12, 1 / 6],
               [1 / 24, -1 / 12, 1 / 6],
               [0, 0, 1]])
+GG_T = np.kron(G, G).T                 # (9, 36): g (3x3, flat) -> G g G^T (6x6, flat)
 B_T = np.array([[4, 0, -5, 0, 1, 0],
                 [0, -4, -4, 1, 1, 0],
                 [0, 4, -4, -1, 1, 0],
@@ -55,8 +56,8 @@ def pack_winograd_weight(weight: np.ndarray) -> np.ndarray:
     c_out, c_in = weight.shape[:2]
     # U[(r, s)] = sum_ij G[r, i] g[i, j] G[s, j]: one GEMM with the Kronecker product of G
     filters = weight.reshape(c_out * c_in, 9).astype(np.float64)          # (O*C, 9)
-    u = np.kron(G, G) @ filters.T                                         # (36, O*C)
-    return np.ascontiguousarray(u.reshape(TAPS * TAPS, c_out, c_in), np.float32)
+    u = (filters @ GG_T).astype(np.float32)                               # (O*C, 36)
+    return np.ascontiguousarray(u.T).reshape(TAPS * TAPS, c_out, c_in)
 
 
 @numba.njit(cache=True, inline="always")
