@@ -23,11 +23,12 @@ and the steadiest of the arrangements tried (parallel numba + single-threaded BL
 hand, both parallel, both serial); it also needs no OpenMP start-up on the first inference.
 """
 
+import functools
+
 import numpy as np
 
-_started = False
 
-
+@functools.cache
 def start() -> None:
     """Start numba's compiler once per process, by running one small kernel.
 
@@ -36,9 +37,6 @@ def start() -> None:
     installed). Each kernel after that loads from numba's disk cache in a few milliseconds.
     RuntimeGraph.build() calls this, so that cost falls on building the graph rather than on
     its first inference."""
-    global _started
-    if not _started:
-        from layers.fast.epilogue import RELU, Activation, bias_residual_activation
+    from layers.fast.epilogue import RELU, Activation, bias_residual_activation
 
-        bias_residual_activation(np.zeros((1, 1, 1), np.float32), None, None, Activation(RELU))
-        _started = True
+    bias_residual_activation(np.zeros((1, 1, 1), np.float32), None, None, Activation(RELU))

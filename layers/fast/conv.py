@@ -17,6 +17,7 @@ needed (the graph asks for it while planning shapes at build, when shapes are kn
 
 from __future__ import annotations
 
+import functools
 import threading
 
 import numpy as np
@@ -103,20 +104,16 @@ class PackedConv2d:
                            out_hw, activation, residual, out)
 
 
-_loaded: set[str] = set()
-
-
+@functools.cache
 def load_kernels(algorithm: str) -> None:
     """Run ``algorithm``'s kernels once in this process on a tiny convolution, so that numba
     loads them from its disk cache (a few ms each; compiling, the first time ever) while the
     graph is built rather than in its first inference. The tiny arrays have the types of the
     real calls (C-contiguous float32), so the same compiled code serves both."""
-    if algorithm in _loaded:
-        return
     x, bias = np.zeros((1, 2, 6, 6), np.float32), np.zeros(2, np.float32)
     if algorithm == "depthwise":
-        weight = np.zeros((2, 1, 3, 3), np.float32)
-        depthwise_conv2d(x, weight[:, 0], bias, (1, 1), (1, 1, 1, 1), (1, 1), (6, 6), IDENTITY)
+        weight = np.zeros((2, 3, 3), np.float32)          # as packed: (C_out, kh, kw)
+        depthwise_conv2d(x, weight, bias, (1, 1), (1, 1, 1, 1), (1, 1), (6, 6), IDENTITY)
     elif algorithm == "winograd":
         weight = np.zeros((2, 2, 3, 3), np.float32)
         winograd_conv2d(x, pack_winograd_weight(weight), bias, (1, 1, 1, 1), (6, 6), IDENTITY)
@@ -124,4 +121,3 @@ def load_kernels(algorithm: str) -> None:
         weight = np.zeros((2, 2, 3, 3), np.float32)
         gemm_conv2d(x, pack_gemm_weight(weight, 1), bias, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1),
                     (6, 6), IDENTITY)
-    _loaded.add(algorithm)

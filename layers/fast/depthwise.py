@@ -35,9 +35,8 @@ from layers.fast.epilogue import Activation, NO_ARRAY, activate_row
 
 
 @numba.njit(cache=True, nogil=True)
-def _depthwise(x, w, bias, y, stride_h, stride_w, dil_h, dil_w, top, left, code, a, b,
-               first_plane, last_plane):
-    """Planes first_plane .. last_plane - 1 of y (a plane is one (n, o))."""
+def _depthwise(x, w, bias, y, stride_h, stride_w, dil_h, dil_w, top, left, code, a, b):
+    """y (N, C_out, Ho, Wo) <- the depthwise convolution of x, plane (n, o) by plane."""
     n, c_in, height, width = x.shape
     _, c_out, out_h, out_w = y.shape
     kh, kw = w.shape[1], w.shape[2]
@@ -59,9 +58,9 @@ def _depthwise(x, w, bias, y, stride_h, stride_w, dil_h, dil_w, top, left, code,
     rows, cols = min(height, padded_h - top), min(width, padded_w - left)
     length = (out_h - 1) * phase_w + out_w          # t = oh * PW + ow, up to the last output
     acc = np.empty(length, np.float32)
-    for plane in range(first_plane, last_plane):
+    for plane in range(n * c_out):
         i_n, o = plane // c_out, plane % c_out
-        if plane == first_plane or o % mult == 0:  # a new input plane: pad and split it
+        if o % mult == 0:                          # a new input plane: pad and split it
             src = x[i_n, o // mult]
             for r in range(rows):
                 padded_row = top + r
@@ -116,5 +115,5 @@ def depthwise_conv2d(x: np.ndarray, weight: np.ndarray, bias: np.ndarray | None,
     y = np.empty((n, c_out, *out_hw), np.float32) if out is None else out
     _depthwise(x, weight, NO_ARRAY if bias is None else bias, y, stride[0], stride[1],
                dilation[0], dilation[1], pads[0], pads[2], activation.code, activation.a,
-               activation.b, 0, n * c_out)
+               activation.b)
     return y

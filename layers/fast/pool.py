@@ -12,6 +12,8 @@ input and takes kh*kw strided maxima over it.
 
 from __future__ import annotations
 
+import functools
+
 import numba
 import numpy as np
 
@@ -66,13 +68,8 @@ def max_pool2d(x: np.ndarray, kernel: tuple[int, int], stride: tuple[int, int],
     return y
 
 
-_loaded = False
-
-
+@functools.cache
 def load_kernel() -> None:
     """Run the kernel once on a tiny input so numba loads it (from its disk cache) now: at
     build, when the graph plans shapes, rather than in the first inference."""
-    global _loaded
-    if not _loaded:
-        max_pool2d(np.zeros((1, 1, 2, 2), np.float32), (2, 2), (2, 2), (0, 0), (1, 1), (1, 1))
-        _loaded = True
+    max_pool2d(np.zeros((1, 1, 2, 2), np.float32), (2, 2), (2, 2), (0, 0), (1, 1), (1, 1))
