@@ -337,8 +337,9 @@ class RuntimeGraph(GraphTools):
         if plan is not None:
             return plan
         if len(key) != len(self.input_operators):
-            raise ShapeError(f"the graph has {len(self.input_operators)} input(s), "
-                             f"{len(key)} shape(s) were given")
+            names = ", ".join(op.name for op in self.input_operators)
+            raise ShapeError(f"the graph takes {len(self.input_operators)} input shape(s) "
+                             f"({names}), got {len(key)}")
         for op, shape in zip(self.input_operators, key):
             if not all(isinstance(d, (int, np.integer)) and d >= 0 for d in shape):
                 raise ShapeError(f"input {op.name}: a shape is a tuple of sizes >= 0, got "
