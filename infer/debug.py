@@ -383,8 +383,7 @@ class Debugger:
             raise GraphError("break_on needs a type, a name, a when= condition or nonfinite=True")
         at_type = None
         if type is not None:
-            at_type = frozenset(op.name for op, _ in self._run.steps
-                                if type in self._folded_types(op))
+            at_type = frozenset(op.name for op, _ in self._run.steps if type in op.fused_types)
             if not at_type and all(op.type != type for op, _ in self._run.steps):
                 types = sorted({op.type for op, _ in self._run.steps})
                 raise GraphError(f"no operator of type {type!r} runs in this graph; its "
@@ -448,18 +447,6 @@ class Debugger:
         close = [k for k in known if name in k or k in name][:5]
         hint = f" (similar: {', '.join(close)})" if close else ""
         raise GraphError(f"no operator named {name!r} runs in this graph{hint}")
-
-    def _folded_types(self, op: RuntimeOperator) -> set[str]:
-        """The types of the operators fusion folded into ``op`` (read back from the param file,
-        as the folded operators have left the graph)."""
-        if not op.fused:
-            return set()
-        if not hasattr(self, "_types_by_name"):
-            from parser.param import read_param
-
-            self._types_by_name = {rec.name: rec.type
-                                   for rec in read_param(self.graph.param_path).operators}
-        return {self._types_by_name[n] for n in op.fused if n in self._types_by_name}
 
     # ------------------------------------------------------------------ looking
     def value(self, name: str) -> np.ndarray:

@@ -74,6 +74,7 @@ def _absorb_next(graph: "RuntimeGraph", op: RuntimeOperator, nxt: RuntimeOperato
             op.inputs.append(src)
     _remove(graph, nxt, middle)
     op.fused.append(nxt.name)
+    op.fused_types.add(nxt.type)
     op.output_of = nxt.output_of or nxt.name
 
 
@@ -98,6 +99,7 @@ def _fold_padding(graph: "RuntimeGraph", op: RuntimeOperator, outputs: set[int])
     op.inputs[0] = source
     _remove(graph, pad, padded)
     op.fused.append(pad.name)
+    op.fused_types.add(pad.type)
 
 
 def _fold_residual_add(graph: "RuntimeGraph", op: RuntimeOperator, outputs: set[int]) -> None:

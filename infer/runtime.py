@@ -79,6 +79,7 @@ class RuntimeOperator:
     attrs: dict[str, RuntimeAttribute] = field(default_factory=dict)
     layer: Layer | None = None
     fused: list[str] = field(default_factory=list)           # operators folded in (fusion.py)
+    fused_types: set[str] = field(default_factory=set)       # and their types
     # after fusion: the folded operator whose output this one now produces (its torch twin)
     output_of: str | None = None
 
