@@ -14,16 +14,20 @@ input plane from cache and keeping the inner loops long, branch-free and unit-st
   ``i*dh = a*sh + p`` (and ``j*dw = b*sw + q``) that is row ``oh + a`` of phase (p, q), column
   ``ow + b``. So in its phase every tap reads a plain, unstrided window, whatever the stride
   and dilation (stride 1: one phase, the padded plane itself).
-* **Wide rows.** Flatten a phase (PH, PW) row by row. Output (oh, ow) of tap (a, b) reads flat
-  element ``(oh + a)*PW + b + (oh*PW + ow)``, so with ``t = oh*PW + ow`` the whole plane of
-  one tap is ONE long loop ``acc[t] += w * phase[a*PW + b + t]``: the accumulator has PW
-  columns per row, of which the first Wo are outputs and the rest are thrown away. A whole
-  kernel row (3 or 5 taps) is added per pass, a loop the compiler vectorises; even a 7 x 7
-  plane is one loop of ~70 elements instead of 7 loops of 7.
+* **Wide rows.** Flatten a phase (PH, PW) row by row. Output (oh, ow) of tap (a, b) reads
+  flat element ``(oh + a)*PW + (ow + b) = (a*PW + b) + t`` with ``t = oh*PW + ow``, so the
+  whole plane is ONE long loop over t of ``acc[t] = bias + sum_taps w * phase[start + t]``:
+  the accumulator has PW columns per row, of which the first Wo are outputs and the rest are
+  thrown away. Even a 7 x 7 plane is one loop of ~70 elements instead of 7 loops of 7.
+* **One pass.** 3x3 and 5x5 kernels (nearly every depthwise layer) add all their taps in the
+  same loop, the weights held in locals, so each output is written once, with fused
+  multiply-adds; other sizes add one tap per pass.
+* **Copies.** Splitting a row into its column phases is a plain copy at stride 1 and one
+  even/odd pass at stride 2. Only the image's own positions are written, so the zeros of the
+  padding stay from plane to plane.
 
-Bias and activation are applied to each output row before it is stored. Buffers are allocated
-once per call, and only the image's own positions are written into the phases, so the zeros
-of the padding stay from plane to plane.
+The activation then runs over the whole accumulator (one long loop), and each output row is
+copied into y.
 """
 
 from __future__ import annotations
@@ -34,7 +38,99 @@ import numpy as np
 from layers.fast.epilogue import Activation, NO_ARRAY, activate_row
 
 
-@numba.njit(cache=True, nogil=True)
+# FMA: lets the compiler fuse each multiply-add (one rounding instead of two), nothing else
+_FMA = {"contract"}
+
+
+@numba.njit(cache=True, nogil=True, fastmath=_FMA, inline="always")
+def _taps_3x3(phases, starts, filt, acc, length, shift):
+    """acc[t] = shift + sum of the 9 taps, all in one pass (each acc value is written once)."""
+    s00, s01, s02 = phases[starts[0, 0]:], phases[starts[0, 1]:], phases[starts[0, 2]:]
+    s10, s11, s12 = phases[starts[1, 0]:], phases[starts[1, 1]:], phases[starts[1, 2]:]
+    s20, s21, s22 = phases[starts[2, 0]:], phases[starts[2, 1]:], phases[starts[2, 2]:]
+    # the weights in locals: read once, not after every store into acc (which might alias)
+    w00, w01, w02 = filt[0, 0], filt[0, 1], filt[0, 2]
+    w10, w11, w12 = filt[1, 0], filt[1, 1], filt[1, 2]
+    w20, w21, w22 = filt[2, 0], filt[2, 1], filt[2, 2]
+    for t in range(length):
+        acc[t] = (shift + w00 * s00[t] + w01 * s01[t] + w02 * s02[t]
+                  + w10 * s10[t] + w11 * s11[t] + w12 * s12[t]
+                  + w20 * s20[t] + w21 * s21[t] + w22 * s22[t])
+
+
+@numba.njit(cache=True, nogil=True, fastmath=_FMA, inline="always")
+def _taps_5x5(phases, starts, filt, acc, length, shift):
+    """acc[t] = shift + sum of the 25 taps, in one pass."""
+    s00, s01, s02, s03, s04 = (phases[starts[0, 0]:], phases[starts[0, 1]:],
+                               phases[starts[0, 2]:], phases[starts[0, 3]:],
+                               phases[starts[0, 4]:])
+    s10, s11, s12, s13, s14 = (phases[starts[1, 0]:], phases[starts[1, 1]:],
+                               phases[starts[1, 2]:], phases[starts[1, 3]:],
+                               phases[starts[1, 4]:])
+    s20, s21, s22, s23, s24 = (phases[starts[2, 0]:], phases[starts[2, 1]:],
+                               phases[starts[2, 2]:], phases[starts[2, 3]:],
+                               phases[starts[2, 4]:])
+    s30, s31, s32, s33, s34 = (phases[starts[3, 0]:], phases[starts[3, 1]:],
+                               phases[starts[3, 2]:], phases[starts[3, 3]:],
+                               phases[starts[3, 4]:])
+    s40, s41, s42, s43, s44 = (phases[starts[4, 0]:], phases[starts[4, 1]:],
+                               phases[starts[4, 2]:], phases[starts[4, 3]:],
+                               phases[starts[4, 4]:])
+    w00, w01, w02, w03, w04 = filt[0, 0], filt[0, 1], filt[0, 2], filt[0, 3], filt[0, 4]
+    w10, w11, w12, w13, w14 = filt[1, 0], filt[1, 1], filt[1, 2], filt[1, 3], filt[1, 4]
+    w20, w21, w22, w23, w24 = filt[2, 0], filt[2, 1], filt[2, 2], filt[2, 3], filt[2, 4]
+    w30, w31, w32, w33, w34 = filt[3, 0], filt[3, 1], filt[3, 2], filt[3, 3], filt[3, 4]
+    w40, w41, w42, w43, w44 = filt[4, 0], filt[4, 1], filt[4, 2], filt[4, 3], filt[4, 4]
+    for t in range(length):
+        acc[t] = (shift
+                  + w00 * s00[t] + w01 * s01[t] + w02 * s02[t] + w03 * s03[t] + w04 * s04[t]
+                  + w10 * s10[t] + w11 * s11[t] + w12 * s12[t] + w13 * s13[t] + w14 * s14[t]
+                  + w20 * s20[t] + w21 * s21[t] + w22 * s22[t] + w23 * s23[t] + w24 * s24[t]
+                  + w30 * s30[t] + w31 * s31[t] + w32 * s32[t] + w33 * s33[t] + w34 * s34[t]
+                  + w40 * s40[t] + w41 * s41[t] + w42 * s42[t] + w43 * s43[t] + w44 * s44[t])
+
+
+@numba.njit(cache=True, nogil=True, fastmath=_FMA, inline="always")
+def _taps_any(phases, starts, filt, acc, length, shift):
+    """Any kernel size: acc = shift, then one pass per tap."""
+    for t in range(length):
+        acc[t] = shift
+    for i in range(starts.shape[0]):
+        for j in range(starts.shape[1]):
+            tap, src = filt[i, j], phases[starts[i, j]:]
+            for t in range(length):
+                acc[t] += tap * src[t]
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _split_row(line, phases, first_dst, phase_size, left, stride_w):
+    """Copy one image row into its row of the stride_w column phases: image column c goes to
+    column phase (c + left) % sw, at (c + left) // sw. ``first_dst``: where this row starts
+    in column phase 0 (row phase, row and padding already counted)."""
+    cols = line.shape[0]
+    if stride_w == 1:                              # one phase: a plain copy
+        dst = phases[first_dst + left:]
+        for k in range(cols):
+            dst[k] = line[k]
+    elif stride_w == 2:                            # even and odd columns in one pass
+        even = phases[first_dst + left % 2 * phase_size + left // 2:]
+        odd = phases[first_dst + (left + 1) % 2 * phase_size + (left + 1) // 2:]
+        half = cols // 2
+        for k in range(half):
+            even[k] = line[2 * k]
+            odd[k] = line[2 * k + 1]
+        if cols % 2:
+            even[half] = line[cols - 1]
+    else:
+        for q in range(stride_w):
+            first = (q - left) % stride_w          # first image column in column phase q
+            dst = phases[first_dst + q * phase_size + (first + left) // stride_w:]
+            src = line[first:cols:stride_w]
+            for k in range(src.shape[0]):
+                dst[k] = src[k]
+
+
+@numba.njit(cache=True, nogil=True, fastmath=_FMA)
 def _depthwise(x, w, bias, y, stride_h, stride_w, dil_h, dil_w, top, left, code, a, b):
     """y (N, C_out, Ho, Wo) <- the depthwise convolution of x, plane (n, o) by plane."""
     n, c_in, height, width = x.shape
@@ -64,43 +160,23 @@ def _depthwise(x, w, bias, y, stride_h, stride_w, dil_h, dil_w, top, left, code,
             src = x[i_n, o // mult]
             for r in range(rows):
                 padded_row = top + r
-                row_phase = padded_row % stride_h
-                for q in range(stride_w):
-                    first = (q - left) % stride_w    # first image column in column phase q
-                    line = src[r, first:cols:stride_w]
-                    dst_row = phases[(row_phase * stride_w + q) * phase_size
-                                     + padded_row // stride_h * phase_w
-                                     + (first + left) // stride_w:]
-                    for k in range(line.shape[0]):
-                        dst_row[k] = line[k]
+                first_dst = ((padded_row % stride_h) * stride_w * phase_size
+                             + padded_row // stride_h * phase_w)
+                _split_row(src[r, :cols], phases, first_dst, phase_size, left, stride_w)
         filt = w[o]
         shift = bias[o] if has_bias else np.float32(0.0)
-        for t in range(length):
-            acc[t] = shift
-        for i in range(kh):
-            starts = tap_start[i]
-            if kw == 3:                                          # a whole kernel row per pass
-                s0, s1, s2 = phases[starts[0]:], phases[starts[1]:], phases[starts[2]:]
-                t0, t1, t2 = filt[i, 0], filt[i, 1], filt[i, 2]
-                for t in range(length):
-                    acc[t] += t0 * s0[t] + t1 * s1[t] + t2 * s2[t]
-            elif kw == 5:
-                s0, s1, s2 = phases[starts[0]:], phases[starts[1]:], phases[starts[2]:]
-                s3, s4 = phases[starts[3]:], phases[starts[4]:]
-                t0, t1, t2, t3, t4 = filt[i, 0], filt[i, 1], filt[i, 2], filt[i, 3], filt[i, 4]
-                for t in range(length):
-                    acc[t] += (t0 * s0[t] + t1 * s1[t] + t2 * s2[t] + t3 * s3[t]
-                               + t4 * s4[t])
-            else:                                                # one tap per pass
-                for j in range(kw):
-                    tap, src_row = filt[i, j], phases[starts[j]:]
-                    for t in range(length):
-                        acc[t] += tap * src_row[t]
+        if kh == 3 and kw == 3:
+            _taps_3x3(phases, tap_start, filt, acc, length, shift)
+        elif kh == 5 and kw == 5:
+            _taps_5x5(phases, tap_start, filt, acc, length, shift)
+        else:
+            _taps_any(phases, tap_start, filt, acc, length, shift)
+        activate_row(acc, code, a, b)              # one long loop; the gaps are thrown away
         dst = y[i_n, o]
         for oh in range(out_h):
-            row = acc[oh * phase_w:oh * phase_w + out_w]
-            activate_row(row, code, a, b)
-            dst[oh, :] = row
+            row, out_row = acc[oh * phase_w:], dst[oh]
+            for ow in range(out_w):
+                out_row[ow] = row[ow]
 
 
 def depthwise_conv2d(x: np.ndarray, weight: np.ndarray, bias: np.ndarray | None,
