@@ -8,12 +8,9 @@ multiplier) through its own kh x kw filter::
 There is almost no arithmetic per byte, so a GEMM does not help; what matters is reading each
 input plane from cache and keeping the inner loops long, branch-free and unit-stride.
 
-* **Phases.** The kernel copies one (n, c) plane into a small zero-padded buffer (a few KB, in
-  cache), split into sh * sw *phases*: phase (p, q) holds the padded rows p, p + sh, ... and
-  columns q, q + sw, ... Tap (i, j) reads padded row ``oh*sh + i*dh``; writing
-  ``i*dh = a*sh + p`` (and ``j*dw = b*sw + q``) that is row ``oh + a`` of phase (p, q), column
-  ``ow + b``. So in its phase every tap reads a plain, unstrided window, whatever the stride
-  and dilation (stride 1: one phase, the padded plane itself).
+* **Phases** (layers/fast/phases.py). The kernel copies one (n, c) plane into a small
+  zero-padded buffer (a few KB, in cache), split into sh * sw stride phases, in which every
+  tap reads a plain, unstrided window, whatever the stride and dilation.
 * **Wide rows.** Flatten a phase (PH, PW) row by row. Output (oh, ow) of tap (a, b) reads
   flat element ``(oh + a)*PW + (ow + b) = (a*PW + b) + t`` with ``t = oh*PW + ow``, so the
   whole plane is ONE long loop over t of ``acc[t] = bias + sum_taps w * phase[start + t]``:
@@ -22,10 +19,6 @@ input plane from cache and keeping the inner loops long, branch-free and unit-st
 * **One pass.** 3x3 and 5x5 kernels (nearly every depthwise layer) add all their taps in the
   same loop, the weights held in locals, so each output is written once, with fused
   multiply-adds; other sizes add one tap per pass.
-* **Copies.** Splitting a row into its column phases is a plain copy at stride 1 and one
-  even/odd pass at stride 2. Only the image's own positions are written, so the zeros of the
-  padding stay from plane to plane.
-
 The activation then runs over the whole accumulator (one long loop), and each output row is
 copied into y.
 """
@@ -36,6 +29,7 @@ import numba
 import numpy as np
 
 from layers.fast.epilogue import Activation, NO_ARRAY, activate_row
+from layers.fast.phases import phase_layout, split_plane
 
 
 # FMA: lets the compiler fuse each multiply-add (one rounding instead of two), nothing else
@@ -102,34 +96,6 @@ def _taps_any(phases, starts, filt, acc, length, shift):
                 acc[t] += tap * src[t]
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
-def _split_row(line, phases, first_dst, phase_size, left, stride_w):
-    """Copy one image row into its row of the stride_w column phases: image column c goes to
-    column phase (c + left) % sw, at (c + left) // sw. ``first_dst``: where this row starts
-    in column phase 0 (row phase, row and padding already counted)."""
-    cols = line.shape[0]
-    if stride_w == 1:                              # one phase: a plain copy
-        dst = phases[first_dst + left:]
-        for k in range(cols):
-            dst[k] = line[k]
-    elif stride_w == 2:                            # even and odd columns in one pass
-        even = phases[first_dst + left % 2 * phase_size + left // 2:]
-        odd = phases[first_dst + (left + 1) % 2 * phase_size + (left + 1) // 2:]
-        half = cols // 2
-        for k in range(half):
-            even[k] = line[2 * k]
-            odd[k] = line[2 * k + 1]
-        if cols % 2:
-            even[half] = line[cols - 1]
-    else:
-        for q in range(stride_w):
-            first = (q - left) % stride_w          # first image column in column phase q
-            dst = phases[first_dst + q * phase_size + (first + left) // stride_w:]
-            src = line[first:cols:stride_w]
-            for k in range(src.shape[0]):
-                dst[k] = src[k]
-
-
 @numba.njit(cache=True, nogil=True, fastmath=_FMA)
 def _depthwise(x, w, bias, y, stride_h, stride_w, dil_h, dil_w, top, left, code, a, b):
     """y (N, C_out, Ho, Wo) <- the depthwise convolution of x, plane (n, o) by plane."""
@@ -138,31 +104,16 @@ def _depthwise(x, w, bias, y, stride_h, stride_w, dil_h, dil_w, top, left, code,
     kh, kw = w.shape[1], w.shape[2]
     mult = c_out // c_in
     has_bias = bias.shape[0] > 0
-    # the padded plane holds every window, so the loops below need no bounds checks
-    padded_h = max((out_h - 1) * stride_h + (kh - 1) * dil_h + 1, top + height)
-    padded_w = max((out_w - 1) * stride_w + (kw - 1) * dil_w + 1, left + width)
-    phase_h, phase_w = -(-padded_h // stride_h), -(-padded_w // stride_w)
-    phase_size = phase_h * phase_w
-    phases = np.zeros(stride_h * stride_w * phase_size, np.float32)
-    # where tap (i, j) starts reading: its phase, then row a = i*dh // sh, column b = j*dw // sw
-    tap_start = np.empty((kh, kw), np.int64)
-    for i in range(kh):
-        for j in range(kw):
-            phase = (i * dil_h % stride_h) * stride_w + j * dil_w % stride_w
-            tap_start[i, j] = (phase * phase_size + (i * dil_h // stride_h) * phase_w
-                               + j * dil_w // stride_w)
-    rows, cols = min(height, padded_h - top), min(width, padded_w - left)
+    phase_h, phase_w, tap_start, rows, cols = phase_layout(
+        height, width, out_h, out_w, kh, kw, stride_h, stride_w, dil_h, dil_w, top, left)
+    phases = np.zeros(stride_h * stride_w * phase_h * phase_w, np.float32)
     length = (out_h - 1) * phase_w + out_w          # t = oh * PW + ow, up to the last output
     acc = np.empty(length, np.float32)
     for plane in range(n * c_out):
         i_n, o = plane // c_out, plane % c_out
         if o % mult == 0:                          # a new input plane: pad and split it
-            src = x[i_n, o // mult]
-            for r in range(rows):
-                padded_row = top + r
-                first_dst = ((padded_row % stride_h) * stride_w * phase_size
-                             + padded_row // stride_h * phase_w)
-                _split_row(src[r, :cols], phases, first_dst, phase_size, left, stride_w)
+            split_plane(x[i_n, o // mult], phases, phase_h, phase_w, rows, cols, stride_h,
+                        stride_w, top, left)
         filt = w[o]
         shift = bias[o] if has_bias else np.float32(0.0)
         if kh == 3 and kw == 3:

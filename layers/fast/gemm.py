@@ -22,6 +22,7 @@ import numba
 import numpy as np
 
 from layers.fast.epilogue import Activation, bias_residual_activation
+from layers.fast.phases import phase_layout, split_plane
 
 _local = threading.local()
 
@@ -37,33 +38,26 @@ def scratch(name: str, shape: tuple[int, ...]) -> np.ndarray:
     return buffer[:size].reshape(shape)
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, nogil=True)
 def _im2col(x, cols, kh, kw, stride_h, stride_w, dil_h, dil_w, top, left, out_h, out_w):
-    """x (C, H, W) -> cols (C*kh*kw, Ho*Wo), zeros where a window reaches into the padding."""
+    """x (C, H, W) -> cols (C*kh*kw, Ho*Wo), zeros where a window reaches into the padding.
+
+    Each channel is first split into its stride phases (layers/fast/phases.py), where every
+    tap reads a plain window: each row of cols is then Ho unit-stride copies of Wo values."""
     channels, height, width = x.shape
-    zero = np.float32(0.0)
-    for r in range(channels * kh * kw):
-        c, tap = r // (kh * kw), r % (kh * kw)
-        i, j = tap // kw, tap % kw
-        dst = cols[r]
-        offset = j * dil_w - left                  # input column of ow = 0
-        lo = 0 if offset >= 0 else min((-offset + stride_w - 1) // stride_w, out_w)
-        hi = max(min((width - 1 - offset) // stride_w + 1, out_w), lo) \
-            if width - 1 - offset >= 0 else lo
-        for oh in range(out_h):
-            ih = oh * stride_h + i * dil_h - top
-            base = oh * out_w
-            if ih < 0 or ih >= height:
-                for ow in range(out_w):
-                    dst[base + ow] = zero
-                continue
-            src = x[c, ih]
-            for ow in range(lo):
-                dst[base + ow] = zero
-            for ow in range(lo, hi):
-                dst[base + ow] = src[ow * stride_w + offset]
-            for ow in range(hi, out_w):
-                dst[base + ow] = zero
+    phase_h, phase_w, tap_start, rows, used_cols = phase_layout(
+        height, width, out_h, out_w, kh, kw, stride_h, stride_w, dil_h, dil_w, top, left)
+    phases = np.zeros(stride_h * stride_w * phase_h * phase_w, np.float32)
+    for c in range(channels):
+        split_plane(x[c], phases, phase_h, phase_w, rows, used_cols, stride_h, stride_w,
+                    top, left)
+        for i in range(kh):
+            for j in range(kw):
+                dst = cols[(c * kh + i) * kw + j]
+                for oh in range(out_h):
+                    src, out_row = phases[tap_start[i, j] + oh * phase_w:], dst[oh * out_w:]
+                    for ow in range(out_w):
+                        out_row[ow] = src[ow]
 
 
 def pack_gemm_weight(weight: np.ndarray, groups: int) -> np.ndarray:
