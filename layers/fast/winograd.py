@@ -26,6 +26,7 @@ import numpy as np
 
 from layers.fast.epilogue import Activation, NO_ARRAY, activate_row
 from layers.fast.gemm import scratch
+from layers.fast.phases import phase_layout, split_plane
 
 NO_RESIDUAL = np.zeros((0, 0, 0, 0), np.float32)
 F2, F4, F5, F8 = np.float32(2), np.float32(4), np.float32(5), np.float32(8)
@@ -82,89 +83,95 @@ def _at(m0, m1, m2, m3, m4, m5):
 
 @numba.njit(cache=True, nogil=True)
 def _input_transform(x, v, top, left, tiles_h, tiles_w):
-    """x (N, C, H, W) -> v (36, C, T): V = B^T d B for every 6x6 tile d.
+    """x (N, C, H, W) -> v (36, C, T): V = B^T d B for every 6x6 tile d (T = N * tiles).
 
-    Each plane is first copied into a zero-padded one that holds every tile whole (the zeros
-    around the image are written once, then only the image part changes). Then, per row of
-    tiles, the column pass B^T d runs over the full padded width at once (six rows in, six
-    out: a loop the compiler vectorises), and the row pass finishes each tile."""
+    Tile (ty, tx) reads padded rows 4ty .. 4ty+5 and columns 4tx .. 4tx+5: a 6x6 window with
+    stride 4. Each plane is split into its 4 x 4 stride phases (layers/fast/phases.py),
+    each (tiles_h + 1, PW = tiles_w + 1); there the input (i, s) of tile u = ty*PW + tx is
+    flat element ``start[i, s] + u``. So both passes are long unit-stride loops over u, all
+    tiles of the plane at once: the column pass B^T d (six inputs per column s, six
+    outputs), then the row pass (six in, six out, written straight into v). The tile index
+    has PW - tiles_w columns per row that are not tiles; they are computed and ignored."""
     n, channels, height, width = x.shape
-    tiles = tiles_h * tiles_w
-    padded_h, padded_w = tiles_h * TILE + 2, tiles_w * TILE + 2
-    padded = np.zeros((padded_h, padded_w), np.float32)
-    rows, cols = min(height, padded_h - top), min(width, padded_w - left)
-    t1 = np.empty((TAPS, padded_w), np.float32)
+    phase_h, pitch, start, rows, cols = phase_layout(
+        height, width, tiles_h, tiles_w, TAPS, TAPS, TILE, TILE, 1, 1, top, left)
+    length = (tiles_h - 1) * pitch + tiles_w      # up to the last real tile
+    phases = np.zeros(TILE * TILE * phase_h * pitch, np.float32)
+    cols_t = np.empty((TAPS, TAPS, length), np.float32)   # (r of B^T d, column s, tile)
     for plane in range(n * channels):
         i_n, c = plane // channels, plane % channels
-        src = x[i_n, c]
-        for r in range(rows):
-            padded[top + r, left:left + cols] = src[r, :cols]
-        for ty in range(tiles_h):
-            d0, d1, d2 = padded[ty * TILE], padded[ty * TILE + 1], padded[ty * TILE + 2]
-            d3, d4, d5 = padded[ty * TILE + 3], padded[ty * TILE + 4], padded[ty * TILE + 5]
-            for col in range(padded_w):                 # columns: t1 = B^T d, all tiles
-                t1[0, col], t1[1, col], t1[2, col], t1[3, col], t1[4, col], t1[5, col] = \
-                    _bt(d0[col], d1[col], d2[col], d3[col], d4[col], d5[col])
-            t0 = i_n * tiles + ty * tiles_w
-            for r in range(TAPS):                       # rows: V = t1 B, tile by tile
-                line = t1[r]
+        split_plane(x[i_n, c], phases, phase_h, pitch, rows, cols, TILE, TILE, top, left)
+        for s in range(TAPS):                                # columns: B^T d
+            d0, d1, d2 = phases[start[0, s]:], phases[start[1, s]:], phases[start[2, s]:]
+            d3, d4, d5 = phases[start[3, s]:], phases[start[4, s]:], phases[start[5, s]:]
+            c0, c1, c2 = cols_t[0, s], cols_t[1, s], cols_t[2, s]
+            c3, c4, c5 = cols_t[3, s], cols_t[4, s], cols_t[5, s]
+            for u in range(length):
+                c0[u], c1[u], c2[u], c3[u], c4[u], c5[u] = \
+                    _bt(d0[u], d1[u], d2[u], d3[u], d4[u], d5[u])
+        for r in range(TAPS):                                # rows: (B^T d) B
+            for ty in range(tiles_h):                        # into v, without the gaps
+                at = ty * pitch
+                e0, e1, e2 = cols_t[r, 0, at:], cols_t[r, 1, at:], cols_t[r, 2, at:]
+                e3, e4, e5 = cols_t[r, 3, at:], cols_t[r, 4, at:], cols_t[r, 5, at:]
+                t0 = (i_n * tiles_h + ty) * tiles_w
+                v0, v1, v2 = v[r * TAPS, c, t0:], v[r * TAPS + 1, c, t0:], \
+                    v[r * TAPS + 2, c, t0:]
+                v3, v4, v5 = v[r * TAPS + 3, c, t0:], v[r * TAPS + 4, c, t0:], \
+                    v[r * TAPS + 5, c, t0:]
                 for tx in range(tiles_w):
-                    k = tx * TILE
-                    e0, e1, e2, e3, e4, e5 = _bt(line[k], line[k + 1], line[k + 2],
-                                                 line[k + 3], line[k + 4], line[k + 5])
-                    t = t0 + tx
-                    v[r * TAPS, c, t] = e0
-                    v[r * TAPS + 1, c, t] = e1
-                    v[r * TAPS + 2, c, t] = e2
-                    v[r * TAPS + 3, c, t] = e3
-                    v[r * TAPS + 4, c, t] = e4
-                    v[r * TAPS + 5, c, t] = e5
+                    v0[tx], v1[tx], v2[tx], v3[tx], v4[tx], v5[tx] = \
+                        _bt(e0[tx], e1[tx], e2[tx], e3[tx], e4[tx], e5[tx])
 
 
 @numba.njit(cache=True, nogil=True)
 def _output_transform(m, y, bias, residual, tiles_h, tiles_w, code, a, b):
     """m (36, C_out, T) -> y (N, C_out, Ho, Wo) = A^T m A + bias + residual, activated.
 
-    Per row of tiles, the column pass A^T m reads the 36 planes of m along the tiles (unit
-    stride, vectorised), then the row pass writes each output row whole into a row buffer
-    as wide as the tiles, which is cut to Wo, given bias, residual and activation, and
-    stored."""
+    Both passes are long loops over all the tiles u = ty*tiles_w + tx of a plane: the column pass A^T m (six in, four out per column),
+    then the row pass gives output (4ty + i, 4tx + j) of every tile in ``out[i, j, u]``.
+    Each output row then gathers its four column phases, adds bias and residual, is
+    activated and stored."""
     n, c_out, out_h, out_w = y.shape
-    tiles = tiles_h * tiles_w
+    length = tiles_h * tiles_w
     has_bias, has_residual = bias.shape[0] > 0, residual.shape[0] > 0
-    t1 = np.empty((TILE, TAPS, tiles_w), np.float32)   # (output row r, tap column s, tile)
-    line = np.empty(tiles_w * TILE, np.float32)
+    cols_t = np.empty((TILE, TAPS, length), np.float32)   # (row i of A^T m, column s, tile)
+    out = np.empty((TILE, TILE, length), np.float32)      # (tile row i, tile column j, tile)
+    full = out_w // TILE                                  # tiles whose 4 columns are all in y
     for plane in range(n * c_out):
         i_n, o = plane // c_out, plane % c_out
-        dst = y[i_n, o]
+        base = i_n * length
+        for s in range(TAPS):                                # columns: A^T m
+            m0, m1, m2 = m[s, o, base:], m[TAPS + s, o, base:], m[2 * TAPS + s, o, base:]
+            m3, m4, m5 = m[3 * TAPS + s, o, base:], m[4 * TAPS + s, o, base:], \
+                m[5 * TAPS + s, o, base:]
+            c0, c1, c2, c3 = cols_t[0, s], cols_t[1, s], cols_t[2, s], cols_t[3, s]
+            for u in range(length):
+                c0[u], c1[u], c2[u], c3[u] = _at(m0[u], m1[u], m2[u], m3[u], m4[u], m5[u])
+        for i in range(TILE):                                # rows: (A^T m) A
+            q0, q1, q2 = cols_t[i, 0], cols_t[i, 1], cols_t[i, 2]
+            q3, q4, q5 = cols_t[i, 3], cols_t[i, 4], cols_t[i, 5]
+            o0, o1, o2, o3 = out[i, 0], out[i, 1], out[i, 2], out[i, 3]
+            for u in range(length):
+                o0[u], o1[u], o2[u], o3[u] = _at(q0[u], q1[u], q2[u], q3[u], q4[u], q5[u])
         shift = bias[o] if has_bias else np.float32(0.0)
-        for ty in range(tiles_h):
-            t0 = i_n * tiles + ty * tiles_w
-            for s in range(TAPS):                       # columns: t1 = A^T m, all tiles
-                m0, m1, m2 = m[s, o, t0:], m[TAPS + s, o, t0:], m[2 * TAPS + s, o, t0:]
-                m3, m4, m5 = m[3 * TAPS + s, o, t0:], m[4 * TAPS + s, o, t0:], \
-                    m[5 * TAPS + s, o, t0:]
-                for tx in range(tiles_w):
-                    t1[0, s, tx], t1[1, s, tx], t1[2, s, tx], t1[3, s, tx] = \
-                        _at(m0[tx], m1[tx], m2[tx], m3[tx], m4[tx], m5[tx])
-            for r in range(TILE):                       # rows: Y = t1 A, a whole output row
-                oh = ty * TILE + r
-                if oh >= out_h:
-                    break
-                q = t1[r]
-                for tx in range(tiles_w):
-                    e0, e1, e2, e3 = _at(q[0, tx], q[1, tx], q[2, tx], q[3, tx], q[4, tx],
-                                         q[5, tx])
-                    k = tx * TILE
-                    line[k], line[k + 1], line[k + 2], line[k + 3] = (
-                        e0 + shift, e1 + shift, e2 + shift, e3 + shift)
-                row = line[:out_w]
-                if has_residual:
-                    other = residual[i_n, o, oh]
-                    for ow in range(out_w):
-                        row[ow] += other[ow]
-                activate_row(row, code, a, b)
-                dst[oh, :] = row
+        dst = y[i_n, o]
+        for oh in range(out_h):
+            ty, i = oh // TILE, oh % TILE
+            row = dst[oh]
+            p0, p1 = out[i, 0, ty * tiles_w:], out[i, 1, ty * tiles_w:]
+            p2, p3 = out[i, 2, ty * tiles_w:], out[i, 3, ty * tiles_w:]
+            for tx in range(full):
+                k = tx * TILE
+                row[k], row[k + 1], row[k + 2], row[k + 3] = (
+                    p0[tx] + shift, p1[tx] + shift, p2[tx] + shift, p3[tx] + shift)
+            for ow in range(full * TILE, out_w):             # the last, partial tile
+                row[ow] = out[i, ow % TILE, ty * tiles_w + full] + shift
+            if has_residual:
+                other = residual[i_n, o, oh]
+                for ow in range(out_w):
+                    row[ow] += other[ow]
+            activate_row(row, code, a, b)
 
 
 def winograd_conv2d(x: np.ndarray, packed: np.ndarray, bias: np.ndarray | None,
