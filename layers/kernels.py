@@ -553,6 +553,14 @@ def adaptive_avg_pool2d(x: np.ndarray, output_size: int | Sequence[int | None]) 
     own elements, as torch does, so a NaN or Inf reaches only the bins that hold it (a matrix
     product with 0 weights would spread it everywhere: 0 * NaN = NaN)."""
     out_h, out_w = adaptive_output_size(x.shape, output_size)
+    area = x.shape[-2] * x.shape[-1]
+    if (out_h, out_w) == (1, 1) and x.dtype == np.float32 and 0 < area <= 1024:
+        # global pooling of a small plane (a classifier head): one matrix-vector product with
+        # 1/area, 6x faster than np.mean's strided reductions; each plane's sum is its own,
+        # and with at most 1024 terms float32 rounding stays far below 1e-5 relative
+        planes = np.ascontiguousarray(x).reshape(-1, area)
+        means = planes @ np.full(area, 1 / area, np.float32)
+        return means.reshape(*x.shape[:-2], 1, 1)
     rows = _bin_means(x, -2, out_h)                          # (..., Ho, W)
     y = _bin_means(rows, -1, out_w)                          # (..., Ho, Wo)
     return y.copy() if y is x else y                         # never the input itself

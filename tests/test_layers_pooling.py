@@ -70,11 +70,21 @@ def test_avg_pool2d_divisor_override():
     ((7, 7), (3, 3)), ((10, 10), (4, 4)), ((7, 10), (3, 4)), ((9, 9), 1), ((5, 6), (5, 6)),
     ((3, 4), (5, 7)),                                               # upsampling bins
     ((7, 9), (2, None)), ((7, 9), (None, 4)),
+    ((32, 32), (1, 1)), ((40, 33), 1),            # global pooling: the fast path, and past it
 ], ids=str)
 def test_adaptive_avg_pool2d_matches_torch(in_size, output_size):
     params = {"output_size": output_size}
     check_layer("nn.AdaptiveAvgPool2d", nn.AdaptiveAvgPool2d(output_size), [(2, 3, *in_size)],
                 params)
+
+
+def test_global_avg_pool_keeps_a_nan_in_its_own_plane():
+    x = np.ones((1, 3, 7, 7), np.float32)
+    x[0, 1, 2, 3] = np.nan
+    (y,) = make_layer("nn.AdaptiveAvgPool2d", {"output_size": (1, 1)}).forward([x])
+    want = F.adaptive_avg_pool2d(torch.from_numpy(x), 1).numpy()
+    np.testing.assert_array_equal(np.isnan(y), np.isnan(want))
+    np.testing.assert_allclose(y[0, [0, 2]], want[0, [0, 2]], rtol=1e-6)
 
 
 def test_adaptive_avg_pool2d_reads_pnnx_zero_as_none():
