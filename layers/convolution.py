@@ -169,6 +169,8 @@ class Conv2d(_ConvGeometry):
         super().load_model(weights)
         self.packed = PackedConv2d(self.weight, self.bias, self.stride, self.dilation,
                                    self.groups)
+        if self.use_fast_kernels:
+            self.packed.load_candidate_kernels()
 
     # ----- fusion (infer/fusion.py): what this convolution also computes ------------------
     fused_padding: tuple[int, int, int, int] = (0, 0, 0, 0)   # (left, right, top, bottom)

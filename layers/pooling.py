@@ -128,10 +128,10 @@ class MaxPool2d(_Pool):
     def n_outputs(self) -> int:
         return 2 if self.return_indices else 1
 
-    def infer_shapes(self, input_shapes: Sequence[Shape]) -> list[Shape]:
+    def load_param(self, params: dict) -> None:
+        super().load_param(params)
         if self.use_fast_kernels and not self.return_indices:
             fast_pool.load_kernel()                # at build, not in the first inference
-        return super().infer_shapes(input_shapes)
 
     def _pool(self, x: np.ndarray) -> list[np.ndarray]:
         geometry = (self.kernel_size, self.stride, self.padding, self.dilation, self.ceil_mode)

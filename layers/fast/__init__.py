@@ -1,8 +1,9 @@
 """Fast kernels: numba for what BLAS cannot do, BLAS (``np.matmul``) for the matrix products.
 
     epilogue.py    bias + residual + activation in one pass (what fusion folds into a layer)
-    depthwise.py   depthwise convolution, direct numba kernel
-    gemm.py        1x1 convolution straight into GEMM; k x k through im2col into a reused buffer
+    phases.py      a padded plane split into stride phases: every tap reads a unit-stride window
+    depthwise.py   depthwise convolution, direct numba kernel on the phases
+    gemm.py        1x1 convolution straight into GEMM; k x k through im2col (from the phases)
     winograd.py    3x3 stride-1 convolution as Winograd F(4x4, 3x3): 36 GEMMs on BLAS
     conv.py        one convolution's packed weights and the choice of kernel per input size
     pool.py        max pooling, separable: rows then columns
@@ -21,6 +22,10 @@ Winograd convolution alternating with BLAS went from 2 ms to 500 ms. Measured en
 (ResNet18 and EfficientNet-Lite0 at batch 1), serial numba + threaded BLAS was the fastest
 and the steadiest of the arrangements tried (parallel numba + single-threaded BLAS split by
 hand, both parallel, both serial); it also needs no OpenMP start-up on the first inference.
+Measured again with the current kernels: a depthwise layer split into two halves of planes,
+one on a helper Python thread (the kernels release the GIL), runs 30% faster alone but gives
+nothing inside EfficientNet-Lite0, because OpenBLAS's worker keeps spinning on the second
+core after each product (it only helps with OPENBLAS_THREAD_TIMEOUT=4, and then by ~1%).
 """
 
 import functools

@@ -72,6 +72,17 @@ class PackedConv2d:
             return pack_winograd_weight(self.weight)
         return pack_gemm_weight(self.weight, self.groups)
 
+    def load_candidate_kernels(self) -> None:
+        """Load the numba kernels of every algorithm this convolution may run (which one
+        depends on the input size): at build, so that a graph whose shapes are known only
+        when it runs does not load them in its first inference."""
+        if self.depthwise:
+            load_kernels("depthwise")
+            return
+        load_kernels("gemm")
+        if self.winograd_ok:
+            load_kernels("winograd")
+
     def prepare(self, batch: int, out_hw: Pair) -> None:
         """Pack what ``run`` will need for this size now (at build) rather than mid-forward,
         and load its numba kernels."""

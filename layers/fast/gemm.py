@@ -9,7 +9,8 @@ The weight is packed once, at build, as that (C_out, K) matrix (per group: (G, C
 
 * A 1x1 convolution with stride 1 and no padding needs no cols at all: the image itself,
   viewed as (C_in, H*W), is the matrix, so the product reads the input in place (no copy).
-* Otherwise a numba kernel writes cols into a scratch buffer that is reused from call to call
+* Otherwise a numba kernel writes cols (from the stride phases of each channel, so every row
+  of cols is unit-stride copies) into a scratch buffer that is reused from call to call
   (``scratch``), one image at a time so it stays small, and BLAS writes straight into the
   output image. Bias, residual and activation then follow in one pass (epilogue).
 """

@@ -55,10 +55,11 @@ def pack_winograd_weight(weight: np.ndarray) -> np.ndarray:
     """(C_out, C_in, 3, 3) -> U (36, C_out, C_in) = G g G^T per filter, in float64 then
     rounded once to float32. U[k] for k = 6 r + s is a matrix over (output, input) channels."""
     c_out, c_in = weight.shape[:2]
-    # U[(r, s)] = sum_ij G[r, i] g[i, j] G[s, j]: one GEMM with the Kronecker product of G
+    # U[(r, s)] = sum_ij G[r, i] g[i, j] G[s, j]: one GEMM with the Kronecker product of G,
+    # (36, 9) @ (9, O*C), which BLAS writes straight in U's layout (no transposed copy)
     filters = weight.reshape(c_out * c_in, 9).astype(np.float64)          # (O*C, 9)
-    u = (filters @ GG_T).astype(np.float32)                               # (O*C, 36)
-    return np.ascontiguousarray(u.T).reshape(TAPS * TAPS, c_out, c_in)
+    u = GG_T.T @ filters.T                                                # (36, O*C)
+    return u.astype(np.float32).reshape(TAPS * TAPS, c_out, c_in)
 
 
 @numba.njit(cache=True, inline="always")
