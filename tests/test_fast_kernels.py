@@ -116,6 +116,8 @@ WINOGRAD = {   # (N, C_in, H, W), C_out, (top, bottom, left, right)
     "asymmetric": ((1, 3, 15, 16), 6, (0, 2, 1, 0)),
     "batch 4 small": ((4, 8, 7, 7), 8, (1, 1, 1, 1)),
     "wide channels": ((1, 64, 16, 16), 32, (1, 1, 1, 1)),
+    "pad 2": ((2, 4, 9, 13), 5, (2, 2, 2, 2)),
+    "tiny images": ((8, 3, 3, 5), 2, (1, 1, 1, 1)),          # 8 x 2 tiles
 }
 
 

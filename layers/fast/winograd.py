@@ -26,7 +26,6 @@ import numpy as np
 
 from layers.fast.epilogue import Activation, NO_ARRAY, activate_row
 from layers.fast.gemm import scratch
-from layers.fast.phases import phase_layout, split_plane
 
 NO_RESIDUAL = np.zeros((0, 0, 0, 0), np.float32)
 F2, F4, F5, F8 = np.float32(2), np.float32(4), np.float32(5), np.float32(8)
@@ -86,43 +85,59 @@ def _at(m0, m1, m2, m3, m4, m5):
 def _input_transform(x, v, top, left, tiles_h, tiles_w):
     """x (N, C, H, W) -> v (36, C, T): V = B^T d B for every 6x6 tile d (T = N * tiles).
 
-    Tile (ty, tx) reads padded rows 4ty .. 4ty+5 and columns 4tx .. 4tx+5: a 6x6 window with
-    stride 4. Each plane is split into its 4 x 4 stride phases (layers/fast/phases.py),
-    each (tiles_h + 1, PW = tiles_w + 1); there the input (i, s) of tile u = ty*PW + tx is
-    flat element ``start[i, s] + u``. So both passes are long unit-stride loops over u, all
-    tiles of the plane at once: the column pass B^T d (six inputs per column s, six
-    outputs), then the row pass (six in, six out, written straight into v). The tile index
-    has PW - tiles_w columns per row that are not tiles; they are computed and ignored."""
+    Tile (ty, tx) reads padded rows 4ty .. 4ty+5 and columns 4tx .. 4tx+5. Each plane is first
+    split into 4 x 6 *streams*: stream (p, s) holds, for every padded row 4ty' + p, the
+    column 4tx + s of each tile (tiles_h + 1 rows of tiles_w values; zeros in the padding),
+    each image row going through one zero-padded row buffer.
+    Input (i, s) of tile t = ty*tiles_w + tx is then element ``t + (i // 4) * tiles_w`` of
+    stream (i % 4, s): both passes are long unit-stride loops over all the tiles of the plane,
+    the column pass B^T d (six inputs per column s, six outputs) and the row pass (six in,
+    six out, straight into v)."""
     n, channels, height, width = x.shape
-    phase_h, pitch, start, rows, cols = phase_layout(
-        height, width, tiles_h, tiles_w, TAPS, TAPS, TILE, TILE, 1, 1, top, left)
-    length = (tiles_h - 1) * pitch + tiles_w      # up to the last real tile
-    phases = np.zeros(TILE * TILE * phase_h * pitch, np.float32)
-    cols_t = np.empty((TAPS, TAPS, length), np.float32)   # (r of B^T d, column s, tile)
+    tiles = tiles_h * tiles_w
+    streams = np.zeros((TILE, TAPS, (tiles_h + 1) * tiles_w), np.float32)
+    cols_t = np.empty((TAPS, TAPS, tiles), np.float32)    # (r of B^T d, column s, tile)
+    rows = min(height, TILE * (tiles_h + 1) - top)
+    cols = min(width, TILE * tiles_w + 2 - left)
+    padded_row = np.zeros(TILE * tiles_w + 2, np.float32)  # zeros around the image's columns
     for plane in range(n * channels):
         i_n, c = plane // channels, plane % channels
-        split_plane(x[i_n, c], phases, phase_h, pitch, rows, cols, TILE, TILE, top, left)
+        src = x[i_n, c]
+        for r in range(rows):                                # split into the streams
+            line, inner = src[r], padded_row[left:]
+            for k in range(cols):
+                inner[k] = line[k]
+            p, at = (top + r) % TILE, (top + r) // TILE * tiles_w
+            s0, s1, s2 = streams[p, 0, at:], streams[p, 1, at:], streams[p, 2, at:]
+            s3, s4, s5 = streams[p, 3, at:], streams[p, 4, at:], streams[p, 5, at:]
+            for tx in range(tiles_w):                        # columns 4tx .. 4tx+3
+                k = TILE * tx
+                s0[tx], s1[tx] = padded_row[k], padded_row[k + 1]
+                s2[tx], s3[tx] = padded_row[k + 2], padded_row[k + 3]
+            for tx in range(tiles_w - 1):                    # 4tx+4, 4tx+5: the next tile's
+                s4[tx], s5[tx] = s0[tx + 1], s1[tx + 1]
+            s4[tiles_w - 1] = padded_row[TILE * tiles_w]
+            s5[tiles_w - 1] = padded_row[TILE * tiles_w + 1]
         for s in range(TAPS):                                # columns: B^T d
-            d0, d1, d2 = phases[start[0, s]:], phases[start[1, s]:], phases[start[2, s]:]
-            d3, d4, d5 = phases[start[3, s]:], phases[start[4, s]:], phases[start[5, s]:]
+            d0, d1 = streams[0, s], streams[1, s]
+            d2, d3 = streams[2, s], streams[3, s]
+            d4, d5 = streams[0, s, tiles_w:], streams[1, s, tiles_w:]
             c0, c1, c2 = cols_t[0, s], cols_t[1, s], cols_t[2, s]
             c3, c4, c5 = cols_t[3, s], cols_t[4, s], cols_t[5, s]
-            for u in range(length):
-                c0[u], c1[u], c2[u], c3[u], c4[u], c5[u] = \
-                    _bt(d0[u], d1[u], d2[u], d3[u], d4[u], d5[u])
+            for t in range(tiles):
+                c0[t], c1[t], c2[t], c3[t], c4[t], c5[t] = \
+                    _bt(d0[t], d1[t], d2[t], d3[t], d4[t], d5[t])
+        base = i_n * tiles
         for r in range(TAPS):                                # rows: (B^T d) B
-            for ty in range(tiles_h):                        # into v, without the gaps
-                at = ty * pitch
-                e0, e1, e2 = cols_t[r, 0, at:], cols_t[r, 1, at:], cols_t[r, 2, at:]
-                e3, e4, e5 = cols_t[r, 3, at:], cols_t[r, 4, at:], cols_t[r, 5, at:]
-                t0 = (i_n * tiles_h + ty) * tiles_w
-                v0, v1, v2 = v[r * TAPS, c, t0:], v[r * TAPS + 1, c, t0:], \
-                    v[r * TAPS + 2, c, t0:]
-                v3, v4, v5 = v[r * TAPS + 3, c, t0:], v[r * TAPS + 4, c, t0:], \
-                    v[r * TAPS + 5, c, t0:]
-                for tx in range(tiles_w):
-                    v0[tx], v1[tx], v2[tx], v3[tx], v4[tx], v5[tx] = \
-                        _bt(e0[tx], e1[tx], e2[tx], e3[tx], e4[tx], e5[tx])
+            e0, e1, e2 = cols_t[r, 0], cols_t[r, 1], cols_t[r, 2]
+            e3, e4, e5 = cols_t[r, 3], cols_t[r, 4], cols_t[r, 5]
+            v0, v1, v2 = v[r * TAPS, c, base:], v[r * TAPS + 1, c, base:], \
+                v[r * TAPS + 2, c, base:]
+            v3, v4, v5 = v[r * TAPS + 3, c, base:], v[r * TAPS + 4, c, base:], \
+                v[r * TAPS + 5, c, base:]
+            for t in range(tiles):
+                v0[t], v1[t], v2[t], v3[t], v4[t], v5[t] = \
+                    _bt(e0[t], e1[t], e2[t], e3[t], e4[t], e5[t])
 
 
 @numba.njit(cache=True, nogil=True)
