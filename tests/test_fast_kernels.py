@@ -109,15 +109,15 @@ def test_winograd_matrices_compute_a_3x3_correlation():
     np.testing.assert_allclose(y, direct, atol=1e-12)
 
 
-WINOGRAD = {   # (N, C_in, H, W), C_out, (top, bottom, left, right)
+WINOGRAD = {   # (N, C_in, H, W), C_out, (top, bottom, left, right); each >= 32 tiles
     "56x56 pad 1": ((1, 16, 56, 56), 16, (1, 1, 1, 1)),
-    "ragged tiles": ((2, 5, 11, 10), 7, (1, 1, 1, 1)),
-    "no padding": ((1, 8, 18, 17), 4, (0, 0, 0, 0)),
-    "asymmetric": ((1, 3, 15, 16), 6, (0, 2, 1, 0)),
-    "batch 4 small": ((4, 8, 7, 7), 8, (1, 1, 1, 1)),
-    "wide channels": ((1, 64, 16, 16), 32, (1, 1, 1, 1)),
-    "pad 2": ((2, 4, 9, 13), 5, (2, 2, 2, 2)),
-    "tiny images": ((8, 3, 3, 5), 2, (1, 1, 1, 1)),          # 8 x 2 tiles
+    "ragged tiles": ((4, 5, 11, 10), 7, (1, 1, 1, 1)),
+    "no padding": ((2, 8, 18, 17), 4, (0, 0, 0, 0)),
+    "asymmetric": ((2, 3, 15, 16), 6, (0, 2, 1, 0)),
+    "batch 8 small": ((8, 8, 7, 7), 8, (1, 1, 1, 1)),
+    "wide channels": ((1, 64, 24, 24), 32, (1, 1, 1, 1)),
+    "pad 2": ((3, 4, 9, 13), 5, (2, 2, 2, 2)),
+    "tiny images": ((16, 3, 3, 5), 2, (1, 1, 1, 1)),         # 16 x 2 tiles
 }
 
 
@@ -135,6 +135,7 @@ def test_winograd_matches_reference_and_torch(case):
 def test_winograd_is_left_for_im2col_when_the_image_has_few_tiles():
     packed = PackedConv2d(rand(8, 8, 3, 3), None, (1, 1), (1, 1), 1)
     assert packed.algorithm(1, (7, 7)) == "gemm"              # 4 tiles: weights dominate
+    assert packed.algorithm(1, (14, 14)) == "gemm"            # 16 tiles: as fast either way
     assert packed.algorithm(8, (7, 7)) == "winograd"          # 32 tiles
     strided = PackedConv2d(rand(8, 8, 3, 3), None, (2, 2), (1, 1), 1)
     assert strided.algorithm(8, (56, 56)) == "gemm"
@@ -205,7 +206,7 @@ def test_unknown_activations_have_no_kernel_code():
 
 
 @pytest.mark.parametrize("algorithm_case", [
-    ("winograd", (1, 8, 16, 16), (8, 8, 3, 3), 1, (1, 1)),
+    ("winograd", (1, 8, 24, 24), (8, 8, 3, 3), 1, (1, 1)),
     ("gemm", (2, 8, 6, 6), (8, 8, 3, 3), 1, (2, 2)),
     ("gemm", (2, 8, 6, 6), (8, 8, 1, 1), 1, (1, 1)),
     ("depthwise", (2, 8, 9, 9), (8, 1, 3, 3), 8, (1, 1)),

@@ -11,7 +11,9 @@ Which kernel runs depends on the convolution and on the size of its input:
 
 Winograd multiplies 4x fewer values than im2col but reads 4x more weights (U is 36 C_out C_in
 floats against 9 C_out C_in), so when the image has few 4x4 tiles (ResNet's 7x7 last stage at
-batch 1) the weights dominate and im2col wins. Each packing is made the first time it is
+batch 1) the weights dominate and im2col wins. At 16 tiles (ResNet's 14x14 stage at batch 1)
+the two take the same time (measured end to end), and im2col keeps 28 MB of packed weights
+out of memory, so Winograd starts at 32 tiles. Each packing is made the first time it is
 needed (the graph asks for it while planning shapes at build, when shapes are known) and kept.
 """
 
@@ -28,7 +30,7 @@ from layers.fast.gemm import gemm_conv2d, pack_gemm_weight
 from layers.fast.winograd import TILE, pack_winograd_weight, winograd_conv2d
 
 Pair = tuple[int, int]
-WINOGRAD_MIN_TILES = 16        # below this many 4x4 output tiles (all images), im2col wins
+WINOGRAD_MIN_TILES = 32        # below this many 4x4 output tiles (all images), im2col
 
 
 class PackedConv2d:
