@@ -224,12 +224,15 @@ class RuntimeGraph(GraphTools):
         float32), and entries that pnnx placed at an address no multiple of the itemsize (it
         does not pad its zip), since BLAS would otherwise copy them on every call."""
         for key, attr in op.attrs.items():
-            data = self._bin.read(f"{op.name}.{key}", attr.shape, attr.dtype)
+            entry = f"{op.name}.{key}"
+            data = self._bin.read(entry, attr.shape, attr.dtype)
             if data.dtype.kind == "f" and data.dtype != np.float32:
                 data = data.astype(np.float32)
+                self._bin.release(entry)            # the file's pages are not read again
             elif not data.flags.aligned:
                 data = np.require(data, requirements="A")
                 data.flags.writeable = False
+                self._bin.release(entry)
             attr.data = data
 
     def topological_order(self, on_visit: Callable[[str, RuntimeOperator], None] | None = None

@@ -220,6 +220,18 @@ class PnnxBin:
             raw = _WIDEN[dtype](raw)
         return raw.reshape(shape)
 
+    def release(self, key: str) -> None:
+        """Let the OS drop this process's copy of the entry's pages (whole pages inside the
+        entry only): for an entry whose bytes were copied, so that they do not count twice in
+        its memory. Views of the entry stay valid; reading one brings the pages back from the
+        file."""
+        entry = self._entry(key)
+        page = mmap.PAGESIZE
+        start = -(-entry.offset // page) * page
+        stop = (entry.offset + entry.size) // page * page
+        if stop > start and hasattr(self._mm, "madvise") and hasattr(mmap, "MADV_DONTNEED"):
+            self._mm.madvise(mmap.MADV_DONTNEED, start, stop - start)
+
     def _entry(self, key: str) -> _Entry:
         """The index record of ``key``; a missing or compressed entry is a BinFileError."""
         if self._mm is None:

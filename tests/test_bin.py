@@ -112,6 +112,22 @@ def test_unaligned_entries_read_correctly(tmp_path):
     np.testing.assert_array_equal(read, array.reshape(2, 3))
 
 
+def test_released_entries_still_read_their_bytes(tmp_path):
+    """release() drops the process's pages of an entry (after the graph copied it); views of
+    it stay valid and read the same bytes, brought back from the file."""
+    big = np.arange(3 * 4096, dtype=np.float32)             # spans whole pages
+    path = write_zip(tmp_path / "w.pnnx.bin", {"a.weight": big.tobytes(), "b.bias": b"\0" * 8})
+    with PnnxBin(path) as weights:
+        view = weights.read("a.weight", big.shape, "f32")
+        copy = np.array(view)
+        weights.release("a.weight")
+        weights.release("b.bias")                             # smaller than a page: nothing
+        np.testing.assert_array_equal(view, big)
+        np.testing.assert_array_equal(copy, big)
+        with pytest.raises(BinFileError, match="no such entry"):
+            weights.release("c.weight")
+
+
 def test_entries_and_membership(tmp_path):
     names = ["features.0.weight", "features.0.bias", "fc.weight"]
     path = write_zip(tmp_path / "w.pnnx.bin", {name: b"\0" * 4 for name in names})
