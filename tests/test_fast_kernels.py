@@ -13,7 +13,7 @@ from helpers import check_layer, make_layer, rand, torch_module
 from layers import kernels
 from layers.activation import (Hardsigmoid, Hardswish, Hardtanh, LeakyReLU, ReLU, ReLU6,
                                Sigmoid, SiLU, Tanh)
-from layers.fast import winograd
+from layers.fast import depthwise, winograd
 from layers.fast.conv import PackedConv2d
 from layers.fast.epilogue import IDENTITY, activation_of, bias_residual_activation
 
@@ -95,6 +95,26 @@ def test_depthwise_matches_reference_and_torch(case, with_bias):
     packed, got = run_packed(x, weight, bias, stride, padding, dilation, groups=c)
     assert packed.algorithm(shape[0], got.shape[2:]) == "depthwise"
     check_against_both(got, x, weight, bias, stride, padding, dilation, c)
+
+
+@pytest.mark.parametrize("case", [c for c in DEPTHWISE.values()
+                                  if c[1] == 1 and c[2] in ((3, 3), (5, 5))],
+                         ids=[k for k, c in DEPTHWISE.items()
+                              if c[1] == 1 and c[2] in ((3, 3), (5, 5))])
+@pytest.mark.parametrize("layout", ["planes", "channels last"])
+def test_both_depthwise_layouts_match_reference_and_torch(case, layout):
+    """The two depthwise kernels (one plane at a time; channels last, which the dispatcher
+    picks for small outputs) on every case, whichever the dispatcher would pick."""
+    shape, _, kernel, stride, padding, dilation = case
+    x, c = rand(*shape), shape[1]
+    weight, bias = rand(c, 1, *kernel), rand(c)
+    out_hw = reference_conv(x, weight, bias, stride, padding, dilation, c).shape[2:]
+    y = np.empty((shape[0], c, *out_hw), np.float32)
+    kernel_function = (depthwise._depthwise_channels_last if layout == "channels last"
+                       else depthwise._depthwise)
+    kernel_function(x, np.ascontiguousarray(weight[:, 0]), bias, y, *stride, *dilation,
+                    padding[0], padding[2], 0, 0.0, 0.0)
+    check_against_both(y, x, weight, bias, stride, padding, dilation, c)
 
 
 # ----- Winograd -----------------------------------------------------------------------------

@@ -124,9 +124,11 @@ def load_kernels(algorithm: str) -> None:
     graph is built rather than in its first inference. The tiny arrays have the types of the
     real calls (C-contiguous float32), so the same compiled code serves both."""
     x, bias = np.zeros((1, 2, 6, 6), np.float32), np.zeros(2, np.float32)
-    if algorithm == "depthwise":
+    if algorithm == "depthwise":                      # both layouts: small and large planes
         weight = np.zeros((2, 3, 3), np.float32)          # as packed: (C_out, kh, kw)
-        depthwise_conv2d(x, weight, bias, (1, 1), (1, 1, 1, 1), (1, 1), (6, 6), IDENTITY)
+        for size in (6, 8):
+            depthwise_conv2d(np.zeros((1, 2, size, size), np.float32), weight, bias, (1, 1),
+                             (1, 1, 1, 1), (1, 1), (size, size), IDENTITY)
     elif algorithm == "winograd":
         weight = np.zeros((2, 2, 3, 3), np.float32)
         winograd_conv2d(x, pack_winograd_weight(weight), bias, (1, 1, 1, 1), (6, 6), IDENTITY)
