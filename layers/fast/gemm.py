@@ -46,6 +46,15 @@ def _im2col(x, cols, kh, kw, stride_h, stride_w, dil_h, dil_w, top, left, out_h,
     Each channel is first split into its stride phases (layers/fast/phases.py), where every
     tap reads a plain window: each row of cols is then Ho unit-stride copies of Wo values."""
     channels, height, width = x.shape
+    if (kh == 1 and kw == 1 and top == 0 and left == 0 and (out_h - 1) * stride_h < height
+            and (out_w - 1) * stride_w < width):
+        for c in range(channels):                  # a strided 1x1: just every sh-th pixel
+            dst = cols[c]
+            for oh in range(out_h):
+                src, out_row = x[c, oh * stride_h], dst[oh * out_w:]
+                for ow in range(out_w):
+                    out_row[ow] = src[ow * stride_w]
+        return
     phase_h, phase_w, tap_start, rows, used_cols = phase_layout(
         height, width, out_h, out_w, kh, kw, stride_h, stride_w, dil_h, dil_w, top, left)
     phases = np.zeros(stride_h * stride_w * phase_h * phase_w, np.float32)
