@@ -152,6 +152,22 @@ def test_winograd_matches_reference_and_torch(case):
     check_against_both(got, x, weight, bias, (1, 1), padding, (1, 1), 1, scale=5e-6)
 
 
+def test_a_convolution_loads_the_kernels_it_may_run_when_it_is_loaded(monkeypatch):
+    """Which kernel runs depends on the input size, unknown at build for a dynamic export;
+    so load_model loads every candidate's kernels then, not the first inference."""
+    from layers.fast import conv as fast_conv
+
+    loaded = []
+    monkeypatch.setattr(fast_conv, "load_kernels", loaded.append)
+    make_layer("nn.Conv2d", dict(in_channels=4, out_channels=4, kernel_size=(3, 3), bias=True),
+               {"weight": rand(4, 4, 3, 3), "bias": rand(4)})
+    assert sorted(loaded) == ["gemm", "winograd"]
+    loaded.clear()
+    make_layer("nn.Conv2d", dict(in_channels=4, out_channels=4, kernel_size=(3, 3), groups=4,
+                                 bias=False), {"weight": rand(4, 1, 3, 3)})
+    assert loaded == ["depthwise"]
+
+
 def test_winograd_is_left_for_im2col_when_the_image_has_few_tiles():
     packed = PackedConv2d(rand(8, 8, 3, 3), None, (1, 1), (1, 1), 1)
     assert packed.algorithm(1, (7, 7)) == "gemm"              # 4 tiles: weights dominate
