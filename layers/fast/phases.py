@@ -59,18 +59,6 @@ def _split_row(line, phases, first_dst, phase_size, left, stride_w):
             odd[k] = line[2 * k + 1]
         if cols % 2:
             even[half] = line[cols - 1]
-    elif stride_w == 4:                            # Winograd's 6x6 tiles, 4 apart
-        c0 = phases[first_dst + left % 4 * phase_size + left // 4:]
-        c1 = phases[first_dst + (left + 1) % 4 * phase_size + (left + 1) // 4:]
-        c2 = phases[first_dst + (left + 2) % 4 * phase_size + (left + 2) // 4:]
-        c3 = phases[first_dst + (left + 3) % 4 * phase_size + (left + 3) // 4:]
-        quarter = cols // 4
-        for k in range(quarter):
-            c0[k], c1[k], c2[k], c3[k] = line[4 * k], line[4 * k + 1], line[4 * k + 2], \
-                line[4 * k + 3]
-        for c in range(quarter * 4, cols):
-            r = c - quarter * 4
-            phases[first_dst + (r + left) % 4 * phase_size + quarter + (r + left) // 4] = line[c]
     else:
         for q in range(stride_w):
             first = (q - left) % stride_w          # first image column in column phase q
