@@ -147,10 +147,10 @@ def _input_transform(x, v, top, left, tiles_h, tiles_w):
 def _output_transform(m, y, bias, residual, tiles_h, tiles_w, code, a, b):
     """m (36, C_out, T) -> y (N, C_out, Ho, Wo) = A^T m A + bias + residual, activated.
 
-    Both passes are long loops over all the tiles u = ty*tiles_w + tx of a plane: the column pass A^T m (six in, four out per column),
-    then the row pass gives output (4ty + i, 4tx + j) of every tile in ``out[i, j, u]``.
-    Each output row then gathers its four column phases, adds bias and residual, is
-    activated and stored."""
+    Both passes are long loops over all the tiles u = ty*tiles_w + tx of a plane: the
+    column pass A^T m (six in, four out per column), then the row pass, which gives output
+    (4ty + i, 4tx + j) of every tile in ``out[i, j, u]``. Each output row then gathers its
+    four column phases, adds bias and residual, is activated and stored."""
     n, c_out, out_h, out_w = y.shape
     length = tiles_h * tiles_w
     has_bias, has_residual = bias.shape[0] > 0, residual.shape[0] > 0
