@@ -197,6 +197,25 @@ def as_ints(value: Any) -> tuple[int, ...]:
     return (as_int(value),)
 
 
+def optional(convert: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    """A converter that also lets None through (an absent optional argument, which pnnx writes
+    as a ``None`` pnnx.Expression)."""
+
+    def convert_or_none(value: Any) -> Any:
+        return None if value is None else convert(value)
+
+    return convert_or_none
+
+
+def optional_input(value: Any) -> Any:
+    """An input that a pnnx.Expression ``None`` may stand for (a 0-d object array holding
+    None): the array, or None."""
+    if value is None or (isinstance(value, np.ndarray) and value.dtype == object
+                         and value.item() is None):
+        return None
+    return value
+
+
 def as_tuple(n: int) -> Callable[[Any], tuple[int, ...]]:
     """Converter to an n-tuple of ints; a single int is repeated (torch's _pair / _triple)."""
 

@@ -17,8 +17,8 @@ from typing import Callable, Sequence
 import numba
 import numpy as np
 
-from layers.base import (AN_INPUT, Layer, Param, Shape, as_bool, as_str, bind_inputs,
-                         or_input)
+from layers.base import (AN_INPUT, Layer, NamedArgumentLayer, Param, Shape, as_bool, as_float,
+                         as_str, bind_inputs, optional, or_input)
 from layers.expression import FLOAT, INT, TORCH_DTYPES, category, result_dtype, sign
 from layers.registry import register_layer
 from parser.errors import LayerError, ShapeError
@@ -269,3 +269,26 @@ class TypeAs(Layer):
         self.infer_shapes([a.shape for a in inputs])
         with np.errstate(invalid="ignore"):
             return [inputs[0].astype(inputs[1].dtype)]
+
+
+@register_layer("aten::nan_to_num")
+class NanToNum(NamedArgumentLayer):
+    """torch.nan_to_num(x, nan, posinf, neginf): NaN -> ``nan`` (0 by default), +inf ->
+    ``posinf``, -inf -> ``neginf`` (by default the largest and smallest values of x's
+    dtype); other values and integer tensors are unchanged."""
+
+    INPUTS = ("input", "nan", "posinf", "neginf")
+    PARAMS = {"nan": Param(0.0, optional(as_float)), "posinf": Param(None, optional(as_float)),
+              "neginf": Param(None, optional(as_float))}
+
+    def infer_shapes_from(self, input_shapes, input_values) -> list[Shape]:
+        return [tuple(input_shapes[0])]
+
+    def forward(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+        x = inputs[0]
+        if x.dtype.kind != "f":
+            return [x.copy()]
+        nan = self.argument("nan", inputs)
+        return [np.nan_to_num(x, nan=0.0 if nan is None else nan,
+                              posinf=self.argument("posinf", inputs),
+                              neginf=self.argument("neginf", inputs))]

@@ -23,8 +23,9 @@ from typing import Sequence
 import numpy as np
 
 from layers import kernels
-from layers.base import (AN_INPUT, Layer, Param, Shape, as_bool, as_float, as_int, as_ints,
-                         at_least, bind_inputs, expect_shape, normalize_dim, or_input)
+from layers.base import (AN_INPUT, Layer, NamedArgumentLayer, Param, Shape, as_bool, as_float,
+                         as_int, as_ints, at_least, bind_inputs, expect_shape, normalize_dim,
+                         optional_input, or_input)
 from layers.registry import register_layer
 from parser.errors import LayerError, ShapeError
 
@@ -449,14 +450,6 @@ class FunctionalInstanceNorm(Layer):
                               args["weight"], args["bias"], True, self.eps)]
 
 
-def _optional(value):
-    """An input that a pnnx.Expression ``None`` may stand for: the array, or None."""
-    if value is None or (isinstance(value, np.ndarray) and value.dtype == object
-                         and value.item() is None):
-        return None
-    return value
-
-
 def _flag(value, name: str):
     value = np.asarray(value)
     if value.shape != () or value.dtype.kind not in "biuf":
@@ -484,7 +477,7 @@ class AtenInstanceNorm(Layer):
     def forward(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
         self.infer_shapes([np.shape(a) for a in inputs])
         x, weight, bias, mean, var, use_input_stats, _, eps, _ = inputs
-        weight, bias, mean, var = (_optional(v) for v in (weight, bias, mean, var))
+        weight, bias, mean, var = (optional_input(v) for v in (weight, bias, mean, var))
         _check_channel_vectors(("weight", "bias", "running_mean", "running_var"),
                                (weight, bias, mean, var), x.shape[1])
         return [instance_norm(x, mean, var, weight, bias,
@@ -523,3 +516,33 @@ class Normalize(Layer):
             with np.errstate(divide="ignore", over="ignore"):
                 norm = np.sum(magnitude ** p, axis=axis, keepdims=True) ** (1 / p)
         return x / np.maximum(norm, x.dtype.type(self.eps))
+
+
+@register_layer("aten::cosine_similarity")
+class CosineSimilarity(NamedArgumentLayer):
+    """F.cosine_similarity(x1, x2, dim, eps): sum(x1 * x2) / max(||x1|| * ||x2||, eps) along
+    ``dim``, after x1 and x2 broadcast to one shape; the dim is dropped."""
+
+    INPUTS = ("x1", "x2", "dim", "eps")
+    PARAMS = {"dim": Param(1, as_int), "eps": Param(1e-8, as_float)}
+
+    def infer_shapes_from(self, input_shapes, input_values) -> list[Shape]:
+        if len(input_shapes) < 2:
+            raise ShapeError(f"expects 2 tensors (x1, x2), got {len(input_shapes)} inputs")
+        try:
+            shape = tuple(np.broadcast_shapes(tuple(input_shapes[0]), tuple(input_shapes[1])))
+        except ValueError:
+            raise ShapeError(f"x1 {tuple(input_shapes[0])} and x2 {tuple(input_shapes[1])} do "
+                             f"not broadcast") from None
+        axis = normalize_dim(self.argument("dim", input_values), len(shape))
+        return [shape[:axis] + shape[axis + 1:]]
+
+    def forward(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+        (shape,) = self.infer_shapes_from([a.shape for a in inputs], list(inputs))
+        x1, x2 = np.broadcast_arrays(inputs[0], inputs[1])
+        axis = normalize_dim(self.argument("dim", inputs), x1.ndim)
+        eps = x1.dtype.type(self.argument("eps", inputs))
+        with np.errstate(all="ignore"):
+            dot = np.sum(x1 * x2, axis=axis)
+            norms = np.sqrt(np.sum(x1 * x1, axis=axis)) * np.sqrt(np.sum(x2 * x2, axis=axis))
+            return [np.asarray(dot / np.maximum(norms, eps), dtype=x1.dtype).reshape(shape)]

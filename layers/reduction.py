@@ -22,8 +22,8 @@ from typing import Sequence
 
 import numpy as np
 
-from layers.base import (Layer, Param, Shape, as_bool, as_float, as_int, as_ints,
-                         normalize_dim)
+from layers.base import (Layer, NamedArgumentLayer, Param, Shape, as_bool, as_float, as_int,
+                         as_ints, normalize_dim, optional, optional_input)
 from layers.create import TORCH_DTYPES
 from layers.expression import FLOAT, category
 from layers.registry import register_layer
@@ -354,3 +354,195 @@ class TopK(Layer):
         indices = np.take(order, np.arange(self.k), axis=axis)        # (..., k, ...)
         values = np.take_along_axis(x, indices, axis=axis)
         return [values, indices.astype(np.int64)][:self._outputs()]
+
+
+# ----- aten:: operators along a dim: any / all / count_nonzero, sort / argsort, cummax, diff -----
+# pnnx leaves these as ``aten::`` operators whose arguments are inputs, each a pnnx.Expression
+# constant (``1``, ``True``, ``None``): ``aten::sort 3 2 x dim descending values indices``.
+# The layers read them by position (``INPUTS``); shapes that depend on them are planned from
+# their values (NamedArgumentLayer.argument).
+
+def _dims_or_none(value) -> tuple[int, ...] | None:
+    return None if value is None else as_ints(value)
+
+
+@register_layer("aten::any", "aten::all")
+class AnyAll(NamedArgumentLayer):
+    """torch.any / torch.all: whether any (every) value along ``dim`` is nonzero; bool.
+    ``aten::any x`` alone reduces the whole tensor; ``aten::any x dim keepdim`` one dim."""
+
+    INPUTS = ("input", "dim", "keepdim")
+    PARAMS = {"dim": Param(None, optional(as_int)), "keepdim": Param(False, as_bool)}
+
+    def _axes(self, items, rank: int) -> tuple[tuple[int, ...], bool]:
+        dim = self.argument("dim", items)
+        return reduced_axes(dim, rank), self.argument("keepdim", items)
+
+    def infer_shapes_from(self, input_shapes, input_values) -> list[Shape]:
+        shape = tuple(input_shapes[0])
+        axes, keep = self._axes(input_values, len(shape))
+        return [_reduced_shape(shape, axes, keep)]
+
+    def forward(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+        x = inputs[0]
+        axes, keep = self._axes(inputs, x.ndim)
+        reduce = np.any if self.type == "aten::any" else np.all
+        return [np.asarray(reduce(x != 0, axis=axes, keepdims=keep))]
+
+
+@register_layer("aten::count_nonzero")
+class CountNonzero(NamedArgumentLayer):
+    """torch.count_nonzero(x, dim): how many values along ``dim`` (one or several dims; all
+    when None) are nonzero, int64; the dims are dropped."""
+
+    INPUTS = ("input", "dim")
+    PARAMS = {"dim": Param(None, _dims_or_none)}
+
+    def infer_shapes_from(self, input_shapes, input_values) -> list[Shape]:
+        shape = tuple(input_shapes[0])
+        axes = reduced_axes(self.argument("dim", input_values), len(shape))
+        return [_reduced_shape(shape, axes, False)]
+
+    def forward(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+        x = inputs[0]
+        axes = reduced_axes(self.argument("dim", inputs), x.ndim)
+        return [np.asarray(np.count_nonzero(x, axis=axes), dtype=np.int64)]
+
+
+def _reduced_shape(shape: Shape, axes: Sequence[int], keep: bool) -> Shape:
+    if keep:
+        return tuple(1 if i in axes else d for i, d in enumerate(shape))
+    return tuple(d for i, d in enumerate(shape) if i not in axes)
+
+
+def _sort_order(x: np.ndarray, axis: int, descending: bool) -> np.ndarray:
+    """Indices that sort x along ``axis``, as torch: NaN counts as the largest value (last
+    ascending, first descending); equal values keep their order (a stable sort)."""
+    if not descending:
+        return np.argsort(x, axis=axis, kind="stable")      # numpy puts NaN last, as torch
+    moved = np.moveaxis(x, axis, -1)
+    nan = np.isnan(moved) if moved.dtype.kind == "f" else np.zeros(moved.shape, bool)
+    key = np.where(nan, 0, moved)
+    key = np.negative(key) if key.dtype != np.bool_ else ~key
+    order = np.lexsort((key, ~nan), axis=-1)                 # NaN first, then largest first
+    return np.moveaxis(order, -1, axis)
+
+
+@register_layer("aten::sort", "aten::argsort")
+class Sort(NamedArgumentLayer):
+    """torch.sort(x, dim, descending) -> (values, int64 indices), torch.argsort -> indices;
+    a stable sort, NaN as the largest value, as torch. With ``stable=True`` pnnx writes the
+    other overload, (x, stable, dim, descending); the sort here is stable either way."""
+
+    INPUTS = ("input", "dim", "descending")
+    STABLE_INPUTS = ("input", "stable", "dim", "descending")      # the stable=True overload
+    PARAMS = {"dim": Param(-1, as_int), "descending": Param(False, as_bool),
+              "stable": Param(False, as_bool)}
+
+    def named_inputs(self, items):
+        if len(items) == len(self.STABLE_INPUTS):
+            return dict(zip(self.STABLE_INPUTS, items))
+        return super().named_inputs(items)
+
+    def _outputs(self) -> int:
+        if self.type == "aten::argsort":
+            return 1
+        return 2 if self.num_outputs is None else self.num_outputs
+
+    def infer_shapes_from(self, input_shapes, input_values) -> list[Shape]:
+        shape = tuple(input_shapes[0])
+        if shape:
+            normalize_dim(self.argument("dim", input_values), len(shape))
+        return [shape] * self._outputs()
+
+    def forward(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+        x = inputs[0]
+        if x.ndim == 0:
+            return [x.copy(), np.zeros((), np.int64)][-self._outputs():]
+        axis = normalize_dim(self.argument("dim", inputs), x.ndim)
+        order = _sort_order(x, axis, self.argument("descending", inputs))
+        indices = order.astype(np.int64)
+        if self.type == "aten::argsort":
+            return [indices]
+        return [np.take_along_axis(x, order, axis=axis), indices][:self._outputs()]
+
+
+@register_layer("aten::cummax", "aten::cummin")
+class CumulativeMax(NamedArgumentLayer):
+    """torch.cummax(x, dim) -> (running maximum, int64 index of where it was found) along
+    ``dim`` (cummin: minimum). A tie moves the index to the later position and a NaN, once
+    met, stays the value, as in torch."""
+
+    INPUTS = ("input", "dim")
+    PARAMS = {"dim": Param(None, optional(as_int))}
+
+    def _axis(self, items, rank: int) -> int:
+        dim = self.argument("dim", items)
+        if dim is None:
+            raise ShapeError("needs its dim (input 1)")
+        return normalize_dim(dim, rank)
+
+    def infer_shapes_from(self, input_shapes, input_values) -> list[Shape]:
+        shape = tuple(input_shapes[0])
+        self._axis(input_values, len(shape))
+        outputs = 2 if self.num_outputs is None else self.num_outputs
+        return [shape] * outputs
+
+    def forward(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+        x = inputs[0]
+        outputs = 2 if self.num_outputs is None else self.num_outputs
+        axis = self._axis(inputs, x.ndim)
+        if x.ndim == 0:
+            return [x.copy(), np.zeros((), np.int64)][:outputs]
+        running = (np.maximum if self.type == "aten::cummax" else np.minimum).accumulate(
+            x, axis=axis)
+        found = x == running
+        if x.dtype.kind == "f":
+            found |= np.isnan(x)
+        shape = [1] * x.ndim
+        shape[axis] = x.shape[axis]
+        positions = np.where(found, np.arange(x.shape[axis]).reshape(shape), 0)
+        return [running, np.maximum.accumulate(positions, axis=axis).astype(np.int64)][:outputs]
+
+
+@register_layer("aten::diff")
+class Diff(NamedArgumentLayer):
+    """torch.diff(x, n, dim, prepend, append): the n-th forward difference along ``dim``,
+    y[i] = x[i + 1] - x[i] applied n times, after ``prepend`` / ``append`` (tensors or None)
+    are joined to x along that dim. The dim shrinks by n."""
+
+    INPUTS = ("input", "n", "dim", "prepend", "append")
+    PARAMS = {"n": Param(1, as_int), "dim": Param(-1, as_int)}
+
+    def _joined(self, items) -> list:
+        named = self.named_inputs(items)
+        return [optional_input(named.get(name)) for name in ("prepend", "append")]
+
+    def infer_shapes_from(self, input_shapes, input_values) -> list[Shape]:
+        shape = tuple(input_shapes[0])
+        if not shape:
+            raise ShapeError("diff needs a tensor of rank 1 or more")
+        axis = normalize_dim(self.argument("dim", input_values), len(shape))
+        n = self.argument("n", input_values)
+        if n < 0:
+            raise ShapeError(f"n must be >= 0, got {n}")
+        names = list(self.named_inputs(input_shapes))
+        size = shape[axis]
+        for name in ("prepend", "append"):
+            if name in names:
+                other = tuple(input_shapes[names.index(name)])
+                if other:                                     # a tensor, not None
+                    size += other[axis] if len(other) == len(shape) else 1
+        return [shape[:axis] + (max(size - n, 0),) + shape[axis + 1:]]
+
+    def forward(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+        x = inputs[0]
+        axis = normalize_dim(self.argument("dim", inputs), x.ndim)
+        prepend, append = self._joined(inputs)
+        extra = {}
+        if prepend is not None:
+            extra["prepend"] = prepend
+        if append is not None:
+            extra["append"] = append
+        return [np.diff(x, n=self.argument("n", inputs), axis=axis, **extra)]
+

@@ -20,7 +20,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from layers.base import (ArgumentInputLayer, Layer, NamedArgumentLayer, Param, Shape, as_int,
-                         as_ints, normalize_dim, param_or_input)
+                         as_ints, normalize_dim, optional, param_or_input)
 from layers.expression import SMALL_VALUE
 from layers.registry import register_layer
 from parser.errors import LayerError, ShapeError
@@ -204,6 +204,58 @@ class Permute(KnownValues, Layer):
 
     def forward_one(self, x: np.ndarray) -> np.ndarray:
         return read_only_alias(x.transpose(self._axes(x.ndim)), x)
+
+
+@register_layer("aten::movedim")
+class MoveDim(NamedArgumentLayer):
+    """torch.movedim(x, source, destination): dims ``source`` (one or several) move to the
+    positions ``destination``, the others keep their order; a view, as np.moveaxis. pnnx
+    writes both arguments as inputs (pnnx.Expression constants)."""
+
+    INPUTS = ("input", "source", "destination")
+    PARAMS = {"source": Param(None, optional(as_ints)),
+              "destination": Param(None, optional(as_ints))}
+
+    def _order(self, items, rank: int) -> list[int]:
+        source, destination = self.argument("source", items), self.argument("destination", items)
+        if source is None or destination is None:
+            raise ShapeError("needs its source and destination dims (inputs 1 and 2)")
+        source, destination = normalize_dims(source, rank), normalize_dims(destination, rank)
+        if len(source) != len(destination):
+            raise ShapeError(f"source {source} and destination {destination} name different "
+                             f"numbers of dims")
+        rest = iter(d for d in range(rank) if d not in source)
+        placed = dict(zip(destination, source))
+        return [placed[i] if i in placed else next(rest) for i in range(rank)]
+
+    def infer_shapes_from(self, input_shapes, input_values) -> list[Shape]:
+        shape = tuple(input_shapes[0])
+        return [tuple(shape[axis] for axis in self._order(input_values, len(shape)))]
+
+    def forward(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+        x = inputs[0]
+        return [read_only_alias(x.transpose(self._order(inputs, x.ndim)), x)]
+
+
+@register_layer("aten::tril", "aten::triu")
+class Triangle(NamedArgumentLayer):
+    """torch.tril(x, diagonal) keeps the values on and below the ``diagonal``-th diagonal of
+    the last two dims (triu: on and above) and zeroes the rest; a batch of matrices is done
+    matrix by matrix."""
+
+    INPUTS = ("input", "diagonal")
+    PARAMS = {"diagonal": Param(0, as_int)}
+
+    def infer_shapes_from(self, input_shapes, input_values) -> list[Shape]:
+        shape = tuple(input_shapes[0])
+        if len(shape) < 2:
+            raise ShapeError(f"needs a tensor of rank 2 or more, got shape {shape}")
+        return [shape]
+
+    def forward(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+        self.infer_shapes_from([a.shape for a in inputs], list(inputs))
+        keep = np.tril if self.type == "aten::tril" else np.triu
+        return [keep(inputs[0], self.argument("diagonal", inputs))]
 
 
 @register_layer("torch.transpose", "Tensor.transpose")

@@ -217,3 +217,16 @@ def test_pnnx_export_of_elementwise(pnnx_export):
         "aten::isinf", "aten::isfinite", "aten::erfc", "aten::exp2", "aten::log2",
         "aten::frac", "aten::sgn", "torch.positive", "aten::hypot", "aten::copysign",
         "aten::fmax", "aten::fmin", "aten::xlogy", "aten::lerp"])
+
+
+class NanToNum(nn.Module):
+    def forward(self, x):
+        return (torch.nan_to_num(x), torch.nan_to_num(x, nan=-1.0, posinf=9.0),
+                x.nan_to_num(neginf=-7.5), torch.nan_to_num((x * 0).long()))
+
+
+def test_pnnx_export_of_nan_to_num_matches_torch(pnnx_export):
+    x = rand(2, 3, 4)
+    x[0, 0, :3] = [np.nan, np.inf, -np.inf]
+    x[1, 2, 1] = np.nan
+    check_export(pnnx_export, NanToNum(), [x], "nan_to_num", ["aten::nan_to_num"])

@@ -383,3 +383,15 @@ class RMSNorms(nn.Module):
 def test_pnnx_export_of_rms_norms(pnnx_export):
     check_export(pnnx_export, RMSNorms(), [(2, 4, 6), (4, 6)], "rms_norms",
                  ["nn.RMSNorm", "F.rms_norm"])
+
+
+class Cosine(torch.nn.Module):
+    def forward(self, x, y):
+        return (F.cosine_similarity(x, y), F.cosine_similarity(x, y[:1], dim=-1, eps=1e-3),
+                F.cosine_similarity(x * 0, y, dim=2))
+
+
+def test_pnnx_export_of_cosine_similarity_matches_torch(pnnx_export):
+    """Broadcasting x2 against x1, another dim and eps, and an all-zero x1 (eps decides)."""
+    check_export(pnnx_export, Cosine(), [(2, 3, 4, 5), (2, 3, 4, 5)], "cosine_similarity",
+                 ["aten::cosine_similarity"])

@@ -224,3 +224,55 @@ class NormsAndScans(nn.Module):
 def test_pnnx_export_of_norms_scans_and_topk(pnnx_export):
     check_export(pnnx_export, NormsAndScans(), [SHAPE], "norms_scans_topk",
                  ["torch.norm", "torch.cumsum", "torch.cumprod", "torch.topk"])
+
+
+# ----- aten:: any / all / count_nonzero, sort / argsort, cummax / cummin, diff ------------------
+
+def edgy(*shape, seed=0) -> np.ndarray:
+    """Random values with a NaN, both infinities and a row of ties in them."""
+    x = np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+    flat = x.reshape(-1)
+    flat[[3, 11, 17]] = [np.nan, np.inf, -np.inf]
+    x[..., 1, :] = 0.25
+    return x
+
+
+class OrderAndCount(nn.Module):
+    def forward(self, x):
+        return (torch.any(x > 0.5), x.all(), torch.any(x > 1, dim=1, keepdim=True),
+                torch.all(x < 2, dim=-1), torch.count_nonzero(x > 0),
+                torch.count_nonzero(x, dim=(1, 2)), torch.sort(x, dim=1),
+                torch.sort(x, dim=-1, descending=True, stable=True),
+                torch.argsort(x, dim=0, descending=True), x.argsort(dim=2),
+                torch.cummax(x, dim=1), torch.cummin(x, dim=-1),
+                torch.diff(x, dim=-1), torch.diff(x, n=2, dim=2, prepend=x[:, :, :1],
+                                                 append=x[:, :, -2:]))
+
+
+def test_pnnx_export_of_any_all_sort_cummax_and_diff_matches_torch(pnnx_export):
+    """NaN sorts as the largest value, ties keep their order, a NaN stays the running max,
+    a tie moves cummax's index to the later position: all as torch."""
+    check_export(pnnx_export, OrderAndCount(), [edgy(2, 3, 4, 5)], "order_and_count",
+                 ["aten::any", "aten::all", "aten::count_nonzero", "aten::sort", "aten::argsort",
+                  "aten::cummax", "aten::cummin", "aten::diff"])
+
+
+@pytest.mark.parametrize("descending", [False, True])
+def test_sort_of_ints_and_bools(descending):
+    for x in (np.array([[3, -1, 3, 0, 7]], np.int64), np.array([[True, False, True]])):
+        values, indices = make_layer("aten::sort").forward([x, np.array(1), np.array(descending)])
+        want = torch.sort(torch.from_numpy(x), dim=1, descending=descending, stable=True)
+        np.testing.assert_array_equal(values, want.values.numpy())
+        np.testing.assert_array_equal(indices, want.indices.numpy())
+
+
+def test_dim_arguments_are_checked_against_the_rank():
+    with pytest.raises(ShapeError, match="dim 4"):
+        make_layer("aten::cummax").infer_shapes_from([SHAPE, ()], [None, np.array(4)])
+    with pytest.raises(ShapeError, match="needs its dim"):
+        make_layer("aten::cummax").infer_shapes([SHAPE])
+    with pytest.raises(ShapeError, match="not known before the graph runs"):
+        make_layer("aten::diff").infer_shapes([SHAPE, (), ()])
+    with pytest.raises(ShapeError, match="n must be"):
+        make_layer("aten::diff").infer_shapes_from([SHAPE, (), ()],
+                                                   [None, np.array(-1), np.array(0)])

@@ -7,7 +7,7 @@ import pytest
 import torch
 from torch import nn
 
-from helpers import check_layer, make_layer, rand
+from helpers import check_export, check_layer, make_layer, rand
 from layers import LayerRegisterer
 from layers import shape as shape_layers
 from parser.errors import LayerError, ShapeError
@@ -282,3 +282,27 @@ def test_channel_shuffle_errors(groups, shape, message):
     layer = make_layer("nn.ChannelShuffle", {"groups": groups})
     with pytest.raises((ShapeError, LayerError), match=message):
         layer.infer_shapes([shape])
+
+
+# ----- aten::movedim, aten::tril / aten::triu ---------------------------------------------------
+
+class MoveAndMask(nn.Module):
+    def forward(self, x):
+        return (torch.movedim(x, 1, -1), x.movedim((0, 1), (2, 3)), torch.movedim(x, -1, 0),
+                torch.tril(x), x.triu(1), torch.tril(x[0, 0], -2), torch.triu(x, diagonal=-1))
+
+
+def test_pnnx_export_of_movedim_tril_and_triu_matches_torch(pnnx_export):
+    check_export(pnnx_export, MoveAndMask(), [(2, 3, 4, 5)], "move_and_mask",
+                 ["aten::movedim", "aten::tril", "aten::triu"])
+
+
+def test_movedim_and_tril_refuse_bad_arguments():
+    with pytest.raises(ShapeError, match="different numbers of dims"):
+        make_layer("aten::movedim").infer_shapes_from(
+            [(2, 3, 4), (2,), ()], [None, np.array([0, 1]), np.array(2)])
+    with pytest.raises(ShapeError, match="dim 3"):
+        make_layer("aten::movedim").infer_shapes_from(
+            [(2, 3, 4), (), ()], [None, np.array(3), np.array(0)])
+    with pytest.raises(ShapeError, match="rank 2 or more"):
+        make_layer("aten::tril").infer_shapes([(5,), ()])
