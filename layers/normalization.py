@@ -546,3 +546,82 @@ class CosineSimilarity(NamedArgumentLayer):
             dot = np.sum(x1 * x2, axis=axis)
             norms = np.sqrt(np.sum(x1 * x1, axis=axis)) * np.sqrt(np.sum(x2 * x2, axis=axis))
             return [np.asarray(dot / np.maximum(norms, eps), dtype=x1.dtype).reshape(shape)]
+
+
+@register_layer("aten::cdist")
+class CDist(NamedArgumentLayer):
+    """torch.cdist(x1, x2, p): the p-norm distance between every row of x1 (..., P, M) and
+    every row of x2 (..., R, M) -> (..., P, R), batch dims broadcast. p = 0 counts the
+    differing coordinates, p = inf takes the largest difference. Computed from the
+    differences themselves (torch may use a matrix product for p = 2 on large inputs, which
+    differs by float32 rounding)."""
+
+    INPUTS = ("x1", "x2", "p", "compute_mode")
+    PARAMS = {"p": Param(2.0, as_float)}
+
+    def infer_shapes_from(self, input_shapes, input_values) -> list[Shape]:
+        if len(input_shapes) < 2:
+            raise ShapeError(f"expects 2 tensors (x1, x2), got {len(input_shapes)} inputs")
+        a, b = tuple(input_shapes[0]), tuple(input_shapes[1])
+        if len(a) < 2 or len(b) < 2 or a[-1] != b[-1]:
+            raise ShapeError(f"x1 {a} and x2 {b} must be (..., P, M) and (..., R, M)")
+        if self.argument("p", input_values) < 0:
+            raise ShapeError("p must be >= 0")
+        try:
+            batch = tuple(np.broadcast_shapes(a[:-2], b[:-2]))
+        except ValueError:
+            raise ShapeError(f"the batch dims of x1 {a} and x2 {b} do not broadcast") from None
+        return [batch + (a[-2], b[-2])]
+
+    def forward(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+        (shape,) = self.infer_shapes_from([a.shape for a in inputs], list(inputs))
+        x1, x2 = inputs[0], inputs[1]
+        p = self.argument("p", inputs)
+        batch = shape[:-2]
+        x1 = np.broadcast_to(x1, batch + x1.shape[-2:]).reshape(-1, *x1.shape[-2:])
+        x2 = np.broadcast_to(x2, batch + x2.shape[-2:]).reshape(-1, *x2.shape[-2:])
+        dtype = np.result_type(x1, x2)
+        y = np.empty((x1.shape[0], x1.shape[1], x2.shape[1]), dtype)
+        with np.errstate(all="ignore"):
+            for i in range(x1.shape[0]):             # one batch at a time: (P, R, M) at most
+                diff = np.abs(x1[i][:, None, :] - x2[i][None, :, :])
+                if p == 0:
+                    y[i] = np.count_nonzero(diff, axis=-1)
+                elif p == np.inf:
+                    y[i] = diff.max(axis=-1, initial=0)
+                elif p == 1:
+                    y[i] = diff.sum(axis=-1)
+                elif p == 2:
+                    y[i] = np.sqrt(np.sum(diff * diff, axis=-1))
+                else:
+                    y[i] = np.sum(diff ** dtype.type(p), axis=-1) ** dtype.type(1 / p)
+        return [y.reshape(shape)]
+
+
+@register_layer("nn.LocalResponseNorm", "F.local_response_norm")
+class LocalResponseNorm(Layer):
+    """``nn.LocalResponseNorm(size, alpha, beta, k)`` across channels (dim 1):
+    y[c] = x[c] / (k + alpha / size * sum of x[c']^2 over the ``size`` channels around c)^beta,
+    the window running from c - size // 2 to c + (size - 1) // 2, zeros past the edges."""
+
+    PARAMS = {"size": Param(convert=at_least(1, as_int)), "alpha": Param(1e-4, as_float),
+              "beta": Param(0.75, as_float), "k": Param(1.0, as_float)}
+
+    def infer_shape(self, shape: Shape) -> Shape:
+        if len(shape) < 3:
+            raise ShapeError(f"needs (N, C, ...) with at least 3 dims, got {tuple(shape)}")
+        return tuple(shape)
+
+    def forward_one(self, x: np.ndarray) -> np.ndarray:
+        self.infer_shape(x.shape)
+        squares = x * x
+        before, after = self.size // 2, (self.size - 1) // 2
+        pads = [(0, 0)] * x.ndim
+        pads[1] = (before + 1, after)                 # one more zero in front, for the differences
+        running = np.cumsum(np.pad(squares, pads), axis=1, dtype=np.float64)
+        channels = x.shape[1]
+        window = (np.take(running, np.arange(self.size, self.size + channels), axis=1)
+                  - np.take(running, np.arange(channels), axis=1))
+        scale = (self.k + self.alpha / self.size * window).astype(x.dtype)
+        with np.errstate(all="ignore"):
+            return x / scale ** x.dtype.type(self.beta)

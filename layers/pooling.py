@@ -14,8 +14,8 @@ from typing import Any, ClassVar, Sequence
 import numpy as np
 
 from layers import kernels
-from layers.base import (ArgumentInputLayer, Layer, Param, Shape, as_bool, as_int, as_tuple,
-                         at_least, param_or_input)
+from layers.base import (ArgumentInputLayer, Layer, Param, Shape, as_bool, as_float, as_int,
+                         as_tuple, at_least, param_or_input)
 from layers.convolution import lifted
 from layers.fast import pool as fast_pool
 from layers.registry import register_layer
@@ -174,6 +174,34 @@ class AvgPool2d(_Pool):
         return [kernels.avg_pool2d(x, self.kernel_size, self.stride, self.padding,
                                    self.ceil_mode, self.count_include_pad,
                                    self.divisor_override)]
+
+
+@register_layer("nn.LPPool2d", "F.lp_pool2d")
+class LPPool2d(_Pool):
+    """Power-average pooling, as ``torch.nn.LPPool2d``: y = (sum of x^p over the window)^(1/p)
+    (p = ``norm_type``; p = 1 is sum pooling, large p tends to max pooling). As torch, it is
+    the average pooling of x^p times the window area (a window cut short by ceil_mode is
+    scaled the same way), and a negative sum to a fractional power is NaN; no padding."""
+
+    PARAMS = {key: value for key, value in _Pool.PARAMS.items() if key != "padding"}
+    PARAMS["norm_type"] = Param(convert=as_float)
+    padding = (0, 0)
+
+    def _pool(self, x: np.ndarray) -> list[np.ndarray]:
+        p = x.dtype.type(self.norm_type)
+        area = x.dtype.type(self.kernel_size[0] * self.kernel_size[1])
+        with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+            mean = kernels.avg_pool2d(x ** p, self.kernel_size, self.stride, 0, self.ceil_mode)
+            return [(mean * area) ** (1 / p)]
+
+
+@register_layer("nn.LPPool1d", "F.lp_pool1d")
+class LPPool1d(LPPool2d):
+    """Power-average pooling over the last dim, as ``torch.nn.LPPool1d``."""
+
+    dims = 1
+    PARAMS = {key: value for key, value in _window_params(1).items() if key != "padding"}
+    PARAMS["norm_type"] = Param(convert=as_float)
 
 
 @register_layer("nn.AvgPool1d", "F.avg_pool1d")

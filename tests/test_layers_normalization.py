@@ -395,3 +395,29 @@ def test_pnnx_export_of_cosine_similarity_matches_torch(pnnx_export):
     """Broadcasting x2 against x1, another dim and eps, and an all-zero x1 (eps decides)."""
     check_export(pnnx_export, Cosine(), [(2, 3, 4, 5), (2, 3, 4, 5)], "cosine_similarity",
                  ["aten::cosine_similarity"])
+
+
+class DistancesAndLRN(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lrn3 = torch.nn.LocalResponseNorm(3, alpha=1e-2, beta=0.75, k=2.0)
+        self.lrn4 = torch.nn.LocalResponseNorm(4)
+
+    def forward(self, x, y):
+        rows, other = x.flatten(2), y.flatten(2)
+        return (self.lrn3(x), self.lrn4(x), self.lrn3(x.flatten(2)),
+                torch.cdist(rows, other), torch.cdist(rows, other, p=1.0),
+                torch.cdist(rows, other[:1], p=3.0), torch.cdist(rows, rows, p=0.0),
+                torch.cdist(rows, other, p=float("inf")))
+
+
+def test_pnnx_export_of_cdist_and_local_response_norm_matches_torch(pnnx_export):
+    """cdist for p = 2, 1, 3 (a broadcast batch), 0 and inf; LRN with odd and even windows,
+    on 4-D and 3-D inputs."""
+    check_export(pnnx_export, DistancesAndLRN(), [(2, 5, 4, 3), (2, 6, 4, 3)],
+                 "distances_and_lrn", ["aten::cdist", "nn.LocalResponseNorm"])
+
+
+def test_cdist_refuses_mismatched_rows():
+    with pytest.raises(ShapeError, match=r"\(\.\.\., P, M\)"):
+        make_layer("aten::cdist").infer_shapes([(2, 4, 3), (2, 5, 7)])

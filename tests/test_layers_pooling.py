@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from helpers import check_layer, make_layer, rand
+from helpers import check_export, check_layer, make_layer, rand
 from layers import LayerRegisterer
 from layers.pooling import (AdaptiveAvgPool1d, AdaptiveAvgPool2d, AdaptiveMaxPool1d,
                             AdaptiveMaxPool2d, AvgPool1d, AvgPool2d, MaxPool1d, MaxPool2d)
@@ -410,3 +410,24 @@ def test_aten_pool_with_bad_arguments_is_an_error():
     with pytest.raises(LayerError, match="padding"):                # padding > kernel / 2
         layer.forward([rand(1, 2, 4, 4), np.array([2, 2]), NONE, np.array([2, 2]),
                        np.array(False), np.array(True), NONE])
+
+
+class PowerPools(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lp2 = nn.LPPool2d(2, 3, stride=2)
+        self.lp3 = nn.LPPool2d(3.0, (2, 3), stride=(1, 2), ceil_mode=True)
+        self.lp1d = nn.LPPool1d(1, 3, stride=2, ceil_mode=True)
+
+    def forward(self, x):
+        return (self.lp2(x), self.lp3(x), F.lp_pool2d(x, 1.5, (2, 3)),
+                self.lp1d(x.flatten(2)))
+
+
+@pytest.mark.parametrize("positive", [True, False], ids=["positive", "with negatives"])
+def test_pnnx_export_of_lp_pooling_matches_torch(pnnx_export, positive):
+    """p = 2, 3 (ceil_mode), 1.5 (NaN where a window's sum of x^p is negative, as torch)
+    and 1-D sum pooling."""
+    x = np.random.default_rng(3).standard_normal((2, 3, 8, 9)).astype(np.float32)
+    check_export(pnnx_export, PowerPools(), [np.abs(x) if positive else x],
+                 f"lp_pool_{positive}", ["nn.LPPool2d", "F.lp_pool2d", "nn.LPPool1d"])
