@@ -369,10 +369,11 @@ def _dims_or_none(value) -> tuple[int, ...] | None:
 @register_layer("aten::any", "aten::all")
 class AnyAll(NamedArgumentLayer):
     """torch.any / torch.all: whether any (every) value along ``dim`` is nonzero; bool.
-    ``aten::any x`` alone reduces the whole tensor; ``aten::any x dim keepdim`` one dim."""
+    ``aten::any x`` alone reduces the whole tensor; ``aten::any x dim keepdim`` one dim or
+    several."""
 
     INPUTS = ("input", "dim", "keepdim")
-    PARAMS = {"dim": Param(None, optional(as_int)), "keepdim": Param(False, as_bool)}
+    PARAMS = {"dim": Param(None, _dims_or_none), "keepdim": Param(False, as_bool)}
 
     def _axes(self, items, rank: int) -> tuple[tuple[int, ...], bool]:
         dim = self.argument("dim", items)

@@ -240,7 +240,8 @@ def edgy(*shape, seed=0) -> np.ndarray:
 class OrderAndCount(nn.Module):
     def forward(self, x):
         return (torch.any(x > 0.5), x.all(), torch.any(x > 1, dim=1, keepdim=True),
-                torch.all(x < 2, dim=-1), torch.count_nonzero(x > 0),
+                torch.all(x < 2, dim=-1), torch.any(x > 1.5, dim=(0, 2)),
+                torch.count_nonzero(x > 0),
                 torch.count_nonzero(x, dim=(1, 2)), torch.sort(x, dim=1),
                 torch.sort(x, dim=-1, descending=True, stable=True),
                 torch.argsort(x, dim=0, descending=True), x.argsort(dim=2),
