@@ -21,3 +21,4 @@ import layers.reduction  # noqa: E402,F401
 import layers.attention  # noqa: E402,F401
 import layers.embedding  # noqa: E402,F401
 import layers.recurrent  # noqa: E402,F401
+import layers.volume  # noqa: E402,F401

@@ -84,18 +84,23 @@ _GEOMETRY_1D = {
 }
 
 
-class _ConvGeometry(Layer):
-    """The parameters nn.Conv2d and F.conv2d share, and their checks."""
-
-    PARAMS = {
-        "stride": Param(1, at_least(1, as_tuple(2))),
-        "padding": Param(0, as_conv_padding),
-        "dilation": Param(1, at_least(1, as_tuple(2))),
+def conv_geometry_params(dims: int, padding: Callable[[Any], Any]) -> dict[str, Param]:
+    """stride, padding (read by ``padding``), dilation and groups of a ``dims``-D convolution."""
+    return {
+        "stride": Param(1, at_least(1, as_tuple(dims))),
+        "padding": Param(0, padding),
+        "dilation": Param(1, at_least(1, as_tuple(dims))),
         "groups": Param(1, at_least(1, as_int)),
     }
 
+
+class _ConvGeometry(Layer):
+    """The parameters nn.Conv2d and F.conv2d share, and their checks."""
+
+    PARAMS = conv_geometry_params(2, as_conv_padding)
+
     def check_params(self) -> None:
-        if self.padding == "same" and self.stride != (1, 1):
+        if self.padding == "same" and any(s != 1 for s in self.stride):
             raise LayerError(f"padding='same' is not supported for strided convolutions "
                              f"(stride={self.stride})")
 
@@ -118,34 +123,28 @@ class _ConvGeometry(Layer):
         return kernels.conv2d_padding(self.padding, tuple(kernel), self.dilation)
 
 
-@register_layer("nn.Conv2d")
-class Conv2d(_ConvGeometry):
-    """2-D convolution (cross-correlation) with learned weights, as ``torch.nn.Conv2d``::
-
-        y[n, o] = bias[o] + sum_{c in group(o)} weight[o, c] (*) x_padded[n, c]
-
-    x (N, C_in, H, W), weight (C_out, C_in / groups, kh, kw), bias (C_out,) -> y (N, C_out, Ho, Wo)
-    Ho = floor((H + pad_top + pad_bottom - dilation_h * (kh - 1) - 1) / stride_h) + 1 (W alike).
-    ``padding_mode`` other than 'zeros' pads with kernels.pad first (reflect / replicate /
-    circular), then convolves without padding.
-    """
-
-    support_forward_into = True          # forward_into: the fast kernels fill the buffer
-
-    PARAMS = {
+def learned_conv_params(dims: int, geometry: dict[str, Param]) -> dict[str, Param]:
+    """The parameters of nn.ConvNd: channels, a ``dims``-D kernel, the geometry (stride,
+    padding, dilation, groups), the bias flag and the padding mode."""
+    return {
         "in_channels": Param(convert=at_least(1, as_int)),
         "out_channels": Param(convert=at_least(1, as_int)),
-        "kernel_size": Param(convert=at_least(1, as_tuple(2))),
-        **_ConvGeometry.PARAMS,
+        "kernel_size": Param(convert=at_least(1, as_tuple(dims))),
+        **geometry,
         "bias": Param(True, as_bool),
         "padding_mode": Param("zeros", as_str),
     }
+
+
+class LearnedWeights:
+    """What nn.Conv2d and nn.Conv3d share about their weights from the bin file: @weight
+    (C_out, C_in / groups, *kernel) and an optional @bias (C_out,), and their checks."""
+
     WEIGHTS = ("weight",)
     OPTIONAL_WEIGHTS = ("bias",)
 
-    def check_params(self) -> None:
-        super().check_params()
-        self.has_bias = self.bias
+    def check_learned_params(self) -> None:
+        self.has_bias = self.bias      # load_model replaces the flag by the array (or None)
         if self.padding_mode not in ("zeros", "reflect", "replicate", "circular"):
             raise LayerError(f"padding_mode must be zeros, reflect, replicate or circular, "
                              f"got {self.padding_mode!r}")
@@ -159,11 +158,31 @@ class Conv2d(_ConvGeometry):
         return (self.out_channels, self.in_channels // self.groups, *self.kernel_size)
 
     def check_weights(self) -> None:
-        # the parameter `bias` (True/False) is now the @bias array or None: compare with the flag
         check_bias_flag(self.has_bias, self.bias)
         expect_shape("@weight", self.weight.shape, self.weight_shape)
         if self.bias is not None:
             expect_shape("@bias", self.bias.shape, (self.out_channels,))
+
+
+@register_layer("nn.Conv2d")
+class Conv2d(LearnedWeights, _ConvGeometry):
+    """2-D convolution (cross-correlation) with learned weights, as ``torch.nn.Conv2d``::
+
+        y[n, o] = bias[o] + sum_{c in group(o)} weight[o, c] (*) x_padded[n, c]
+
+    x (N, C_in, H, W), weight (C_out, C_in / groups, kh, kw), bias (C_out,) -> y (N, C_out, Ho, Wo)
+    Ho = floor((H + pad_top + pad_bottom - dilation_h * (kh - 1) - 1) / stride_h) + 1 (W alike).
+    ``padding_mode`` other than 'zeros' pads with kernels.pad first (reflect / replicate /
+    circular), then convolves without padding.
+    """
+
+    support_forward_into = True          # forward_into: the fast kernels fill the buffer
+
+    PARAMS = learned_conv_params(2, _ConvGeometry.PARAMS)
+
+    def check_params(self) -> None:
+        super().check_params()
+        self.check_learned_params()
 
     def load_model(self, weights: dict[str, np.ndarray]) -> None:
         super().load_model(weights)
