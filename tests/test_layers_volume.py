@@ -103,7 +103,9 @@ class Video(nn.Module):
 
     def forward(self, x):
         y = torch.relu(self.bn(self.pool(self.conv(x))))
-        return self.head(self.avg(self.conv2(y))).flatten(1)
+        functional = (F.max_pool3d(y, 2, padding=1), F.avg_pool3d(y, (1, 2, 2), ceil_mode=True),
+                      F.adaptive_avg_pool3d(y, (2, 1, 3)))
+        return (self.head(self.avg(self.conv2(y))).flatten(1), *functional)
 
 
 def test_pnnx_export_of_a_small_video_network_matches_torch(pnnx_export):
@@ -114,7 +116,8 @@ def test_pnnx_export_of_a_small_video_network_matches_torch(pnnx_export):
         module.bn.running_var.uniform_(0.5, 2)
     check_export(pnnx_export, module, [(1, 3, 6, 10, 12)], "video",
                  ["nn.Conv3d", "nn.MaxPool3d", "nn.BatchNorm3d", "nn.AvgPool3d",
-                  "nn.AdaptiveAvgPool3d"])
+                  "nn.AdaptiveAvgPool3d", "F.max_pool3d", "F.avg_pool3d",
+                  "F.adaptive_avg_pool3d"])
 
 
 def test_bad_3d_arguments_are_refused():
