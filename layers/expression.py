@@ -11,7 +11,8 @@ What the values are, following torch:
 
 - ``@N`` is the N-th input array; numbers in the text are Python numbers; ``size(@N,d)`` is a
   Python int (``d`` may be negative); ``size(@N)`` and a list ``[a,b,...]`` are 1-D int64 arrays
-  (a list holds shape values, so its items must be integers).
+  (a list holds shape values; one holding a float, such as the scale factors pnnx writes
+  for an antialiased resize, is a float64 array).
 - Arrays broadcast as in numpy (= torch). The result dtype is torch's type promotion
   (``result_dtype``): a Python number never widens an array of its own kind (float32 * 2.0 stays
   float32), an int array meets a Python float as float32 (torch's default dtype, where numpy
@@ -248,13 +249,15 @@ assert set(ELEMENTWISE) | set(SPECIAL) == set(ARITY), "every parsed function nee
 
 
 def _make_list(items: list[Value]) -> np.ndarray:
-    """[a,b,...] -> a 1-D int64 array; every item must be one integer (a shape value)."""
-    values = []
-    for item in items:
-        if item is None or np.size(item) != 1 or category(np.asarray(item).dtype) > INT:
-            raise ValueError(f"list items must be single integers, got {item!r}")
-        values.append(_int(item))
-    return np.array(values, dtype=np.int64)
+    """[a,b,...] -> a 1-D int64 array when every item is one integer (a shape value), or a
+    float64 array when one is a float (scale factors: pnnx writes ``[1.7,1.7]`` for the
+    scales of an aten::_upsample_*); each item must be a single number."""
+    if any(item is None or np.size(item) != 1 for item in items):
+        bad = next(item for item in items if item is None or np.size(item) != 1)
+        raise ValueError(f"list items must be single numbers, got {bad!r}")
+    if all(category(np.asarray(item).dtype) <= INT for item in items):
+        return np.array([_int(item) for item in items], dtype=np.int64)
+    return np.array([float(np.asarray(item)) for item in items], dtype=np.float64)
 
 
 # ----- the stack machine ------------------------------------------------------------------------

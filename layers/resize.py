@@ -24,8 +24,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from layers.base import (Layer, NamedArgumentLayer, Param, Shape, as_bool, as_int, as_ints,
-                         as_str)
+from layers.base import (Layer, NamedArgumentLayer, Param, Shape, as_bool, as_float, as_int,
+                         as_ints, as_str, optional)
 from layers.registry import register_layer
 from parser.errors import LayerError, ShapeError
 
@@ -125,6 +125,40 @@ def cubic_taps(in_size: int, out_size: int, scale_factor: float | None, align_co
     return np.clip(indices, 0, in_size - 1), cubic_weights((src - base).astype(np.float32))
 
 
+def antialias_taps(in_size: int, out_size: int, scale_factor: float | None,
+                   align_corners: bool, cubic: bool) -> tuple[np.ndarray, np.ndarray]:
+    """(indices (K, out), weights (K, out)) of torch's antialiased bilinear / bicubic resize.
+
+    Output o is centred on input position c = scale * (o + 0.5). When shrinking (scale > 1)
+    the filter (triangle, or Keys' cubic with a = -0.5) is stretched by the scale, so every
+    input under it contributes and none is skipped; its weights are normalised to sum to 1,
+    and inputs past the edges are left out (not clamped)."""
+    scale = float(source_scale(in_size, out_size, scale_factor, align_corners))
+    half = 2.0 if cubic else 1.0                          # the filter's half-width
+    support = half * scale if scale >= 1 else half
+    stretch = 1.0 / scale if scale >= 1 else 1.0
+
+    def filter_(x: np.ndarray) -> np.ndarray:
+        x = np.abs(x)
+        if not cubic:
+            return np.maximum(1 - x, 0)
+        a = -0.5
+        return np.where(x < 1, ((a + 2) * x - (a + 3)) * x * x + 1,
+                        np.where(x < 2, ((a * x - 5 * a) * x + 8 * a) * x - 4 * a, 0))
+
+    centre = scale * (np.arange(out_size) + 0.5)
+    first = np.maximum((centre - support + 0.5).astype(np.int64), 0)
+    count = np.minimum((centre + support + 0.5).astype(np.int64), in_size) - first
+    taps = int(count.max())
+    offsets = np.arange(taps)[:, None]                    # (K, 1)
+    weights = filter_((offsets + first - centre + 0.5) * stretch)
+    weights = np.where(offsets < count, weights, 0)
+    total = weights.sum(axis=0)
+    weights = np.where(total != 0, weights / np.where(total != 0, total, 1), 0)
+    indices = np.minimum(first + offsets, in_size - 1)
+    return indices, weights.astype(np.float32)
+
+
 def resample_axis(x: np.ndarray, axis: int, indices: np.ndarray,
                   weights: np.ndarray | None) -> np.ndarray:
     """y[..., o, ...] = sum_k weights[k, o] * x[..., indices[k, o], ...] along ``axis``."""
@@ -140,14 +174,17 @@ def resample_axis(x: np.ndarray, axis: int, indices: np.ndarray,
 
 def interpolate(x: np.ndarray, out_sizes: Sequence[int], mode: str = "nearest",
                 align_corners: bool = False,
-                scale_factors: Sequence[float] | None = None) -> np.ndarray:
+                scale_factors: Sequence[float] | None = None,
+                antialias: bool = False) -> np.ndarray:
     """``F.interpolate`` of an (N, C, *spatial) array to ``out_sizes``; ``scale_factors``
     (when the caller gave them) set the source step instead of in/out, as in torch."""
     y = x
     for i, out_size in enumerate(out_sizes):
         axis, in_size = 2 + i, x.shape[2 + i]
         scale = scale_factors[i] if scale_factors is not None else None
-        if mode in ("nearest", "nearest-exact"):
+        if antialias:
+            taps = antialias_taps(in_size, out_size, scale, align_corners, mode == "bicubic")
+        elif mode in ("nearest", "nearest-exact"):
             taps = nearest_taps(in_size, out_size, scale, mode == "nearest-exact")
         elif mode == "bicubic":
             taps = cubic_taps(in_size, out_size, scale, align_corners)
@@ -182,8 +219,8 @@ class Interpolate(NamedArgumentLayer):
             raise LayerError(f"mode must be one of {', '.join(MODES)}, got {self.mode!r}")
         if self.align_corners and MODES[self.mode] is None:
             raise LayerError(f"align_corners=True needs an interpolating mode, not {self.mode}")
-        if self.antialias:
-            raise LayerError("antialias=True is not supported")
+        if self.antialias and self.mode not in ("bilinear", "bicubic"):
+            raise LayerError(f"antialias=True needs mode bilinear or bicubic, not {self.mode}")
         if self.scale_factor is not None and any(s <= 0 for s in self.scale_factor):
             raise LayerError(f"scale_factor={self.scale_factor} must be positive")
 
@@ -215,7 +252,63 @@ class Interpolate(NamedArgumentLayer):
     def forward(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
         x = inputs[0]
         out, scales = self._plan(x.shape, inputs)
-        return [interpolate(x, out, self.mode, bool(self.align_corners), scales)]
+        return [interpolate(x, out, self.mode, bool(self.align_corners), scales,
+                            bool(self.antialias))]
+
+
+@register_layer("aten::_upsample_bilinear2d_aa", "aten::_upsample_bicubic2d_aa")
+class AntialiasedUpsample(NamedArgumentLayer):
+    """What pnnx writes for ``F.interpolate(..., antialias=True)`` (bilinear / bicubic, 4-D):
+    torch's own operator, its arguments as inputs, in one of two overloads::
+
+        (input, output_size, align_corners, scales_h, scales_w)      5 inputs
+        (input, output_size or None, align_corners, scale_factors)   4 inputs
+
+    The output size is output_size, or floor(in * scale) per dim; a given scale also sets the
+    source step, as in F.interpolate."""
+
+    INPUTS = ("input", "output_size", "align_corners", "scales_h", "scales_w")
+    VEC_INPUTS = ("input", "output_size", "align_corners", "scale_factors")
+    PARAMS = {"output_size": Param(None, optional(as_ints)),
+              "align_corners": Param(False, as_bool),
+              "scales_h": Param(None, optional(as_float)),
+              "scales_w": Param(None, optional(as_float)),
+              "scale_factors": Param(None, optional(as_floats))}
+
+    def named_inputs(self, items):
+        if len(items) == len(self.VEC_INPUTS):
+            return dict(zip(self.VEC_INPUTS, items))
+        return super().named_inputs(items)
+
+    def _plan(self, shape: Shape, items) -> tuple[tuple[int, ...], tuple | None]:
+        if len(shape) != 4:
+            raise ShapeError(f"resizes (N, C, H, W) inputs, got {tuple(shape)}")
+        if len(items) == len(self.VEC_INPUTS):
+            scales = self.argument("scale_factors", items)
+        else:
+            scales = (self.argument("scales_h", items), self.argument("scales_w", items))
+            scales = None if scales == (None, None) else scales
+        scales = per_dim(scales, 2, "scale_factors")
+        size = self.argument("output_size", items)
+        if size is None:
+            if scales is None or None in scales:
+                raise ShapeError("needs an output size or scale factors")
+            size = tuple(math.floor(n * f) for n, f in zip(shape[2:], scales))
+        size = per_dim(tuple(size), 2, "output_size")
+        if any(n <= 0 for n in size):
+            raise ShapeError(f"output size {size} must be positive")
+        return size, scales
+
+    def infer_shapes_from(self, input_shapes, input_values) -> list[Shape]:
+        shape = tuple(input_shapes[0])
+        return [shape[:2] + self._plan(shape, input_values)[0]]
+
+    def forward(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+        x = inputs[0]
+        size, scales = self._plan(x.shape, inputs)
+        mode = "bicubic" if "bicubic" in self.type else "bilinear"
+        return [interpolate(x, size, mode, self.argument("align_corners", inputs), scales,
+                            antialias=True)]
 
 
 @register_layer("F.upsample_nearest", "nn.UpsamplingNearest2d")

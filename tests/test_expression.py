@@ -471,9 +471,17 @@ def test_list_is_an_int64_shape():
     assert run("[]").shape == (0,)
 
 
-def test_list_of_floats_is_an_error():
-    with pytest.raises(ExpressionError, match="integers") as info:
-        run("[1,mul(size(@0,1),1.5)]", np.zeros((2, 3), np.float32))
+def test_list_with_a_float_is_a_float_array():
+    """Scale factors (pnnx writes [1.7,1.7] for aten::_upsample_*_aa); a shape consumer
+    then refuses it by its own converter."""
+    got = run("[1,mul(size(@0,1),1.5)]", np.zeros((2, 3), np.float32))
+    assert got.dtype == np.float64
+    np.testing.assert_array_equal(got, [1.0, 4.5])
+
+
+def test_list_of_a_tensor_is_an_error():
+    with pytest.raises(ExpressionError, match="single numbers") as info:
+        run("[1,@0]", np.zeros((2, 3), np.float32))
     assert info.value.position == 0
 
 

@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from helpers import check_layer, make_layer, rand
+from helpers import check_export, check_layer, make_layer, rand
 from layers import LayerRegisterer
 from layers import resize as resize_layers
 from parser.errors import LayerError, ShapeError
@@ -124,11 +124,40 @@ def test_impossible_resizes_are_shape_errors(params, shape):
 
 @pytest.mark.parametrize("params", [
     {"mode": "area", "size": 2}, {"mode": "nearest", "size": 2, "align_corners": True},
-    {"mode": "bilinear", "size": 2, "antialias": True}, {"scale_factor": -2.0},
+    {"mode": "nearest", "size": 2, "antialias": True}, {"scale_factor": -2.0},
 ], ids=str)
 def test_bad_interpolate_params_are_layer_errors(params):
     with pytest.raises(LayerError):
         make_layer("F.interpolate", params)
+
+
+@pytest.mark.parametrize("mode", ["bilinear", "bicubic"])
+@pytest.mark.parametrize("size, align_corners", [((7, 5), False), ((3, 11), True),
+                                                 ((40, 9), False), ((16, 30), True)], ids=str)
+def test_antialiased_resize_matches_torch(mode, size, align_corners):
+    """Shrinking stretches the filter over every input it covers; growing is plain
+    interpolation with the weights normalised at the edges (torch's _aa kernels)."""
+    params = {"size": size, "mode": mode, "align_corners": align_corners, "antialias": True}
+    check_layer("F.interpolate", lambda t: F.interpolate(t, **params), [(2, 3, 16, 12)],
+                params)
+
+
+class Thumbnail(nn.Module):
+    """Both overloads pnnx writes: (size, align_corners, scales_h, scales_w) and
+    (size or None, align_corners, scale_factors)."""
+
+    def forward(self, x):
+        return (F.interpolate(x, size=(5, 7), mode="bilinear", antialias=True),
+                F.interpolate(x, scale_factor=0.3, mode="bicubic", antialias=True,
+                              align_corners=True),
+                F.interpolate(x, scale_factor=(0.5, 0.25), mode="bilinear", antialias=True,
+                              recompute_scale_factor=True),
+                F.interpolate(x, scale_factor=1.7, mode="bilinear", antialias=True))
+
+
+def test_pnnx_export_of_an_antialiased_resize_matches_torch(pnnx_export):
+    check_export(pnnx_export, Thumbnail(), [(1, 3, 20, 24)], "thumbnail",
+                 ["aten::_upsample_bilinear2d_aa", "aten::_upsample_bicubic2d_aa"])
 
 
 # ----- pixel shuffle ------------------------------------------------------------------------------
