@@ -622,6 +622,30 @@ def addmm(input: np.ndarray, mat1: np.ndarray, mat2: np.ndarray, beta: float = 1
     return y
 
 
+def vector_norm(x: np.ndarray, p: float, axis, keepdims: bool = False) -> np.ndarray:
+    """``torch.linalg.vector_norm``: the p-norm of x over ``axis`` (an int, a tuple, or None
+    for every dim), in x's dtype::
+
+        p = 2:   sqrt(sum |x|^2)      p = inf:   max |x| (0 over nothing)
+        p = 1:   sum |x|              p = -inf:  min |x|
+        p = 0:   count of x != 0      other p:   (sum |x|^p)^(1/p)
+    """
+    magnitude = np.abs(x)
+    if p == np.inf:
+        return np.max(magnitude, axis=axis, keepdims=keepdims, initial=0)
+    if p == -np.inf:
+        return np.min(magnitude, axis=axis, keepdims=keepdims)
+    if p == 0:
+        return np.sum(x != 0, axis=axis, keepdims=keepdims).astype(x.dtype)
+    with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
+        if p == 2:
+            return np.sqrt(np.sum(magnitude * magnitude, axis=axis, keepdims=keepdims))
+        if p == 1:
+            return np.sum(magnitude, axis=axis, keepdims=keepdims)
+        total = np.sum(magnitude ** x.dtype.type(p), axis=axis, keepdims=keepdims)
+        return total ** x.dtype.type(1.0 / p)
+
+
 def softmax(x: np.ndarray, dim: int) -> np.ndarray:
     """``F.softmax``: exp(x) / sum(exp(x)) along ``dim``. Subtracting the max first changes
     nothing mathematically and keeps every exponent <= 0, so exp never overflows."""

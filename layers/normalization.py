@@ -500,21 +500,7 @@ class Normalize(Layer):
 
     def forward_one(self, x: np.ndarray) -> np.ndarray:
         axis = normalize_dim(self.dim, x.ndim) if x.ndim else None
-        magnitude = np.abs(x)
-        if self.p == np.inf:
-            norm = magnitude.max(axis=axis, keepdims=True)
-        elif self.p == -np.inf:
-            norm = magnitude.min(axis=axis, keepdims=True)
-        elif self.p == 0:
-            norm = (magnitude != 0).sum(axis=axis, keepdims=True).astype(x.dtype)
-        elif self.p == 1:
-            norm = magnitude.sum(axis=axis, keepdims=True)
-        elif self.p == 2:
-            norm = np.sqrt(np.sum(magnitude * magnitude, axis=axis, keepdims=True))
-        else:
-            p = x.dtype.type(self.p)
-            with np.errstate(divide="ignore", over="ignore"):
-                norm = np.sum(magnitude ** p, axis=axis, keepdims=True) ** (1 / p)
+        norm = kernels.vector_norm(x, self.p, axis, keepdims=True)
         return x / np.maximum(norm, x.dtype.type(self.eps))
 
 
@@ -584,17 +570,7 @@ class CDist(NamedArgumentLayer):
         y = np.empty((x1.shape[0], x1.shape[1], x2.shape[1]), dtype)
         with np.errstate(all="ignore"):
             for i in range(x1.shape[0]):             # one batch at a time: (P, R, M) at most
-                diff = np.abs(x1[i][:, None, :] - x2[i][None, :, :])
-                if p == 0:
-                    y[i] = np.count_nonzero(diff, axis=-1)
-                elif p == np.inf:
-                    y[i] = diff.max(axis=-1, initial=0)
-                elif p == 1:
-                    y[i] = diff.sum(axis=-1)
-                elif p == 2:
-                    y[i] = np.sqrt(np.sum(diff * diff, axis=-1))
-                else:
-                    y[i] = np.sum(diff ** dtype.type(p), axis=-1) ** dtype.type(1 / p)
+                y[i] = kernels.vector_norm(x1[i][:, None, :] - x2[i][None, :, :], p, -1)
         return [y.reshape(shape)]
 
 

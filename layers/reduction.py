@@ -22,6 +22,7 @@ from typing import Sequence
 
 import numpy as np
 
+from layers import kernels
 from layers.base import (Layer, NamedArgumentLayer, Param, Shape, as_bool, as_float, as_int,
                          as_ints, normalize_dim, optional, optional_input)
 from layers.create import TORCH_DTYPES
@@ -272,21 +273,7 @@ class Norm(_Reduction):
     def reduce(self, x, axes):
         if category(x.dtype) < FLOAT:
             raise LayerError(f"torch.norm takes a floating tensor, got {x.dtype}")
-        magnitude = np.abs(x)
-        keep, p = self.keepdim, self.p
-        if p == np.inf:
-            return np.max(magnitude, axis=axes, keepdims=keep, initial=0)
-        if p == -np.inf:
-            return np.min(magnitude, axis=axes, keepdims=keep)
-        if p == 0:
-            return np.sum(x != 0, axis=axes, keepdims=keep).astype(x.dtype)
-        with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
-            if p == 2:
-                return np.sqrt(np.sum(magnitude * magnitude, axis=axes, keepdims=keep))
-            if p == 1:
-                return np.sum(magnitude, axis=axes, keepdims=keep)
-            total = np.sum(magnitude ** x.dtype.type(p), axis=axes, keepdims=keep)
-            return total ** x.dtype.type(1.0 / p)
+        return kernels.vector_norm(x, self.p, axes, self.keepdim)
 
 
 @register_layer("torch.cumsum", "torch.cumprod")
@@ -362,10 +349,6 @@ class TopK(Layer):
 # The layers read them by position (``INPUTS``); shapes that depend on them are planned from
 # their values (NamedArgumentLayer.argument).
 
-def _dims_or_none(value) -> tuple[int, ...] | None:
-    return None if value is None else as_ints(value)
-
-
 @register_layer("aten::any", "aten::all")
 class AnyAll(NamedArgumentLayer):
     """torch.any / torch.all: whether any (every) value along ``dim`` is nonzero; bool.
@@ -373,7 +356,7 @@ class AnyAll(NamedArgumentLayer):
     several."""
 
     INPUTS = ("input", "dim", "keepdim")
-    PARAMS = {"dim": Param(None, _dims_or_none), "keepdim": Param(False, as_bool)}
+    PARAMS = {"dim": Param(None, optional(_dims)), "keepdim": Param(False, as_bool)}
 
     def _axes(self, items, rank: int) -> tuple[tuple[int, ...], bool]:
         dim = self.argument("dim", items)
@@ -382,7 +365,7 @@ class AnyAll(NamedArgumentLayer):
     def infer_shapes_from(self, input_shapes, input_values) -> list[Shape]:
         shape = tuple(input_shapes[0])
         axes, keep = self._axes(input_values, len(shape))
-        return [_reduced_shape(shape, axes, keep)]
+        return [reduced_shape(shape, axes, keep)]
 
     def forward(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
         x = inputs[0]
@@ -397,23 +380,17 @@ class CountNonzero(NamedArgumentLayer):
     when None) are nonzero, int64; the dims are dropped."""
 
     INPUTS = ("input", "dim")
-    PARAMS = {"dim": Param(None, _dims_or_none)}
+    PARAMS = {"dim": Param(None, optional(_dims))}
 
     def infer_shapes_from(self, input_shapes, input_values) -> list[Shape]:
         shape = tuple(input_shapes[0])
         axes = reduced_axes(self.argument("dim", input_values), len(shape))
-        return [_reduced_shape(shape, axes, False)]
+        return [reduced_shape(shape, axes, False)]
 
     def forward(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
         x = inputs[0]
         axes = reduced_axes(self.argument("dim", inputs), x.ndim)
         return [np.asarray(np.count_nonzero(x, axis=axes), dtype=np.int64)]
-
-
-def _reduced_shape(shape: Shape, axes: Sequence[int], keep: bool) -> Shape:
-    if keep:
-        return tuple(1 if i in axes else d for i, d in enumerate(shape))
-    return tuple(d for i, d in enumerate(shape) if i not in axes)
 
 
 def _sort_order(x: np.ndarray, axis: int, descending: bool) -> np.ndarray:
@@ -483,15 +460,17 @@ class CumulativeMax(NamedArgumentLayer):
             raise ShapeError("needs its dim (input 1)")
         return normalize_dim(dim, rank)
 
+    def _outputs(self) -> int:
+        return 2 if self.num_outputs is None else self.num_outputs
+
     def infer_shapes_from(self, input_shapes, input_values) -> list[Shape]:
         shape = tuple(input_shapes[0])
         self._axis(input_values, len(shape))
-        outputs = 2 if self.num_outputs is None else self.num_outputs
-        return [shape] * outputs
+        return [shape] * self._outputs()
 
     def forward(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
         x = inputs[0]
-        outputs = 2 if self.num_outputs is None else self.num_outputs
+        outputs = self._outputs()
         axis = self._axis(inputs, x.ndim)
         if x.ndim == 0:
             return [x.copy(), np.zeros((), np.int64)][:outputs]
