@@ -528,13 +528,13 @@ def avg_pool2d(x: np.ndarray, kernel_size: int | Pair, stride: int | Pair | None
         y /= np.float32(divisor_override)
         return y
     count_h, count_w = (
-        _window_counts(x.shape[axis], out_hw[k], kernel[k], stride[k], padding[k],
+        window_counts(x.shape[axis], out_hw[k], kernel[k], stride[k], padding[k],
                        count_include_pad) for k, axis in enumerate((-2, -1)))
     y /= np.outer(count_h, count_w).astype(y.dtype)          # (Ho, Wo) broadcast
     return y
 
 
-def _window_counts(size: int, out: int, kernel: int, stride: int, pad: int,
+def window_counts(size: int, out: int, kernel: int, stride: int, pad: int,
                    include_pad: bool) -> np.ndarray:
     """How many elements each window along one axis counts for the average."""
     start = np.arange(out) * stride - pad

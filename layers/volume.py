@@ -13,8 +13,8 @@ depth (numpy reference code; the fast kernels are 2-D only):
               (every slice of a depth bin has the same (H, W) bins, so the mean of their means
               is the mean of the box)
 
-Along each dim a window starts at o*s - p; ceil_mode adds a last window if it starts inside
-the input or the left padding (``window_positions``).
+Along each dim the windows are counted as for 2-D layers (``kernels.window_output_size``:
+ceil_mode adds a last window if it starts inside the input or the left padding).
 """
 
 from __future__ import annotations
@@ -89,14 +89,12 @@ class _Conv3dGeometry(Layer):
             raise ShapeError(f"input has {full[1]} channels; the weight {tuple(weight_shape)} "
                              f"with groups={self.groups} needs {c_group * self.groups}")
         pads = _before_after(self.padding, tuple(kernel), self.dilation)
-        out = []
-        for size, (before, after), k, s, d in zip(full[2:], pads, kernel, self.stride,
-                                                   self.dilation):
-            span = size + before + after - d * (k - 1) - 1
-            if span < 0:
-                raise ShapeError(f"the input {tuple(x_shape)} is smaller than the kernel "
-                                 f"{tuple(kernel)} (dilated)")
-            out.append(span // s + 1)
+        out = [kernels.window_output_size(size, k, s, before, after, d)
+               for size, (before, after), k, s, d in zip(full[2:], pads, kernel, self.stride,
+                                                          self.dilation)]
+        if min(out) <= 0:
+            raise ShapeError(f"the input {tuple(x_shape)} is smaller than the kernel "
+                             f"{tuple(kernel)} (dilated)")
         shape = (full[0], c_out, *out)
         return shape if batched else shape[1:]
 
@@ -164,20 +162,6 @@ class FConv3d(_Conv3dGeometry):
 
 # ----- pooling ------------------------------------------------------------------------------
 
-def window_positions(size: int, kernel: int, stride: int, padding: int, dilation: int,
-                     ceil_mode: bool) -> int:
-    """How many windows fit along one dim, as torch counts them (ceil_mode rounds up, but a
-    last window must start inside the input or its left padding)."""
-    span = size + 2 * padding - dilation * (kernel - 1) - 1
-    if span < 0:
-        raise ShapeError(f"a window of {kernel} (dilation {dilation}) does not fit in "
-                         f"{size} + 2 x {padding} padding")
-    out = (-(-span // stride) if ceil_mode else span // stride) + 1
-    if ceil_mode and (out - 1) * stride >= size + padding:
-        out -= 1
-    return out
-
-
 class _Pool3d(Layer):
     PARAMS = {
         "kernel_size": Param(convert=at_least(1, as_tuple(3))),
@@ -195,10 +179,16 @@ class _Pool3d(Layer):
                              f"{self.kernel_size}")
 
     def infer_shape(self, shape: Shape) -> Shape:
-        batched = _batched(shape)
-        out = tuple(window_positions(*args, self.ceil_mode) for args in
-                    zip(shape[-3:], self.kernel_size, self.stride, self.padding, self.dilation))
-        return (*shape[:-3], *out) if batched else (*shape[:-3], *out)
+        _batched(shape)                            # (N, C, D, H, W) or (C, D, H, W)
+        dims = list(zip(shape[-3:], self.kernel_size, self.stride, self.padding,
+                        self.dilation))
+        # without ceil_mode, no position (<= 0) means the window is larger than the padded input
+        if any(kernels.window_output_size(size, k, s, p, p, d) <= 0 for size, k, s, p, d in dims):
+            raise ShapeError(f"the window {self.kernel_size} (dilation {self.dilation}) does "
+                             f"not fit in {tuple(shape[-3:])} with padding {self.padding}")
+        out = tuple(kernels.window_output_size(size, k, s, p, p, d, self.ceil_mode)
+                    for size, k, s, p, d in dims)
+        return (*shape[:-3], *out)
 
     def _slices(self, x: np.ndarray, fill: float) -> tuple[np.ndarray, int]:
         """x as (N*C, D + padding, H, W) with ``fill`` in the depth padding, and Do."""
@@ -248,14 +238,6 @@ class AvgPool3d(_Pool3d):
     PARAMS = {**_Pool3d.PARAMS, "count_include_pad": Param(True, as_bool),
               "divisor_override": Param(None, at_least(1, as_int))}
 
-    def _counts(self, size: int, out: int, dim: int) -> np.ndarray:
-        k, s, p = self.kernel_size[dim], self.stride[dim], self.padding[dim]
-        start = np.arange(out) * s - p
-        end = np.minimum(start + k, size + p)
-        if self.count_include_pad:
-            return end - start
-        return np.minimum(end, size) - np.maximum(start, 0)
-
     def forward_one(self, x: np.ndarray) -> np.ndarray:
         padded, out_d = self._slices(x, 0.0)
         kernel, stride, padding = self._pool2d_args()
@@ -268,8 +250,10 @@ class AvgPool3d(_Pool3d):
         if self.divisor_override is not None:
             divisor = np.array(self.divisor_override, x.dtype)
         else:
-            counts = [self._counts(size, out, dim)
-                      for dim, (size, out) in enumerate(zip(x.shape[-3:], y.shape[1:]))]
+            counts = [kernels.window_counts(size, out, k, s, p, self.count_include_pad)
+                      for size, out, k, s, p in zip(x.shape[-3:], y.shape[1:],
+                                                    self.kernel_size, self.stride,
+                                                    self.padding)]
             divisor = np.einsum("i,j,k->ijk", *counts).astype(x.dtype)
         return (y / divisor).reshape(*x.shape[:-3], *y.shape[1:])
 

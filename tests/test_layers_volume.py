@@ -123,6 +123,9 @@ def test_pnnx_export_of_a_small_video_network_matches_torch(pnnx_export):
 def test_bad_3d_arguments_are_refused():
     with pytest.raises(ShapeError, match=r"\(N, C, D, H, W\)"):
         make_layer("nn.MaxPool3d", {"kernel_size": 2}).infer_shapes([(2, 3, 4)])
+    with pytest.raises(ShapeError, match="does not fit"):
+        make_layer("nn.AvgPool3d", {"kernel_size": 3, "ceil_mode": True}).infer_shapes(
+            [(1, 1, 2, 2, 2)])
     with pytest.raises(LayerError, match="return_indices"):
         make_layer("nn.MaxPool3d", {"kernel_size": 2, "return_indices": True})
     with pytest.raises(LayerError, match="padding_mode"):
