@@ -103,17 +103,18 @@ def linear_taps(in_size: int, out_size: int, scale_factor: float | None, align_c
     return np.stack([first, second]), np.stack([np.float32(1) - frac, frac])
 
 
+def keys_cubic(x: np.ndarray, a) -> np.ndarray:
+    """Keys' cubic convolution kernel at distance x: one cubic for |x| <= 1, another for
+    1 < |x| < 2, zero beyond."""
+    x = np.abs(x)
+    near = ((a + 2) * x - (a + 3)) * x * x + 1
+    far = ((a * x - 5 * a) * x + 8 * a) * x - 4 * a
+    return np.where(x <= 1, near, np.where(x < 2, far, 0))
+
+
 def cubic_weights(t: np.ndarray, a: float = CUBIC_A) -> np.ndarray:
     """Keys' cubic convolution weights of the 4 neighbours at distances 1+t, t, 1-t, 2-t."""
-    a = np.float32(a)
-
-    def near(x):                                         # |x| <= 1
-        return ((a + 2) * x - (a + 3)) * x * x + 1
-
-    def far(x):                                          # 1 < |x| < 2
-        return ((a * x - 5 * a) * x + 8 * a) * x - 4 * a
-
-    return np.stack([far(t + 1), near(t), near(1 - t), far(2 - t)]).astype(np.float32)
+    return keys_cubic(np.stack([t + 1, t, 1 - t, 2 - t]), np.float32(a)).astype(np.float32)
 
 
 def cubic_taps(in_size: int, out_size: int, scale_factor: float | None, align_corners: bool
@@ -139,12 +140,7 @@ def antialias_taps(in_size: int, out_size: int, scale_factor: float | None,
     stretch = 1.0 / scale if scale >= 1 else 1.0
 
     def filter_(x: np.ndarray) -> np.ndarray:
-        x = np.abs(x)
-        if not cubic:
-            return np.maximum(1 - x, 0)
-        a = -0.5
-        return np.where(x < 1, ((a + 2) * x - (a + 3)) * x * x + 1,
-                        np.where(x < 2, ((a * x - 5 * a) * x + 8 * a) * x - 4 * a, 0))
+        return keys_cubic(x, -0.5) if cubic else np.maximum(1 - np.abs(x), 0)
 
     centre = scale * (np.arange(out_size) + 0.5)
     first = np.maximum((centre - support + 0.5).astype(np.int64), 0)
