@@ -33,14 +33,16 @@ from typing import Sequence
 
 import numpy as np
 
+from layers.activation import sigmoid_inplace
 from layers.base import Layer, Param, Shape, as_bool, as_int, as_str, at_least
 from layers.registry import register_layer
 from parser.errors import LayerError, ShapeError
 
 
 def _sigmoid(x: np.ndarray) -> np.ndarray:
-    with np.errstate(over="ignore"):
-        return 1 / (1 + np.exp(-x))
+    """sigmoid of a fresh array (a gate), computed in place by nn.Sigmoid's kernel."""
+    sigmoid_inplace(x)
+    return x
 
 
 class _Recurrent(Layer):
