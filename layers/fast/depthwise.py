@@ -36,7 +36,7 @@ import numba
 import numpy as np
 
 from layers.fast.epilogue import Activation, NO_ARRAY, activate_row
-from layers.fast.phases import phase_layout, split_plane
+from layers.fast.phases import padded_extent, phase_layout, split_plane
 
 
 # FMA: lets the compiler fuse each multiply-add (one rounding instead of two), nothing else
@@ -194,9 +194,8 @@ def _depthwise_channels_last(x, w, bias, y, stride_h, stride_w, dil_h, dil_w, to
     n, channels, height, width = x.shape
     out_h, out_w = y.shape[2], y.shape[3]
     kh, kw = w.shape[1], w.shape[2]
-    padded_h = max((out_h - 1) * stride_h + (kh - 1) * dil_h + 1, top + height)
-    padded_w = max((out_w - 1) * stride_w + (kw - 1) * dil_w + 1, left + width)
-    rows, cols = min(height, padded_h - top), min(width, padded_w - left)
+    padded_h, padded_w, rows, cols = padded_extent(
+        height, width, out_h, out_w, kh, kw, stride_h, stride_w, dil_h, dil_w, top, left)
     padded = np.zeros((padded_h, padded_w, channels), np.float32)
     wt = np.empty((kh, kw, channels), np.float32)             # the taps, channels last
     for c in range(channels):

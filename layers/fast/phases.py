@@ -21,13 +21,23 @@ import numpy as np
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
-def phase_layout(height, width, out_h, out_w, kh, kw, stride_h, stride_w, dil_h, dil_w,
-                 top, left):
-    """The phase geometry: (phase_h, phase_w, tap_start (kh, kw) int64, rows, cols), where
-    rows x cols is the part of the image that any window reads (the rest is never copied)."""
-    # the padded plane holds every window, so the loops that read it need no bounds checks
+def padded_extent(height, width, out_h, out_w, kh, kw, stride_h, stride_w, dil_h, dil_w,
+                  top, left):
+    """(padded_h, padded_w, rows, cols): a padded plane that holds every window (so the loops
+    that read it need no bounds checks), and the rows x cols of the image that any window
+    reads (the rest is never copied)."""
     padded_h = max((out_h - 1) * stride_h + (kh - 1) * dil_h + 1, top + height)
     padded_w = max((out_w - 1) * stride_w + (kw - 1) * dil_w + 1, left + width)
+    return padded_h, padded_w, min(height, padded_h - top), min(width, padded_w - left)
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def phase_layout(height, width, out_h, out_w, kh, kw, stride_h, stride_w, dil_h, dil_w,
+                 top, left):
+    """The phase geometry: (phase_h, phase_w, tap_start (kh, kw) int64, rows, cols), rows x
+    cols being the part of the image that any window reads (``padded_extent``)."""
+    padded_h, padded_w, rows, cols = padded_extent(height, width, out_h, out_w, kh, kw,
+                                                   stride_h, stride_w, dil_h, dil_w, top, left)
     phase_h, phase_w = -(-padded_h // stride_h), -(-padded_w // stride_w)
     phase_size = phase_h * phase_w
     tap_start = np.empty((kh, kw), np.int64)
@@ -36,7 +46,6 @@ def phase_layout(height, width, out_h, out_w, kh, kw, stride_h, stride_w, dil_h,
             phase = (i * dil_h % stride_h) * stride_w + j * dil_w % stride_w
             tap_start[i, j] = (phase * phase_size + (i * dil_h // stride_h) * phase_w
                                + j * dil_w // stride_w)
-    rows, cols = min(height, padded_h - top), min(width, padded_w - left)
     return phase_h, phase_w, tap_start, rows, cols
 
 
