@@ -307,7 +307,8 @@ class CumulativeSum(Layer):
 @register_layer("torch.topk")
 class TopK(Layer):
     """The ``k`` largest (``largest=False``: smallest) values along ``dim`` and their int64
-    indices, best first; equal values keep their order. pnnx drops an unused indices output."""
+    indices, best first; equal values keep their order, and NaN counts as the largest value,
+    as in torch (the order of aten::sort). pnnx drops an unused indices output."""
 
     PARAMS = {"k": Param(convert=as_int), "dim": Param(-1, as_int),
               "largest": Param(True, as_bool), "sorted": Param(True, as_bool)}
@@ -336,8 +337,7 @@ class TopK(Layer):
         if x.ndim == 0:
             return [x.copy(), np.zeros((), np.int64)][:self._outputs()]
         axis = normalize_dim(self.dim, x.ndim)
-        key = np.negative(x) if self.largest else x
-        order = np.argsort(key, axis=axis, kind="stable")
+        order = _sort_order(x, axis, descending=self.largest)
         indices = np.take(order, np.arange(self.k), axis=axis)        # (..., k, ...)
         values = np.take_along_axis(x, indices, axis=axis)
         return [values, indices.astype(np.int64)][:self._outputs()]

@@ -209,6 +209,16 @@ def test_topk_values_and_indices_match_torch(k, dim, largest):
                 [SHAPE], {"k": k, "dim": dim, "largest": largest, "sorted": True})
 
 
+@pytest.mark.parametrize("largest", [True, False])
+def test_topk_counts_nan_as_the_largest_value(largest):
+    x = np.array([[1, np.nan, 3, -np.inf, np.inf, 0.5]], np.float32)
+    values, indices = make_layer("torch.topk", {"k": 3, "dim": 1, "largest": largest}
+                                 ).forward([x])
+    want = torch.topk(torch.from_numpy(x), 3, dim=1, largest=largest)
+    np.testing.assert_array_equal(values, want.values.numpy())
+    np.testing.assert_array_equal(indices, want.indices.numpy())
+
+
 def test_topk_with_k_past_the_dim_is_a_shape_error():
     with pytest.raises(ShapeError, match="k=6"):
         make_layer("torch.topk", {"k": 6, "dim": -1}).infer_shapes([SHAPE])
