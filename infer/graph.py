@@ -178,7 +178,7 @@ class RuntimeGraph(GraphTools):
             return self
         self._check_supported()
         if not self.reference:
-            fast_kernels.start()                # numba's one-time start-up, here not mid-forward
+            fast_kernels.start()                # bind the compiled kernels, here not mid-forward
         self._bin = PnnxBin(self.bin_path) if self._needs_bin() else None
         for op in self.operators:
             with _operator_context(op):

@@ -4,7 +4,9 @@
         ...                         # numba kernels and np.matmul use at most 2 threads
 
 numba keeps its thread count per Python thread, so a forward sets it for its own thread and
-puts it back afterwards; callers in other threads never see it.
+puts it back afterwards; callers in other threads never see it. The runtime's own kernels are
+serial and usually run without numba (layers/fast/backend.py): numba is capped only when
+something in the process has imported it (a custom layer, or the just-in-time kernels).
 
 The BLAS pools are process-wide. While capped forwards run, BLAS uses the smallest cap among
 them (no caller runs with more BLAS threads than it asked for; a caller with a larger cap may
@@ -22,9 +24,8 @@ is not touched.
 from __future__ import annotations
 
 import contextlib
+import sys
 import threading
-
-import numba
 
 _lock = threading.Lock()
 _pools: list | None = None       # threadpoolctl controllers of the loaded BLAS / OpenMP libraries
@@ -51,7 +52,9 @@ def prepare() -> None:
     afresh (when no forward is running), so one loaded since (say torch's OpenMP) is
     capped from then on."""
     global _pools
-    numba.get_num_threads()            # starts numba's threading layer
+    numba = sys.modules.get("numba")
+    if numba is not None:
+        numba.get_num_threads()        # starts numba's threading layer
     with _lock:
         if not _running:
             _pools = None
@@ -64,10 +67,13 @@ def limit(num_threads: int | None):
     if num_threads is None:
         yield
         return
-    numba_before = numba.get_num_threads()             # this Python thread's own setting
-    numba_wanted = min(num_threads, numba.config.NUMBA_NUM_THREADS)
-    if numba_before != numba_wanted:
-        numba.set_num_threads(numba_wanted)
+    numba = sys.modules.get("numba")                   # not imported: nothing to cap
+    numba_before = numba_wanted = 0
+    if numba is not None:
+        numba_before = numba.get_num_threads()         # this Python thread's own setting
+        numba_wanted = min(num_threads, numba.config.NUMBA_NUM_THREADS)
+        if numba_before != numba_wanted:
+            numba.set_num_threads(numba_wanted)
     _enter(num_threads)
     try:
         yield

@@ -11,15 +11,14 @@ operators give bool; a float32 tensor next to a Python float stays float32.
 
 from __future__ import annotations
 
-import math
 from typing import Callable, Sequence
 
-import numba
 import numpy as np
 
 from layers.base import (AN_INPUT, Layer, NamedArgumentLayer, Param, Shape, as_bool, as_float,
                          as_str, bind_inputs, optional, or_input)
 from layers.expression import FLOAT, INT, TORCH_DTYPES, category, result_dtype, sign
+from layers.fast.special import erfc
 from layers.registry import register_layer
 from parser.errors import LayerError, ShapeError
 
@@ -45,13 +44,6 @@ def _typed(values: Sequence, dtype: np.dtype) -> list:
 
 
 # ----- unary: one tensor in, one out ------------------------------------------------------------
-
-@numba.vectorize(cache=True)
-def erfc(x):
-    """erfc(x) = 1 - erf(x), computed directly (libm's erfc) so that the tail of a large x
-    keeps its digits (1 - erf(5) is 0 in float32; erfc(5) is 1.5e-12)."""
-    return math.erfc(x)
-
 
 def _frac(x):
     """x - trunc(x), with x's sign."""

@@ -26,20 +26,19 @@ What the values are, following torch:
   cast to float32 / int64 / bool / ... (``TORCH_DTYPES``). ``None`` (an absent optional
   argument, e.g. the dtype of ``aten::prod``) evaluates to None, and leaves the layer as a 0-d
   object array holding None; it is no operand of any function.
-- erf is exact (libm's erf, vectorised with numba), as torch's.
+- erf is exact (libm's erf, a numba kernel: layers/fast/special.py), as torch's.
 - NaN and inf come out silently, as in torch (numpy's warnings are switched off).
 """
 
 from __future__ import annotations
 
 import functools
-import math
 from typing import Callable, Sequence
 
-import numba
 import numpy as np
 
 from layers.base import Layer, Param, Shape, as_str, normalize_dim
+from layers.fast.special import erf
 from layers.registry import register_layer
 from parser.errors import ExpressionError, ShapeError
 from parser.expression import (ARITY, CAST_FUNCTIONS, Call, Constant, ListExpr, Node, OperandRef, children,
@@ -128,17 +127,6 @@ TORCH_DTYPES: dict[str, np.dtype] = {
 
 # ----- the functions ----------------------------------------------------------------------------
 
-@numba.vectorize(cache=True)
-def erf(x):
-    """erf(x) = 2/sqrt(pi) * integral from 0 to x of exp(-t^2) dt, elementwise (a numpy ufunc
-    compiled by numba on first use for each dtype; libm's erf, as torch uses). numpy has none."""
-    return math.erf(x)
-
-
-def _erf(x: np.ndarray) -> np.ndarray:
-    return np.asarray(erf(x), dtype=x.dtype)
-
-
 def sign(x: np.ndarray) -> np.ndarray:
     """sign(x) = -1, 0 or 1; torch gives 0 for nan where numpy gives nan."""
     y = np.array(np.sign(x))                  # an array even for a 0-d x
@@ -174,7 +162,7 @@ ELEMENTWISE: dict[str, tuple[Callable, str]] = {
     "acos": (np.arccos, TO_FLOAT), "acosh": (np.arccosh, TO_FLOAT),
     "asin": (np.arcsin, TO_FLOAT), "asinh": (np.arcsinh, TO_FLOAT),
     "atan": (np.arctan, TO_FLOAT), "atanh": (np.arctanh, TO_FLOAT),
-    "cos": (np.cos, TO_FLOAT), "cosh": (np.cosh, TO_FLOAT), "erf": (_erf, TO_FLOAT),
+    "cos": (np.cos, TO_FLOAT), "cosh": (np.cosh, TO_FLOAT), "erf": (erf, TO_FLOAT),
     "exp": (np.exp, TO_FLOAT), "expm1": (np.expm1, TO_FLOAT), "log": (np.log, TO_FLOAT),
     "log10": (np.log10, TO_FLOAT), "log1p": (np.log1p, TO_FLOAT),
     "reciprocal": (np.reciprocal, TO_FLOAT), "rsqrt": (_rsqrt, TO_FLOAT),

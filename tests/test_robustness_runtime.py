@@ -222,8 +222,10 @@ def _resident_bytes() -> int:
 # the user's model code and torch.load(weights_only=True)s checkpoints, convert.py runs the pnnx
 # program, compare.py runs the torch module pnnx wrote (only when a person asks to compare), and
 # draw.py pipes DOT text to graphviz's `dot` when a person asks for a drawing, and the
-# benchmark starts worker processes.
-TOOLS = {"export.py", "convert.py", "compare.py", "draw.py"}
+# benchmark starts worker processes. layers/fast/aot.py imports the extension module this
+# package compiled from its own kernels (at a path named by a hash of their sources, never by
+# anything in a model file) and, once per machine, runs numba's compiler in a child process.
+TOOLS = {"export.py", "convert.py", "compare.py", "draw.py", "aot.py"}
 LOAD_PATH = [path for folder in ("parser", "layers", "infer")
              for path in sorted((REPO / folder).rglob("*.py"))
              if path.name not in TOOLS and "bench" not in path.relative_to(REPO).parts]

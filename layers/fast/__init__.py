@@ -7,12 +7,16 @@
     winograd.py    3x3 stride-1 convolution as Winograd F(4x4, 3x3): 36 GEMMs on BLAS
     conv.py        one convolution's packed weights and the choice of kernel per input size
     pool.py        max pooling, separable: rows then columns
+    backend.py     @kernel, and the choice between the compiled module and numba's JIT
+    aot.py         the kernels compiled ahead of time into an extension module, once per machine
 
 A layer uses them when ``Layer.use_fast_kernels`` is True (``RuntimeGraph(reference=True)``
 turns it off); layers/kernels.py holds the numpy references they are tested against.
 
-Every numba function is compiled lazily, the first time a model needs it, for one array layout
-(C-contiguous, writable float32), and cached on disk (``cache=True``): later processes load it.
+The numba kernels are compiled once per machine, ahead of time, into an extension module that
+later processes import without numba (backend.py, aot.py); ``PNNX_INFER_KERNELS=jit`` has numba
+compile them just in time instead. Either way they take one array layout (C-contiguous,
+aligned float32). ``start()`` (which RuntimeGraph.build calls) chooses and binds them.
 
 Threads: the matrix products run on BLAS's threads (numpy's OpenBLAS, capped per graph by
 RuntimeGraph.set_num_threads); the numba kernels run on the calling thread. Two thread pools
@@ -28,20 +32,6 @@ nothing inside EfficientNet-Lite0, because OpenBLAS's worker keeps spinning on t
 core after each product (it only helps with OPENBLAS_THREAD_TIMEOUT=4, and then by ~1%).
 """
 
-import functools
+from layers.fast.backend import start
 
-import numpy as np
-
-
-@functools.cache
-def start() -> None:
-    """Start numba's compiler once per process, by running one small kernel.
-
-    numba sets up its CPU target the first time any compiled function is loaded: about 0.3 s
-    here (0.2 s of it numba importing scipy.linalg to look for a BLAS, when scipy is
-    installed). Each kernel after that loads from numba's disk cache in a few milliseconds.
-    RuntimeGraph.build() calls this, so that cost falls on building the graph rather than on
-    its first inference."""
-    from layers.fast.epilogue import RELU, Activation, bias_residual_activation
-
-    bias_residual_activation(np.zeros((1, 1, 1), np.float32), None, None, Activation(RELU))
+__all__ = ["start"]

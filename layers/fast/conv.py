@@ -99,9 +99,9 @@ class PackedConv2d:
         pads are (top, bottom, left, right) zeros around x. ``out``: a C-contiguous float32
         array of the output's shape to write into (not overlapping x or residual), or None
         for a new one."""
-        x = np.require(x, np.float32, ("C", "W"))      # numba kernels take one array layout
+        x = np.require(x, np.float32, ("C", "A", "W"))  # the kernels take one array layout
         if residual is not None:
-            residual = np.require(residual, np.float32, ("C", "W"))
+            residual = np.require(residual, np.float32, ("C", "A", "W"))
         algorithm = self.algorithm(x.shape[0], out_hw)
         weight = self.packed(algorithm)
         if algorithm == "depthwise":

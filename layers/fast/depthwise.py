@@ -32,9 +32,9 @@ Lite0's 1152-channel 7 x 7 layers run in half the time.
 
 from __future__ import annotations
 
-import numba
 import numpy as np
 
+from layers.fast.backend import FLOAT, INT, array, kernel
 from layers.fast.epilogue import Activation, NO_ARRAY, activate_row
 from layers.fast.phases import padded_extent, phase_layout, split_plane
 
@@ -43,7 +43,7 @@ from layers.fast.phases import padded_extent, phase_layout, split_plane
 _FMA = {"contract"}
 
 
-@numba.njit(cache=True, nogil=True, fastmath=_FMA, inline="always")
+@kernel(nogil=True, fastmath=_FMA, inline="always")
 def _taps_3x3(phases, starts, filt, acc, length, shift):
     """acc[t] = shift + sum of the 9 taps, all in one pass (each acc value is written once)."""
     s00, s01, s02 = phases[starts[0, 0]:], phases[starts[0, 1]:], phases[starts[0, 2]:]
@@ -59,7 +59,7 @@ def _taps_3x3(phases, starts, filt, acc, length, shift):
                   + w20 * s20[t] + w21 * s21[t] + w22 * s22[t])
 
 
-@numba.njit(cache=True, nogil=True, fastmath=_FMA, inline="always")
+@kernel(nogil=True, fastmath=_FMA, inline="always")
 def _taps_5x5(phases, starts, filt, acc, length, shift):
     """acc[t] = shift + sum of the 25 taps, in one pass."""
     s00, s01, s02, s03, s04 = (phases[starts[0, 0]:], phases[starts[0, 1]:],
@@ -91,7 +91,7 @@ def _taps_5x5(phases, starts, filt, acc, length, shift):
                   + w40 * s40[t] + w41 * s41[t] + w42 * s42[t] + w43 * s43[t] + w44 * s44[t])
 
 
-@numba.njit(cache=True, nogil=True, fastmath=_FMA, inline="always")
+@kernel(nogil=True, fastmath=_FMA, inline="always")
 def _taps_any(phases, starts, filt, acc, length, shift):
     """Any kernel size: acc = shift, then one pass per tap."""
     for t in range(length):
@@ -103,7 +103,8 @@ def _taps_any(phases, starts, filt, acc, length, shift):
                 acc[t] += tap * src[t]
 
 
-@numba.njit(cache=True, nogil=True, fastmath=_FMA)
+@kernel(nogil=True, fastmath=_FMA,
+        exported=(array(4), array(3), array(1), array(4), *[INT] * 7, FLOAT, FLOAT))
 def _depthwise(x, w, bias, y, stride_h, stride_w, dil_h, dil_w, top, left, code, a, b):
     """y (N, C_out, Ho, Wo) <- the depthwise convolution of x, plane (n, o) by plane."""
     n, c_in, height, width = x.shape
@@ -141,7 +142,7 @@ def _depthwise(x, w, bias, y, stride_h, stride_w, dil_h, dil_w, top, left, code,
 # With few outputs per plane (7 x 7), the loop over one plane is too short to pay for its
 # set-up; laid out channels last, one output pixel is a loop over all the channels instead.
 
-@numba.njit(cache=True, nogil=True, fastmath=_FMA, inline="always")
+@kernel(nogil=True, fastmath=_FMA, inline="always")
 def _pixel_3x3(padded, wt, bias, out, row, col, dil_h, dil_w):
     """out[c] = bias[c] + the 9 taps of the window whose top left corner is padded[row, col],
     for every channel c at once: one loop over 18 unit-stride streams."""
@@ -157,7 +158,7 @@ def _pixel_3x3(padded, wt, bias, out, row, col, dil_h, dil_w):
                   + w20[c] * x20[c] + w21[c] * x21[c] + w22[c] * x22[c])
 
 
-@numba.njit(cache=True, nogil=True, fastmath=_FMA, inline="always")
+@kernel(nogil=True, fastmath=_FMA, inline="always")
 def _pixel_5x5(padded, wt, bias, out, row, col, dil_h, dil_w):
     """out[c] = bias[c] + the 25 taps of the window at padded[row, col], every channel c."""
     r0, r1, r2 = padded[row], padded[row + dil_h], padded[row + 2 * dil_h]
@@ -184,7 +185,8 @@ def _pixel_5x5(padded, wt, bias, out, row, col, dil_h, dil_w):
                   + w44[c] * x44[c])
 
 
-@numba.njit(cache=True, nogil=True, fastmath=_FMA)
+@kernel(nogil=True, fastmath=_FMA,
+        exported=(array(4), array(3), array(1), array(4), *[INT] * 7, FLOAT, FLOAT))
 def _depthwise_channels_last(x, w, bias, y, stride_h, stride_w, dil_h, dil_w, top, left,
                              code, a, b):
     """The same convolution for a 3x3 or 5x5 kernel, one output channel per input channel:

@@ -24,10 +24,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numba
 import numpy as np
 
 from layers import activation as act
+from layers.fast.backend import FLOAT, INT, array, kernel
 
 NONE, RELU, CLAMP, LEAKY, SIGMOID, SILU, HARDSWISH, HARDSIGMOID, TANH = range(9)
 
@@ -59,7 +59,7 @@ def activation_of(layer) -> Activation | None:
     return Activation(simple[kind]) if kind in simple else None
 
 
-@numba.njit(cache=True, inline="always")
+@kernel(inline="always")
 def activate_row(row, code, a, b):
     """Apply the activation ``code`` to a 1-D float32 array in place. The branch is taken once
     per row, so each loop below is a plain loop the compiler vectorises."""
@@ -96,7 +96,7 @@ def activate_row(row, code, a, b):
             row[i] = np.tanh(row[i])
 
 
-@numba.njit(cache=True)
+@kernel(nogil=True, exported=(array(3), array(1), array(3), INT, FLOAT, FLOAT))
 def _bias_residual_activation(y, bias, residual, code, a, b):
     """y (N, C, L) <- activation(y + bias[c] + residual), in place; an empty bias or residual
     (size 0) is skipped; one row (n, c) at a time, while it is in cache."""

@@ -19,9 +19,9 @@ from __future__ import annotations
 
 import threading
 
-import numba
 import numpy as np
 
+from layers.fast.backend import INT, array, kernel
 from layers.fast.epilogue import Activation, bias_residual_activation
 from layers.fast.phases import phase_layout, split_plane
 
@@ -39,7 +39,7 @@ def scratch(name: str, shape: tuple[int, ...]) -> np.ndarray:
     return buffer[:size].reshape(shape)
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel(nogil=True, exported=(array(3), array(2), *[INT] * 10))
 def _im2col(x, cols, kh, kw, stride_h, stride_w, dil_h, dil_w, top, left, out_h, out_w):
     """x (C, H, W) -> cols (C*kh*kw, Ho*Wo), zeros where a window reaches into the padding.
 

@@ -16,11 +16,12 @@ so the zeros of the padding stay from plane to plane.
 
 from __future__ import annotations
 
-import numba
 import numpy as np
 
+from layers.fast.backend import kernel
 
-@numba.njit(cache=True, nogil=True, inline="always")
+
+@kernel(nogil=True, inline="always")
 def padded_extent(height, width, out_h, out_w, kh, kw, stride_h, stride_w, dil_h, dil_w,
                   top, left):
     """(padded_h, padded_w, rows, cols): a padded plane that holds every window (so the loops
@@ -31,7 +32,7 @@ def padded_extent(height, width, out_h, out_w, kh, kw, stride_h, stride_w, dil_h
     return padded_h, padded_w, min(height, padded_h - top), min(width, padded_w - left)
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@kernel(nogil=True, inline="always")
 def phase_layout(height, width, out_h, out_w, kh, kw, stride_h, stride_w, dil_h, dil_w,
                  top, left):
     """The phase geometry: (phase_h, phase_w, tap_start (kh, kw) int64, rows, cols), rows x
@@ -49,7 +50,7 @@ def phase_layout(height, width, out_h, out_w, kh, kw, stride_h, stride_w, dil_h,
     return phase_h, phase_w, tap_start, rows, cols
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@kernel(nogil=True, inline="always")
 def _split_row(line, phases, first_dst, phase_size, left, stride_w):
     """Copy one image row into its row of the stride_w column phases: image column c goes to
     column phase (c + left) % sw, at (c + left) // sw. ``first_dst``: where this row starts
@@ -76,7 +77,7 @@ def _split_row(line, phases, first_dst, phase_size, left, stride_w):
                 dst[k] = line[first + k * stride_w]
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@kernel(nogil=True, inline="always")
 def split_plane(plane, phases, phase_h, phase_w, rows, cols, stride_h, stride_w, top, left):
     """Write the image plane (H, W) (its first rows x cols) into the phases buffer."""
     phase_size = phase_h * phase_w

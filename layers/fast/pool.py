@@ -14,17 +14,18 @@ from __future__ import annotations
 
 import functools
 
-import numba
 import numpy as np
 
+from layers.fast.backend import INT, array, kernel
 
-@numba.njit(cache=True, inline="always")
+
+@kernel(inline="always")
 def _nan_max(a, b):
     """max(a, b), NaN if either is NaN (torch's max pooling; np.maximum's rule)."""
     return a if (a > b or a != a) else b
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel(nogil=True, exported=(array(4), array(4), *[INT] * 8))
 def _max_pool2d(x, y, kh, kw, stride_h, stride_w, dil_h, dil_w, top, left):
     n, channels, height, width = x.shape
     out_h, out_w = y.shape[2], y.shape[3]
@@ -61,7 +62,7 @@ def max_pool2d(x: np.ndarray, kernel: tuple[int, int], stride: tuple[int, int],
     """x (N, C, H, W) float32 -> y (N, C, Ho, Wo); ``out_hw`` from kernels.pool2d_output_shape
     (so ceil_mode is already in it). Every window must reach at least one input row, which
     the layer's padding <= kernel // 2 rule guarantees."""
-    x = np.require(x, np.float32, ("C",))
+    x = np.require(x, np.float32, ("C", "A"))
     y = np.empty((*x.shape[:2], *out_hw), np.float32)
     _max_pool2d(x, y, kernel[0], kernel[1], stride[0], stride[1], dilation[0], dilation[1],
                 padding[0], padding[1])

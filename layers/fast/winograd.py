@@ -21,9 +21,9 @@ outside the output.
 
 from __future__ import annotations
 
-import numba
 import numpy as np
 
+from layers.fast.backend import FLOAT, INT, array, kernel
 from layers.fast.epilogue import Activation, NO_ARRAY, activate_row
 from layers.fast.gemm import scratch
 
@@ -64,7 +64,7 @@ def pack_winograd_weight(weight: np.ndarray) -> np.ndarray:
     return (GG_T_32.T @ filters.T).reshape(TAPS * TAPS, c_out, c_in)      # (36, O, C)
 
 
-@numba.njit(cache=True, inline="always")
+@kernel(inline="always")
 def _bt(d0, d1, d2, d3, d4, d5):
     """B^T applied to one column of 6 values (float32 constants keep float32 arithmetic)."""
     return (F4 * d0 - F5 * d2 + d4,
@@ -75,7 +75,7 @@ def _bt(d0, d1, d2, d3, d4, d5):
             F4 * d1 - F5 * d3 + d5)
 
 
-@numba.njit(cache=True, inline="always")
+@kernel(inline="always")
 def _at(m0, m1, m2, m3, m4, m5):
     """A^T applied to one column of 6 values."""
     return (m0 + m1 + m2 + m3 + m4,
@@ -84,7 +84,7 @@ def _at(m0, m1, m2, m3, m4, m5):
             m1 - m2 + F8 * m3 - F8 * m4 + m5)
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel(nogil=True, exported=(array(4), array(3), *[INT] * 4))
 def _input_transform(x, v, top, left, tiles_h, tiles_w):
     """x (N, C, H, W) -> v (36, C, T): V = B^T d B for every 6x6 tile d (T = N * tiles).
 
@@ -143,7 +143,8 @@ def _input_transform(x, v, top, left, tiles_h, tiles_w):
                     _bt(e0[t], e1[t], e2[t], e3[t], e4[t], e5[t])
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel(nogil=True,
+        exported=(array(3), array(4), array(1), array(4), *[INT] * 3, FLOAT, FLOAT))
 def _output_transform(m, y, bias, residual, tiles_h, tiles_w, code, a, b):
     """m (36, C_out, T) -> y (N, C_out, Ho, Wo) = A^T m A + bias + residual, activated.
 

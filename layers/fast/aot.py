@@ -1,0 +1,203 @@
+"""The kernels compiled ahead of time into one CPython extension module, once per machine.
+
+    python -m layers.fast.aot           # build it now (RuntimeGraph.build does it if needed)
+
+numba's ``pycc`` compiles each exported kernel (layers/fast/backend.py) for its one
+signature, for this machine's CPU, and links it with numba's small C runtime into
+``kernels_<key>.<ext>``. ``key`` hashes everything the machine code depends on: the
+sources of layers/fast, the numba, numpy and Python versions, and the CPU; a change to any
+of them makes a new module, built the next time a graph is built (about 15 s here, once).
+
+The module lives in numba's cache directory when ``NUMBA_CACHE_DIR`` is set, else in
+layers/fast/__pycache__ (beside numba's own cache), else in ~/.cache/pnnx-infer. It is built
+by a child process, so the process that asked does not keep numba and LLVM in memory, and
+under a file lock, so processes starting together build it once.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.machinery
+import importlib.metadata
+import importlib.util
+import logging
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from types import ModuleType
+
+import numpy as np
+
+log = logging.getLogger(__name__)
+
+HERE = Path(__file__).resolve().parent
+
+
+def key() -> str:
+    """A hash of what the compiled code depends on (16 hex digits)."""
+    digest = hashlib.sha256()
+    for source in sorted(HERE.glob("*.py")):
+        digest.update(source.name.encode() + source.read_bytes())
+    for part in (_version("numba"), np.__version__, sys.version,
+                 importlib.machinery.EXTENSION_SUFFIXES[0], _cpu()):
+        digest.update(part.encode())
+    return digest.hexdigest()[:16]
+
+
+def module_name() -> str:
+    return f"kernels_{key()}"
+
+
+def cache_dir() -> Path:
+    """Where the module is kept (see the module docstring)."""
+    if os.environ.get("NUMBA_CACHE_DIR"):
+        return Path(os.environ["NUMBA_CACHE_DIR"]) / "pnnx_infer"
+    beside = HERE / "__pycache__"
+    if _writable(beside):
+        return beside
+    return Path.home() / ".cache" / "pnnx-infer"
+
+
+def load_or_build() -> ModuleType | None:
+    """The compiled kernels: imported from the cache, built first if they are not there.
+    None (after a warning) if they cannot be built here; the caller then compiles them
+    just in time."""
+    name = module_name()
+    directory = cache_dir()
+    module = _import(directory, name)
+    if module is not None:
+        return module
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        with _lock(directory / f"{name}.lock"):
+            module = _import(directory, name)      # another process may have built it
+            if module is None:
+                _build_in_child(directory, name)
+                module = _import(directory, name)
+    except (OSError, subprocess.CalledProcessError) as exc:
+        detail = getattr(exc, "stderr", None) or exc
+        log.warning("could not compile the fast kernels ahead of time (%s); numba will "
+                    "compile them just in time instead", str(detail).strip()[-2000:])
+        return None
+    return module
+
+
+def build(directory: Path, name: str) -> Path:
+    """Compile the exported kernels into ``directory/name<ext>`` (in this process: it imports
+    numba and needs a C compiler). Returns the module's path."""
+    from numba.core import cpu
+    from numba.core.compiler import compile_extra
+    from numba.pycc import CC
+    from numba.pycc import compiler as pycc_compiler
+
+    from layers.fast import backend
+
+    backend.use_jit()                  # the kernels see each other as numba functions
+    exported = backend.exported_kernels()
+    options = {k.func: k.options for k in exported}
+
+    def compile_with_kernel_options(typingctx, targetctx, func, args, return_type, flags,
+                                    locals, library):
+        """pycc compiles every function with the same default flags; give each kernel its
+        own (fastmath) and let it run without the GIL, as the just-in-time kernels do."""
+        flags = flags.copy()
+        flags.release_gil = True
+        if options[func].get("fastmath"):
+            flags.fastmath = cpu.FastMathOptions(options[func]["fastmath"])
+        return compile_extra(typingctx, targetctx, func, args, return_type, flags, locals,
+                             library=library)
+
+    with tempfile.TemporaryDirectory(dir=directory) as work:
+        cc = CC(name)
+        cc.output_dir = work
+        cc.target_cpu = "host"
+        cc.verbose = False
+        for k in exported:
+            cc.export(k.name, f"void({', '.join(k.exported)})")(k.func)
+        original = pycc_compiler.compile_extra
+        pycc_compiler.compile_extra = compile_with_kernel_options
+        try:
+            cc.compile()
+        finally:
+            pycc_compiler.compile_extra = original
+        built = Path(work) / f"{name}{importlib.machinery.EXTENSION_SUFFIXES[0]}"
+        target = directory / built.name
+        os.replace(built, target)                  # appears whole, or not at all
+    return target
+
+
+def _build_in_child(directory: Path, name: str) -> None:
+    log.warning("compiling the fast kernels for this machine, once (about 15 s) ...")
+    started = time.perf_counter()
+    env = dict(os.environ)
+    root = str(HERE.parent.parent)                 # the directory holding layers/
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [root, env.get("PYTHONPATH")]))
+    subprocess.run([sys.executable, "-m", "layers.fast.aot", str(directory), name],
+                   check=True, env=env, capture_output=True, text=True)
+    log.info("compiled the fast kernels in %.1f s into %s", time.perf_counter() - started,
+                directory)
+
+
+def _import(directory: Path, name: str) -> ModuleType | None:
+    for suffix in importlib.machinery.EXTENSION_SUFFIXES:
+        path = directory / f"{name}{suffix}"
+        if path.exists():
+            spec = importlib.util.spec_from_file_location(name, path)
+            module = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(module)
+            return module
+    return None
+
+
+class _lock:
+    """An exclusive lock on a file (fcntl; a no-op where there is none)."""
+
+    def __init__(self, path: Path):
+        self.path = path
+
+    def __enter__(self):
+        self.file = open(self.path, "w")
+        try:
+            import fcntl
+        except ImportError:
+            return self
+        fcntl.flock(self.file, fcntl.LOCK_EX)
+        return self
+
+    def __exit__(self, *exc):
+        self.file.close()                          # closing releases the lock
+
+
+def _version(package: str) -> str:
+    try:
+        return importlib.metadata.version(package)
+    except importlib.metadata.PackageNotFoundError:
+        return "none"
+
+
+def _cpu() -> str:
+    """This CPU's model and instruction sets (the module is compiled for exactly this CPU)."""
+    try:
+        lines = Path("/proc/cpuinfo").read_text().splitlines()
+    except OSError:
+        return platform.machine() + platform.processor()
+    wanted = ("model name", "flags", "Features", "CPU part")
+    return "\n".join(dict.fromkeys(line for line in lines if line.startswith(wanted)))
+
+
+def _writable(directory: Path) -> bool:
+    probe = directory if directory.exists() else directory.parent
+    return os.access(probe, os.W_OK)
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 3:
+        build(Path(sys.argv[1]), sys.argv[2])
+    else:
+        logging.basicConfig(level=logging.INFO, format="%(message)s")
+        path = load_or_build()
+        print(path.__file__ if path is not None else "not built: see the warning above")

@@ -1,0 +1,178 @@
+"""How the numba kernels become machine code: compiled ahead of time, or just in time.
+
+Every kernel in layers/fast is an ordinary Python function marked with ``@kernel``::
+
+    @kernel(nogil=True, exported=(array(4), array(4), INT, INT))
+    def _max_pool2d(x, y, kh, kw): ...
+
+Until the kernels are started (``start``, which RuntimeGraph.build calls), the module-level
+name holds a ``Declared`` placeholder. Starting replaces it, in every module of layers.fast
+that names it, with its compiled form, taken from one of two back ends:
+
+* **ahead of time** (the default): the ``exported`` kernels (the ones Python calls) are
+  compiled once per machine, with numba's ``pycc``, into a CPython extension module kept on
+  disk (layers/fast/aot.py). A process that finds it imports it like any extension: numba
+  and LLVM are never imported, which saves ~0.3 s and ~135 MiB per process. Each call
+  checks its array arguments first (dtype, dimensions, C order, alignment), because the
+  compiled code trusts them.
+* **just in time**: ``numba.njit(cache=True, **options)`` on every kernel, compiled on first
+  call and cached by numba on disk. Used when ``PNNX_INFER_KERNELS=jit`` (to work on a
+  kernel without rebuilding the module), or when the module cannot be built (no C
+  compiler, or a numba without pycc).
+
+Both run the same code: numba compiles the same functions with the same options (fastmath,
+nogil) either way, and tests/test_fast_kernels.py checks that they agree bit for bit.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import sys
+import threading
+from typing import Callable
+
+import numpy as np
+
+from parser.errors import InferError
+
+INT, FLOAT = "i8", "f8"
+
+
+def array(ndim: int, dtype: str = "f4") -> str:
+    """numba's name for a C-contiguous array of ``ndim`` dimensions: f4[:, ::1] (float32)."""
+    return dtype + "[" + ":, " * (ndim - 1) + "::1]"
+
+
+class Declared:
+    """A kernel before the back end is chosen: calling it starts the kernels first."""
+
+    def __init__(self, func: Callable, options: dict, exported: tuple[str, ...] | None):
+        self.func, self.options, self.exported = func, options, exported
+        self.name = func.__name__.lstrip("_")
+        functools.update_wrapper(self, func)
+
+    def __call__(self, *args):
+        start()
+        return compiled(self)(*args)
+
+    def __repr__(self) -> str:
+        return f"<kernel {self.func.__module__}.{self.func.__name__} (not started)>"
+
+
+_declared: list[Declared] = []
+_compiled: dict[Declared, Callable] = {}
+
+
+def kernel(*, exported: tuple[str, ...] | None = None, **options) -> Callable:
+    """Mark a function as a numba kernel compiled with ``options`` (numba.njit's). Kernels
+    called from Python give ``exported``: their argument types in numba's notation (``array``,
+    ``INT``, ``FLOAT``), for which the ahead-of-time module compiles them."""
+    def declare(func: Callable) -> Declared:
+        declared = Declared(func, options, exported)
+        _declared.append(declared)
+        return declared
+    return declare
+
+
+def exported_kernels() -> list[Declared]:
+    """The kernels that Python calls, in declaration order."""
+    _import_kernel_modules()
+    return [k for k in _declared if k.exported is not None]
+
+
+def compiled(declared: Declared) -> Callable:
+    """What runs for this kernel now (after ``start``)."""
+    function = _compiled.get(declared)
+    if function is None:                       # a helper run from Python: only numba has it
+        use_jit()
+        function = _compiled[declared]
+    return function
+
+
+def start() -> str:
+    """Choose the back end once per process and bind the kernels; returns its name,
+    "aot" or "jit" (see the module docstring)."""
+    global _backend
+    with _starting:
+        if _backend is None:
+            _backend = _bind_backend(wanted_backend())
+    return _backend
+
+
+def wanted_backend() -> str:
+    """``PNNX_INFER_KERNELS``: "aot" (the default) or "jit"."""
+    wanted = os.environ.get("PNNX_INFER_KERNELS", "aot").strip().lower()
+    if wanted not in ("aot", "jit"):
+        raise InferError(f"PNNX_INFER_KERNELS={wanted!r}: expected 'aot' or 'jit'")
+    return wanted
+
+
+_backend: str | None = None
+_starting = threading.RLock()
+
+
+def _bind_backend(wanted: str) -> str:
+    _import_kernel_modules()
+    if wanted == "aot":
+        from layers.fast import aot
+
+        module = aot.load_or_build()
+        if module is not None:
+            _bind({k: _checked(k, getattr(module, k.name)) for k in exported_kernels()})
+            return "aot"
+    use_jit()
+    return "jit"
+
+
+@functools.cache
+def use_jit() -> None:
+    """Bind every kernel to its numba dispatcher (compiled on first call, cached on disk)."""
+    import numba
+
+    _bind({k: numba.njit(cache=True, **k.options)(k.func) for k in _declared})
+
+
+def _bind(functions: dict[Declared, Callable]) -> None:
+    """Put ``functions`` in place of their declarations in every kernel module, so that both
+    Python callers and the kernels calling each other (numba reads module globals) see them."""
+    for declared, function in functions.items():
+        _compiled.setdefault(declared, function)  # a kernel bound ahead of time stays so
+    for module in _kernel_modules():
+        names = vars(module)
+        for name, value in list(names.items()):
+            if isinstance(value, Declared) and value in functions:
+                names[name] = functions[value]
+
+
+def _checked(declared: Declared, function: Callable) -> Callable:
+    """The ahead-of-time ``function`` behind a check of its array arguments: compiled code
+    reads them as the types it was compiled for, so a float64 or strided array would be
+    read wrongly (or crash) instead of raising."""
+    arrays = [(i, np.dtype(t[:t.index("[")]), t.count(",") + 1)
+              for i, t in enumerate(declared.exported) if "[" in t]
+
+    def call(*args):
+        for index, dtype, ndim in arrays:
+            a = args[index]
+            if not (type(a) is np.ndarray and a.dtype == dtype and a.ndim == ndim
+                    and a.flags.c_contiguous and a.flags.aligned):
+                raise TypeError(
+                    f"kernel {declared.name}: argument {index} must be a C-contiguous, aligned "
+                    f"{dtype} array of {ndim} dimensions, got "
+                    f"{getattr(a, 'dtype', type(a).__name__)} {getattr(a, 'shape', '')}")
+        function(*args)
+    call.__name__ = call.__qualname__ = declared.name
+    call.__doc__ = declared.func.__doc__
+    return call
+
+
+def _import_kernel_modules() -> None:
+    """Import every module that declares kernels (so that all are declared)."""
+    from layers.fast import depthwise, epilogue, gemm, phases, pool, special, winograd  # noqa
+
+
+def _kernel_modules() -> list:
+    """The modules of layers.fast imported so far (any of them may name a kernel)."""
+    return [module for name, module in list(sys.modules.items())
+            if name.startswith("layers.fast.")]

@@ -1,0 +1,137 @@
+"""The two ways the numba kernels are compiled (layers/fast/backend.py) run the same code:
+ahead of time (the default: an extension module, no numba in the process) and just in time
+(numba.njit). Each exported kernel is run both ways on the same inputs, through the public
+functions that call it, and must agree bit for bit; both are also checked against the numpy
+references and torch in tests/test_fast_kernels.py, which runs whichever back end is bound."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from layers.fast import aot, backend
+from layers.fast.depthwise import depthwise_conv2d
+from layers.fast.epilogue import CLAMP, SILU, Activation, bias_residual_activation
+from layers.fast.gemm import gemm_conv2d, pack_gemm_weight
+from layers.fast.pool import max_pool2d
+from layers.fast.special import erf, erfc
+from layers.fast.winograd import pack_winograd_weight, winograd_conv2d
+from parser.errors import InferError
+
+REPO = Path(__file__).resolve().parent.parent
+LITE0 = REPO / "model_file" / "efficientnet_lite0" / "efficientnet_lite0.pnnx.param"
+
+aot_only = pytest.mark.skipif(backend.start() != "aot",
+                              reason="the kernels could not be compiled ahead of time here")
+
+
+@contextlib.contextmanager
+def just_in_time():
+    """Inside: every exported kernel is numba's just-in-time version of the same function."""
+    import numba
+
+    backend.use_jit()                      # the helper kernels, as numba functions
+    saved = []
+    for k in backend.exported_kernels():
+        module = sys.modules[k.func.__module__]
+        saved.append((module, k.func.__name__, getattr(module, k.func.__name__)))
+        setattr(module, k.func.__name__, numba.njit(cache=True, **k.options)(k.func))
+    try:
+        yield
+    finally:
+        for module, name, function in saved:
+            setattr(module, name, function)
+
+
+def rand(*shape, seed=0):
+    return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+
+
+def depthwise_runs():
+    for size, stride, k in ((13, 1, 3), (14, 2, 5), (5, 1, 5), (7, 2, 3), (30, 1, 3)):
+        pad = k // 2
+        out = (size + 2 * pad - k) // stride + 1
+        yield lambda: depthwise_conv2d(rand(2, 6, size, size), rand(6, k, k, seed=1),
+                                       rand(6, seed=2), (stride, stride), (pad,) * 4, (1, 1),
+                                       (out, out), Activation(CLAMP, 0.0, 6.0))
+
+
+def conv_runs():
+    x, w3, w5 = rand(2, 5, 11, 9), rand(7, 5, 3, 3, seed=1), rand(7, 5, 5, 5, seed=2)
+    bias, residual = rand(7, seed=3), rand(2, 7, 11, 9, seed=4)
+    yield lambda: winograd_conv2d(x, pack_winograd_weight(w3), bias, (1, 1, 1, 1), (11, 9),
+                                  Activation(SILU), residual)
+    yield lambda: gemm_conv2d(x, pack_gemm_weight(w5, 1), bias, (5, 5), (2, 2), (2, 2, 2, 2),
+                              (1, 1), (6, 5), Activation(SILU))
+    yield lambda: bias_residual_activation(rand(2, 7, 11, 9, seed=5), bias, residual,
+                                           Activation(SILU))
+    yield lambda: max_pool2d(rand(2, 3, 9, 8), (3, 3), (2, 2), (1, 1), (1, 1), (5, 4))
+    yield lambda: erf(rand(4, 33) * 3)
+    yield lambda: erfc(rand(4, 33).astype(np.float64) * 3)
+
+
+@aot_only
+@pytest.mark.parametrize("run", [*depthwise_runs(), *conv_runs()])
+def test_ahead_of_time_and_just_in_time_kernels_agree_bit_for_bit(run):
+    ahead = run()
+    with just_in_time():
+        jit = run()
+    np.testing.assert_array_equal(ahead, jit)
+
+
+@aot_only
+def test_a_compiled_kernel_refuses_arrays_it_was_not_compiled_for():
+    """Compiled code would read a float64 or strided array wrongly (or crash): the call checks."""
+    from layers.fast import pool
+
+    y = np.empty((1, 1, 2, 2), np.float32)
+    for x in (np.zeros((1, 1, 4, 4)), np.zeros((1, 1, 4, 8), np.float32)[..., ::2],
+              np.zeros((1, 4, 4), np.float32)):
+        with pytest.raises(TypeError, match="max_pool2d: argument 0 must be a C-contiguous"):
+            pool._max_pool2d(x, y, 2, 2, 2, 2, 1, 1, 0, 0)
+
+
+@aot_only
+def test_a_process_that_runs_a_model_does_not_import_numba():
+    script = ("import sys, numpy as np; from infer import RuntimeGraph; "
+              f"g = RuntimeGraph({str(LITE0)!r}).build(); "
+              "y = g.forward(np.zeros((1, 3, 64, 64), np.float32))[0]; "
+              "import json; print(json.dumps(['numba' in sys.modules, 'llvmlite' in sys.modules,"
+              " float(y.sum())]))")
+    out = subprocess.run([sys.executable, "-c", script], check=True, capture_output=True,
+                         text=True, env={**os.environ, "PNNX_INFER_KERNELS": "aot"}).stdout
+    numba_loaded, llvmlite_loaded, total = json.loads(out.splitlines()[-1])
+    assert not numba_loaded and not llvmlite_loaded and np.isfinite(total)
+
+
+def test_when_the_module_cannot_be_built_numba_compiles_just_in_time(monkeypatch, tmp_path,
+                                                                     caplog):
+    monkeypatch.setenv("NUMBA_CACHE_DIR", str(tmp_path))
+
+    def no_compiler(directory, name):
+        raise subprocess.CalledProcessError(1, "cc", stderr="error: no C compiler")
+
+    monkeypatch.setattr(aot, "_build_in_child", no_compiler)
+    assert aot.load_or_build() is None
+    assert "no C compiler" in caplog.text and "just in time" in caplog.text
+
+
+def test_the_module_name_follows_the_kernel_sources(monkeypatch):
+    before = aot.key()
+    monkeypatch.setattr(aot, "_cpu", lambda: "another CPU")
+    assert aot.key() != before and len(before) == 16
+
+
+def test_an_unknown_backend_is_refused(monkeypatch):
+    monkeypatch.setenv("PNNX_INFER_KERNELS", "gpu")
+    with pytest.raises(InferError, match="PNNX_INFER_KERNELS='gpu'"):
+        backend.wanted_backend()
+    monkeypatch.setenv("PNNX_INFER_KERNELS", " JIT ")
+    assert backend.wanted_backend() == "jit"
