@@ -115,10 +115,10 @@ def test_when_the_module_cannot_be_built_numba_compiles_just_in_time(monkeypatch
                                                                      caplog):
     monkeypatch.setenv("NUMBA_CACHE_DIR", str(tmp_path))
 
-    def no_compiler(directory, name):
+    def no_compiler(directory, parts):
         raise subprocess.CalledProcessError(1, "cc", stderr="error: no C compiler")
 
-    monkeypatch.setattr(aot, "_build_in_child", no_compiler)
+    monkeypatch.setattr(aot, "_build_in_children", no_compiler)
     assert aot.load_or_build() is None
     assert "no C compiler" in caplog.text and "just in time" in caplog.text
 
@@ -135,3 +135,13 @@ def test_an_unknown_backend_is_refused(monkeypatch):
         backend.wanted_backend()
     monkeypatch.setenv("PNNX_INFER_KERNELS", " JIT ")
     assert backend.wanted_backend() == "jit"
+
+
+def test_modules_built_for_other_sources_are_removed(tmp_path):
+    names = [f"kernels_new_{part}" for part in range(2)]
+    for name in ("kernels_old_0.so", "kernels_old_0.lock", "kernels_new_0.so",
+                 "kernels_new_1.so", "kernels_new_0.lock", "unrelated.so"):
+        (tmp_path / name).touch()
+    aot._remove_stale(tmp_path, names)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "kernels_new_0.lock", "kernels_new_0.so", "kernels_new_1.so", "unrelated.so"]

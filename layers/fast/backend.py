@@ -117,9 +117,9 @@ def _bind_backend(wanted: str) -> str:
     if wanted == "aot":
         from layers.fast import aot
 
-        module = aot.load_or_build()
-        if module is not None:
-            _bind({k: _checked(k, getattr(module, k.name)) for k in exported_kernels()})
+        kernels = aot.load_or_build()
+        if kernels is not None:
+            _bind({k: _checked(k, getattr(kernels, k.name)) for k in exported_kernels()})
             return "aot"
     use_jit()
     return "jit"
