@@ -21,7 +21,7 @@ How to compare inference engines fairly, and how this benchmark does it:
   was busy and the numbers are to be taken with care.
 - Warm-up apart. Loading, the first inference (compilation, caches, memory touched for the
   first time) and the steady state are reported separately, and this runtime's start-up is
-  measured once with numba's on-disk cache empty and once with it filled.
+  measured once with its compiled kernels' on-disk cache empty and once with it filled.
 - Ratios, not absolute times. Targets are stated as ratios to onnxruntime measured in the
   same run, which survive a change of machine better than milliseconds do.
 

@@ -113,13 +113,14 @@ def _latency_table(results: Results) -> list[str]:
 def _cold_start_table(results: Results) -> list[str]:
     if not results.cold_starts:
         return []
-    header = ["model", "numba cache", "import s", "load s", "first ms", "steady ms"]
+    header = ["model", "kernel cache", "import s", "load s", "first ms", "steady ms"]
     rows = [[c.model, c.cache, f"{c.report['import_s']:.2f}", f"{c.report['load_s']:.3f}",
              f"{1e3 * c.report['first_s']:.1f}",
              f"{1e3 * statistics.median(c.report['times']):.1f}"]
             for c in results.cold_starts]
-    return (["pnnx-infer's start-up, batch 1, with numba's on-disk cache empty (cold: "
-             "compiling) and then filled (warm):", ""] + _table(header, rows))
+    return (["pnnx-infer's start-up, batch 1, with its compiled kernels' on-disk cache "
+             "(NUMBA_CACHE_DIR) empty (cold: compiling them) and then filled (warm):", ""]
+            + _table(header, rows))
 
 
 def _table(header: list[str], rows: list[list[str]]) -> list[str]:

@@ -35,7 +35,7 @@ class Settings:
     min_runs: int = 5               # ... and at least this many
     max_runs: int = 2000
     warmup: int = 2
-    cold_start: bool = True         # measure pnnx-infer's start with numba's cache cold and warm
+    cold_start: bool = True         # measure pnnx-infer's start with its kernel cache cold and warm
     onnx_exporter: str = "dynamo"   # or "legacy": torch.onnx.export(dynamo=False)
     workdir: Path | None = None     # exported files are kept (and reused) here; None: a temp dir
 
@@ -81,7 +81,8 @@ class Measurement:
 
 @dataclass
 class ColdStart:
-    """pnnx-infer's start-up with numba's on-disk cache empty, then filled."""
+    """pnnx-infer's start-up with its compiled kernels' cache (NUMBA_CACHE_DIR) empty, then
+    filled."""
 
     model: str
     cache: str                      # "cold" or "warm"
@@ -173,10 +174,10 @@ def _cold_start(settings: Settings, model: str, size: int, files: ModelFiles,
         try:
             report = run_worker(job, numba_cache)
         except RuntimeError as exc:
-            say(f"  {model} numba cache {cache}: FAILED {exc}")
+            say(f"  {model} kernel cache {cache}: FAILED {exc}")
             return starts
         starts.append(ColdStart(model, cache, report))
-        say(f"  {model} pnnx-infer with numba's cache {cache}: first inference "
+        say(f"  {model} pnnx-infer with its kernel cache {cache}: first inference "
             f"{1e3 * report['first_s']:.1f} ms")
     return starts
 

@@ -10,18 +10,18 @@ name holds a ``Declared`` placeholder. Starting replaces it, in every module of 
 that names it, with its compiled form, taken from one of two back ends:
 
 * **ahead of time** (the default): the ``exported`` kernels (the ones Python calls) are
-  compiled once per machine, with numba's ``pycc``, into a CPython extension module kept on
-  disk (layers/fast/aot.py). A process that finds it imports it like any extension: numba
-  and LLVM are never imported, which saves ~0.3 s and ~135 MiB per process. Each call
+  compiled once per machine, with numba's ``pycc``, into CPython extension modules kept on
+  disk (layers/fast/aot.py). A process that finds them imports them like any extension:
+  numba and LLVM are never imported, which saves ~0.3 s and ~135 MiB per process. Each call
   checks its array arguments first (dtype, dimensions, C order, alignment), because the
   compiled code trusts them.
 * **just in time**: ``numba.njit(cache=True, **options)`` on every kernel, compiled on first
   call and cached by numba on disk. Used when ``PNNX_INFER_KERNELS=jit`` (to work on a
-  kernel without rebuilding the module), or when the module cannot be built (no C
+  kernel without rebuilding the modules), or when the modules cannot be built (no C
   compiler, or a numba without pycc).
 
 Both run the same code: numba compiles the same functions with the same options (fastmath,
-nogil) either way, and tests/test_fast_kernels.py checks that they agree bit for bit.
+nogil) either way, and tests/test_kernel_backends.py checks that they agree bit for bit.
 """
 
 from __future__ import annotations
