@@ -145,3 +145,12 @@ def test_modules_built_for_other_sources_are_removed(tmp_path):
     aot._remove_stale(tmp_path, names)
     assert sorted(p.name for p in tmp_path.iterdir()) == [
         "kernels_new_0.lock", "kernels_new_0.so", "kernels_new_1.so", "unrelated.so"]
+
+
+def test_a_build_that_takes_too_long_is_stopped_and_numba_takes_over(monkeypatch, tmp_path,
+                                                                     caplog):
+    monkeypatch.setenv("NUMBA_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(aot, "BUILD_TIMEOUT", 0.2)
+    assert aot.load_or_build() is None
+    assert "timed out" in caplog.text and "just in time" in caplog.text
+    assert not list((tmp_path / "pnnx_infer").glob("*.so"))
