@@ -226,11 +226,7 @@ class PnnxBin:
         its memory. Views of the entry stay valid; reading one brings the pages back from the
         file."""
         entry = self._entry(key)
-        page = mmap.PAGESIZE
-        start = -(-entry.offset // page) * page
-        stop = (entry.offset + entry.size) // page * page
-        if stop > start and hasattr(self._mm, "madvise") and hasattr(mmap, "MADV_DONTNEED"):
-            self._mm.madvise(mmap.MADV_DONTNEED, start, stop - start)
+        _drop_pages(self._mm, entry.offset, entry.size)
 
     def _entry(self, key: str) -> _Entry:
         """The index record of ``key``; a missing or compressed entry is a BinFileError."""
@@ -281,3 +277,27 @@ class PnnxBin:
 
     def __repr__(self) -> str:
         return f"PnnxBin({self.path!r}, {len(self._entries)} entries)"
+
+
+def release_pages(array: np.ndarray) -> None:
+    """``PnnxBin.release`` for an array in hand: if ``array`` is a contiguous view of a memory
+    map (a weight ``read`` returned), let the OS drop the whole pages it covers, for a weight
+    that a layer has repacked and will not read again soon. Anything else is left alone. The
+    view stays valid; reading it brings the pages back from the file."""
+    base = array
+    while isinstance(base, np.ndarray) and base.base is not None:
+        base = base.base
+    mapped = base.obj if isinstance(base, memoryview) else base
+    if not (isinstance(mapped, mmap.mmap) and array.flags.c_contiguous):
+        return
+    offset = array.ctypes.data - np.frombuffer(mapped, np.uint8, count=1).ctypes.data
+    _drop_pages(mapped, offset, array.nbytes)
+
+
+def _drop_pages(mapped: mmap.mmap, offset: int, size: int) -> None:
+    """madvise(DONTNEED) on the whole pages inside bytes [offset, offset + size) of a map."""
+    page = mmap.PAGESIZE
+    start = -(-offset // page) * page
+    stop = (offset + size) // page * page
+    if stop > start and hasattr(mapped, "madvise") and hasattr(mmap, "MADV_DONTNEED"):
+        mapped.madvise(mmap.MADV_DONTNEED, start, stop - start)

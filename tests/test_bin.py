@@ -2,12 +2,13 @@
 
 import struct
 import zipfile
+from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
-from parser.bin import DTYPES, PnnxBin, stored_itemsize
+from parser.bin import DTYPES, PnnxBin, release_pages, stored_itemsize
 from parser.errors import BinFileError
 from parser.param import read_param
 
@@ -126,6 +127,36 @@ def test_released_entries_still_read_their_bytes(tmp_path):
         np.testing.assert_array_equal(copy, big)
         with pytest.raises(BinFileError, match="no such entry"):
             weights.release("c.weight")
+
+
+def _mapped_kib(path) -> int:
+    """Resident KiB of this process's mappings of ``path`` (Linux's /proc/self/smaps)."""
+    total, inside = 0, False
+    for line in Path("/proc/self/smaps").read_text().splitlines():
+        first = line.split(maxsplit=1)[0] if line.strip() else ""
+        if "-" in first and not first.endswith(":"):           # a mapping's header line
+            inside = line.rstrip().endswith(str(path))
+        elif inside and line.startswith("Rss:"):
+            total += int(line.split()[1])
+    return total
+
+
+@pytest.mark.skipif(not Path("/proc/self/smaps").exists(), reason="needs Linux's smaps")
+def test_release_pages_drops_the_pages_of_a_view_in_hand(tmp_path):
+    """release_pages(view): what a layer calls after repacking a weight. The mapped pages
+    leave the resident set, the view still reads the same values; other arrays are ignored."""
+    big = np.arange(64 * 1024, dtype=np.float32)              # 256 KiB: 64 pages
+    path = write_zip(tmp_path / "w.pnnx.bin", {"a.weight": big.tobytes()})
+    with PnnxBin(path) as weights:
+        view = weights.read("a.weight", (256, 256), "f32")
+        assert float(view.sum()) == float(big.sum())          # every page read
+        before = _mapped_kib(path)
+        release_pages(view.reshape(-1, 4))                    # a reshaped view works too
+        after = _mapped_kib(path)
+        assert before >= 240 and after <= before - 240, (before, after)
+        np.testing.assert_array_equal(view.reshape(-1), big)  # read back from the file
+        release_pages(np.array(view))                         # not a view of a map: no-op
+        release_pages(view[:, ::2])                           # not contiguous: left alone
 
 
 def test_entries_and_membership(tmp_path):

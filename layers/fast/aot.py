@@ -5,7 +5,7 @@
 numba's ``pycc`` compiles each exported kernel (layers/fast/backend.py) for its one
 signature, for this machine's CPU, and links it with numba's small C runtime into
 ``kernels_<key>_<part>.<ext>``. ``key`` hashes everything the machine code depends on: the
-sources of layers/fast, the numba, numpy and Python versions, and the CPU; a change to any
+sources of the kernels, the numba, numpy and Python versions, and the CPU; a change to any
 of them makes new modules, built the next time a graph is built (about 10 s here, once).
 The kernels are dealt into PARTS modules, compiled by as many child processes side by side:
 numba's compiler is single-threaded, and this machine has two cores. The children keep
@@ -42,7 +42,7 @@ HERE = Path(__file__).resolve().parent
 def key() -> str:
     """A hash of what the compiled code depends on (16 hex digits)."""
     digest = hashlib.sha256()
-    for source in sorted(HERE.glob("*.py")):
+    for source in _kernel_sources():
         digest.update(source.name.encode() + source.read_bytes())
     for part in (_version("numba"), np.__version__, sys.version,
                  importlib.machinery.EXTENSION_SUFFIXES[0], _cpu()):
@@ -204,6 +204,15 @@ class _lock:
 
     def __exit__(self, *exc):
         self.file.close()                          # closing releases the lock
+
+
+def _kernel_sources() -> list[Path]:
+    """The modules that declare kernels, and the two that compile them (this one, backend)."""
+    from layers.fast import backend
+
+    modules = {sys.modules[k.func.__module__] for k in backend.declared_kernels()}
+    return sorted({Path(m.__file__).resolve() for m in modules}
+                  | {Path(backend.__file__).resolve(), Path(__file__).resolve()})
 
 
 def _version(package: str) -> str:

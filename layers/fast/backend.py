@@ -75,6 +75,12 @@ def kernel(*, exported: tuple[str, ...] | None = None, **options) -> Callable:
     return declare
 
 
+def declared_kernels() -> list[Declared]:
+    """Every kernel, in declaration order."""
+    _import_kernel_modules()
+    return list(_declared)
+
+
 def exported_kernels() -> list[Declared]:
     """The kernels that Python calls, in declaration order."""
     _import_kernel_modules()

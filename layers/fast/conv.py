@@ -28,6 +28,7 @@ from layers.fast.depthwise import depthwise_conv2d
 from layers.fast.epilogue import IDENTITY, Activation, bias_residual_activation
 from layers.fast.gemm import gemm_conv2d, pack_gemm_weight
 from layers.fast.winograd import TILE, pack_winograd_weight, winograd_conv2d
+from parser.bin import release_pages
 
 Pair = tuple[int, int]
 WINOGRAD_MIN_TILES = 32        # below this many 4x4 output tiles (all images), im2col
@@ -71,7 +72,9 @@ class PackedConv2d:
         if algorithm == "depthwise":                  # (C_out, 1, kh, kw) -> (C_out, kh, kw)
             return np.array(self.weight.reshape(self.c_out, *self.kernel), np.float32)
         if algorithm == "winograd":
-            return pack_winograd_weight(self.weight)
+            packed = pack_winograd_weight(self.weight)
+            release_pages(self.weight)    # read again only if im2col runs it one day
+            return packed
         return pack_gemm_weight(self.weight, self.groups)
 
     def load_candidate_kernels(self) -> None:
