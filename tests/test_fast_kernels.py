@@ -13,7 +13,7 @@ from helpers import check_layer, make_layer, rand, torch_module
 from layers import kernels
 from layers.activation import (Hardsigmoid, Hardswish, Hardtanh, LeakyReLU, ReLU, ReLU6,
                                Sigmoid, SiLU, Tanh)
-from layers.fast import depthwise, winograd
+from layers.fast import depthwise, winograd, winograd_f2
 from layers.fast.conv import PackedConv2d
 from layers.fast.epilogue import IDENTITY, activation_of, bias_residual_activation
 
@@ -152,6 +152,52 @@ def test_winograd_matches_reference_and_torch(case):
     check_against_both(got, x, weight, bias, (1, 1), padding, (1, 1), 1, scale=5e-6)
 
 
+def test_winograd_f2_matrices_compute_a_3x3_correlation():
+    """A^T [(G g G^T) * (B^T d B)] A is the 2x2 valid correlation of a 4x4 tile d with g."""
+    rng = np.random.default_rng(2)
+    d, g = rng.standard_normal((4, 4)), rng.standard_normal((3, 3))
+    w2 = winograd_f2
+    y = w2.A_T @ ((w2.G @ g @ w2.G.T) * (w2.B_T @ d @ w2.B_T.T)) @ w2.A_T.T
+    direct = np.array([[np.sum(d[r:r + 3, s:s + 3] * g) for s in range(2)] for r in range(2)])
+    np.testing.assert_allclose(y, direct, atol=1e-12)
+
+
+WINOGRAD_F2 = {   # fewer than 32 tiles of 4x4, at least 16 of 2x2: F(2x2) is chosen
+    "7x7 pad 1": ((1, 16, 7, 7), 8, (1, 1, 1, 1)),
+    "14x14": ((1, 8, 14, 14), 12, (1, 1, 1, 1)),
+    "odd sizes": ((2, 5, 5, 6), 7, (1, 1, 1, 1)),
+    "no padding": ((1, 4, 11, 9), 3, (0, 0, 0, 0)),
+    "asymmetric": ((2, 3, 6, 7), 6, (0, 2, 1, 0)),
+    "pad 2": ((1, 4, 6, 5), 5, (2, 2, 2, 2)),
+    "tiny images": ((8, 3, 3, 2), 2, (1, 1, 1, 1)),
+}
+
+
+@pytest.mark.parametrize("case", WINOGRAD_F2.values(), ids=WINOGRAD_F2.keys())
+def test_winograd_f2_matches_reference_and_torch(case):
+    shape, c_out, padding = case
+    x = rand(*shape)
+    weight, bias = rand(c_out, shape[1], 3, 3), rand(c_out)
+    packed, got = run_packed(x, weight, bias, padding=padding)
+    assert packed.algorithm(shape[0], got.shape[2:]) == "winograd_f2"
+    check_against_both(got, x, weight, bias, (1, 1), padding, (1, 1), 1, scale=5e-6)
+
+
+@pytest.mark.parametrize("shape, algorithm", [((2, 4, 16, 16), "winograd"),
+                                              ((1, 4, 7, 7), "winograd_f2")])
+def test_winograd_inputs_with_inf_or_nan_give_nan_where_torch_does(shape, algorithm):
+    """Winograd's transforms would turn one Inf into NaN over whole tiles (inf - inf); such
+    an input goes through im2col, and NaN, +Inf and -Inf land where torch puts them."""
+    x = rand(*shape)
+    x[0, 1, 3, 4], x[0, 2, 5, 1], x[-1, 0, 2, 2] = np.inf, -np.inf, np.nan
+    weight, bias = rand(6, shape[1], 3, 3), rand(6)
+    packed, got = run_packed(x, weight, bias, padding=(1, 1, 1, 1))
+    assert packed.algorithm(shape[0], got.shape[2:]) == algorithm
+    want = torch_conv(x, weight, bias, (1, 1), (1, 1, 1, 1), (1, 1), 1)
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)      # infinities and signs
+
+
 def test_a_convolution_loads_the_kernels_it_may_run_when_it_is_loaded(monkeypatch):
     """Which kernel runs depends on the input size, unknown at build for a dynamic export;
     so load_model loads every candidate's kernels then, not the first inference."""
@@ -161,18 +207,23 @@ def test_a_convolution_loads_the_kernels_it_may_run_when_it_is_loaded(monkeypatc
     monkeypatch.setattr(fast_conv, "load_kernels", loaded.append)
     make_layer("nn.Conv2d", dict(in_channels=4, out_channels=4, kernel_size=(3, 3), bias=True),
                {"weight": rand(4, 4, 3, 3), "bias": rand(4)})
-    assert sorted(loaded) == ["gemm", "winograd"]
+    assert sorted(loaded) == ["gemm", "winograd", "winograd_f2"]
     loaded.clear()
     make_layer("nn.Conv2d", dict(in_channels=4, out_channels=4, kernel_size=(3, 3), groups=4,
                                  bias=False), {"weight": rand(4, 1, 3, 3)})
     assert loaded == ["depthwise"]
 
 
-def test_winograd_is_left_for_im2col_when_the_image_has_few_tiles():
+def test_the_winograd_variant_follows_the_tiles_and_the_weights():
     packed = PackedConv2d(rand(8, 8, 3, 3), None, (1, 1), (1, 1), 1)
-    assert packed.algorithm(1, (7, 7)) == "gemm"              # 4 tiles: weights dominate
-    assert packed.algorithm(1, (14, 14)) == "gemm"            # 16 tiles: as fast either way
-    assert packed.algorithm(8, (7, 7)) == "winograd"          # 32 tiles
+    assert packed.algorithm(8, (7, 7)) == "winograd"          # 32 tiles of 4x4
+    assert packed.algorithm(1, (28, 28)) == "winograd"        # 49
+    assert packed.algorithm(1, (14, 14)) == "winograd_f2"     # 16 of 4x4, 49 of 2x2
+    assert packed.algorithm(1, (7, 7)) == "winograd_f2"       # 16 of 2x2
+    assert packed.algorithm(1, (5, 5)) == "gemm"              # 9 of 2x2: weights dominate
+    big = PackedConv2d(rand(512, 512, 3, 3), None, (1, 1), (1, 1), 1)
+    assert big.algorithm(8, (7, 7)) == "winograd_f2"          # F(4x4) would pack 36 MiB
+    assert big.algorithm(64, (56, 56)) == "winograd_f2"
     strided = PackedConv2d(rand(8, 8, 3, 3), None, (2, 2), (1, 1), 1)
     assert strided.algorithm(8, (56, 56)) == "gemm"
 
@@ -194,7 +245,7 @@ GEMM = {   # (N, C_in, H, W), C_out, kernel, stride, (top, bottom, left, right),
     "groups 2": ((2, 8, 10, 9), 6, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 2),
     "3x1 stride (2,1)": ((1, 4, 9, 7), 5, (3, 1), (2, 1), (1, 1, 0, 0), (1, 1), 1),
     "kernel 2x4 asym": ((1, 3, 8, 9), 4, (2, 4), (1, 3), (0, 1, 2, 1), (1, 1), 1),
-    "small 3x3 (few tiles)": ((1, 32, 7, 7), 16, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1),
+    "small 3x3 (few tiles)": ((1, 32, 5, 5), 16, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1),
 }
 
 
@@ -250,7 +301,8 @@ def test_unknown_activations_have_no_kernel_code():
     ("gemm", (2, 8, 6, 6), (8, 8, 3, 3), 1, (2, 2)),
     ("gemm", (2, 8, 6, 6), (8, 8, 1, 1), 1, (1, 1)),
     ("depthwise", (2, 8, 9, 9), (8, 1, 3, 3), 8, (1, 1)),
-], ids=["winograd", "im2col", "1x1", "depthwise"])
+    ("winograd_f2", (1, 8, 7, 7), (8, 8, 3, 3), 1, (1, 1)),
+], ids=["winograd", "im2col", "1x1", "depthwise", "winograd f2"])
 @pytest.mark.parametrize("name", ["relu", "relu6", "silu", "hardswish", "leaky"])
 def test_each_kernel_fuses_residual_and_activation(algorithm_case, name):
     algorithm, shape, w_shape, groups, stride = algorithm_case

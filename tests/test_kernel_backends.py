@@ -23,6 +23,7 @@ from layers.fast.gemm import gemm_conv2d, pack_gemm_weight
 from layers.fast.pool import max_pool2d
 from layers.fast.special import erf, erfc
 from layers.fast.winograd import pack_winograd_weight, winograd_conv2d
+from layers.fast.winograd_f2 import pack_winograd_f2_weight, winograd_f2_conv2d
 from parser.errors import InferError
 
 REPO = Path(__file__).resolve().parent.parent
@@ -68,6 +69,8 @@ def conv_runs():
     bias, residual = rand(7, seed=3), rand(2, 7, 11, 9, seed=4)
     yield lambda: winograd_conv2d(x, pack_winograd_weight(w3), bias, (1, 1, 1, 1), (11, 9),
                                   Activation(SILU), residual)
+    yield lambda: winograd_f2_conv2d(x, pack_winograd_f2_weight(w3), bias, (1, 1, 1, 1), (11, 9),
+                                     Activation(SILU), residual)
     yield lambda: gemm_conv2d(x, pack_gemm_weight(w5, 1), bias, (5, 5), (2, 2), (2, 2, 2, 2),
                               (1, 1), (6, 5), Activation(SILU))
     yield lambda: bias_residual_activation(rand(2, 7, 11, 9, seed=5), bias, residual,

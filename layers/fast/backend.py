@@ -175,7 +175,8 @@ def _checked(declared: Declared, function: Callable) -> Callable:
 
 def _import_kernel_modules() -> None:
     """Import every module that declares kernels (so that all are declared)."""
-    from layers.fast import depthwise, epilogue, gemm, phases, pool, special, winograd  # noqa
+    from layers.fast import (depthwise, epilogue, gemm, phases, pool, special,  # noqa
+                             winograd, winograd_f2)
 
 
 def _kernel_modules() -> list:

@@ -5,16 +5,31 @@
 
 Which kernel runs depends on the convolution and on the size of its input:
 
-    depthwise   groups == C_in, one input channel per group   numba direct kernel
-    winograd    3x3, stride 1, dilation 1, groups 1, and enough tiles to fill the GEMMs
-    gemm        everything else: 1x1 straight into BLAS, k x k through im2col
+    depthwise     groups == C_in, one input channel per group    numba direct kernel
+    winograd      3x3, stride 1, dilation 1, groups 1: F(4x4, 3x3), with enough tiles
+    winograd_f2   the same convolutions: F(2x2, 3x3), when F(4x4) does not pay
+    gemm          everything else: 1x1 straight into BLAS, k x k through im2col
 
-Winograd multiplies 4x fewer values than im2col but reads 4x more weights (U is 36 C_out C_in
-floats against 9 C_out C_in), so when the image has few 4x4 tiles (ResNet's 7x7 last stage at
-batch 1) the weights dominate and im2col wins. At 16 tiles (ResNet's 14x14 stage at batch 1)
-the two take the same time (measured end to end), and im2col keeps 28 MB of packed weights
-out of memory, so Winograd starts at 32 tiles. Each packing is made the first time it is
-needed (the graph asks for it while planning shapes at build, when shapes are known) and kept.
+Winograd F(4x4) multiplies 4x fewer values than im2col but reads 4x more weights (U is
+36 C_out C_in floats against 9 C_out C_in), so when the image has few 4x4 tiles the weights
+dominate. F(2x2) multiplies 2.25x fewer and packs 16 C_out C_in floats. Measured here (each
+convolution alone, and whole ResNet-18 forwards alternated in one process):
+
+* F(4x4) from 32 tiles of 4x4 (ResNet's 56x56 and 28x28 stages at batch 1), unless its packed
+  weights pass 16 MiB: ResNet's 512-channel convolutions would pack 36 MiB each, read from
+  memory on every run; F(2x2) packs them in 16 MiB and is within 15% at batch 8.
+* otherwise F(2x2) from 16 tiles of 2x2: ResNet's 14x14 and 7x7 stages at batch 1 (at 7x7,
+  1.36 against 1.60 ms for im2col and 2.9 for F(4x4); the forward gains ~0.9 ms);
+* otherwise im2col.
+
+Winograd's transforms add and subtract the inputs of a whole tile, so one Inf or NaN in the
+input would make NaN of outputs whose windows do not reach it (inf - inf), where torch keeps
+it to the windows that read it. An input that is not all finite (its float32 sum is not:
+one pass, ~0.1 ms per ResNet-18 forward) goes through im2col instead.
+
+Each packing is made the first time it is needed (the graph asks for it while planning
+shapes at build, when shapes are known) and kept; a Winograd packing gives back the pages of
+the memory-mapped weight it was made from.
 """
 
 from __future__ import annotations
@@ -27,11 +42,15 @@ import numpy as np
 from layers.fast.depthwise import depthwise_conv2d
 from layers.fast.epilogue import IDENTITY, Activation, bias_residual_activation
 from layers.fast.gemm import gemm_conv2d, pack_gemm_weight
-from layers.fast.winograd import TILE, pack_winograd_weight, winograd_conv2d
+from layers.fast.winograd import TAPS, TILE, pack_winograd_weight, winograd_conv2d
+from layers.fast.winograd_f2 import TILE as TILE_F2
+from layers.fast.winograd_f2 import pack_winograd_f2_weight, winograd_f2_conv2d
 from parser.bin import release_pages
 
 Pair = tuple[int, int]
-WINOGRAD_MIN_TILES = 32        # below this many 4x4 output tiles (all images), im2col
+WINOGRAD_MIN_TILES = 32                  # F(4x4): at least this many 4x4 tiles (all images)
+WINOGRAD_MAX_PACKED = 16 * 2 ** 20       # F(4x4): at most this many bytes of packed weights
+WINOGRAD_F2_MIN_TILES = 16               # F(2x2): at least this many 2x2 tiles
 
 
 class PackedConv2d:
@@ -50,12 +69,19 @@ class PackedConv2d:
         self._lock = threading.Lock()
 
     def algorithm(self, batch: int, out_hw: Pair) -> str:
-        """'depthwise', 'winograd' or 'gemm' for this many images of this output size."""
+        """'depthwise', 'winograd', 'winograd_f2' or 'gemm' for this many images of this
+        output size (the rules are in the module docstring)."""
         if self.depthwise:
             return "depthwise"
+        if not self.winograd_ok:
+            return "gemm"
         tiles = batch * -(-out_hw[0] // TILE) * -(-out_hw[1] // TILE)
-        if self.winograd_ok and tiles >= WINOGRAD_MIN_TILES:
+        packed_bytes = TAPS * TAPS * self.c_out * self.c_in * 4      # U (36, C_out, C_in)
+        if tiles >= WINOGRAD_MIN_TILES and packed_bytes <= WINOGRAD_MAX_PACKED:
             return "winograd"
+        tiles_f2 = batch * -(-out_hw[0] // TILE_F2) * -(-out_hw[1] // TILE_F2)
+        if tiles_f2 >= WINOGRAD_F2_MIN_TILES:
+            return "winograd_f2"
         return "gemm"
 
     def packed(self, algorithm: str) -> np.ndarray:
@@ -71,8 +97,9 @@ class PackedConv2d:
     def _pack(self, algorithm: str) -> np.ndarray:
         if algorithm == "depthwise":                  # (C_out, 1, kh, kw) -> (C_out, kh, kw)
             return np.array(self.weight.reshape(self.c_out, *self.kernel), np.float32)
-        if algorithm == "winograd":
-            packed = pack_winograd_weight(self.weight)
+        if algorithm in ("winograd", "winograd_f2"):
+            pack = pack_winograd_weight if algorithm == "winograd" else pack_winograd_f2_weight
+            packed = pack(self.weight)
             release_pages(self.weight)    # read again only if im2col runs it one day
             return packed
         return pack_gemm_weight(self.weight, self.groups)
@@ -87,6 +114,7 @@ class PackedConv2d:
         load_kernels("gemm")
         if self.winograd_ok:
             load_kernels("winograd")
+            load_kernels("winograd_f2")
 
     def prepare(self, batch: int, out_hw: Pair) -> None:
         """Pack what ``run`` will need for this size now (at build) rather than mid-forward,
@@ -106,6 +134,8 @@ class PackedConv2d:
         if residual is not None:
             residual = np.require(residual, np.float32, ("C", "A", "W"))
         algorithm = self.algorithm(x.shape[0], out_hw)
+        if algorithm.startswith("winograd") and not np.isfinite(x.sum(dtype=np.float32)):
+            algorithm = "gemm"     # the transforms would spread an Inf or NaN over whole tiles
         weight = self.packed(algorithm)
         if algorithm == "depthwise":
             y = depthwise_conv2d(x, weight, self.bias, self.stride, pads, self.dilation,
@@ -116,6 +146,9 @@ class PackedConv2d:
         if algorithm == "winograd":
             return winograd_conv2d(x, weight, self.bias, pads, out_hw, activation, residual,
                                    out)
+        if algorithm == "winograd_f2":
+            return winograd_f2_conv2d(x, weight, self.bias, pads, out_hw, activation, residual,
+                                      out)
         return gemm_conv2d(x, weight, self.bias, self.kernel, self.stride, pads, self.dilation,
                            out_hw, activation, residual, out)
 
@@ -135,6 +168,10 @@ def load_kernels(algorithm: str) -> None:
     elif algorithm == "winograd":
         weight = np.zeros((2, 2, 3, 3), np.float32)
         winograd_conv2d(x, pack_winograd_weight(weight), bias, (1, 1, 1, 1), (6, 6), IDENTITY)
+    elif algorithm == "winograd_f2":
+        weight = np.zeros((2, 2, 3, 3), np.float32)
+        winograd_f2_conv2d(x, pack_winograd_f2_weight(weight), bias, (1, 1, 1, 1), (6, 6),
+                           IDENTITY)
     else:
         weight = np.zeros((2, 2, 3, 3), np.float32)
         gemm_conv2d(x, pack_gemm_weight(weight, 1), bias, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1),
