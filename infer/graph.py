@@ -200,6 +200,10 @@ class RuntimeGraph(GraphTools):
         traced = self._traced_input_shapes()
         if traced is not None:
             self._check_annotated_shapes(self._shape_plan(traced))
+        else:                                   # sizes known only at run time
+            for op in self.operators:
+                with _operator_context(op):
+                    op.layer.prepare_for_unknown_shapes()
         return self
 
     def _check_supported(self) -> None:

@@ -93,6 +93,11 @@ class Layer:
     def check_weights(self) -> None:
         """Hook: raise LayerError for weights whose shapes disagree with the parameters."""
 
+    def prepare_for_unknown_shapes(self) -> None:
+        """Hook, called by RuntimeGraph.build when the input shapes are known only when the
+        graph runs (a dynamic export): do now what every input size will need, rather than
+        in the first inference. (With shapes known, infer_shape prepares for them.)"""
+
     # ----- shapes ---------------------------------------------------------------------------
     def infer_shapes(self, input_shapes: Sequence[Shape]) -> list[Shape]:
         """Output shapes for these input shapes, or ShapeError. One-blob layers override

@@ -191,6 +191,10 @@ class Conv2d(LearnedWeights, _ConvGeometry):
         if self.use_fast_kernels:
             self.packed.load_candidate_kernels()
 
+    def prepare_for_unknown_shapes(self) -> None:
+        if self.use_fast_kernels:
+            self.packed.prepare_for_any_size()
+
     # ----- fusion (infer/fusion.py): what this convolution also computes ------------------
     fused_padding: tuple[int, int, int, int] = (0, 0, 0, 0)   # (left, right, top, bottom)
     fused_residual: bool = False         # a second input, added before the activation

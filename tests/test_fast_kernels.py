@@ -395,3 +395,16 @@ def test_max_pool_fast_path_matches_reference_and_torch(case, with_nan):
     assert got.dtype == np.float32 and got.shape == torch_y.shape
     np.testing.assert_array_equal(got, want)
     np.testing.assert_array_equal(got, torch_y)
+
+
+def test_a_dynamic_graph_packs_at_build_what_any_size_will_need(monkeypatch):
+    """Shapes unknown at build: a convolution whose F(4x4) packing would be too large runs
+    F(2x2) at any size worth it, so that packing is made at build; others wait for a size."""
+    from layers.fast import conv as fast_conv
+
+    monkeypatch.setattr(fast_conv, "WINOGRAD_MAX_PACKED", 36 * 8 * 8 * 4 - 1)
+    big, small = (PackedConv2d(rand(8, c, 3, 3), None, (1, 1), (1, 1), 1) for c in (8, 4))
+    for packed in (big, small):
+        packed.prepare_for_any_size()
+    assert list(big._packs) == ["winograd_f2"] and small._packs == {}
+    assert big.algorithm(8, (7, 7)) == "winograd_f2" and small.algorithm(8, (7, 7)) == "winograd"

@@ -482,3 +482,30 @@ def test_integer_inputs_take_integer_arrays(tmp_path):
     assert y.dtype == np.int64 and y.tolist() == [[0, 2, 4], [6, 8, 10]]
     with pytest.raises(ShapeError, match="float32.*takes int64"):
         graph.forward(np.zeros((2, 3), np.float32))
+
+
+class PreparingScale(Scale):
+    """Scale that records whether the graph asked it to prepare for unknown shapes."""
+
+    prepared = 0
+
+    def prepare_for_unknown_shapes(self):
+        type(self).prepared += 1
+
+
+@pytest.mark.parametrize("shape, calls", [("(1,4,3,3)", 0), ("(?,4,?,?)", 1)])
+def test_layers_prepare_at_build_when_the_input_shapes_are_unknown(tmp_path, shape, calls):
+    """With sizes known only at run time, build() lets each layer do then what any size
+    needs (infer_shape prepares for known sizes instead)."""
+    PreparingScale.prepared = 0
+    text = f"""
+7767517
+3 2
+pnnx.Input   in0   0 1 a #a={shape}f32
+my.Scale     s1    1 1 a b factor=3.0
+pnnx.Output  out0  1 0 b
+"""
+    graph = build(tmp_path, text, {"my.Scale": PreparingScale})
+    assert PreparingScale.prepared == calls
+    np.testing.assert_allclose(graph.forward(np.ones((2, 4, 3, 3), np.float32) if calls
+                                             else np.ones((1, 4, 3, 3), np.float32))[0], 3)

@@ -116,6 +116,14 @@ class PackedConv2d:
             load_kernels("winograd")
             load_kernels("winograd_f2")
 
+    def prepare_for_any_size(self) -> None:
+        """Pack now what any input size is likely to need, for a graph whose shapes are
+        known only when it runs: a convolution whose F(4x4) packing would pass
+        WINOGRAD_MAX_PACKED runs F(2x2) on every image of 16 or more 2x2 tiles, so its
+        packing (tens of MiB for 512 channels) is made at build, not in the first inference."""
+        if self.winograd_ok and TAPS * TAPS * self.c_out * self.c_in * 4 > WINOGRAD_MAX_PACKED:
+            self.packed("winograd_f2")
+
     def prepare(self, batch: int, out_hw: Pair) -> None:
         """Pack what ``run`` will need for this size now (at build) rather than mid-forward,
         and load its numba kernels."""
