@@ -84,6 +84,42 @@ def _at(m0, m1, m2, m3, m4, m5):
             m1 - m2 + F8 * m3 - F8 * m4 + m5)
 
 
+@kernel(nogil=True, inline="always")
+def stream_buffers(tile, taps, tiles_h, tiles_w, height, width, top, left):
+    """The buffers of ``split_into_streams`` for one convolution: the streams (zeros), the
+    padded row (zeros around the image's columns), and how many image rows and columns
+    any tile reads."""
+    streams = np.zeros((tile, taps, (tiles_h + 1) * tiles_w), np.float32)
+    padded_row = np.zeros(tile * tiles_w + taps - tile, np.float32)
+    rows = min(height, tile * (tiles_h + 1) - top)
+    cols = min(width, tile * tiles_w + taps - tile - left)
+    return streams, padded_row, rows, cols
+
+
+@kernel(nogil=True, inline="always")
+def split_into_streams(plane, streams, padded_row, rows, cols, top, left, tiles_w):
+    """Write an image plane into the streams of a Winograd input transform (this module's
+    and winograd_f2.py's): streams (tile, taps, (tiles_h + 1) * tiles_w), where stream
+    (p, j) holds, for every padded row tile*ty' + p, the padded column tile*tx + j of each
+    tile tx (tile = outputs per tile side, taps = inputs). Each of the first ``rows`` image
+    rows goes through ``padded_row``, whose zeros around the image's columns stay."""
+    tile, taps = streams.shape[0], streams.shape[1]
+    for r in range(rows):
+        line, inner = plane[r], padded_row[left:]
+        for k in range(cols):
+            inner[k] = line[k]
+        p, at = (top + r) % tile, (top + r) // tile * tiles_w
+        for j in range(tile):                    # columns tile*tx + j of this tile
+            stream = streams[p, j, at:]
+            for tx in range(tiles_w):
+                stream[tx] = padded_row[tile * tx + j]
+        for j in range(tile, taps):              # the columns after: the next tile's first
+            stream, first = streams[p, j, at:], streams[p, j - tile, at:]
+            for tx in range(tiles_w - 1):
+                stream[tx] = first[tx + 1]
+            stream[tiles_w - 1] = padded_row[tile * tiles_w + j - tile]
+
+
 @kernel(nogil=True, exported=(array(4), array(3), *[INT] * 4))
 def _input_transform(x, v, top, left, tiles_h, tiles_w):
     """x (N, C, H, W) -> v (36, C, T): V = B^T d B for every 6x6 tile d (T = N * tiles).
@@ -98,29 +134,12 @@ def _input_transform(x, v, top, left, tiles_h, tiles_w):
     six out, straight into v)."""
     n, channels, height, width = x.shape
     tiles = tiles_h * tiles_w
-    streams = np.zeros((TILE, TAPS, (tiles_h + 1) * tiles_w), np.float32)
+    streams, padded_row, rows, cols = stream_buffers(TILE, TAPS, tiles_h, tiles_w, height,
+                                                      width, top, left)
     cols_t = np.empty((TAPS, TAPS, tiles), np.float32)    # (r of B^T d, column s, tile)
-    rows = min(height, TILE * (tiles_h + 1) - top)
-    cols = min(width, TILE * tiles_w + 2 - left)
-    padded_row = np.zeros(TILE * tiles_w + 2, np.float32)  # zeros around the image's columns
     for plane in range(n * channels):
         i_n, c = plane // channels, plane % channels
-        src = x[i_n, c]
-        for r in range(rows):                                # split into the streams
-            line, inner = src[r], padded_row[left:]
-            for k in range(cols):
-                inner[k] = line[k]
-            p, at = (top + r) % TILE, (top + r) // TILE * tiles_w
-            s0, s1, s2 = streams[p, 0, at:], streams[p, 1, at:], streams[p, 2, at:]
-            s3, s4, s5 = streams[p, 3, at:], streams[p, 4, at:], streams[p, 5, at:]
-            for tx in range(tiles_w):                        # columns 4tx .. 4tx+3
-                k = TILE * tx
-                s0[tx], s1[tx] = padded_row[k], padded_row[k + 1]
-                s2[tx], s3[tx] = padded_row[k + 2], padded_row[k + 3]
-            for tx in range(tiles_w - 1):                    # 4tx+4, 4tx+5: the next tile's
-                s4[tx], s5[tx] = s0[tx + 1], s1[tx + 1]
-            s4[tiles_w - 1] = padded_row[TILE * tiles_w]
-            s5[tiles_w - 1] = padded_row[TILE * tiles_w + 1]
+        split_into_streams(x[i_n, c], streams, padded_row, rows, cols, top, left, tiles_w)
         for s in range(TAPS):                                # columns: B^T d
             d0, d1 = streams[0, s], streams[1, s]
             d2, d3 = streams[2, s], streams[3, s]
@@ -200,16 +219,27 @@ def winograd_conv2d(x: np.ndarray, packed: np.ndarray, bias: np.ndarray | None,
                     out: np.ndarray | None = None) -> np.ndarray:
     """x (N, C_in, H, W) float32 C-contiguous, U (36, C_out, C_in) from pack_winograd_weight,
     pads (top, bottom, left, right) -> y (N, C_out, Ho, Wo)."""
+    return run_winograd(_input_transform, _output_transform, TILE, x, packed, bias, pads,
+                        out_hw, activation, residual, out)
+
+
+def run_winograd(input_transform, output_transform, tile: int, x: np.ndarray,
+                 packed: np.ndarray, bias: np.ndarray | None, pads: tuple[int, int, int, int],
+                 out_hw: tuple[int, int], activation: Activation,
+                 residual: np.ndarray | None, out: np.ndarray | None) -> np.ndarray:
+    """One Winograd convolution with ``tile`` x ``tile`` output tiles (F(4x4) here, F(2x2) in
+    winograd_f2.py): V from the input transform, M = U @ V as one stack of GEMMs, y from the
+    output transform. V and M live in scratch buffers reused from call to call."""
     n, c_in = x.shape[:2]
-    c_out = packed.shape[1]
-    tiles_h, tiles_w = -(-out_hw[0] // TILE), -(-out_hw[1] // TILE)
+    products, c_out = packed.shape[:2]
+    tiles_h, tiles_w = -(-out_hw[0] // tile), -(-out_hw[1] // tile)
     t = n * tiles_h * tiles_w
-    v = scratch("winograd_v", (TAPS * TAPS, c_in, t))
-    m = scratch("winograd_m", (TAPS * TAPS, c_out, t))
-    _input_transform(x, v, pads[0], pads[2], tiles_h, tiles_w)
-    np.matmul(packed, v, out=m)                          # 36 x (C_out, C_in) @ (C_in, T)
+    v = scratch("winograd_v", (products, c_in, t))
+    m = scratch("winograd_m", (products, c_out, t))
+    input_transform(x, v, pads[0], pads[2], tiles_h, tiles_w)
+    np.matmul(packed, v, out=m)                          # (C_out, C_in) @ (C_in, T) each
     y = np.empty((n, c_out, *out_hw), np.float32) if out is None else out
-    _output_transform(m, y, NO_ARRAY if bias is None else bias,
-                      NO_RESIDUAL if residual is None else residual, tiles_h, tiles_w,
-                      activation.code, activation.a, activation.b)
+    output_transform(m, y, NO_ARRAY if bias is None else bias,
+                     NO_RESIDUAL if residual is None else residual, tiles_h, tiles_w,
+                     activation.code, activation.a, activation.b)
     return y

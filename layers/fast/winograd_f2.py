@@ -26,10 +26,9 @@ from __future__ import annotations
 import numpy as np
 
 from layers.fast.backend import FLOAT, INT, array, kernel
-from layers.fast.epilogue import Activation, NO_ARRAY, activate_row
-from layers.fast.gemm import scratch
+from layers.fast.epilogue import Activation, activate_row
+from layers.fast.winograd import run_winograd, split_into_streams, stream_buffers
 
-NO_RESIDUAL = np.zeros((0, 0, 0, 0), np.float32)
 TILE, TAPS = 2, 4                      # outputs per tile side, inputs per tile side (2 + 3 - 1)
 
 G = np.array([[1, 0, 0],
@@ -58,32 +57,20 @@ def _input_transform_f2(x, v, top, left, tiles_h, tiles_w):
     """x (N, C, H, W) -> v (16, C, T): V = B^T d B for every 4x4 tile d (T = N * tiles).
 
     Tile (ty, tx) reads padded rows 2ty .. 2ty+3 and columns 2tx .. 2tx+3. As in winograd.py,
-    each plane is first split into *streams*: stream (p, j) holds, for every padded row
-    2ty' + p, the column 2tx + j of each tile (tiles_h + 1 rows of tiles_w values, zeros in the
-    padding). Input (i, j) of tile t = ty*tiles_w + tx is element ``t + (i // 2) * tiles_w`` of
-    stream (i % 2, j), so both passes, B^T d over the columns and then B over the rows
-    (straight into v), are long unit-stride loops over all the tiles of the plane."""
+    each plane is first split into *streams* (``split_into_streams``): stream (p, j) holds,
+    for every padded row 2ty' + p, the column 2tx + j of each tile (tiles_h + 1 rows of
+    tiles_w values, zeros in the padding). Input (i, j) of tile t = ty*tiles_w + tx is
+    element ``t + (i // 2) * tiles_w`` of stream (i % 2, j), so both passes, B^T d over the
+    columns and then B over the rows (straight into v), are long unit-stride loops over all
+    the tiles of the plane."""
     n, channels, height, width = x.shape
     tiles = tiles_h * tiles_w
-    streams = np.zeros((TILE, TAPS, (tiles_h + 1) * tiles_w), np.float32)
+    streams, padded_row, rows, cols = stream_buffers(TILE, TAPS, tiles_h, tiles_w, height,
+                                                      width, top, left)
     cols_t = np.empty((TAPS, TAPS, tiles), np.float32)     # (row of B^T d, column j, tile)
-    rows = min(height, TILE * (tiles_h + 1) - top)
-    cols = min(width, TILE * tiles_w + 2 - left)
-    padded_row = np.zeros(TILE * tiles_w + 2, np.float32)  # zeros around the image's columns
     for plane in range(n * channels):
         i_n, c = plane // channels, plane % channels
-        src = x[i_n, c]
-        for r in range(rows):                                # split into the streams
-            line, inner = src[r], padded_row[left:]
-            for k in range(cols):
-                inner[k] = line[k]
-            p, at = (top + r) % TILE, (top + r) // TILE * tiles_w
-            s0, s1 = streams[p, 0, at:], streams[p, 1, at:]
-            s2, s3 = streams[p, 2, at:], streams[p, 3, at:]
-            for tx in range(tiles_w):
-                k = TILE * tx
-                s0[tx], s1[tx] = padded_row[k], padded_row[k + 1]
-                s2[tx], s3[tx] = padded_row[k + 2], padded_row[k + 3]
+        split_into_streams(x[i_n, c], streams, padded_row, rows, cols, top, left, tiles_w)
         for j in range(TAPS):                                # columns: B^T d
             d0, d1 = streams[0, j], streams[1, j]
             d2, d3 = streams[0, j, tiles_w:], streams[1, j, tiles_w:]
@@ -155,16 +142,5 @@ def winograd_f2_conv2d(x: np.ndarray, packed: np.ndarray, bias: np.ndarray | Non
                        out: np.ndarray | None = None) -> np.ndarray:
     """x (N, C_in, H, W) float32 C-contiguous, U (16, C_out, C_in) from
     pack_winograd_f2_weight, pads (top, bottom, left, right) -> y (N, C_out, Ho, Wo)."""
-    n, c_in = x.shape[:2]
-    c_out = packed.shape[1]
-    tiles_h, tiles_w = -(-out_hw[0] // TILE), -(-out_hw[1] // TILE)
-    t = n * tiles_h * tiles_w
-    v = scratch("winograd_v", (TAPS * TAPS, c_in, t))
-    m = scratch("winograd_m", (TAPS * TAPS, c_out, t))
-    _input_transform_f2(x, v, pads[0], pads[2], tiles_h, tiles_w)
-    np.matmul(packed, v, out=m)                          # 16 x (C_out, C_in) @ (C_in, T)
-    y = np.empty((n, c_out, *out_hw), np.float32) if out is None else out
-    _output_transform_f2(m, y, NO_ARRAY if bias is None else bias,
-                         NO_RESIDUAL if residual is None else residual, tiles_h, tiles_w,
-                         activation.code, activation.a, activation.b)
-    return y
+    return run_winograd(_input_transform_f2, _output_transform_f2, TILE, x, packed, bias,
+                        pads, out_hw, activation, residual, out)
