@@ -166,3 +166,16 @@ def test_a_build_that_takes_too_long_is_stopped_and_numba_takes_over(monkeypatch
     assert aot.load_or_build() is None
     assert "timed out" in caplog.text and "just in time" in caplog.text
     assert not list((tmp_path / "pnnx_infer").glob("*.so"))
+
+
+def test_array_subclasses_pass_the_argument_check(tmp_path):
+    """A compiled kernel takes an ndarray subclass (np.memmap) of the right layout as it
+    takes a plain array."""
+    from layers.fast import pool
+
+    mapped = np.memmap(tmp_path / "x.f32", np.float32, "w+", shape=(1, 2, 4, 4))
+    mapped[:] = rand(1, 2, 4, 4)
+    y_mapped, y_plain = np.empty((2, 1, 2, 2, 2), np.float32)
+    pool._max_pool2d(mapped, y_mapped, 2, 2, 2, 2, 1, 1, 0, 0)
+    pool._max_pool2d(np.array(mapped), y_plain, 2, 2, 2, 2, 1, 1, 0, 0)
+    np.testing.assert_array_equal(y_mapped, y_plain)

@@ -161,7 +161,7 @@ def _checked(declared: Declared, function: Callable) -> Callable:
     def call(*args):
         for index, dtype, ndim in arrays:
             a = args[index]
-            if not (type(a) is np.ndarray and a.dtype == dtype and a.ndim == ndim
+            if not (isinstance(a, np.ndarray) and a.dtype == dtype and a.ndim == ndim
                     and a.flags.c_contiguous and a.flags.aligned):
                 raise TypeError(
                     f"kernel {declared.name}: argument {index} must be a C-contiguous, aligned "
