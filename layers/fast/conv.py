@@ -18,8 +18,10 @@ convolution alone, and whole ResNet-18 forwards alternated in one process):
 * F(4x4) from 32 tiles of 4x4 (ResNet's 56x56 and 28x28 stages at batch 1), unless its packed
   weights pass 16 MiB: ResNet's 512-channel convolutions would pack 36 MiB each, read from
   memory on every run; F(2x2) packs them in 16 MiB and is within 15% at batch 8.
-* otherwise F(2x2) from 16 tiles of 2x2: ResNet's 14x14 and 7x7 stages at batch 1 (at 7x7,
-  1.36 against 1.60 ms for im2col and 2.9 for F(4x4); the forward gains ~0.9 ms);
+* otherwise F(2x2) from 16 tiles of 2x2: ResNet's 14x14 and 7x7 stages at batch 1. Alone,
+  at 7x7, it takes 1.36 ms against 1.60 for im2col and 2.9 for F(4x4); in whole forwards the
+  gain (~0.9 ms) comes from the 14x14 stage, and at 7x7 it is even with im2col, whose
+  weights come from memory as F(2x2)'s do;
 * otherwise im2col.
 
 Winograd's transforms add and subtract the inputs of a whole tile, so one Inf or NaN in the
