@@ -53,6 +53,10 @@ Pair = tuple[int, int]
 WINOGRAD_MIN_TILES = 32                  # F(4x4): at least this many 4x4 tiles (all images)
 WINOGRAD_MAX_PACKED = 16 * 2 ** 20       # F(4x4): at most this many bytes of packed weights
 WINOGRAD_F2_MIN_TILES = 16               # F(2x2): at least this many 2x2 tiles
+WINOGRAD = {                             # variant: how its weights are packed, how it runs
+    "winograd": (pack_winograd_weight, winograd_conv2d),
+    "winograd_f2": (pack_winograd_f2_weight, winograd_f2_conv2d),
+}
 
 
 class PackedConv2d:
@@ -67,6 +71,8 @@ class PackedConv2d:
         self.depthwise = groups == self.c_in and c_group == 1 and groups > 1
         self.winograd_ok = winograd and (self.kernel == (3, 3) and stride == (1, 1)
                             and dilation == (1, 1) and groups == 1)
+        # F(4x4)'s packed weights U (36, C_out, C_in) fit the limit (else F(2x2) runs)
+        self.f4_fits = TAPS * TAPS * self.c_out * self.c_in * 4 <= WINOGRAD_MAX_PACKED
         self._packs: dict[str, np.ndarray] = {}
         self._lock = threading.Lock()
 
@@ -78,8 +84,7 @@ class PackedConv2d:
         if not self.winograd_ok:
             return "gemm"
         tiles = batch * -(-out_hw[0] // TILE) * -(-out_hw[1] // TILE)
-        packed_bytes = TAPS * TAPS * self.c_out * self.c_in * 4      # U (36, C_out, C_in)
-        if tiles >= WINOGRAD_MIN_TILES and packed_bytes <= WINOGRAD_MAX_PACKED:
+        if tiles >= WINOGRAD_MIN_TILES and self.f4_fits:
             return "winograd"
         tiles_f2 = batch * -(-out_hw[0] // TILE_F2) * -(-out_hw[1] // TILE_F2)
         if tiles_f2 >= WINOGRAD_F2_MIN_TILES:
@@ -99,9 +104,8 @@ class PackedConv2d:
     def _pack(self, algorithm: str) -> np.ndarray:
         if algorithm == "depthwise":                  # (C_out, 1, kh, kw) -> (C_out, kh, kw)
             return np.array(self.weight.reshape(self.c_out, *self.kernel), np.float32)
-        if algorithm in ("winograd", "winograd_f2"):
-            pack = pack_winograd_weight if algorithm == "winograd" else pack_winograd_f2_weight
-            packed = pack(self.weight)
+        if algorithm in WINOGRAD:
+            packed = WINOGRAD[algorithm][0](self.weight)
             release_pages(self.weight)    # read again only if im2col runs it one day
             return packed
         return pack_gemm_weight(self.weight, self.groups)
@@ -115,15 +119,15 @@ class PackedConv2d:
             return
         load_kernels("gemm")
         if self.winograd_ok:
-            load_kernels("winograd")
-            load_kernels("winograd_f2")
+            for variant in WINOGRAD:
+                load_kernels(variant)
 
     def prepare_for_any_size(self) -> None:
         """Pack now what any input size is likely to need, for a graph whose shapes are
         known only when it runs: a convolution whose F(4x4) packing would pass
         WINOGRAD_MAX_PACKED runs F(2x2) on every image of 16 or more 2x2 tiles, so its
         packing (tens of MiB for 512 channels) is made at build, not in the first inference."""
-        if self.winograd_ok and TAPS * TAPS * self.c_out * self.c_in * 4 > WINOGRAD_MAX_PACKED:
+        if self.winograd_ok and not self.f4_fits:
             self.packed("winograd_f2")
 
     def prepare(self, batch: int, out_hw: Pair) -> None:
@@ -153,12 +157,9 @@ class PackedConv2d:
             if residual is not None:                  # rare (MobileNet blocks end in 1x1)
                 bias_residual_activation(y, None, residual, activation)
             return y
-        if algorithm == "winograd":
-            return winograd_conv2d(x, weight, self.bias, pads, out_hw, activation, residual,
-                                   out)
-        if algorithm == "winograd_f2":
-            return winograd_f2_conv2d(x, weight, self.bias, pads, out_hw, activation, residual,
-                                      out)
+        if algorithm in WINOGRAD:
+            return WINOGRAD[algorithm][1](x, weight, self.bias, pads, out_hw, activation,
+                                          residual, out)
         return gemm_conv2d(x, weight, self.bias, self.kernel, self.stride, pads, self.dilation,
                            out_hw, activation, residual, out)
 
@@ -175,13 +176,10 @@ def load_kernels(algorithm: str) -> None:
         for size in (6, 8):
             depthwise_conv2d(np.zeros((1, 2, size, size), np.float32), weight, bias, (1, 1),
                              (1, 1, 1, 1), (1, 1), (size, size), IDENTITY)
-    elif algorithm == "winograd":
-        weight = np.zeros((2, 2, 3, 3), np.float32)
-        winograd_conv2d(x, pack_winograd_weight(weight), bias, (1, 1, 1, 1), (6, 6), IDENTITY)
-    elif algorithm == "winograd_f2":
-        weight = np.zeros((2, 2, 3, 3), np.float32)
-        winograd_f2_conv2d(x, pack_winograd_f2_weight(weight), bias, (1, 1, 1, 1), (6, 6),
-                           IDENTITY)
+    elif algorithm in WINOGRAD:
+        pack, convolve = WINOGRAD[algorithm]
+        convolve(x, pack(np.zeros((2, 2, 3, 3), np.float32)), bias, (1, 1, 1, 1), (6, 6),
+                 IDENTITY)
     else:
         weight = np.zeros((2, 2, 3, 3), np.float32)
         gemm_conv2d(x, pack_gemm_weight(weight, 1), bias, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1),
