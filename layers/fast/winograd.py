@@ -59,9 +59,15 @@ def pack_winograd_weight(weight: np.ndarray) -> np.ndarray:
     (36, 9) @ (9, O*C), which BLAS writes straight in U's layout. In float32 it is 10x
     faster than in float64 and differs by about one rounding (1e-7 of U's values), far
     below the products' own rounding; a dynamic export packs in its first inference."""
+    return transform_filters(weight, GG_T_32)
+
+
+def transform_filters(weight: np.ndarray, gg_t: np.ndarray) -> np.ndarray:
+    """(C_out, C_in, 3, 3) -> (P, C_out, C_in): every 3x3 filter g through gg_t (9, P), the
+    transposed Kronecker product of a Winograd G (here and in winograd_f2.py)."""
     c_out, c_in = weight.shape[:2]
     filters = weight.reshape(c_out * c_in, 9).astype(np.float32, copy=False)   # (O*C, 9)
-    return (GG_T_32.T @ filters.T).reshape(TAPS * TAPS, c_out, c_in)      # (36, O, C)
+    return (gg_t.T @ filters.T).reshape(gg_t.shape[1], c_out, c_in)       # (P, O, C)
 
 
 @kernel(inline="always")

@@ -27,7 +27,8 @@ import numpy as np
 
 from layers.fast.backend import FLOAT, INT, array, kernel
 from layers.fast.epilogue import Activation, activate_row
-from layers.fast.winograd import run_winograd, split_into_streams, stream_buffers
+from layers.fast.winograd import (run_winograd, split_into_streams, stream_buffers,
+                                  transform_filters)
 
 TILE, TAPS = 2, 4                      # outputs per tile side, inputs per tile side (2 + 3 - 1)
 
@@ -47,9 +48,7 @@ A_T = np.array([[1, 1, 1, 0],
 def pack_winograd_f2_weight(weight: np.ndarray) -> np.ndarray:
     """(C_out, C_in, 3, 3) -> U (16, C_out, C_in) = G g G^T per filter, in float32: one GEMM
     with the Kronecker product of G, (16, 9) @ (9, O*C), straight into U's layout."""
-    c_out, c_in = weight.shape[:2]
-    filters = weight.reshape(c_out * c_in, 9).astype(np.float32, copy=False)   # (O*C, 9)
-    return (GG_T_32.T @ filters.T).reshape(TAPS * TAPS, c_out, c_in)      # (16, O, C)
+    return transform_filters(weight, GG_T_32)
 
 
 @kernel(nogil=True, exported=(array(4), array(3), *[INT] * 4))
