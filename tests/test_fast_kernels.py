@@ -119,13 +119,18 @@ def test_both_depthwise_layouts_match_reference_and_torch(case, layout):
 
 # ----- Winograd -----------------------------------------------------------------------------
 
-def test_winograd_matrices_compute_a_3x3_correlation():
-    """A^T [(G g G^T) * (B^T d B)] A is the 4x4 valid correlation of a 6x6 tile d with g."""
-    rng = np.random.default_rng(1)
-    d, g = rng.standard_normal((6, 6)), rng.standard_normal((3, 3))
-    y = winograd.A_T @ ((winograd.G @ g @ winograd.G.T) * (winograd.B_T @ d @ winograd.B_T.T)) \
-        @ winograd.A_T.T
-    direct = np.array([[np.sum(d[r:r + 3, s:s + 3] * g) for s in range(4)] for r in range(4)])
+@pytest.mark.parametrize("variant, seed", [(winograd, 1), (winograd_f2, 2)],
+                         ids=["F(4x4)", "F(2x2)"])
+def test_winograd_matrices_compute_a_3x3_correlation(variant, seed):
+    """A^T [(G g G^T) * (B^T d B)] A is the valid correlation of a tile d with g: 4x4 outputs
+    of a 6x6 tile for F(4x4), 2x2 of a 4x4 tile for F(2x2)."""
+    outputs, taps = variant.A_T.shape
+    rng = np.random.default_rng(seed)
+    d, g = rng.standard_normal((taps, taps)), rng.standard_normal((3, 3))
+    y = variant.A_T @ ((variant.G @ g @ variant.G.T) * (variant.B_T @ d @ variant.B_T.T)) \
+        @ variant.A_T.T
+    direct = np.array([[np.sum(d[r:r + 3, s:s + 3] * g) for s in range(outputs)]
+                       for r in range(outputs)])
     np.testing.assert_allclose(y, direct, atol=1e-12)
 
 
@@ -141,27 +146,6 @@ WINOGRAD = {   # (N, C_in, H, W), C_out, (top, bottom, left, right); each >= 32 
 }
 
 
-@pytest.mark.parametrize("case", WINOGRAD.values(), ids=WINOGRAD.keys())
-def test_winograd_matches_reference_and_torch(case):
-    shape, c_out, padding = case
-    x = rand(*shape)
-    weight, bias = rand(c_out, shape[1], 3, 3), rand(c_out)
-    packed, got = run_packed(x, weight, bias, padding=padding)
-    assert packed.algorithm(shape[0], got.shape[2:]) == "winograd"
-    # Winograd's transforms cost a few float32 ulps of the largest output (~5e-6 of it)
-    check_against_both(got, x, weight, bias, (1, 1), padding, (1, 1), 1, scale=5e-6)
-
-
-def test_winograd_f2_matrices_compute_a_3x3_correlation():
-    """A^T [(G g G^T) * (B^T d B)] A is the 2x2 valid correlation of a 4x4 tile d with g."""
-    rng = np.random.default_rng(2)
-    d, g = rng.standard_normal((4, 4)), rng.standard_normal((3, 3))
-    w2 = winograd_f2
-    y = w2.A_T @ ((w2.G @ g @ w2.G.T) * (w2.B_T @ d @ w2.B_T.T)) @ w2.A_T.T
-    direct = np.array([[np.sum(d[r:r + 3, s:s + 3] * g) for s in range(2)] for r in range(2)])
-    np.testing.assert_allclose(y, direct, atol=1e-12)
-
-
 WINOGRAD_F2 = {   # fewer than 32 tiles of 4x4, at least 16 of 2x2: F(2x2) is chosen
     "7x7 pad 1": ((1, 16, 7, 7), 8, (1, 1, 1, 1)),
     "14x14": ((1, 8, 14, 14), 12, (1, 1, 1, 1)),
@@ -173,13 +157,18 @@ WINOGRAD_F2 = {   # fewer than 32 tiles of 4x4, at least 16 of 2x2: F(2x2) is ch
 }
 
 
-@pytest.mark.parametrize("case", WINOGRAD_F2.values(), ids=WINOGRAD_F2.keys())
-def test_winograd_f2_matches_reference_and_torch(case):
+@pytest.mark.parametrize("case, algorithm",
+                         [(case, "winograd") for case in WINOGRAD.values()]
+                         + [(case, "winograd_f2") for case in WINOGRAD_F2.values()],
+                         ids=[f"F(4x4) {name}" for name in WINOGRAD]
+                         + [f"F(2x2) {name}" for name in WINOGRAD_F2])
+def test_winograd_matches_reference_and_torch(case, algorithm):
     shape, c_out, padding = case
     x = rand(*shape)
     weight, bias = rand(c_out, shape[1], 3, 3), rand(c_out)
     packed, got = run_packed(x, weight, bias, padding=padding)
-    assert packed.algorithm(shape[0], got.shape[2:]) == "winograd_f2"
+    assert packed.algorithm(shape[0], got.shape[2:]) == algorithm
+    # Winograd's transforms cost a few float32 ulps of the largest output (~5e-6 of it)
     check_against_both(got, x, weight, bias, (1, 1), padding, (1, 1), 1, scale=5e-6)
 
 
