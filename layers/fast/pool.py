@@ -6,8 +6,11 @@ with positions outside the image ignored (torch pads with -inf) and NaN winning,
 
 Max is separable: for each output row, first the max of its kh input rows over the whole width
 (unit stride, vectorised), into a row buffer with -inf on both sides; then each output takes
-the max of its kw taps along that row. The reference, ``kernels.max_pool2d``, pads the whole
-input and takes kh*kw strided maxima over it.
+the max of its kw taps along that row. That second pass reads with a stride, which the compiler
+vectorises only when the stride is a constant: the common 2x2 and 3x3 windows with stride 2
+(ResNet's stem, VGG, U-Net) have their own loops, taken when the row holds no NaN (a plain
+``a if a > b else b`` does not propagate NaN; the general loop does). The reference,
+``kernels.max_pool2d``, pads the whole input and takes kh*kw strided maxima over it.
 """
 
 from __future__ import annotations
@@ -22,7 +25,22 @@ from layers.fast.backend import INT, array, kernel
 @kernel(inline="always")
 def _nan_max(a, b):
     """max(a, b), NaN if either is NaN (torch's max pooling; np.maximum's rule)."""
-    return a if (a > b or a != a) else b
+    return a if (a > b) | (a != a) else b
+
+
+@kernel(inline="always")
+def _plain_max(a, b):
+    """max(a, b) for numbers that are not NaN: one vectorisable compare-and-select."""
+    return a if a > b else b
+
+
+@kernel(inline="always")
+def _has_nan(line):
+    """Whether a 1-D array holds a NaN: one vectorised pass, no early exit."""
+    found = False
+    for k in range(line.shape[0]):
+        found |= line[k] != line[k]
+    return found
 
 
 @kernel(nogil=True, exported=(array(4), array(4), *[INT] * 8))
@@ -48,6 +66,15 @@ def _max_pool2d(x, y, kh, kw, stride_h, stride_w, dil_h, dil_w, top, left):
                     for k in range(width):
                         inner[k] = _nan_max(inner[k], row[k])
             out_row = dst[oh]
+            if stride_w == 2 and dil_w == 1 and (kw == 2 or kw == 3) and not _has_nan(line):
+                if kw == 3:                            # a constant stride: vectorised
+                    for ow in range(out_w):
+                        m = _plain_max(line[2 * ow], line[2 * ow + 1])
+                        out_row[ow] = _plain_max(m, line[2 * ow + 2])
+                else:
+                    for ow in range(out_w):
+                        out_row[ow] = _plain_max(line[2 * ow], line[2 * ow + 1])
+                continue
             for ow in range(out_w):
                 start = ow * stride_w
                 m = line[start]
