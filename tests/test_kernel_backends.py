@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from layers.fast import aot, backend
-from layers.fast.depthwise import depthwise_conv2d
+from layers.fast.depthwise import depthwise_conv2d, pack_channel_blocks, uses_channels_last
 from layers.fast.epilogue import CLAMP, SILU, Activation, bias_residual_activation
 from layers.fast.gemm import gemm_conv2d, pack_gemm_weight
 from layers.fast.pool import max_pool2d
@@ -59,7 +59,10 @@ def depthwise_runs():
     for size, stride, k in ((13, 1, 3), (14, 2, 5), (5, 1, 5), (7, 2, 3), (30, 1, 3)):
         pad = k // 2
         out = (size + 2 * pad - k) // stride + 1
-        yield lambda: depthwise_conv2d(rand(2, 6, size, size), rand(6, k, k, seed=1),
+        weight = rand(6, k, k, seed=1)
+        if uses_channels_last(6, 6, (k, k), (stride, stride), (out, out)):
+            weight = pack_channel_blocks(weight)
+        yield lambda: depthwise_conv2d(rand(2, 6, size, size), weight,
                                        rand(6, seed=2), (stride, stride), (pad,) * 4, (1, 1),
                                        (out, out), Activation(CLAMP, 0.0, 6.0))
 

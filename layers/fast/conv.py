@@ -6,6 +6,7 @@
 Which kernel runs depends on the convolution and on the size of its input:
 
     depthwise     groups == C_in, one input channel per group    numba direct kernel
+    depthwise_channels_last   the same, small outputs: channels last, by blocks of channels
     winograd      3x3, stride 1, dilation 1, groups 1: F(4x4, 3x3), with enough tiles
     winograd_f2   the same convolutions: F(2x2, 3x3), when F(4x4) does not pay
     gemm          everything else: 1x1 straight into BLAS, k x k through im2col
@@ -41,7 +42,7 @@ import threading
 
 import numpy as np
 
-from layers.fast.depthwise import depthwise_conv2d
+from layers.fast.depthwise import depthwise_conv2d, pack_channel_blocks, uses_channels_last
 from layers.fast.epilogue import IDENTITY, Activation, bias_residual_activation
 from layers.fast.gemm import gemm_conv2d, pack_gemm_weight
 from layers.fast.winograd import TAPS, TILE, pack_winograd_weight, winograd_conv2d
@@ -77,9 +78,11 @@ class PackedConv2d:
         self._lock = threading.Lock()
 
     def algorithm(self, batch: int, out_hw: Pair) -> str:
-        """'depthwise', 'winograd', 'winograd_f2' or 'gemm' for this many images of this
-        output size (the rules are in the module docstring)."""
+        """'depthwise', 'depthwise_channels_last', 'winograd', 'winograd_f2' or 'gemm' for
+        this many images of this output size (the rules are in the module docstring)."""
         if self.depthwise:
+            if uses_channels_last(self.c_in, self.c_out, self.kernel, self.stride, out_hw):
+                return "depthwise_channels_last"
             return "depthwise"
         if not self.winograd_ok:
             return "gemm"
@@ -104,6 +107,8 @@ class PackedConv2d:
     def _pack(self, algorithm: str) -> np.ndarray:
         if algorithm == "depthwise":                  # (C_out, 1, kh, kw) -> (C_out, kh, kw)
             return np.array(self.weight.reshape(self.c_out, *self.kernel), np.float32)
+        if algorithm == "depthwise_channels_last":
+            return pack_channel_blocks(self.weight.reshape(self.c_out, *self.kernel))
         if algorithm in WINOGRAD:
             packed = WINOGRAD[algorithm][0](self.weight)
             release_pages(self.weight)    # read again only if im2col runs it one day
@@ -116,6 +121,7 @@ class PackedConv2d:
         when it runs does not load them in its first inference."""
         if self.depthwise:
             load_kernels("depthwise")
+            load_kernels("depthwise_channels_last")
             return
         load_kernels("gemm")
         if self.winograd_ok:
@@ -151,7 +157,7 @@ class PackedConv2d:
         if algorithm.startswith("winograd") and not np.isfinite(x.sum(dtype=np.float32)):
             algorithm = "gemm"     # the transforms would spread an Inf or NaN over whole tiles
         weight = self.packed(algorithm)
-        if algorithm == "depthwise":
+        if algorithm.startswith("depthwise"):
             y = depthwise_conv2d(x, weight, self.bias, self.stride, pads, self.dilation,
                                  out_hw, activation if residual is None else Activation(), out)
             if residual is not None:                  # rare (MobileNet blocks end in 1x1)
@@ -171,11 +177,11 @@ def load_kernels(algorithm: str) -> None:
     graph is built rather than in its first inference. The tiny arrays have the types of the
     real calls (C-contiguous float32), so the same compiled code serves both."""
     x, bias = np.zeros((1, 2, 6, 6), np.float32), np.zeros(2, np.float32)
-    if algorithm == "depthwise":                      # both layouts: small and large planes
-        weight = np.zeros((2, 3, 3), np.float32)          # as packed: (C_out, kh, kw)
-        for size in (6, 8):
-            depthwise_conv2d(np.zeros((1, 2, size, size), np.float32), weight, bias, (1, 1),
-                             (1, 1, 1, 1), (1, 1), (size, size), IDENTITY)
+    if algorithm.startswith("depthwise"):              # as packed: (C_out, kh, kw) or blocks
+        weight = np.zeros((2, 3, 3), np.float32)
+        if algorithm == "depthwise_channels_last":
+            weight = pack_channel_blocks(weight)
+        depthwise_conv2d(x, weight, bias, (1, 1), (1, 1, 1, 1), (1, 1), (6, 6), IDENTITY)
     elif algorithm in WINOGRAD:
         pack, convolve = WINOGRAD[algorithm]
         convolve(x, pack(np.zeros((2, 2, 3, 3), np.float32)), bias, (1, 1, 1, 1), (6, 6),
