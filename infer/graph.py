@@ -25,6 +25,7 @@ from __future__ import annotations
 import enum
 import logging
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
@@ -430,15 +431,20 @@ class RuntimeGraph(GraphTools):
             values = self._run_hooked(arrays) if self._hooks else self._run(arrays, memory)
         return [_writeable(values[o.name]) for o in self.output_operands]
 
-    def _run(self, arrays: list[np.ndarray], memory: MemoryPlan) -> dict[str, np.ndarray]:
+    def _run(self, arrays: list[np.ndarray], memory: MemoryPlan,
+             clock: Callable[["Step", list, list, float], None] | None = None
+             ) -> dict[str, np.ndarray]:
         """Walk the run list. ``values`` maps operand names to arrays for this call only, and
-        the arena is this call's own, so one graph can serve several threads at once."""
+        the arena is this call's own, so one graph can serve several threads at once.
+        ``clock``, if given, is told each step, its inputs, its outputs and the seconds its
+        layer took (the profile's timing: infer/profile.py)."""
         values = {op.outputs[0].name: x for op, x in zip(self.input_operators, arrays)}
         arena = memory.take_arena()
         step = None
         try:
             for step, slots in zip(self._steps, memory.step_slots):
                 xs = [values[name] for name in step.inputs]
+                started = time.perf_counter() if clock is not None else 0.0
                 if step.in_place and xs[0].flags.writeable:
                     step.layer.forward_inplace(xs[0])          # nobody else reads this array
                     ys = xs
@@ -450,6 +456,8 @@ class RuntimeGraph(GraphTools):
                     if len(ys) != len(step.outputs):
                         raise LayerError(f"returned {len(ys)} outputs, the graph expects "
                                          f"{len(step.outputs)}")
+                if clock is not None:
+                    clock(step, xs, ys, time.perf_counter() - started)
                 for name, y in zip(step.outputs, ys):
                     values[name] = y
                 for name in step.free:                         # last consumer has run

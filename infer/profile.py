@@ -17,23 +17,22 @@ arithmetic is a count of multiply-adds. A multiply-add counts as 2 FLOPs:
 plus 1 FLOP per output element for a bias. Other operators get no FLOP count: they are bound by
 memory, and their output size says what they cost. GFLOP/s = FLOPs / time.
 
-The timed passes release intermediates as ``forward`` does, without the graph's hooks; the
-clock wraps each layer call alone. Each layer runs out of place (see infer/debug.py), so a
-layer that ``forward`` runs in place or into a planned buffer pays for a new output array
-here.
+The timed passes are ``forward``'s own (in place where it runs in place, into the memory plan's
+buffers), without the graph's hooks; the clock wraps each layer call alone. So the rows add
+up to about what ``forward`` takes, and a layer that writes a large new array in a step-by-step
+debug session (infer/debug.py) does not pay for it here.
 """
 
 from __future__ import annotations
 
 import statistics
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
 from infer import threads
-from infer.debug import Execution
 from infer.runtime import RuntimeOperator
 from infer.table import Table, fmt_bytes, fmt_count, fmt_shape
 from parser.errors import GraphError
@@ -89,6 +88,7 @@ class OperatorTime:
     output_bytes: int
     output_shapes: list[Shape]
     flops: int | None
+    input_shapes: list[Shape] = field(default_factory=list)
 
     @property
     def gflops_per_second(self) -> float | None:
@@ -183,28 +183,32 @@ def profile(graph: "RuntimeGraph", *inputs: np.ndarray, repeat: int = 5, warmup:
     """Run the graph ``warmup + repeat`` times and time every operator (see the module)."""
     if repeat < 1 or warmup < 0:
         raise GraphError(f"profile needs repeat >= 1 and warmup >= 0, got {repeat}, {warmup}")
+    graph._require_complete()
+    arrays = graph._check_inputs(inputs)
+    memory = graph._memory_plan(tuple(a.shape for a in arrays))
     times: list[list[float]] = []
     walls: list[float] = []
-    last = []
-    with threads.limit(graph.num_threads):
+    last: list[tuple] = []
+    with threads.limit(graph.num_threads), np.errstate(all="ignore"):
         for run_index in range(warmup + repeat):
-            run = Execution.start(graph, inputs)
+            steps: list[tuple] = []
+
+            def clock(step, xs, ys, seconds):      # shapes now: the buffers are reused
+                steps.append((step.op, [tuple(np.shape(x)) for x in xs],
+                              [tuple(np.shape(y)) for y in ys],
+                              sum(int(getattr(y, "nbytes", 0)) for y in ys), seconds))
+
             start = time.perf_counter()
-            steps = []
-            while not run.done:
-                steps.append(run.run_next())
+            graph._run(arrays, memory, clock)
             wall = time.perf_counter() - start
             if run_index >= warmup:
-                times.append([s.seconds for s in steps])
+                times.append([s[-1] for s in steps])
                 walls.append(wall)
                 last = steps
     rows = []
-    for i, step in enumerate(last):
-        op = step.operator
-        in_shapes = [tuple(np.shape(x)) for x in step.inputs]
-        out_shapes = [tuple(np.shape(y)) for y in step.outputs]
+    for i, (op, in_shapes, out_shapes, nbytes, _) in enumerate(last):
         rows.append(OperatorTime(
             index=i + 1, operator=op, seconds=statistics.median(t[i] for t in times),
-            output_bytes=sum(int(getattr(y, "nbytes", 0)) for y in step.outputs),
-            output_shapes=out_shapes, flops=flops(op, in_shapes, out_shapes)))
+            output_bytes=nbytes, output_shapes=out_shapes,
+            flops=flops(op, in_shapes, out_shapes), input_shapes=in_shapes))
     return Profile(rows, repeat, statistics.median(walls))
