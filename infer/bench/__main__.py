@@ -1,4 +1,5 @@
-"""python -m infer.bench [--models ...] [--batches ...] [--rounds N] [--threads N] [--quick]"""
+"""python -m infer.bench [--models ...] [--batches ...] [--rounds N] [--threads N] [--quick]
+python -m infer.bench --layers [--models ...] [--batches ...]   (each operator beside onnxruntime's)"""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from pathlib import Path
 
 from infer.bench import report
 from infer.bench.models import DEFAULT_MODELS, MODELS, REPO
+from infer.bench.operators import compare_layers
 from infer.bench.run import ENGINES, Settings, run_benchmark
 
 
@@ -35,6 +37,10 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--output", type=Path, default=REPO / "BENCHMARKS.md",
                         help="the Markdown file whose results section is rewritten")
     parser.add_argument("--no-write", action="store_true", help="print the tables only")
+    parser.add_argument("--layers", action="store_true",
+                        help="instead: time each operator of this runtime beside onnxruntime's "
+                             "own per-node profile, matched in run order, and print the table "
+                             "(infer/bench/operators.py); --runs as --rounds")
     args = parser.parse_args(argv)
     for name in ("rounds", "threads"):
         if getattr(args, name) < 1:
@@ -53,6 +59,11 @@ def main(argv: list[str] | None = None) -> int:
                         onnx_exporter=args.onnx_exporter)
     if args.quick:
         settings.rounds, settings.seconds, settings.min_runs, settings.warmup = 1, 0.0, 2, 1
+    if args.layers:
+        settings.min_runs = 3 if args.quick else max(20, settings.min_runs)
+        for section in compare_layers(settings, say=lambda line: print(line, flush=True)):
+            print("\n" + section)
+        return 0
     results = run_benchmark(settings, say=lambda line: print(line, flush=True))
     command = "python -m infer.bench " + shlex.join(sys.argv[1:] if argv is None else argv)
     section = report.markdown(results, command.strip())

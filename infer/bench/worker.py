@@ -2,7 +2,8 @@
 
     python infer/bench/worker.py '{"engine": "onnxruntime", "onnx": "m.onnx", ...}'
 
-prints one JSON line with what it measured. It is started as a script, not as a module of the
+prints one JSON line with what it measured (with ``"profile": true`` in the job, each
+operator's time instead: ``profile_operators``, for infer/bench/operators.py). It is started as a script, not as a module of the
 ``infer`` package, so that only the pnnx-infer worker imports the runtime. A fresh process per measurement keeps the engines
 apart: each has its own thread pools, which keep spinning for a while after a run and would
 slow down whichever engine runs next in the same process, and its own memory, so the
@@ -101,6 +102,63 @@ def measure(job: dict) -> dict:
             "inference_rss_mib": max(peak_inference - rss_loaded, 0) / 1024}
 
 
+def profile_operators(job: dict) -> dict:
+    """Each operator's median time over ``min_runs`` runs after ``warmup``, in run order:
+    {"operators": [{"name", "type", "output", "input" (shapes), "weight" (or None), "groups",
+    "stride", "ms"}]}. pnnx-infer: RuntimeGraph.profile. onnxruntime: its own profiler
+    (SessionOptions.enable_profiling), one event per node and run."""
+    x = np.load(job["input"])
+    runs, warmup = job["min_runs"], job["warmup"]
+    if job["engine"] == "pnnx-infer":
+        from infer import RuntimeGraph
+
+        graph = RuntimeGraph(job["param"], job["bin"]).build()
+        graph.set_num_threads(job["threads"])
+        rows = graph.profile(x, repeat=runs, warmup=max(warmup, 1)).rows
+        return {"operators": [
+            {"name": r.operator.name, "type": r.operator.type,
+             "output": list(r.output_shapes[0]) if r.output_shapes else [],
+             "input": list(r.input_shapes[0]) if r.input_shapes else [],
+             "weight": (list(r.operator.attrs["weight"].shape)
+                        if "weight" in r.operator.attrs else None),
+             "groups": r.operator.param_values().get("groups", 1),
+             "stride": list(r.operator.param_values().get("stride", ()) or ()),
+             "ms": 1e3 * r.seconds} for r in rows]}
+    if job["engine"] == "onnxruntime":
+        import onnxruntime as ort
+
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = job["threads"]
+        options.inter_op_num_threads = 1
+        options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+        options.enable_profiling = True
+        options.profile_file_prefix = str(Path(job["output"]).with_suffix(""))
+        session = ort.InferenceSession(job["onnx"], options, providers=["CPUExecutionProvider"])
+        name = session.get_inputs()[0].name
+        for _ in range(warmup + runs):
+            session.run(None, {name: x})
+        events = json.loads(Path(session.end_profiling()).read_text())
+        durations: dict[str, list[float]] = {}
+        nodes: dict[str, dict] = {}
+        for event in events:
+            if event.get("cat") != "Node" or not event["name"].endswith("_kernel_time"):
+                continue
+            node, args = event["name"][:-len("_kernel_time")], event["args"]
+            durations.setdefault(node, []).append(event["dur"] / 1e3)
+            shapes = [next(iter(t.values())) for t in args.get("input_type_shape", [])]
+            outputs = [next(iter(t.values())) for t in args.get("output_type_shape", [])]
+            nodes.setdefault(node, {"name": node, "type": args.get("op_name", "?"),
+                                    "output": outputs[0] if outputs else [],
+                                    "input": shapes[0] if shapes else [],
+                                    "weight": shapes[1] if len(shapes) > 1 else None,
+                                    "groups": None, "stride": []})
+        for node, times in durations.items():              # the warm-up runs left out
+            kept = times[warmup:] or times
+            nodes[node]["ms"] = float(np.median(kept))
+        return {"operators": list(nodes.values())}
+    raise SystemExit(f"no operator profile for engine {job['engine']!r}")
+
+
 def _status_kib(field: str) -> int:
     """A memory field of /proc/self/status (VmRSS, VmHWM), in KiB."""
     for line in Path("/proc/self/status").read_text().splitlines():
@@ -119,4 +177,5 @@ def _reset_peak() -> bool:
 
 
 if __name__ == "__main__":
-    print(json.dumps(measure(json.loads(sys.argv[1]))))
+    job = json.loads(sys.argv[1])
+    print(json.dumps(profile_operators(job) if job.get("profile") else measure(job)))
