@@ -3,12 +3,23 @@
 from __future__ import annotations
 
 import zipfile
+import zlib
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(autouse=True)
+def _random_data_of_its_own(request):
+    """Each test draws its random data (``helpers.rand``) from a generator seeded by its own
+    name, so its data does not depend on which tests ran before it: a failure repeats when
+    the test runs alone, and adding a test changes no other test's data."""
+    import helpers
+
+    helpers._rng = np.random.default_rng(zlib.crc32(request.node.nodeid.encode()))
 
 
 def write_pnnx(folder: Path, param_text: str, weights: dict[str, np.ndarray] | None = None,
