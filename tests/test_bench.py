@@ -99,3 +99,18 @@ def test_operators_are_paired_in_order_by_what_they_compute():
     pairs = [(r.ours and r.ours["name"], r.theirs and r.theirs["name"])
              for r in match([a, c, b], [b2, a2, c2])]
     assert pairs == [("a", "a2"), ("c", "c2"), ("b", "b2")]
+
+
+def test_layers_mode_reports_a_failed_worker_and_exits_1(tmp_path, capsys, monkeypatch):
+    from infer.bench import operators
+
+    def broken(job, numba_cache):
+        raise RuntimeError("worker exited with 1: ValueError: no such model")
+
+    monkeypatch.setattr(operators, "run_worker", broken)
+    code = main(["--layers", "--quick", "--models", "tiny", "--batches", "1",
+                 "--workdir", str(tmp_path / "files"), "--onnx-exporter", "legacy"])
+    out = capsys.readouterr().out
+    assert code == 1
+    assert "tiny batch 1 pnnx-infer: FAILED worker exited with 1: ValueError" in out
+    assert "| # |" not in out

@@ -61,9 +61,10 @@ def main(argv: list[str] | None = None) -> int:
         settings.rounds, settings.seconds, settings.min_runs, settings.warmup = 1, 0.0, 2, 1
     if args.layers:
         settings.min_runs = 3 if args.quick else max(20, settings.min_runs)
-        for section in compare_layers(settings, say=lambda line: print(line, flush=True)):
+        sections, ok = compare_layers(settings, say=lambda line: print(line, flush=True))
+        for section in sections:
             print("\n" + section)
-        return 0
+        return 0 if ok else 1
     results = run_benchmark(settings, say=lambda line: print(line, flush=True))
     command = "python -m infer.bench " + shlex.join(sys.argv[1:] if argv is None else argv)
     section = report.markdown(results, command.strip())

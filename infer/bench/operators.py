@@ -139,10 +139,12 @@ def markdown(model: str, batch: int, threads: int, rows: list[Row]) -> str:
     return "\n".join(lines)
 
 
-def compare_layers(settings: Settings, say: Callable[[str], None] = print) -> list[str]:
+def compare_layers(settings: Settings, say: Callable[[str], None] = print
+                   ) -> tuple[list[str], bool]:
     """For every model and batch of ``settings``: both engines' operator profiles, matched;
-    one Markdown section each."""
-    sections = []
+    one Markdown section each, and whether every worker ran (a failed one is reported with
+    its last words through ``say``, and its model and batch left out)."""
+    sections, failed = [], False
     with tempfile.TemporaryDirectory(prefix="pnnx_layers_") as scratch:
         workdir = Path(settings.workdir or scratch)
         numba_cache = Path(tempfile.mkdtemp(prefix="numba_", dir=scratch))
@@ -158,7 +160,13 @@ def compare_layers(settings: Settings, say: Callable[[str], None] = print) -> li
                                Path(scratch) / f"{name}_b{batch}_{engine}_profile.npy")
                     job["profile"] = True
                     say(f"  {name} batch {batch}: profiling {engine}")
-                    profiles[engine] = run_worker(job, numba_cache)["operators"]
-                rows = match(profiles["pnnx-infer"], profiles["onnxruntime"])
-                sections.append(markdown(name, batch, settings.threads, rows))
-    return sections
+                    try:
+                        profiles[engine] = run_worker(job, numba_cache)["operators"]
+                    except RuntimeError as exc:
+                        say(f"  {name} batch {batch} {engine}: FAILED {exc}")
+                        failed = True
+                        break
+                else:
+                    rows = match(profiles["pnnx-infer"], profiles["onnxruntime"])
+                    sections.append(markdown(name, batch, settings.threads, rows))
+    return sections, not failed
