@@ -1,5 +1,5 @@
 """python -m infer.bench [--models ...] [--batches ...] [--rounds N] [--threads N] [--quick]
-python -m infer.bench --layers [--models ...] [--batches ...]   (each operator beside onnxruntime's)"""
+python -m infer.bench --layers [--models ...] [--batches ...]  (each operator, and onnxruntime's)"""
 
 from __future__ import annotations
 
@@ -39,8 +39,9 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--no-write", action="store_true", help="print the tables only")
     parser.add_argument("--layers", action="store_true",
                         help="instead: time each operator of this runtime beside onnxruntime's "
-                             "own per-node profile, matched in run order, and print the table "
-                             "(infer/bench/operators.py); --runs as --rounds")
+                             "own per-node profile (medians of 20 runs, 3 with --quick), "
+                             "paired by what they compute, and print the table "
+                             "(infer/bench/operators.py)")
     args = parser.parse_args(argv)
     for name in ("rounds", "threads"):
         if getattr(args, name) < 1:

@@ -10,9 +10,9 @@ median of the same number of runs, on the same input and threads.
 The two engines do not run the same list of operators: onnxruntime fuses differently and adds
 layout changes (its NCHWc ``ReorderInput`` / ``ReorderOutput``). The lists are matched in run
 order by what each operator computes and the size of its output: the key of a convolution is
-("conv", kernel size, input height and width, output height and width), of a pooling ("pool", height, width), of
-a linear layer ("linear", features), of anything else its type's last name in lower case
-(torch.flatten pairs with Flatten); ``difflib.SequenceMatcher`` pairs equal keys in order.
+("conv", kernel size, input height and width, output height and width), of a pooling
+("pool", height, width), of a linear layer ("linear", features), of anything else its type's
+last name in lower case (torch.flatten pairs with Flatten); ``difflib.SequenceMatcher`` pairs equal keys in order.
 An operator with no partner is listed on its side alone. The summary adds matched rows up by
 the kind of our operator (depthwise 3x3, 1x1, ...), which is where a gap shows.
 """
@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from infer.bench import report
 from infer.bench.models import MODELS, prepare
 from infer.bench.run import Settings, _input, _job, run_worker
 
@@ -109,33 +110,37 @@ def match(ours: list[dict], theirs: list[dict]) -> list[Row]:
 def markdown(model: str, batch: int, threads: int, rows: list[Row]) -> str:
     """The rows as a Markdown table, then the matched rows summed by our operator's kind."""
     lines = [f"### {model}, batch {batch}, {threads} threads: each operator, pnnx-infer beside "
-             f"onnxruntime", "",
-             "| # | pnnx-infer operator | kind | output | ms | onnxruntime node | op | ms | x |",
-             "|---|---|---|---|---|---|---|---|---|"]
-    by_kind: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0, 0])
+             f"onnxruntime", ""]
+    cells = []
+    by_kind: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0, 0])   # ours, theirs, count
     alone = [0.0, 0.0]
     for index, row in enumerate(rows, 1):
         o, t = row.ours, row.theirs
-        lines.append("| " + " | ".join([
-            str(index), o["name"] if o else "", describe(o) if o else "",
-            "x".join(map(str, (o or t)["output"])), f"{o['ms']:.3f}" if o else "",
-            t["name"] if t else "", t["type"] if t else "", f"{t['ms']:.3f}" if t else "",
-            f"{row.ratio:.2f}" if row.ratio is not None else ""]) + " |")
+        cells.append([str(index), o["name"] if o else "", describe(o) if o else "",
+                      "x".join(map(str, (o or t)["output"])), f"{o['ms']:.3f}" if o else "",
+                      t["name"] if t else "", t["type"] if t else "",
+                      f"{t['ms']:.3f}" if t else "",
+                      f"{row.ratio:.2f}" if row.ratio is not None else ""])
         if o and t:
             total = by_kind[describe(o)]
-            total[0], total[1], total[2] = total[0] + o["ms"], total[1] + t["ms"], total[2] + 1
+            total[0] += o["ms"]
+            total[1] += t["ms"]
+            total[2] += 1
         else:
             alone[0 if o else 1] += (o or t)["ms"]
+    lines += report.table(["#", "pnnx-infer operator", "kind", "output", "ms",
+                           "onnxruntime node", "op", "ms", "x"], cells)
     ours_ms = sum(r.ours["ms"] for r in rows if r.ours)
     theirs_ms = sum(r.theirs["ms"] for r in rows if r.theirs)
-    lines += ["", "| kind | count | pnnx-infer ms | onnxruntime ms | x |", "|---|---|---|---|---|"]
-    for kind, (mine, other, count) in sorted(by_kind.items(), key=lambda kv: -kv[1][0]):
-        ratio = f"{mine / other:.2f}" if other > 0 else ""
-        lines.append(f"| {kind} | {count} | {mine:.3f} | {other:.3f} | {ratio} |")
-    lines.append(f"| (no partner) | | {alone[0]:.3f} | {alone[1]:.3f} | |")
+    summary = [[kind, str(count), f"{mine:.3f}", f"{other:.3f}",
+                f"{mine / other:.2f}" if other > 0 else ""]
+               for kind, (mine, other, count) in sorted(by_kind.items(), key=lambda kv: -kv[1][0])]
+    summary.append(["(no partner)", "", f"{alone[0]:.3f}", f"{alone[1]:.3f}", ""])
     ratio = f"{ours_ms / theirs_ms:.2f}" if theirs_ms > 0 else ""
-    lines.append(f"| **all operators** | | **{ours_ms:.3f}** | **{theirs_ms:.3f}** | "
-                 f"**{ratio}** |")
+    summary.append(["**all operators**", "", f"**{ours_ms:.3f}**", f"**{theirs_ms:.3f}**",
+                    f"**{ratio}**"])
+    lines += [""] + report.table(["kind", "count", "pnnx-infer ms", "onnxruntime ms", "x"],
+                                 summary)
     return "\n".join(lines)
 
 

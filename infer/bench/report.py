@@ -107,7 +107,7 @@ def _latency_table(results: Results) -> list[str]:
                      f"{m.import_s:.2f}", f"{m.load_s:.3f}", f"{m.first_ms:.1f}",
                      f"{m.first_ms / m.median_ms:.1f}", f"{m.peak_rss_mib:.0f}",
                      f"{m.inference_rss_mib:.1f}", diff])
-    return _table(header, rows)
+    return table(header, rows)
 
 
 def _cold_start_table(results: Results) -> list[str]:
@@ -120,10 +120,11 @@ def _cold_start_table(results: Results) -> list[str]:
             for c in results.cold_starts]
     return (["pnnx-infer's start-up, batch 1, with its compiled kernels' on-disk cache "
              "(NUMBA_CACHE_DIR) empty (cold: compiling them) and then filled (warm):", ""]
-            + _table(header, rows))
+            + table(header, rows))
 
 
-def _table(header: list[str], rows: list[list[str]]) -> list[str]:
+def table(header: list[str], rows: list[list[str]]) -> list[str]:
+    """A Markdown table, as lines."""
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
     return lines + ["| " + " | ".join(row) + " |" for row in rows]
 

@@ -3,9 +3,9 @@
     python infer/bench/worker.py '{"engine": "onnxruntime", "onnx": "m.onnx", ...}'
 
 prints one JSON line with what it measured (with ``"profile": true`` in the job, each
-operator's time instead: ``profile_operators``, for infer/bench/operators.py). It is started as a script, not as a module of the
-``infer`` package, so that only the pnnx-infer worker imports the runtime. A fresh process per measurement keeps the engines
-apart: each has its own thread pools, which keep spinning for a while after a run and would
+operator's time instead: ``profile_operators``, for infer/bench/operators.py). It is started
+as a script, not as a module of the ``infer`` package, so that only the pnnx-infer worker
+imports the runtime. A fresh process per measurement keeps the engines apart: each has its own thread pools, which keep spinning for a while after a run and would
 slow down whichever engine runs next in the same process, and its own memory, so the
 process's peak resident set is that engine's. The worker imports only its own engine.
 
@@ -32,26 +32,45 @@ from pathlib import Path
 import numpy as np
 
 
+def _pnnx_graph(job: dict):
+    """This runtime's graph of the job's model, built, capped at the job's threads."""
+    from infer import RuntimeGraph
+
+    graph = RuntimeGraph(job["param"], job["bin"]).build()
+    graph.set_num_threads(job["threads"])
+    return graph
+
+
+def _onnxruntime_session(job: dict, profile: bool = False):
+    """An onnxruntime session of the job's ONNX file on the job's threads, sequential; with
+    ``profile``, its profiler on, writing beside the job's output."""
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = job["threads"]
+    options.inter_op_num_threads = 1
+    options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    if profile:
+        options.enable_profiling = True
+        options.profile_file_prefix = str(Path(job["output"]).with_suffix(""))
+    session = ort.InferenceSession(job["onnx"], options, providers=["CPUExecutionProvider"])
+    return session, session.get_inputs()[0].name
+
+
 def _load(engine: str, job: dict):
     """Import the engine and load the model; return a function x -> first output."""
     threads = job["threads"]
     if engine == "pnnx-infer":
-        from infer import RuntimeGraph
+        import infer  # noqa: F401  (the import is timed apart from the load)
 
         started = time.perf_counter()
-        graph = RuntimeGraph(job["param"], job["bin"]).build()
-        graph.set_num_threads(threads)
+        graph = _pnnx_graph(job)
         return started, lambda x: graph.forward(x)[0]
     if engine == "onnxruntime":
-        import onnxruntime as ort
+        import onnxruntime  # noqa: F401
 
         started = time.perf_counter()
-        options = ort.SessionOptions()
-        options.intra_op_num_threads = threads
-        options.inter_op_num_threads = 1
-        options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-        session = ort.InferenceSession(job["onnx"], options, providers=["CPUExecutionProvider"])
-        name = session.get_inputs()[0].name
+        session, name = _onnxruntime_session(job)
         return started, lambda x: session.run(None, {name: x})[0]
     if engine == "torch":
         import torch
@@ -110,11 +129,7 @@ def profile_operators(job: dict) -> dict:
     x = np.load(job["input"])
     runs, warmup = job["min_runs"], job["warmup"]
     if job["engine"] == "pnnx-infer":
-        from infer import RuntimeGraph
-
-        graph = RuntimeGraph(job["param"], job["bin"]).build()
-        graph.set_num_threads(job["threads"])
-        rows = graph.profile(x, repeat=runs, warmup=max(warmup, 1)).rows
+        rows = _pnnx_graph(job).profile(x, repeat=runs, warmup=max(warmup, 1)).rows
         return {"operators": [
             {"name": r.operator.name, "type": r.operator.type,
              "output": list(r.output_shapes[0]) if r.output_shapes else [],
@@ -125,16 +140,7 @@ def profile_operators(job: dict) -> dict:
              "stride": list(r.operator.param_values().get("stride", ()) or ()),
              "ms": 1e3 * r.seconds} for r in rows]}
     if job["engine"] == "onnxruntime":
-        import onnxruntime as ort
-
-        options = ort.SessionOptions()
-        options.intra_op_num_threads = job["threads"]
-        options.inter_op_num_threads = 1
-        options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-        options.enable_profiling = True
-        options.profile_file_prefix = str(Path(job["output"]).with_suffix(""))
-        session = ort.InferenceSession(job["onnx"], options, providers=["CPUExecutionProvider"])
-        name = session.get_inputs()[0].name
+        session, name = _onnxruntime_session(job, profile=True)
         for _ in range(warmup + runs):
             session.run(None, {name: x})
         events = json.loads(Path(session.end_profiling()).read_text())
