@@ -94,15 +94,20 @@ def conv_geometry_params(dims: int, padding: Callable[[Any], Any]) -> dict[str, 
     }
 
 
+def check_same_padding(padding: Any, stride: tuple[int, ...]) -> None:
+    """padding='same' is for convolutions without a stride (torch refuses it otherwise)."""
+    if padding == "same" and any(s != 1 for s in stride):
+        raise LayerError(f"padding='same' is not supported for strided convolutions "
+                         f"(stride={stride})")
+
+
 class _ConvGeometry(Layer):
     """The parameters nn.Conv2d and F.conv2d share, and their checks."""
 
     PARAMS = conv_geometry_params(2, as_conv_padding)
 
     def check_params(self) -> None:
-        if self.padding == "same" and any(s != 1 for s in self.stride):
-            raise LayerError(f"padding='same' is not supported for strided convolutions "
-                             f"(stride={self.stride})")
+        check_same_padding(self.padding, self.stride)
 
     def _output_shape(self, x_shape: Shape, weight_shape: Shape) -> Shape:
         return kernels.conv2d_output_shape(x_shape, weight_shape, self.stride, self.padding,

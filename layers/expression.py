@@ -240,9 +240,9 @@ def _make_list(items: list[Value]) -> np.ndarray:
     """[a,b,...] -> a 1-D int64 array when every item is one integer (a shape value), or a
     float64 array when one is a float (scale factors: pnnx writes ``[1.7,1.7]`` for the
     scales of an aten::_upsample_*); each item must be a single number."""
-    if any(item is None or np.size(item) != 1 for item in items):
-        bad = next(item for item in items if item is None or np.size(item) != 1)
-        raise ValueError(f"list items must be single numbers, got {bad!r}")
+    for item in items:
+        if item is None or np.size(item) != 1:
+            raise ValueError(f"list items must be single numbers, got {item!r}")
     if all(category(np.asarray(item).dtype) <= INT for item in items):
         return np.array([_int(item) for item in items], dtype=np.int64)
     return np.array([float(np.asarray(item)) for item in items], dtype=np.float64)

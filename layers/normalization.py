@@ -530,7 +530,7 @@ class CosineSimilarity(NamedArgumentLayer):
         eps = x1.dtype.type(self.argument("eps", inputs))
         with np.errstate(all="ignore"):
             dot = np.sum(x1 * x2, axis=axis)
-            norms = np.sqrt(np.sum(x1 * x1, axis=axis)) * np.sqrt(np.sum(x2 * x2, axis=axis))
+            norms = kernels.vector_norm(x1, 2, axis) * kernels.vector_norm(x2, 2, axis)
             return [np.asarray(dot / np.maximum(norms, eps), dtype=x1.dtype).reshape(shape)]
 
 

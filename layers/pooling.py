@@ -176,6 +176,12 @@ class AvgPool2d(_Pool):
                                    self.divisor_override)]
 
 
+def _lp_params(dims: int) -> dict[str, Param]:
+    """Power-average pooling's: the window's (no padding) and norm_type, in ``dims`` dims."""
+    params = {key: value for key, value in _window_params(dims).items() if key != "padding"}
+    return {**params, "norm_type": Param(convert=as_float)}
+
+
 @register_layer("nn.LPPool2d", "F.lp_pool2d")
 class LPPool2d(_Pool):
     """Power-average pooling, as ``torch.nn.LPPool2d``: y = (sum of x^p over the window)^(1/p)
@@ -183,8 +189,7 @@ class LPPool2d(_Pool):
     the average pooling of x^p times the window area (a window cut short by ceil_mode is
     scaled the same way), and a negative sum to a fractional power is NaN; no padding."""
 
-    PARAMS = {key: value for key, value in _Pool.PARAMS.items() if key != "padding"}
-    PARAMS["norm_type"] = Param(convert=as_float)
+    PARAMS = _lp_params(2)
     padding = (0, 0)
 
     def _pool(self, x: np.ndarray) -> list[np.ndarray]:
@@ -200,8 +205,7 @@ class LPPool1d(LPPool2d):
     """Power-average pooling over the last dim, as ``torch.nn.LPPool1d``."""
 
     dims = 1
-    PARAMS = {key: value for key, value in _window_params(1).items() if key != "padding"}
-    PARAMS["norm_type"] = Param(convert=as_float)
+    PARAMS = _lp_params(1)
 
 
 @register_layer("nn.AvgPool1d", "F.avg_pool1d")

@@ -34,7 +34,7 @@ from typing import Sequence
 import numpy as np
 
 from layers.activation import sigmoid_inplace
-from layers.base import Layer, Param, Shape, as_bool, as_int, as_str, at_least
+from layers.base import Layer, Param, Shape, as_bool, as_int, as_str, at_least, expect_shape
 from layers.registry import register_layer
 from parser.errors import LayerError, ShapeError
 
@@ -88,8 +88,7 @@ class _Recurrent(Layer):
             if name not in weights:
                 raise LayerError(f"missing weight @{name}")
             array = np.asarray(weights[name], np.float32)
-            if array.shape != shape:
-                raise LayerError(f"@{name} has shape {array.shape}, expected {shape}")
+            expect_shape(f"@{name}", array.shape, shape)
             cell[name.rsplit("_" + key, 1)[0]] = array
         return cell
 

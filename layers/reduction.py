@@ -84,6 +84,12 @@ def _integers_to_int64(x: np.ndarray) -> np.ndarray:
     return x.astype(np.int64) if category(x.dtype) < FLOAT else x
 
 
+
+def _values_and_indices(layer: Layer) -> int:
+    """How many of (values, indices) the graph takes from ``layer``: both, unless pnnx wrote
+    one output because only the values are used."""
+    return 2 if layer.num_outputs is None else layer.num_outputs
+
 @register_layer("torch.sum")
 class Sum(_Reduction):
     """y = sum of x over ``dim``"""
@@ -202,7 +208,7 @@ class MaxMin(Layer):
     def _outputs(self) -> int:
         if self.dim is None:
             return 1
-        return 2 if self.num_outputs is None else self.num_outputs
+        return _values_and_indices(self)
 
     def infer_shapes(self, input_shapes: Sequence[Shape]) -> list[Shape]:
         if len(input_shapes) != 1:
@@ -315,7 +321,7 @@ class TopK(Layer):
     one_blob_only = False
 
     def _outputs(self) -> int:
-        return 2 if self.num_outputs is None else self.num_outputs
+        return _values_and_indices(self)
 
     def infer_shapes(self, input_shapes: Sequence[Shape]) -> list[Shape]:
         if len(input_shapes) != 1:
@@ -425,7 +431,7 @@ class Sort(NamedArgumentLayer):
     def _outputs(self) -> int:
         if self.type == "aten::argsort":
             return 1
-        return 2 if self.num_outputs is None else self.num_outputs
+        return _values_and_indices(self)
 
     def infer_shapes_from(self, input_shapes, input_values) -> list[Shape]:
         shape = tuple(input_shapes[0])
@@ -461,7 +467,7 @@ class CumulativeMax(NamedArgumentLayer):
         return normalize_dim(dim, rank)
 
     def _outputs(self) -> int:
-        return 2 if self.num_outputs is None else self.num_outputs
+        return _values_and_indices(self)
 
     def infer_shapes_from(self, input_shapes, input_values) -> list[Shape]:
         shape = tuple(input_shapes[0])

@@ -26,7 +26,8 @@ import numpy as np
 from layers import kernels
 from layers.base import (Layer, Param, Shape, as_bool, as_int, as_tuple, at_least,
                          bias_is_an_input, split_weight_inputs)
-from layers.convolution import LearnedWeights, conv_geometry_params, learned_conv_params
+from layers.convolution import (LearnedWeights, check_same_padding, conv_geometry_params,
+                                learned_conv_params)
 from layers.normalization import _BatchNorm
 from layers.registry import register_layer
 from parser.errors import LayerError, ShapeError
@@ -77,9 +78,7 @@ class _Conv3dGeometry(Layer):
     padding_mode = "zeros"
 
     def check_params(self) -> None:
-        if self.padding == "same" and any(s != 1 for s in self.stride):
-            raise LayerError(f"padding='same' is not supported for strided convolutions "
-                             f"(stride={self.stride})")
+        check_same_padding(self.padding, self.stride)
 
     def _output_shape(self, x_shape: Shape, weight_shape: Shape) -> Shape:
         batched = _batched(x_shape)
@@ -203,6 +202,15 @@ class _Pool3d(Layer):
     def _pool2d_args(self):
         return (self.kernel_size[1:], self.stride[1:], self.padding[1:])
 
+    def _over_depth(self, planes: np.ndarray, out_d: int, combine: np.ufunc) -> np.ndarray:
+        """(M, Dp, Ho, Wo) 2-D window results of every padded depth slice -> (M, Do, Ho, Wo):
+        ``combine`` (np.maximum, np.add) over the kd slices of each depth window."""
+        sd, kd, dd = self.stride[0], self.kernel_size[0], self.dilation[0]
+        y = planes[:, 0:sd * (out_d - 1) + 1:sd].copy()
+        for i in range(1, kd):
+            combine(y, planes[:, i * dd:i * dd + sd * (out_d - 1) + 1:sd], out=y)
+        return y
+
 
 @register_layer("nn.MaxPool3d", "F.max_pool3d")
 class MaxPool3d(_Pool3d):
@@ -222,10 +230,7 @@ class MaxPool3d(_Pool3d):
         kernel, stride, padding = self._pool2d_args()
         planes = kernels.max_pool2d(padded, kernel, stride, padding, self.dilation[1:],
                                     self.ceil_mode)                    # (N*C, Dp, Ho, Wo)
-        sd, kd, dd = self.stride[0], self.kernel_size[0], self.dilation[0]
-        y = planes[:, 0:sd * (out_d - 1) + 1:sd].copy()
-        for i in range(1, kd):
-            np.maximum(y, planes[:, i * dd:i * dd + sd * (out_d - 1) + 1:sd], out=y)
+        y = self._over_depth(planes, out_d, np.maximum)
         return y.reshape(*x.shape[:-3], *y.shape[1:])
 
 
@@ -243,10 +248,7 @@ class AvgPool3d(_Pool3d):
         kernel, stride, padding = self._pool2d_args()
         sums = kernels.avg_pool2d(padded, kernel, stride, padding, self.ceil_mode, True,
                                   divisor_override=1)                   # (N*C, Dp, Ho, Wo)
-        sd, kd = self.stride[0], self.kernel_size[0]
-        y = sums[:, 0:sd * (out_d - 1) + 1:sd].copy()
-        for i in range(1, kd):
-            y += sums[:, i:i + sd * (out_d - 1) + 1:sd]
+        y = self._over_depth(sums, out_d, np.add)
         if self.divisor_override is not None:
             divisor = np.array(self.divisor_override, x.dtype)
         else:
