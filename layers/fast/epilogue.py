@@ -60,60 +60,65 @@ def activation_of(layer) -> Activation | None:
 
 
 @kernel(inline="always")
-def activate_row(row, code, a, b):
-    """Apply the activation ``code`` to a 1-D float32 array in place. The branch is taken once
-    per row, so each loop below is a plain loop the compiler vectorises."""
+def activate_row(row, code, a, b, shift=0.0):
+    """row <- activation ``code`` of (row + shift), in place on a 1-D float32 array, in one
+    pass (a bias added in the same loop costs nothing more). The branch is taken once per
+    row, so each loop below is a plain loop the compiler vectorises."""
     n = row.shape[0]
-    lo, hi = np.float32(a), np.float32(b)
+    lo, hi, s = np.float32(a), np.float32(b), np.float32(shift)
     one, zero = np.float32(1.0), np.float32(0.0)
     three, six = np.float32(3.0), np.float32(6.0)
-    if code == RELU:
+    if code == NONE:
+        if s != zero:
+            for i in range(n):
+                row[i] += s
+    elif code == RELU:
         for i in range(n):
-            row[i] = max(row[i], zero)
+            row[i] = max(row[i] + s, zero)
     elif code == CLAMP:
         for i in range(n):
-            row[i] = min(max(row[i], lo), hi)
+            row[i] = min(max(row[i] + s, lo), hi)
     elif code == LEAKY:
         for i in range(n):
-            v = row[i]
+            v = row[i] + s
             row[i] = v if v >= zero else v * lo
     elif code == SIGMOID:
         for i in range(n):
-            row[i] = one / (one + np.exp(-row[i]))
+            row[i] = one / (one + np.exp(-(row[i] + s)))
     elif code == SILU:
         for i in range(n):
-            v = row[i]
+            v = row[i] + s
             row[i] = v * (one / (one + np.exp(-v)))
     elif code == HARDSWISH:
         for i in range(n):
-            v = row[i]
+            v = row[i] + s
             row[i] = v * (min(max(v + three, zero), six) / six)
     elif code == HARDSIGMOID:
         for i in range(n):
-            row[i] = min(max(row[i] + three, zero), six) / six
+            row[i] = min(max(row[i] + s + three, zero), six) / six
     elif code == TANH:
         for i in range(n):
-            row[i] = np.tanh(row[i])
+            row[i] = np.tanh(row[i] + s)
 
 
 @kernel(nogil=True, exported=(array(3), array(1), array(3), INT, FLOAT, FLOAT))
 def _bias_residual_activation(y, bias, residual, code, a, b):
     """y (N, C, L) <- activation(y + bias[c] + residual), in place; an empty bias or residual
-    (size 0) is skipped; one row (n, c) at a time, while it is in cache."""
+    (size 0) is skipped; one row (n, c) at a time, in one pass over it without a residual
+    (two with one)."""
     n, c, length = y.shape
     has_bias, has_residual = bias.shape[0] > 0, residual.shape[0] > 0
     for row_index in range(n * c):
         i, k = row_index // c, row_index % c
         row = y[i, k]
-        if has_bias:
-            shift = bias[k]
-            for j in range(length):
-                row[j] += shift
-        if has_residual:
+        shift = bias[k] if has_bias else np.float32(0.0)
+        if has_residual:                       # (y + bias) + residual, then the activation
             other = residual[i, k]
             for j in range(length):
-                row[j] += other[j]
-        activate_row(row, code, a, b)
+                row[j] = row[j] + shift + other[j]
+            activate_row(row, code, a, b)
+        else:                                  # bias and activation in the same pass
+            activate_row(row, code, a, b, shift)
 
 
 NO_ARRAY = np.zeros((0,), np.float32)           # "no bias"
