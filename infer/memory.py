@@ -31,6 +31,7 @@ Running (``Arena``)
 from __future__ import annotations
 
 import html
+import math
 import sys
 from dataclasses import dataclass
 from typing import Protocol, Sequence
@@ -171,7 +172,7 @@ class Arena:
             self._idle_refs = sys.getrefcount(self.buffers[slot.buffer])
         elif sys.getrefcount(self.buffers[slot.buffer]) > self._idle_refs:
             return np.empty(slot.shape, slot.dtype)       # someone still reads this memory
-        nbytes = int(np.prod(slot.shape, dtype=np.int64)) * slot.dtype.itemsize
+        nbytes = math.prod(slot.shape) * slot.dtype.itemsize
         return self.buffers[slot.buffer][:nbytes].view(slot.dtype).reshape(slot.shape)
 
     @property

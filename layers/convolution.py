@@ -19,6 +19,7 @@ kernel k as (1, k), stride s as (1, s), padding p as (0, p). Its 1-D parameters 
 
 from __future__ import annotations
 
+import functools
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -326,10 +327,19 @@ class Conv2d(LearnedWeights, _ConvGeometry):
 
     def _out_hw(self, x_shape: Shape, pads: tuple[int, int, int, int]) -> tuple[int, int]:
         """(Ho, Wo) of the convolution over x padded by pads (top, bottom, left, right)."""
-        top, bottom, left, right = pads
-        padded = (*x_shape[:2], x_shape[2] + top + bottom, x_shape[3] + left + right)
-        return kernels.conv2d_output_shape(padded, self.weight_shape, self.stride, 0,
-                                           self.dilation, self.groups)[2:]
+        return _padded_conv_hw(tuple(x_shape), pads, self.weight_shape, self.stride,
+                               self.dilation, self.groups)
+
+
+@functools.lru_cache(maxsize=1024)
+def _padded_conv_hw(x_shape: Shape, pads: tuple[int, int, int, int], weight_shape: Shape,
+                    stride: tuple[int, int], dilation: tuple[int, int], groups: int
+                    ) -> tuple[int, int]:
+    """(Ho, Wo) of a convolution over x padded by pads, checked. Remembered: every forward
+    asks it of every convolution, always with the same few shapes (2 us a call otherwise)."""
+    top, bottom, left, right = pads
+    padded = (*x_shape[:2], x_shape[2] + top + bottom, x_shape[3] + left + right)
+    return kernels.conv2d_output_shape(padded, weight_shape, stride, 0, dilation, groups)[2:]
 
 
 def _broadcast(shape: Shape, other: Shape) -> Shape:

@@ -17,6 +17,7 @@ The weight is packed once, at build, as that (C_out, K) matrix (per group: (G, C
 
 from __future__ import annotations
 
+import math
 import threading
 
 import numpy as np
@@ -31,7 +32,7 @@ _local = threading.local()
 def scratch(name: str, shape: tuple[int, ...]) -> np.ndarray:
     """A float32 work array of ``shape`` (contents undefined), from a buffer that this thread
     keeps under ``name`` and grows when needed: the kernels allocate nothing per call."""
-    size = int(np.prod(shape))
+    size = math.prod(shape)
     buffers = _local.__dict__.setdefault("buffers", {})
     buffer = buffers.get(name)
     if buffer is None or buffer.size < size:
