@@ -182,11 +182,15 @@ def test_winograd_matches_reference_and_torch(case, algorithm):
 
 @pytest.mark.parametrize("shape, algorithm", [((2, 4, 16, 16), "winograd"),
                                               ((1, 4, 7, 7), "winograd_f2")])
-def test_winograd_inputs_with_inf_or_nan_give_nan_where_torch_does(shape, algorithm):
-    """Winograd's transforms would turn one Inf into NaN over whole tiles (inf - inf); such
-    an input goes through im2col, and NaN, +Inf and -Inf land where torch puts them."""
+@pytest.mark.parametrize("values", [(np.inf, -np.inf, np.nan), (np.nan,), (-np.inf,)],
+                         ids=["inf -inf nan", "nan alone", "-inf alone"])
+def test_winograd_inputs_with_inf_or_nan_give_nan_where_torch_does(shape, algorithm, values):
+    """Winograd's transforms would turn one Inf into NaN over whole tiles (inf - inf); the
+    input transform sees any one of them, such an input goes through im2col, and NaN, +Inf
+    and -Inf land where torch puts them."""
     x = rand(*shape)
-    x[0, 1, 3, 4], x[0, 2, 5, 1], x[-1, 0, 2, 2] = np.inf, -np.inf, np.nan
+    for where, value in zip([(0, 1, 3, 4), (0, 2, 5, 1), (-1, 0, 2, 2)], values):
+        x[where] = value
     weight, bias = rand(6, shape[1], 3, 3), rand(6)
     packed, got = run_packed(x, weight, bias, padding=(1, 1, 1, 1))
     assert packed.algorithm(shape[0], got.shape[2:]) == algorithm
