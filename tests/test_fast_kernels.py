@@ -372,6 +372,7 @@ MAX_POOL = {   # kernel, stride, padding, dilation, ceil_mode, (N, C, H, W)
     "ceil mode": ((3, 3), (2, 2), (0, 0), (1, 1), True, (1, 2, 10, 11)),
     "ceil mode padded": ((3, 2), (2, 3), (1, 1), (1, 1), True, (2, 2, 9, 13)),
     "dilated": ((3, 3), (1, 2), (1, 1), (2, 2), False, (1, 3, 12, 12)),
+    "3x3 s2, rows dilated": ((3, 3), (2, 2), (1, 1), (2, 1), False, (1, 3, 13, 12)),
     "5x5 s1 p2 (SPPF)": ((5, 5), (1, 1), (2, 2), (1, 1), False, (1, 2, 7, 6)),
     "1x1 image": ((3, 3), (1, 1), (1, 1), (1, 1), False, (2, 2, 1, 1)),
 }
@@ -380,8 +381,8 @@ MAX_POOL = {   # kernel, stride, padding, dilation, ceil_mode, (N, C, H, W)
 @pytest.mark.parametrize("case", MAX_POOL.values(), ids=MAX_POOL.keys())
 @pytest.mark.parametrize("nan_every", [0, 7, 61], ids=["no NaN", "NaN in every row", "few NaN"])
 def test_max_pool_fast_path_matches_reference_and_torch(case, nan_every):
-    """NaN wins its windows, as in torch; "few NaN" leaves most rows without one, so rows take
-    both the stride-2 loop (no NaN) and the general one."""
+    """NaN wins its windows, as in torch, on every path of the kernel: three rows in one pass
+    or row by row, even and odd columns for stride 2, the general loop over the taps."""
     kernel, stride, padding, dilation, ceil_mode, shape = case
     x = rand(*shape)
     if nan_every:
