@@ -19,7 +19,6 @@ kernel k as (1, k), stride s as (1, s), padding p as (0, p). Its 1-D parameters 
 
 from __future__ import annotations
 
-import functools
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -205,6 +204,7 @@ class Conv2d(LearnedWeights, _ConvGeometry):
     fused_padding: tuple[int, int, int, int] = (0, 0, 0, 0)   # (left, right, top, bottom)
     fused_residual: bool = False         # a second input, added before the activation
     fused_activation: Layer | None = None
+    _geometries: dict | None = None      # _fast_geometry's, by input shape (fusion resets it)
 
     def fuse_padding(self, left: int, right: int, top: int, bottom: int) -> None:
         """Zero-pad the input first (an nn.ZeroPad2d folded in); needs padding_mode zeros."""
@@ -212,6 +212,7 @@ class Conv2d(LearnedWeights, _ConvGeometry):
             raise LayerError("only zero padding >= 0 folds into a zero-padded convolution")
         old = self.fused_padding
         self.fused_padding = (old[0] + left, old[1] + right, old[2] + top, old[3] + bottom)
+        self._geometries = None
 
     def fuse_residual(self) -> None:
         """Take a second input (N, C_out, Ho, Wo) and add it to the output (a residual add)."""
@@ -222,6 +223,7 @@ class Conv2d(LearnedWeights, _ConvGeometry):
         if not layer.support_inplace or self.fused_activation is not None:
             raise LayerError(f"cannot fuse {type(layer).__name__} into this convolution")
         self.fused_activation = layer
+        self._geometries = None
 
     @property
     def fused_kernel_activation(self) -> Activation | None:
@@ -306,14 +308,9 @@ class Conv2d(LearnedWeights, _ConvGeometry):
         ``out`` where the kernels compute the whole result."""
         if x.ndim != 4:                            # (C, H, W): the reference explains why not
             return self._forward_reference(x, residual)
-        top, bottom, left, right = self._pads(self.kernel_size)
-        if self.padding_mode != "zeros":
-            x = kernels.pad(x, (left, right, top, bottom), mode=self.padding_mode)
-            top = bottom = left = right = 0
-        fl, fr, ft, fb = self.fused_padding
-        pads = (top + ft, bottom + fb, left + fl, right + fr)
-        out_hw = self._out_hw(x.shape, pads)
-        activation = self.fused_kernel_activation
+        pre_pad, pads, out_hw, activation = self._fast_geometry(x.shape)
+        if pre_pad is not None:                    # reflect, replicate or circular first
+            x = kernels.pad(x, pre_pad, mode=self.padding_mode)
         if residual is not None and residual.shape != (x.shape[0], self.out_channels, *out_hw):
             residual_in_kernel = None                      # broadcasting: numpy does the add
         else:
@@ -325,21 +322,39 @@ class Conv2d(LearnedWeights, _ConvGeometry):
             out = None
         return self.packed.run(x, pads, out_hw, activation, residual_in_kernel, out)
 
+    def _fast_geometry(self, x_shape: Shape) -> tuple:
+        """(pre_pad, pads, out_hw, activation) for inputs of ``x_shape``, worked out once per
+        shape (a forward asks the same every time): pre_pad is the (left, right, top, bottom)
+        padding that kernels.pad adds first for a padding_mode other than zeros (else None),
+        pads the zeros (top, bottom, left, right) the kernels add, fused padding included,
+        out_hw (Ho, Wo), activation the fused activation as the kernels take it (None if they
+        cannot)."""
+        if self._geometries is None:
+            self._geometries = {}
+        geometry = self._geometries.get(x_shape)
+        if geometry is None:
+            top, bottom, left, right = self._pads(self.kernel_size)
+            pre_pad = None
+            if self.padding_mode != "zeros":
+                pre_pad = (left, right, top, bottom)
+                x_shape_padded = (*x_shape[:2], x_shape[2] + top + bottom,
+                                  x_shape[3] + left + right)
+                top = bottom = left = right = 0
+            else:
+                x_shape_padded = x_shape
+            fl, fr, ft, fb = self.fused_padding
+            pads = (top + ft, bottom + fb, left + fl, right + fr)
+            geometry = (pre_pad, pads, self._out_hw(x_shape_padded, pads),
+                        self.fused_kernel_activation)
+            self._geometries[x_shape] = geometry
+        return geometry
+
     def _out_hw(self, x_shape: Shape, pads: tuple[int, int, int, int]) -> tuple[int, int]:
         """(Ho, Wo) of the convolution over x padded by pads (top, bottom, left, right)."""
-        return _padded_conv_hw(tuple(x_shape), pads, self.weight_shape, self.stride,
-                               self.dilation, self.groups)
-
-
-@functools.lru_cache(maxsize=1024)
-def _padded_conv_hw(x_shape: Shape, pads: tuple[int, int, int, int], weight_shape: Shape,
-                    stride: tuple[int, int], dilation: tuple[int, int], groups: int
-                    ) -> tuple[int, int]:
-    """(Ho, Wo) of a convolution over x padded by pads, checked. Remembered: every forward
-    asks it of every convolution, always with the same few shapes (2 us a call otherwise)."""
-    top, bottom, left, right = pads
-    padded = (*x_shape[:2], x_shape[2] + top + bottom, x_shape[3] + left + right)
-    return kernels.conv2d_output_shape(padded, weight_shape, stride, 0, dilation, groups)[2:]
+        top, bottom, left, right = pads
+        padded = (*x_shape[:2], x_shape[2] + top + bottom, x_shape[3] + left + right)
+        return kernels.conv2d_output_shape(padded, self.weight_shape, self.stride, 0,
+                                           self.dilation, self.groups)[2:]
 
 
 def _broadcast(shape: Shape, other: Shape) -> Shape:

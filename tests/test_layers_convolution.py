@@ -133,6 +133,20 @@ def test_output_does_not_alias_the_weights_or_input():
     assert not np.shares_memory(y, x) and not np.shares_memory(y, layer.weight)
 
 
+def test_a_convolution_fused_after_it_ran_computes_the_fused_result():
+    """The fast path works its geometry out once per input shape; folding a padding or an
+    activation in afterwards must not reuse the old one."""
+    params = conv_params(padding=(1, 1))
+    conv, weights = torch_module(nn.Conv2d, **params)
+    layer = make_layer("nn.Conv2d", params, weights)
+    x = rand(2, 4, 7, 6)
+    layer.forward_one(x)                                  # plain, remembered for (2, 4, 7, 6)
+    layer.fuse_padding(1, 0, 2, 0)                        # left, right, top, bottom
+    layer.fuse_activation(make_layer("nn.ReLU"))
+    want = F.relu(conv(F.pad(torch.from_numpy(x), (1, 0, 2, 0)))).detach().numpy()
+    np.testing.assert_allclose(layer.forward_one(x), want, atol=1e-5)
+
+
 # ----- nn.Conv1d / F.conv1d ---------------------------------------------------------------------
 
 def conv1d_params(in_channels=4, out_channels=6, kernel_size=(3,), stride=(1,), padding=(0,),
