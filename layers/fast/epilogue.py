@@ -101,24 +101,30 @@ def activate_row(row, code, a, b, shift=0.0):
             row[i] = np.tanh(row[i] + s)
 
 
+@kernel(inline="always")
+def finish_row(row, shift, other, code, a, b):
+    """row <- activation((row + shift) + other), in place: a convolution's epilogue on one
+    output row (this module's kernel and the Winograd output transforms). ``other`` is the
+    residual's row, or an empty array for none: then bias and activation take one pass."""
+    if other.shape[0] > 0:
+        for j in range(row.shape[0]):
+            row[j] = row[j] + shift + other[j]
+        activate_row(row, code, a, b)
+    else:
+        activate_row(row, code, a, b, shift)
+
+
 @kernel(nogil=True, exported=(array(3), array(1), array(3), INT, FLOAT, FLOAT))
 def _bias_residual_activation(y, bias, residual, code, a, b):
     """y (N, C, L) <- activation(y + bias[c] + residual), in place; an empty bias or residual
-    (size 0) is skipped; one row (n, c) at a time, in one pass over it without a residual
-    (two with one)."""
+    (size 0) is skipped; one row (n, c) at a time (``finish_row``)."""
     n, c, length = y.shape
     has_bias, has_residual = bias.shape[0] > 0, residual.shape[0] > 0
+    no_residual = np.empty(0, np.float32)
     for row_index in range(n * c):
         i, k = row_index // c, row_index % c
-        row = y[i, k]
-        shift = bias[k] if has_bias else np.float32(0.0)
-        if has_residual:                       # (y + bias) + residual, then the activation
-            other = residual[i, k]
-            for j in range(length):
-                row[j] = row[j] + shift + other[j]
-            activate_row(row, code, a, b)
-        else:                                  # bias and activation in the same pass
-            activate_row(row, code, a, b, shift)
+        finish_row(y[i, k], bias[k] if has_bias else np.float32(0.0),
+                   residual[i, k] if has_residual else no_residual, code, a, b)
 
 
 NO_ARRAY = np.zeros((0,), np.float32)           # "no bias"

@@ -24,7 +24,7 @@ from __future__ import annotations
 import numpy as np
 
 from layers.fast.backend import FLOAT, INT, array, kernel
-from layers.fast.epilogue import Activation, NO_ARRAY, activate_row
+from layers.fast.epilogue import Activation, NO_ARRAY, finish_row
 from layers.fast.gemm import scratch
 
 NO_RESIDUAL = np.zeros((0, 0, 0, 0), np.float32)
@@ -176,13 +176,14 @@ def _output_transform(m, y, bias, residual, tiles_h, tiles_w, code, a, b):
     Both passes are long loops over all the tiles u = ty*tiles_w + tx of a plane: the
     column pass A^T m (six in, four out per column), then the row pass, which gives output
     (4ty + i, 4tx + j) of every tile in ``out[i, j, u]``. Each output row then gathers its
-    four column phases, adds bias and residual, is activated and stored."""
+    four column phases and is finished (bias, residual, activation: ``finish_row``)."""
     n, c_out, out_h, out_w = y.shape
     length = tiles_h * tiles_w
     has_bias, has_residual = bias.shape[0] > 0, residual.shape[0] > 0
     cols_t = np.empty((TILE, TAPS, length), np.float32)   # (row i of A^T m, column s, tile)
     out = np.empty((TILE, TILE, length), np.float32)      # (tile row i, tile column j, tile)
     full = out_w // TILE                                  # tiles whose 4 columns are all in y
+    no_residual = np.empty(0, np.float32)
     for plane in range(n * c_out):
         i_n, o = plane // c_out, plane % c_out
         base = i_n * length
@@ -208,15 +209,11 @@ def _output_transform(m, y, bias, residual, tiles_h, tiles_w, code, a, b):
             p2, p3 = out[i, 2, ty * tiles_w:], out[i, 3, ty * tiles_w:]
             for tx in range(full):
                 k = tx * TILE
-                row[k], row[k + 1], row[k + 2], row[k + 3] = (
-                    p0[tx] + shift, p1[tx] + shift, p2[tx] + shift, p3[tx] + shift)
+                row[k], row[k + 1], row[k + 2], row[k + 3] = p0[tx], p1[tx], p2[tx], p3[tx]
             for ow in range(full * TILE, out_w):             # the last, partial tile
-                row[ow] = out[i, ow % TILE, ty * tiles_w + full] + shift
-            if has_residual:
-                other = residual[i_n, o, oh]
-                for ow in range(out_w):
-                    row[ow] += other[ow]
-            activate_row(row, code, a, b)
+                row[ow] = out[i, ow % TILE, ty * tiles_w + full]
+            finish_row(row, shift, residual[i_n, o, oh] if has_residual else no_residual,
+                       code, a, b)
 
 
 def winograd_conv2d(x: np.ndarray, packed: np.ndarray, bias: np.ndarray | None,

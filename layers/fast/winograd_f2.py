@@ -26,7 +26,7 @@ from __future__ import annotations
 import numpy as np
 
 from layers.fast.backend import FLOAT, INT, array, kernel
-from layers.fast.epilogue import Activation, activate_row
+from layers.fast.epilogue import Activation, finish_row
 from layers.fast.winograd import (run_winograd, split_into_streams, stream_buffers,
                                   transform_filters)
 
@@ -95,13 +95,14 @@ def _output_transform_f2(m, y, bias, residual, tiles_h, tiles_w, code, a, b):
     Both passes are long loops over all the tiles u = ty*tiles_w + tx of a plane: A^T m over
     the columns (three values in, two out), then A over the rows, which leaves output
     (2ty + i, 2tx + j) of every tile in ``out[i, j, u]``. Each output row then interleaves its
-    two column phases, adds bias and residual, is activated and stored."""
+    two column phases and is finished (bias, residual, activation: ``finish_row``)."""
     n, c_out, out_h, out_w = y.shape
     length = tiles_h * tiles_w
     has_bias, has_residual = bias.shape[0] > 0, residual.shape[0] > 0
     cols_t = np.empty((TILE, TAPS, length), np.float32)   # (row i of A^T m, column j, tile)
     out = np.empty((TILE, TILE, length), np.float32)      # (tile row i, tile column j, tile)
     full = out_w // TILE                                  # tiles whose 2 columns are both in y
+    no_residual = np.empty(0, np.float32)
     for plane in range(n * c_out):
         i_n, o = plane // c_out, plane % c_out
         base = i_n * length
@@ -125,14 +126,11 @@ def _output_transform_f2(m, y, bias, residual, tiles_h, tiles_w, code, a, b):
             row = dst[oh]
             p0, p1 = out[i, 0, ty * tiles_w:], out[i, 1, ty * tiles_w:]
             for tx in range(full):
-                row[TILE * tx], row[TILE * tx + 1] = p0[tx] + shift, p1[tx] + shift
+                row[TILE * tx], row[TILE * tx + 1] = p0[tx], p1[tx]
             if out_w % TILE:                                 # the last, half tile
-                row[out_w - 1] = p0[full] + shift
-            if has_residual:
-                other = residual[i_n, o, oh]
-                for ow in range(out_w):
-                    row[ow] += other[ow]
-            activate_row(row, code, a, b)
+                row[out_w - 1] = p0[full]
+            finish_row(row, shift, residual[i_n, o, oh] if has_residual else no_residual,
+                       code, a, b)
 
 
 def winograd_f2_conv2d(x: np.ndarray, packed: np.ndarray, bias: np.ndarray | None,
