@@ -51,7 +51,7 @@ def phase_layout(height, width, out_h, out_w, kh, kw, stride_h, stride_w, dil_h,
 
 
 @kernel(nogil=True, inline="always")
-def _split_row(line, phases, first_dst, phase_size, left, stride_w):
+def split_row(line, phases, first_dst, phase_size, left, stride_w):
     """Copy one image row into its row of the stride_w column phases: image column c goes to
     column phase (c + left) % sw, at (c + left) // sw. ``first_dst``: where this row starts
     in column phase 0 (row phase and row already counted)."""
@@ -85,4 +85,4 @@ def split_plane(plane, phases, phase_h, phase_w, rows, cols, stride_h, stride_w,
         padded_row = top + r
         first_dst = ((padded_row % stride_h) * stride_w * phase_size
                      + padded_row // stride_h * phase_w)
-        _split_row(plane[r, :cols], phases, first_dst, phase_size, left, stride_w)
+        split_row(plane[r, :cols], phases, first_dst, phase_size, left, stride_w)

@@ -8,10 +8,10 @@ Max is separable: for each output row, first the max of its kh input rows over t
 (unit stride, vectorised; the usual 3 rows in one pass), into a row buffer with -inf on both
 sides; then each output takes the max of its kw taps along that row. That second pass reads
 with a stride, which the compiler does not vectorise: for the common 2x2 and 3x3 windows with
-stride 2 (ResNet's stem, VGG, U-Net) the row is first split into its even and odd columns,
-and the maxima are taken over those at unit stride (ResNet-18's stem pooling: 0.36 -> 0.2 ms).
-The reference, ``kernels.max_pool2d``, pads the whole input and takes kh*kw strided maxima
-over it.
+stride 2 (ResNet's stem, VGG, U-Net) the row is first split into its even and odd columns
+(``phases.split_row``, as strided convolutions split their rows), and the maxima are taken
+over those at unit stride (ResNet-18's stem pooling: 0.36 -> 0.2 ms). The reference,
+``kernels.max_pool2d``, pads the whole input and takes kh*kw strided maxima over it.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ import functools
 import numpy as np
 
 from layers.fast.backend import INT, array, kernel
+from layers.fast.phases import split_row
 
 
 @kernel(inline="always")
@@ -37,7 +38,8 @@ def _max_pool2d(x, y, kh, kw, stride_h, stride_w, dil_h, dil_w, top, left):
     half = padded_w // 2 + 1
     line = np.full(2 * half, -np.inf, np.float32)   # one row of maxima, -inf around the image
     inner = line[left:left + width]
-    even, odd = np.empty(half, np.float32), np.empty(half, np.float32)
+    halves = np.empty(2 * half, np.float32)          # the row's even columns, then its odd
+    even, odd = halves[:half], halves[half:]
     pairs = stride_w == 2 and dil_w == 1 and (kw == 2 or kw == 3)
     for plane in range(n * channels):
         src, dst = x[plane // channels, plane % channels], y[plane // channels, plane % channels]
@@ -63,8 +65,7 @@ def _max_pool2d(x, y, kh, kw, stride_h, stride_w, dil_h, dil_w, top, left):
                             inner[k] = _nan_max(inner[k], row[k])
             out_row = dst[oh]
             if pairs:                                 # stride 2: even and odd columns apart,
-                for k in range(half):                 # then unit-stride, vectorised maxima
-                    even[k], odd[k] = line[2 * k], line[2 * k + 1]
+                split_row(line, halves, 0, half, 0, 2)  # then unit-stride, vectorised maxima
                 if kw == 3:
                     for ow in range(out_w):
                         out_row[ow] = _nan_max(_nan_max(even[ow], odd[ow]), even[ow + 1])
