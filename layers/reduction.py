@@ -84,11 +84,11 @@ def _integers_to_int64(x: np.ndarray) -> np.ndarray:
     return x.astype(np.int64) if category(x.dtype) < FLOAT else x
 
 
-
 def _values_and_indices(layer: Layer) -> int:
     """How many of (values, indices) the graph takes from ``layer``: both, unless pnnx wrote
     one output because only the values are used."""
     return 2 if layer.num_outputs is None else layer.num_outputs
+
 
 @register_layer("torch.sum")
 class Sum(_Reduction):

@@ -1,5 +1,5 @@
 """python -m infer.bench [--models ...] [--batches ...] [--rounds N] [--threads N] [--quick]
-python -m infer.bench --layers [--models ...] [--batches ...]  (each operator, and onnxruntime's)"""
+python -m infer.bench --layers [--models ...] [--batches ...]    (operator by operator)"""
 
 from __future__ import annotations
 

@@ -12,7 +12,8 @@ layout changes (its NCHWc ``ReorderInput`` / ``ReorderOutput``). The lists are m
 order by what each operator computes and the size of its output: the key of a convolution is
 ("conv", kernel size, input height and width, output height and width), of a pooling
 ("pool", height, width), of a linear layer ("linear", features), of anything else its type's
-last name in lower case (torch.flatten pairs with Flatten); ``difflib.SequenceMatcher`` pairs equal keys in order.
+last name in lower case (torch.flatten pairs with Flatten); ``difflib.SequenceMatcher`` pairs
+equal keys in order.
 An operator with no partner is listed on its side alone. The summary adds matched rows up by
 the kind of our operator (depthwise 3x3, 1x1, ...), which is where a gap shows.
 """

@@ -35,7 +35,7 @@ class Settings:
     min_runs: int = 5               # ... and at least this many
     max_runs: int = 2000
     warmup: int = 2
-    cold_start: bool = True         # measure pnnx-infer's start with its kernel cache cold and warm
+    cold_start: bool = True         # pnnx-infer's start with its kernel cache cold and warm
     onnx_exporter: str = "dynamo"   # or "legacy": torch.onnx.export(dynamo=False)
     workdir: Path | None = None     # exported files are kept (and reused) here; None: a temp dir
 

@@ -5,9 +5,10 @@
 prints one JSON line with what it measured (with ``"profile": true`` in the job, each
 operator's time instead: ``profile_operators``, for infer/bench/operators.py). It is started
 as a script, not as a module of the ``infer`` package, so that only the pnnx-infer worker
-imports the runtime. A fresh process per measurement keeps the engines apart: each has its own thread pools, which keep spinning for a while after a run and would
-slow down whichever engine runs next in the same process, and its own memory, so the
-process's peak resident set is that engine's. The worker imports only its own engine.
+imports the runtime. A fresh process per measurement keeps the engines apart: each has its
+own thread pools, which keep spinning for a while after a run and would slow down whichever
+engine runs next in the same process, and its own memory, so the process's peak resident
+set is that engine's. The worker imports only its own engine.
 
 What it measures, in order:
   import   importing the engine's library (torch is slow to import; numba too)
