@@ -82,6 +82,11 @@ DEPTHWISE = {   # (N, C, H, W), multiplier, kernel, stride, (top, bottom, left, 
     "5x5 stride 2 pad 2 even width": ((1, 3, 16, 16), 1, (5, 5), (2, 2), (2, 2, 2, 2), (1, 1)),
     "7x7 pad 3 (ConvNeXt)": ((1, 4, 9, 11), 1, (7, 7), (1, 1), (3, 3, 3, 3), (1, 1)),
     "stride 3 pad 2": ((1, 3, 14, 17), 1, (3, 3), (3, 3), (2, 1, 2, 1), (1, 1)),
+    # no padding: the phase rows are wider than the output rows (copied out)
+    "3x3 no pad": ((2, 3, 9, 12), 1, (3, 3), (1, 1), (0, 0, 0, 0), (1, 1)),
+    "5x5 stride 2 no pad": ((1, 3, 12, 11), 1, (5, 5), (2, 2), (0, 0, 0, 0), (1, 1)),
+    # left padding longer than an output row
+    "left pad past the row": ((1, 2, 3, 1), 1, (3, 3), (1, 1), (1, 1, 5, 0), (1, 1)),
     # channels last by blocks of 128 channels: two blocks, the second partial
     "two channel blocks 5x5": ((2, 131, 7, 7), 1, (5, 5), (1, 1), (2, 2, 2, 2), (1, 1)),
     "two channel blocks 3x3 stride 2": ((1, 133, 9, 8), 1, (3, 3), (2, 2), (1, 1, 1, 1), (1, 1)),
@@ -122,6 +127,32 @@ def test_both_depthwise_layouts_match_reference_and_torch(case, layout):
         depthwise._depthwise(x, taps, bias, y, *stride, *dilation, padding[0], padding[2], 0,
                              0.0, 0.0)
     check_against_both(y, x, weight, bias, stride, padding, dilation, c)
+
+
+@pytest.mark.parametrize("layout", ["planes", "channels last"])
+@pytest.mark.parametrize("kernel, padding", [((3, 3), (1, 1, 1, 1)), ((5, 5), (2, 2, 2, 2)),
+                                             ((7, 7), (3, 3, 3, 3))], ids=["3x3", "5x5", "7x7"])
+def test_depthwise_inf_and_nan_at_the_edges_stay_in_their_windows(kernel, padding, layout):
+    """The plane kernel reads the neighbouring row where a window passes the left or right
+    edge, and masks that away: an Inf or NaN in the first or last column must reach only the
+    outputs whose windows hold it (as in torch), never the row next to it."""
+    if layout == "channels last" and kernel == (7, 7):
+        pytest.skip("the channels-last kernel is 3x3 and 5x5 only")
+    c = 3
+    x = rand(1, c, 9, 10)
+    x[0, 0, 2, -1], x[0, 1, 5, 0], x[0, 2, 4, -1], x[0, 2, 7, 0] = np.inf, np.nan, -np.inf, np.inf
+    weight, bias = rand(c, 1, *kernel), rand(c)
+    y = np.empty((1, c, 9, 10), np.float32)
+    taps = np.ascontiguousarray(weight[:, 0])
+    if layout == "channels last":
+        depthwise._depthwise_channels_last(x, depthwise.pack_channel_blocks(taps), bias, y,
+                                           1, 1, 1, 1, padding[0], padding[2], 0, 0.0, 0.0)
+    else:
+        depthwise._depthwise(x, taps, bias, y, 1, 1, 1, 1, padding[0], padding[2], 0, 0.0, 0.0)
+    want = torch_conv(x, weight, bias, (1, 1), padding, (1, 1), c)
+    assert np.isfinite(want).sum() > 100          # most outputs do not see them
+    np.testing.assert_array_equal(np.isnan(y), np.isnan(want))
+    np.testing.assert_allclose(y, want, rtol=1e-4, atol=1e-4)
 
 
 # ----- Winograd -----------------------------------------------------------------------------

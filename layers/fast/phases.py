@@ -1,5 +1,6 @@
 """Stride phases: one padded input plane rearranged so that every tap of a strided, dilated
-kernel reads a plain unit-stride window. Shared by the depthwise kernel and im2col.
+kernel reads a plain unit-stride window. Used by im2col, by max pooling (split_row) and,
+masked, by the depthwise kernel.
 
 A kh x kw kernel with stride (sh, sw), dilation (dh, dw) and padding (top, left) reads, for
 output (oh, ow) and tap (i, j), the padded plane at row ``oh*sh + i*dh``, column
@@ -12,6 +13,14 @@ All phases live in one flat float32 buffer, phase after phase, each (PH, PW) row
 a tap is an offset into that buffer (``tap_start``) and output (oh, ow) of that tap is element
 ``tap_start + oh*PW + ow``. Only the image's own positions are ever written into the buffer,
 so the zeros of the padding stay from plane to plane.
+
+**Masked phases** (``masked_layout``, the depthwise kernel's): the same phases without their
+padding columns. A phase row holds just the image's columns (``row_len`` of them, at least
+Wo), with zero rows above and below. A tap that reaches past a row's end reads the next
+row's first values instead of zeros, so the kernel masks those columns out (``column_ok``:
+a select, not a multiply by 0, so an Inf next door cannot turn into NaN). In exchange, with
+stride 1 a phase is the plane itself, filled by one plain copy, and when ``row_len`` is Wo the
+outputs are laid out as the output plane, so the kernel writes them in place.
 """
 
 from __future__ import annotations
@@ -86,3 +95,63 @@ def split_plane(plane, phases, phase_h, phase_w, rows, cols, stride_h, stride_w,
         first_dst = ((padded_row % stride_h) * stride_w * phase_size
                      + padded_row // stride_h * phase_w)
         split_row(plane[r, :cols], phases, first_dst, phase_size, left, stride_w)
+
+
+# ----- masked phases: no padding columns, the edges masked instead -------------------------
+
+@kernel(nogil=True, inline="always")
+def masked_layout(height, width, out_h, out_w, kh, kw, stride_h, stride_w, dil_h, dil_w,
+                  top, left):
+    """The masked phase geometry: (row_len, first_row, phase_size, tap_start (kh, kw) int64,
+    column_ok (kw, >= length) bool, length, size).
+
+    Tap (i, j) of output (oh, ow) reads image row ``oh*sh + i*dh - top = (oh + a)*sh + p`` and
+    column ``(ow + b)*sw + q``: row oh + a, column ow + b of phase (p, q), which is flat element
+    ``tap_start[i, j] + t`` with ``t = oh*row_len + ow`` (length: up to the last output). The
+    phase's image row r is row ``first_row + r`` of the buffer: the rows above and below the
+    image stay zero. ``column_ok[j, t]``: tap column j of output t lies inside the image.
+    ``size``: floats in the buffer (every read lies inside it)."""
+    row_len = max(out_w, -(-width // stride_w))
+    a_min, a_max = -top // stride_h, ((kh - 1) * dil_h - top) // stride_h
+    b_min = -left // stride_w
+    # enough zero rows above that the first tap's first read is not before the buffer
+    first_row = max(0, -a_min + (-(-max(0, -b_min) // row_len)))
+    length = (out_h - 1) * row_len + out_w
+    rows = first_row + max(-(-height // stride_h), out_h + a_max)
+    phase_size = rows * row_len
+    tap_start = np.empty((kh, kw), np.int64)
+    size = stride_h * stride_w * phase_size
+    for i in range(kh):
+        a, p = (i * dil_h - top) // stride_h, (i * dil_h - top) % stride_h
+        for j in range(kw):
+            b, q = (j * dil_w - left) // stride_w, (j * dil_w - left) % stride_w
+            tap_start[i, j] = (p * stride_w + q) * phase_size + (first_row + a) * row_len + b
+            size = max(size, tap_start[i, j] + length)
+    column_ok = np.empty((kw, out_h * row_len), np.bool_)    # (the last row's tail unused)
+    first = np.empty(row_len, np.bool_)
+    for j in range(kw):
+        for ow in range(row_len):
+            column = ow * stride_w + j * dil_w - left
+            first[ow] = (column >= 0) & (column < width)
+        for oh in range(out_h):                    # every output row: the same columns
+            row = column_ok[j, oh * row_len:]
+            for ow in range(row_len):
+                row[ow] = first[ow]
+    return row_len, first_row, phase_size, tap_start, column_ok, length, size
+
+
+@kernel(nogil=True, inline="always")
+def split_plane_masked(plane, height, width, phases, row_len, first_row, phase_size, stride_h,
+                       stride_w):
+    """Write the image plane (its H * W values, flat) into its masked phases
+    (``masked_layout``): image row r goes to row phase r % sh, buffer row
+    first_row + r // sh, its columns split by split_row."""
+    if stride_h == 1 and stride_w == 1 and row_len == width:   # one phase: one plain copy
+        dst = phases[first_row * row_len:]
+        for k in range(height * width):
+            dst[k] = plane[k]
+        return
+    for r in range(height):
+        first_dst = ((r % stride_h) * stride_w * phase_size
+                     + (first_row + r // stride_h) * row_len)
+        split_row(plane[r * width:(r + 1) * width], phases, first_dst, phase_size, 0, stride_w)
