@@ -147,8 +147,10 @@ def _build_in_children(directory: Path, parts: list[int]) -> None:
     env = dict(os.environ)
     root = str(HERE.parent.parent)                 # the directory holding layers/
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [root, env.get("PYTHONPATH")]))
+    # run from the root too: ``-m`` puts the working directory first on the path, and a
+    # ``layers`` package there (another checkout) would be compiled instead of this one
     children = [subprocess.Popen([sys.executable, "-m", "layers.fast.aot", str(directory),
-                                  str(part)], env=env, stdout=subprocess.PIPE,
+                                  str(part)], env=env, cwd=root, stdout=subprocess.PIPE,
                                  stderr=subprocess.PIPE, text=True) for part in parts]
     failed = None
     try:
