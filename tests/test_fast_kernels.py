@@ -278,6 +278,9 @@ GEMM = {   # (N, C_in, H, W), C_out, kernel, stride, (top, bottom, left, right),
     "3x1 stride (2,1)": ((1, 4, 9, 7), 5, (3, 1), (2, 1), (1, 1, 0, 0), (1, 1), 1),
     "kernel 2x4 asym": ((1, 3, 8, 9), 4, (2, 4), (1, 3), (0, 1, 2, 1), (1, 1), 1),
     "small 3x3 (few tiles)": ((1, 32, 5, 5), 16, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1),
+    "3x2 no pad (rows wider than the output)": ((1, 3, 9, 12), 4, (3, 2), (1, 1),
+                                                (0, 0, 0, 0), (1, 1), 1),
+    "3x2 left pad past the row": ((1, 2, 3, 1), 3, (3, 2), (1, 1), (1, 1, 5, 0), (1, 1), 1),
 }
 
 
@@ -289,6 +292,25 @@ def test_gemm_conv_matches_reference_and_torch(case):
     packed, got = run_packed(x, weight, bias, stride, padding, dilation, groups)
     assert packed.algorithm(shape[0], got.shape[2:]) == "gemm"
     check_against_both(got, x, weight, bias, stride, padding, dilation, groups)
+
+
+@pytest.mark.parametrize("kernel, stride, padding", [
+    ((3, 3), (1, 1), (1, 1, 1, 1)), ((5, 5), (2, 2), (2, 2, 2, 2)), ((3, 3), (1, 1), (0, 0, 0, 0)),
+], ids=["3x3", "5x5 stride 2", "3x3 no pad"])
+def test_im2col_inf_and_nan_at_the_edges_stay_in_their_windows(kernel, stride, padding):
+    """im2col reads the neighbouring row where a window passes the left or right edge, and
+    masks that away: an Inf or NaN in the first or last column reaches only the outputs
+    whose windows hold it, as in torch."""
+    x = rand(1, 2, 9, 10)
+    x[0, 0, 2, -1], x[0, 1, 5, 0], x[0, 1, 4, -1] = np.inf, np.nan, -np.inf
+    weight, bias = rand(3, 2, *kernel), rand(3)
+    with np.errstate(invalid="ignore"):                      # inf * 0 in the product
+        packed, got = run_packed(x, weight, bias, stride, padding, winograd_ok=False)
+    assert packed.algorithm(1, got.shape[2:]) == "gemm"
+    want = torch_conv(x, weight, bias, stride, padding, (1, 1), 1)
+    assert np.isfinite(want).sum() >= want.size // 3        # most outputs do not see them
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
 
 
 @pytest.mark.parametrize("winograd_ok", [True, False], ids=["winograd", "im2col"])

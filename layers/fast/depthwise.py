@@ -8,7 +8,7 @@ multiplier) through its own kh x kw filter::
 There is almost no arithmetic per byte, so a GEMM does not help; what matters is reading each
 input plane from cache and keeping the inner loops long, branch-free and unit-stride.
 
-* **Masked phases** (``masked_layout`` in layers/fast/phases.py). The kernel copies one
+* **Masked phases** (``phase_layout`` in layers/fast/phases.py). The kernel copies one
   (n, c) plane into a small buffer (a few KB, in cache), split into sh * sw stride phases
   with zero rows above and below, in which every tap reads a plain, unstrided window,
   whatever the stride and dilation. With stride 1 that buffer is the plane itself: one
@@ -47,7 +47,7 @@ import numpy as np
 
 from layers.fast.backend import FLOAT, INT, array, kernel
 from layers.fast.epilogue import Activation, NO_ARRAY, activate_row
-from layers.fast.phases import masked_layout, padded_extent, split_plane_masked
+from layers.fast.phases import phase_layout, split_plane
 
 
 # FMA: lets the compiler fuse each multiply-add (one rounding instead of two), nothing else
@@ -134,7 +134,7 @@ def _depthwise(x, w, bias, y, stride_h, stride_w, dil_h, dil_w, top, left, code,
     kh, kw = w.shape[1], w.shape[2]
     mult = c_out // c_in
     has_bias = bias.shape[0] > 0
-    row_len, first_row, phase_size, tap_start, column_ok, length, size = masked_layout(
+    row_len, first_row, phase_size, tap_start, column_ok, length, size = phase_layout(
         height, width, out_h, out_w, kh, kw, stride_h, stride_w, dil_h, dil_w, top, left)
     phases = np.zeros(size, np.float32)
     in_place = row_len == out_w                    # t = oh * Wo + ow: the output plane itself
@@ -145,7 +145,7 @@ def _depthwise(x, w, bias, y, stride_h, stride_w, dil_h, dil_w, top, left, code,
     for plane in range(n * c_out):
         o = plane % c_out
         if o % mult == 0:                          # a new input plane: split it
-            split_plane_masked(planes_in[plane // mult], height, width, phases, row_len,
+            split_plane(planes_in[plane // mult], height, width, phases, row_len,
                                first_row, phase_size, stride_h, stride_w)
         filt = w[o]
         shift = bias[o] if has_bias else np.float32(0.0)
@@ -168,6 +168,17 @@ def _depthwise(x, w, bias, y, stride_h, stride_w, dil_h, dil_w, top, left, code,
 # ----- small planes: channels last --------------------------------------------------------
 # With few outputs per plane (7 x 7), the loop over one plane is too short to pay for its
 # set-up; laid out channels last, one output pixel is a loop over all the channels instead.
+
+@kernel(nogil=True, inline="always")
+def padded_extent(height, width, out_h, out_w, kh, kw, stride_h, stride_w, dil_h, dil_w,
+                  top, left):
+    """(padded_h, padded_w, rows, cols): a padded image that holds every window (so the loops
+    that read it need no bounds checks), and the rows x cols of the image that any window
+    reads (the rest is never copied)."""
+    padded_h = max((out_h - 1) * stride_h + (kh - 1) * dil_h + 1, top + height)
+    padded_w = max((out_w - 1) * stride_w + (kw - 1) * dil_w + 1, left + width)
+    return padded_h, padded_w, min(height, padded_h - top), min(width, padded_w - left)
+
 
 @kernel(nogil=True, fastmath=_FMA, inline="always")
 def _pixel_3x3(padded, wt, bias, out, row, col, dil_h, dil_w):

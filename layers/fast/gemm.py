@@ -9,10 +9,10 @@ The weight is packed once, at build, as that (C_out, K) matrix (per group: (G, C
 
 * A 1x1 convolution with stride 1 and no padding needs no cols at all: the image itself,
   viewed as (C_in, H*W), is the matrix, so the product reads the input in place (no copy).
-* Otherwise a numba kernel writes cols (from the stride phases of each channel, so every row
-  of cols is unit-stride copies) into a scratch buffer that is reused from call to call
-  (``scratch``), one image at a time so it stays small, and BLAS writes straight into the
-  output image. Bias, residual and activation then follow in one pass (epilogue).
+* Otherwise a numba kernel writes cols (from the masked stride phases of each channel, so
+  every row of cols is one unit-stride masked copy) into a scratch buffer that is reused
+  from call to call (``scratch``), one image at a time so it stays small, and BLAS writes
+  straight into the output image. Bias, residual and activation then follow in one pass (epilogue).
 """
 
 from __future__ import annotations
@@ -44,8 +44,9 @@ def scratch(name: str, shape: tuple[int, ...]) -> np.ndarray:
 def _im2col(x, cols, kh, kw, stride_h, stride_w, dil_h, dil_w, top, left, out_h, out_w):
     """x (C, H, W) -> cols (C*kh*kw, Ho*Wo), zeros where a window reaches into the padding.
 
-    Each channel is first split into its stride phases (layers/fast/phases.py), where every
-    tap reads a plain window: each row of cols is then Ho unit-stride copies of Wo values."""
+    Each channel is first split into its masked stride phases (layers/fast/phases.py), where
+    every tap reads a plain window: each row of cols is then one masked copy of Ho*Wo values
+    (with "same" padding; Ho copies of Wo values otherwise)."""
     channels, height, width = x.shape
     if (kh == 1 and kw == 1 and top == 0 and left == 0 and (out_h - 1) * stride_h < height
             and (out_w - 1) * stride_w < width):
@@ -56,19 +57,27 @@ def _im2col(x, cols, kh, kw, stride_h, stride_w, dil_h, dil_w, top, left, out_h,
                 for ow in range(out_w):
                     out_row[ow] = src[ow * stride_w]
         return
-    phase_h, phase_w, tap_start, rows, used_cols = phase_layout(
+    row_len, first_row, phase_size, tap_start, column_ok, length, size = phase_layout(
         height, width, out_h, out_w, kh, kw, stride_h, stride_w, dil_h, dil_w, top, left)
-    phases = np.zeros(stride_h * stride_w * phase_h * phase_w, np.float32)
+    phases = np.zeros(size, np.float32)
+    planes = x.reshape(channels, height * width)
+    zero = np.float32(0.0)
     for c in range(channels):
-        split_plane(x[c], phases, phase_h, phase_w, rows, used_cols, stride_h, stride_w,
-                    top, left)
+        split_plane(planes[c], height, width, phases, row_len, first_row, phase_size,
+                           stride_h, stride_w)
         for i in range(kh):
             for j in range(kw):
-                dst = cols[(c * kh + i) * kw + j]
-                for oh in range(out_h):
-                    src, out_row = phases[tap_start[i, j] + oh * phase_w:], dst[oh * out_w:]
-                    for ow in range(out_w):
-                        out_row[ow] = src[ow]
+                dst, ok = cols[(c * kh + i) * kw + j], column_ok[j]
+                src = phases[tap_start[i, j]:]
+                if row_len == out_w:               # the whole row of cols in one loop
+                    for t in range(length):
+                        dst[t] = src[t] if ok[t] else zero
+                else:
+                    for oh in range(out_h):
+                        first = oh * row_len
+                        row, row_ok, out_row = src[first:], ok[first:], dst[oh * out_w:]
+                        for ow in range(out_w):
+                            out_row[ow] = row[ow] if row_ok[ow] else zero
 
 
 def pack_gemm_weight(weight: np.ndarray, groups: int) -> np.ndarray:
