@@ -12,7 +12,8 @@ The weight is packed once, at build, as that (C_out, K) matrix (per group: (G, C
 * Otherwise a numba kernel writes cols (from the masked stride phases of each channel, so
   every row of cols is one unit-stride masked copy) into a scratch buffer that is reused
   from call to call (``scratch``), one image at a time so it stays small, and BLAS writes
-  straight into the output image. Bias, residual and activation then follow in one pass (epilogue).
+  straight into the output image. Bias, residual and activation then follow in one pass
+  (epilogue).
 """
 
 from __future__ import annotations
@@ -64,7 +65,7 @@ def _im2col(x, cols, kh, kw, stride_h, stride_w, dil_h, dil_w, top, left, out_h,
     zero = np.float32(0.0)
     for c in range(channels):
         split_plane(planes[c], height, width, phases, row_len, first_row, phase_size,
-                           stride_h, stride_w)
+                    stride_h, stride_w)
         for i in range(kh):
             for j in range(kw):
                 dst, ok = cols[(c * kh + i) * kw + j], column_ok[j]
