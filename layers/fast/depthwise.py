@@ -122,7 +122,7 @@ def _taps_any(phases, starts, column_ok, filt, out, length, shift):
         for j in range(starts.shape[1]):
             tap, src, ok = filt[i, j], phases[starts[i, j]:], column_ok[j]
             for t in range(length):
-                out[t] += tap * src[t] if ok[t] else zero
+                out[t] += (tap * src[t] if ok[t] else zero)
 
 
 @kernel(nogil=True, fastmath=_FMA,

@@ -57,15 +57,15 @@ def phase_layout(height, width, out_h, out_w, kh, kw, stride_h, stride_w, dil_h,
             tap_start[i, j] = (p * stride_w + q) * phase_size + (first_row + a) * row_len + b
             size = max(size, tap_start[i, j] + length)
     column_ok = np.empty((kw, out_h * row_len), np.bool_)    # (the last row's tail unused)
-    first = np.empty(row_len, np.bool_)
+    pattern = np.empty(row_len, np.bool_)        # one output row's; every row has the same
     for j in range(kw):
         for ow in range(row_len):
             column = ow * stride_w + j * dil_w - left
-            first[ow] = (column >= 0) & (column < width)
-        for oh in range(out_h):                    # every output row: the same columns
+            pattern[ow] = (column >= 0) & (column < width)
+        for oh in range(out_h):
             row = column_ok[j, oh * row_len:]
             for ow in range(row_len):
-                row[ow] = first[ow]
+                row[ow] = pattern[ow]
     return row_len, first_row, phase_size, tap_start, column_ok, length, size
 
 
