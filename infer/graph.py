@@ -504,7 +504,9 @@ class RuntimeGraph(GraphTools):
 
     # ---------------------------------------------------------------- threads, housekeeping
     def set_num_threads(self, n: int | None) -> None:
-        """Cap the threads this graph's forward uses (numba and BLAS); None lifts the cap."""
+        """The threads this graph's forward uses: ``n`` (the calling thread and n - 1 helper
+        threads sharing each kernel, layers/fast/workers.py; numba's and BLAS's own pools
+        capped), or None for every usable core."""
         if n is not None and (not isinstance(n, int) or n < 1):
             raise GraphError(f"set_num_threads needs a positive integer, got {n!r}")
         self.num_threads = n

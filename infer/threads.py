@@ -27,6 +27,8 @@ import contextlib
 import sys
 import threading
 
+from layers.fast import workers
+
 _lock = threading.Lock()
 _pools: list | None = None       # threadpoolctl controllers of the loaded BLAS / OpenMP libraries
 _running: list[int] = []         # caps of the capped forwards running now, in every thread
@@ -63,22 +65,32 @@ def prepare() -> None:
 
 @contextlib.contextmanager
 def limit(num_threads: int | None):
-    """Run the body with at most ``num_threads`` numba and BLAS threads (None: no cap)."""
-    if num_threads is None:
-        yield
-        return
+    """Run the body with at most ``num_threads`` threads (None: no cap). With two or more,
+    the runtime's kernels share their work with helper threads (layers/fast/workers.py),
+    which run the matrix products too: BLAS's own pool is then capped at one thread."""
+    with workers.sharing(num_threads) as team:
+        with _capped(num_threads, 1 if team is not None else num_threads):
+            yield
+
+
+@contextlib.contextmanager
+def _capped(num_threads: int | None, blas_threads: int | None):
+    """At most ``num_threads`` numba threads and ``blas_threads`` BLAS threads in the body
+    (None: no cap)."""
     numba = sys.modules.get("numba")                   # not imported: nothing to cap
     numba_before = numba_wanted = 0
-    if numba is not None:
+    if numba is not None and num_threads is not None:
         numba_before = numba.get_num_threads()         # this Python thread's own setting
         numba_wanted = min(num_threads, numba.config.NUMBA_NUM_THREADS)
         if numba_before != numba_wanted:
             numba.set_num_threads(numba_wanted)
-    _enter(num_threads)
+    if blas_threads is not None:
+        _enter(blas_threads)
     try:
         yield
     finally:
-        _leave(num_threads)
+        if blas_threads is not None:
+            _leave(blas_threads)
         if numba_before != numba_wanted:
             numba.set_num_threads(numba_before)
 

@@ -7,6 +7,7 @@ import ast
 import builtins
 import gc
 import marshal
+import os
 import pickle
 import threading
 import tracemalloc
@@ -19,6 +20,7 @@ import pytest
 from threadpoolctl import threadpool_info
 
 from infer import Layer, RuntimeGraph
+from layers.fast import workers
 from tests.robustness import conv_line, conv_weights, write_model
 
 REPO = Path(__file__).resolve().parent.parent
@@ -109,12 +111,14 @@ class Meeting(Layer):
         return x.copy()
 
 
-def test_overlapping_thread_caps(tmp_path):
+def test_overlapping_thread_caps(tmp_path, monkeypatch):
     """Two graphs capped at 1 and 2 threads overlap, in long-lived threads: the 1-capped
     forward enters first and leaves first. Inside, each thread has its own numba count and
     BLAS (process-wide) runs with the smaller cap; when only the 2-capped one is left, with 2.
     Afterwards every limit is what it was before. (Each forward restoring "its" previous BLAS
-    limit left the process capped at 1.)"""
+    limit left the process capped at 1.) Without helper threads: with them, a 2-thread
+    forward caps BLAS at 1 itself (test_helper_threads_cap_blas_at_one)."""
+    monkeypatch.setenv("PNNX_INFER_HELPERS", "0")
     lines = ("pnnx.Input in0 0 1 0 #0=(2,3)f32", "my.Meeting meet 1 1 0 1",
              "pnnx.Output out0 1 0 1")
     graphs = {}
@@ -163,6 +167,35 @@ def test_overlapping_thread_caps(tmp_path):
     assert only_cap2 == [two] * len(before_blas)
     assert before_blas and after == before_blas
     assert numba.get_num_threads() == before_numba
+
+
+def test_helper_threads_cap_blas_at_one(tmp_path):
+    """A 2-thread forward with helper threads (layers/fast/workers.py) runs the matrix
+    products on them, one BLAS thread each: inside, BLAS is capped at 1 and numba at 2; after,
+    both are back. A forward on one thread has no team."""
+    lines = ("pnnx.Input in0 0 1 0 #0=(2,3)f32", "my.Look look 1 1 0 1",
+             "pnnx.Output out0 1 0 1")
+    seen = {}
+
+    class Look(Layer):
+        def forward_one(self, x):
+            seen["team"] = workers.current() is not None
+            seen["limits"] = (numba.get_num_threads(), [n for _, n in _blas_limits()])
+            return x.copy()
+
+    graph = RuntimeGraph(*write_model(tmp_path, *lines))
+    graph.register_custom_layer("my.Look", Look)
+    graph.build()
+    before = (numba.get_num_threads(), [n for _, n in _blas_limits()])
+    graph.set_num_threads(1)
+    graph.forward(np.ones((2, 3), np.float32))
+    assert not seen["team"] and seen["limits"] == (1, [1] * len(before[1]))
+    graph.set_num_threads(2)
+    graph.forward(np.ones((2, 3), np.float32))
+    if workers.usable_cores() >= 2 and os.environ.get("PNNX_INFER_HELPERS") != "0":
+        assert seen["team"]
+        assert seen["limits"] == (min(2, numba.config.NUMBA_NUM_THREADS), [1] * len(before[1]))
+    assert (numba.get_num_threads(), [n for _, n in _blas_limits()]) == before
 
 
 def _blas_limits() -> list[tuple[str, int]]:

@@ -10,10 +10,18 @@ import pytest
 from threadpoolctl import threadpool_info
 
 from infer import threads
+from layers.fast import workers
 
 
 def pool_sizes() -> list[int]:
     return [pool["num_threads"] for pool in threadpool_info()]
+
+
+@pytest.fixture(autouse=True)
+def no_helpers(monkeypatch):
+    """The caps alone: with helper threads (layers/fast/workers.py), a forward of two or more
+    threads caps BLAS at one (test_helpers_take_over_blas_threads)."""
+    monkeypatch.setenv("PNNX_INFER_HELPERS", "0")
 
 
 def test_limit_caps_blas_and_numba_and_restores_them():
@@ -29,6 +37,23 @@ def test_limit_caps_blas_and_numba_and_restores_them():
     assert pool_sizes() == before
     assert numba.get_num_threads() == numba_before
     with threads.limit(None):                        # no cap: nothing changes
+        assert pool_sizes() == before
+
+
+def test_helpers_take_over_blas_threads(monkeypatch):
+    """With helper threads, a forward of 2 threads, or of every core (None), runs the matrix
+    products on the team, so BLAS's own pool is capped at one thread inside and restored
+    after; the team is this thread's only inside."""
+    monkeypatch.delenv("PNNX_INFER_HELPERS")
+    if workers.usable_cores() < 2:
+        pytest.skip("one core: no helper threads")
+    threads.prepare()
+    before = pool_sizes()
+    for cap in (2, None):
+        with threads.limit(cap):
+            assert workers.current() is not None
+            assert set(pool_sizes()) == {1}
+        assert workers.current() is None
         assert pool_sizes() == before
 
 
@@ -73,11 +98,11 @@ def test_threads_running_at_once_restore_the_sizes_at_the_end(counting_pools):
             inside.wait(timeout=10)                       # all four are inside together
             seen.append([pool.size for pool in counting_pools])
 
-    workers = [threading.Thread(target=run) for _ in range(4)]
-    for worker in workers:
-        worker.start()
-    for worker in workers:
-        worker.join()
+    runners = [threading.Thread(target=run) for _ in range(4)]
+    for runner in runners:
+        runner.start()
+    for runner in runners:
+        runner.join()
     assert seen == [[1, 1]] * 4
     assert [pool.size for pool in counting_pools] == [2, 4]
     assert [pool.sets for pool in counting_pools] == [2, 2]   # one cap, one restore each

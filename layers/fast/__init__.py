@@ -7,6 +7,9 @@
     winograd.py    3x3 stride-1 convolution as Winograd F(4x4, 3x3): 36 GEMMs on BLAS
     conv.py        one convolution's packed weights and the choice of kernel per input size
     pool.py        max pooling, separable: rows then columns
+    workers.py     helper threads sharing every kernel call with the calling thread
+    jobs.py        a kernel call cut into chunks that threads take without locks
+    atomics.py     atomic loads and stores, and a BLAS call by address, as numba intrinsics
     backend.py     @kernel, and the choice between the compiled module and numba's JIT
     aot.py         the kernels compiled ahead of time into an extension module, once per machine
 
@@ -18,18 +21,17 @@ later processes import without numba (backend.py, aot.py); ``PNNX_INFER_KERNELS=
 compile them just in time instead. Either way they take one array layout (C-contiguous,
 aligned float32). ``start()`` (which RuntimeGraph.build calls) chooses and binds them.
 
-Threads: the matrix products run on BLAS's threads (numpy's OpenBLAS, capped per graph by
-RuntimeGraph.set_num_threads); the numba kernels run on the calling thread. Two thread pools
-taking turns on the same cores fight: OpenBLAS's workers spin after each product while
-numba's OpenMP workers need those cores, and on this 2-core machine a parallel numba
-Winograd convolution alternating with BLAS went from 2 ms to 500 ms. Measured end to end
-(ResNet18 and EfficientNet-Lite0 at batch 1), serial numba + threaded BLAS was the fastest
-and the steadiest of the arrangements tried (parallel numba + single-threaded BLAS split by
-hand, both parallel, both serial); it also needs no OpenMP start-up on the first inference.
-Measured again with the current kernels: a depthwise layer split into two halves of planes,
-one on a helper Python thread (the kernels release the GIL), runs 30% faster alone but gives
-nothing inside EfficientNet-Lite0, because OpenBLAS's worker keeps spinning on the second
-core after each product (it only helps with OPENBLAS_THREAD_TIMEOUT=4, and then by ~1%).
+Threads: a forward of two or more threads (RuntimeGraph.set_num_threads, or None for every
+core) shares each kernel call with helper threads (workers.py): the call is cut into chunks
+(output planes, bands of a matrix product, products of a stack) that the calling thread and
+the helpers take in turn (jobs.py), the helpers spinning in compiled code between calls and
+running the matrix products too, through numpy's OpenBLAS with its own pool capped at one
+thread. Two pools taking turns on the same cores fight (OpenBLAS's workers spin after each
+product; a parallel numba Winograd convolution alternating with BLAS went from 2 ms to
+500 ms on this 2-core machine), and a helper that sleeps, or comes back to Python, between
+calls costs more to wake (30-50 us) than half a small kernel saves: so one team runs both.
+Without numpy's OpenBLAS, or with one thread, the numba kernels run on the calling thread and
+the products on BLAS's own threads.
 """
 
 from layers.fast.backend import start

@@ -212,7 +212,8 @@ def _kernel_sources() -> list[Path]:
     """The modules that declare kernels, and the two that compile them (this one, backend)."""
     from layers.fast import backend
 
-    modules = {sys.modules[k.func.__module__] for k in backend.declared_kernels()}
+    declared = backend.declared_kernels() + backend.declared_intrinsics()
+    modules = {sys.modules[k.func.__module__] for k in declared}
     return sorted({Path(m.__file__).resolve() for m in modules}
                   | {Path(backend.__file__).resolve(), Path(__file__).resolve()})
 

@@ -61,6 +61,7 @@ class Declared:
 
 
 _declared: list[Declared] = []
+_intrinsics: list[Declared] = []
 _compiled: dict[Declared, Callable] = {}
 
 
@@ -75,10 +76,25 @@ def kernel(*, exported: tuple[str, ...] | None = None, **options) -> Callable:
     return declare
 
 
+def intrinsic(factory: Callable) -> Declared:
+    """Mark ``factory`` as making a numba intrinsic (a few lines of LLVM IR that kernels call,
+    such as an atomic load: layers/fast/atomics.py). It runs when numba compiles the kernels,
+    so that a process running the ahead-of-time modules never imports numba."""
+    declared = Declared(factory, {}, None)
+    _intrinsics.append(declared)
+    return declared
+
+
 def declared_kernels() -> list[Declared]:
     """Every kernel, in declaration order."""
     _import_kernel_modules()
     return list(_declared)
+
+
+def declared_intrinsics() -> list[Declared]:
+    """Every intrinsic, in declaration order."""
+    _import_kernel_modules()
+    return list(_intrinsics)
 
 
 def exported_kernels() -> list[Declared]:
@@ -136,6 +152,7 @@ def use_jit() -> None:
     """Bind every kernel to its numba dispatcher (compiled on first call, cached on disk)."""
     import numba
 
+    _bind({i: i.func() for i in _intrinsics})           # first: the kernels call them
     _bind({k: numba.njit(cache=True, **k.options)(k.func) for k in _declared})
 
 
@@ -175,8 +192,8 @@ def _checked(declared: Declared, function: Callable) -> Callable:
 
 def _import_kernel_modules() -> None:
     """Import every module that declares kernels (so that all are declared)."""
-    from layers.fast import (depthwise, epilogue, gemm, phases, pool, special,  # noqa
-                             winograd, winograd_f2)
+    from layers.fast import (atomics, depthwise, epilogue, gemm, jobs, phases,  # noqa
+                             pool, special, winograd, winograd_f2)
 
 
 def _kernel_modules() -> list:

@@ -45,8 +45,9 @@ from typing import Callable
 
 import numpy as np
 
+from layers.fast import workers
 from layers.fast.depthwise import depthwise_conv2d, pack_channel_blocks, uses_channels_last
-from layers.fast.epilogue import IDENTITY, Activation, bias_residual_activation
+from layers.fast.epilogue import IDENTITY, NO_ARRAY, Activation, bias_residual_activation
 from layers.fast.gemm import gemm_conv2d, pack_gemm_weight
 from layers.fast.winograd import TAPS, TILE, pack_winograd_weight, winograd_conv2d
 from layers.fast.winograd_f2 import TILE as TILE_F2
@@ -188,8 +189,13 @@ class PackedConv2d:
 
         if algorithm.startswith("depthwise"):
             def depthwise(x, residual, y):
-                depthwise_conv2d(x, weight, bias, stride, pads, dilation, out_hw,
-                                 activation if residual is None else IDENTITY, y)
+                own = activation if residual is None else IDENTITY
+                team = workers.current()
+                if team is None:
+                    depthwise_conv2d(x, weight, bias, stride, pads, dilation, out_hw, own, y)
+                else:                                 # shared with the helper threads
+                    team.depthwise(x, weight, NO_ARRAY if bias is None else bias, y, stride,
+                                   dilation, pads, own)
                 if residual is not None:              # rare (MobileNet blocks end in 1x1)
                     bias_residual_activation(y, None, residual, activation)
             return depthwise

@@ -129,6 +129,15 @@ def _taps_any(phases, starts, column_ok, filt, out, length, shift):
         exported=(array(4), array(3), array(1), array(4), *[INT] * 7, FLOAT, FLOAT))
 def _depthwise(x, w, bias, y, stride_h, stride_w, dil_h, dil_w, top, left, code, a, b):
     """y (N, C_out, Ho, Wo) <- the depthwise convolution of x, plane (n, o) by plane."""
+    depthwise_planes(x, w, bias, y, stride_h, stride_w, dil_h, dil_w, top, left, code, a, b,
+                     0, y.shape[0] * y.shape[1])
+
+
+@kernel(nogil=True, fastmath=_FMA)
+def depthwise_planes(x, w, bias, y, stride_h, stride_w, dil_h, dil_w, top, left, code, a, b,
+                     first, last):
+    """Output planes first .. last - 1 of _depthwise's, counted over (n, o): a share of
+    the work for one thread (layers/fast/jobs.py)."""
     n, c_in, height, width = x.shape
     _, c_out, out_h, out_w = y.shape
     kh, kw = w.shape[1], w.shape[2]
@@ -142,9 +151,9 @@ def _depthwise(x, w, bias, y, stride_h, stride_w, dil_h, dil_w, top, left, code,
     # flat planes, reshaped once: a reshape per plane costs as much as a 14 x 14 plane's taps
     planes_in = x.reshape(n * c_in, height * width)
     planes_out = y.reshape(n * c_out, out_h * out_w)
-    for plane in range(n * c_out):
+    for plane in range(first, last):
         o = plane % c_out
-        if o % mult == 0:                          # a new input plane: split it
+        if o % mult == 0 or plane == first:        # a new input plane: split it
             split_plane(planes_in[plane // mult], height, width, phases, row_len, first_row,
                         phase_size, stride_h, stride_w)
         filt = w[o]
@@ -227,11 +236,21 @@ def _pixel_5x5(padded, wt, bias, out, row, col, dil_h, dil_w):
         exported=(array(4), array(4), array(1), array(4), *[INT] * 7, FLOAT, FLOAT))
 def _depthwise_channels_last(x, blocks, bias, y, stride_h, stride_w, dil_h, dil_w, top, left,
                              code, a, b):
+    """The same convolution for a 3x3 or 5x5 kernel, channels last by blocks of channels
+    (``depthwise_blocks``)."""
+    depthwise_blocks(x, blocks, bias, y, stride_h, stride_w, dil_h, dil_w, top, left, code,
+                     a, b, 0, x.shape[0] * blocks.shape[0])
+
+
+@kernel(nogil=True, fastmath=_FMA)
+def depthwise_blocks(x, blocks, bias, y, stride_h, stride_w, dil_h, dil_w, top, left, code, a,
+                     b, first, last):
     """The same convolution for a 3x3 or 5x5 kernel, one output channel per input channel,
     block of channels by block: the block's planes are transposed into a zero-padded
     (PH, PW, B) buffer, every output pixel is one loop over the block's channels
     (``_pixel_*``) into a (Ho*Wo, B) buffer, which is activated in one long loop and
-    transposed back into y. ``blocks`` (ceil(C / B), kh, kw, B) from pack_channel_blocks."""
+    transposed back into y. ``blocks`` (ceil(C / B), kh, kw, B) from pack_channel_blocks.
+    Only blocks first .. last - 1, counted over (image, block): a share for one thread."""
     n, channels, height, width = x.shape
     out_h, out_w = y.shape[2], y.shape[3]
     n_blocks, kh, kw, block = blocks.shape
@@ -241,35 +260,35 @@ def _depthwise_channels_last(x, blocks, bias, y, stride_h, stride_w, dil_h, dil_
     pixels = np.empty((out_h * out_w, block), np.float32)
     shift = np.zeros(block, np.float32)                   # the block's biases
     has_bias = bias.shape[0] > 0
-    for i_n in range(n):
+    for unit in range(first, last):
+        i_n, k = unit // n_blocks, unit % n_blocks
         planes = x[i_n].reshape(channels, height * width)
         planes_out = y[i_n].reshape(channels, out_h * out_w)
-        for k in range(n_blocks):
-            first = k * block
-            count = min(block, channels - first)          # the last block may be partial:
-            if has_bias:                                  # its other lanes are thrown away
+        start = k * block
+        count = min(block, channels - start)          # the last block may be partial:
+        if has_bias:                                  # its other lanes are thrown away
+            for c in range(count):
+                shift[c] = bias[start + c]
+        for r in range(rows):                         # (B, H, W) -> (PH, PW, B)
+            for col in range(cols):
+                dst, p = padded[top + r, left + col], r * width + col
                 for c in range(count):
-                    shift[c] = bias[first + c]
-            for r in range(rows):                         # (B, H, W) -> (PH, PW, B)
-                for col in range(cols):
-                    dst, p = padded[top + r, left + col], r * width + col
-                    for c in range(count):
-                        dst[c] = planes[first + c, p]
-            taps = blocks[k]
-            for oh in range(out_h):
-                for ow in range(out_w):
-                    out = pixels[oh * out_w + ow]
-                    if kh == 3:
-                        _pixel_3x3(padded, taps, shift, out, oh * stride_h, ow * stride_w,
-                                   dil_h, dil_w)
-                    else:
-                        _pixel_5x5(padded, taps, shift, out, oh * stride_h, ow * stride_w,
-                                   dil_h, dil_w)
-            activate_row(pixels.reshape(-1), code, a, b)
-            for c in range(count):                        # (Ho*Wo, B) -> (B, Ho, Wo)
-                dst = planes_out[first + c]
-                for p in range(out_h * out_w):
-                    dst[p] = pixels[p, c]
+                    dst[c] = planes[start + c, p]
+        taps = blocks[k]
+        for oh in range(out_h):
+            for ow in range(out_w):
+                out = pixels[oh * out_w + ow]
+                if kh == 3:
+                    _pixel_3x3(padded, taps, shift, out, oh * stride_h, ow * stride_w,
+                               dil_h, dil_w)
+                else:
+                    _pixel_5x5(padded, taps, shift, out, oh * stride_h, ow * stride_w,
+                               dil_h, dil_w)
+        activate_row(pixels.reshape(-1), code, a, b)
+        for c in range(count):                        # (Ho*Wo, B) -> (B, Ho, Wo)
+            dst = planes_out[start + c]
+            for p in range(out_h * out_w):
+                dst[p] = pixels[p, c]
 
 
 CHANNELS_LAST_MAX_OUTPUTS = 49     # outputs per plane; with stride > 1, 4x as many (measured)

@@ -22,6 +22,8 @@ function serves every activation (no signature per activation, nothing to compil
 
 from __future__ import annotations
 
+import math
+
 from dataclasses import dataclass
 
 import numpy as np
@@ -118,10 +120,16 @@ def finish_row(row, shift, other, code, a, b):
 def _bias_residual_activation(y, bias, residual, code, a, b):
     """y (N, C, L) <- activation(y + bias[c] + residual), in place; an empty bias or residual
     (size 0) is skipped; one row (n, c) at a time (``finish_row``)."""
-    n, c, length = y.shape
+    finish_rows(y, bias, residual, code, a, b, 0, y.shape[0] * y.shape[1])
+
+
+@kernel(nogil=True)
+def finish_rows(y, bias, residual, code, a, b, first, last):
+    """Rows first .. last - 1 of _bias_residual_activation's, counted over (n, c)."""
+    c = y.shape[1]
     has_bias, has_residual = bias.shape[0] > 0, residual.shape[0] > 0
     no_residual = np.empty(0, np.float32)
-    for row_index in range(n * c):
+    for row_index in range(first, last):
         i, k = row_index // c, row_index % c
         finish_row(y[i, k], bias[k] if has_bias else np.float32(0.0),
                    residual[i, k] if has_residual else no_residual, code, a, b)
@@ -138,7 +146,8 @@ def bias_residual_activation(y: np.ndarray, bias: np.ndarray | None,
     if bias is None and residual is None and activation.code == NONE:
         return
     n, c = y.shape[:2]
+    length = math.prod(y.shape[2:])                 # not -1: y may be empty
     _bias_residual_activation(
-        y.reshape(n, c, -1), NO_ARRAY if bias is None else bias,
-        NO_RESIDUAL if residual is None else residual.reshape(n, c, -1),
+        y.reshape(n, c, length), NO_ARRAY if bias is None else bias,
+        NO_RESIDUAL if residual is None else residual.reshape(n, c, length),
         activation.code, activation.a, activation.b)

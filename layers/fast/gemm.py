@@ -23,6 +23,7 @@ import threading
 
 import numpy as np
 
+from layers.fast import workers
 from layers.fast.backend import INT, array, kernel
 from layers.fast.epilogue import Activation, bias_residual_activation
 from layers.fast.phases import phase_layout, split_plane
@@ -43,7 +44,16 @@ def scratch(name: str, shape: tuple[int, ...]) -> np.ndarray:
 
 @kernel(nogil=True, exported=(array(3), array(2), *[INT] * 10))
 def _im2col(x, cols, kh, kw, stride_h, stride_w, dil_h, dil_w, top, left, out_h, out_w):
-    """x (C, H, W) -> cols (C*kh*kw, Ho*Wo), zeros where a window reaches into the padding.
+    """x (C, H, W) -> cols (C*kh*kw, Ho*Wo), every channel (``im2col_channels``)."""
+    im2col_channels(x, cols, kh, kw, stride_h, stride_w, dil_h, dil_w, top, left, out_h, out_w,
+                    0, x.shape[0])
+
+
+@kernel(nogil=True)
+def im2col_channels(x, cols, kh, kw, stride_h, stride_w, dil_h, dil_w, top, left, out_h, out_w,
+                    first, last):
+    """x (C, H, W) -> cols (C*kh*kw, Ho*Wo), zeros where a window reaches into the padding:
+    the rows of channels first .. last - 1.
 
     Each channel is first split into its masked stride phases (layers/fast/phases.py), where
     every tap reads a plain window: each row of cols is then one masked copy of Ho*Wo values
@@ -51,7 +61,7 @@ def _im2col(x, cols, kh, kw, stride_h, stride_w, dil_h, dil_w, top, left, out_h,
     channels, height, width = x.shape
     if (kh == 1 and kw == 1 and top == 0 and left == 0 and (out_h - 1) * stride_h < height
             and (out_w - 1) * stride_w < width):
-        for c in range(channels):                  # a strided 1x1: just every sh-th pixel
+        for c in range(first, last):               # a strided 1x1: just every sh-th pixel
             dst = cols[c]
             for oh in range(out_h):
                 src, out_row = x[c, oh * stride_h], dst[oh * out_w:]
@@ -63,7 +73,7 @@ def _im2col(x, cols, kh, kw, stride_h, stride_w, dil_h, dil_w, top, left, out_h,
     phases = np.zeros(size, np.float32)
     planes = x.reshape(channels, height * width)
     zero = np.float32(0.0)
-    for c in range(channels):
+    for c in range(first, last):
         split_plane(planes[c], height, width, phases, row_len, first_row, phase_size,
                     stride_h, stride_w)
         for i in range(kh):
@@ -102,17 +112,46 @@ def gemm_conv2d(x: np.ndarray, packed: np.ndarray, bias: np.ndarray | None,
     y = np.empty((n, groups * group_out, out_h, out_w), np.float32) if out is None else out
     y_groups = y.reshape(n, groups, group_out, length)
     direct = kernel == (1, 1) and stride == (1, 1) and not any(pads)
+    team = workers.current()                       # helper threads to share the work with
     if direct:                                     # the input is already the cols matrix
         images = x.reshape(n, groups, group_k, length)
+        if team is not None and groups == 1:       # all images in one job, epilogue fused
+            team.matmul(packed, images.reshape(n, group_k, length),
+                        y.reshape(n, group_out, length), bias, residual, activation)
+            return y
         for i in range(n):
-            np.matmul(packed, images[i], out=y_groups[i])
-        bias_residual_activation(y, bias, residual, activation)
+            _matmul(team, packed, images[i], y_groups[i])
+        _finish(team, y, bias, residual, activation)
         return y
     cols = scratch("cols", (groups * group_k, length))
     for i in range(n):                             # one image at a time: cols stay small
-        _im2col(x[i], cols, kernel[0], kernel[1], stride[0], stride[1], dilation[0],
-                dilation[1], pads[0], pads[2], out_h, out_w)
-        np.matmul(packed, cols.reshape(groups, group_k, length), out=y_groups[i])
-        bias_residual_activation(y[i:i + 1], bias,
-                                 None if residual is None else residual[i:i + 1], activation)
+        if team is None:
+            _im2col(x[i], cols, kernel[0], kernel[1], stride[0], stride[1], dilation[0],
+                    dilation[1], pads[0], pads[2], out_h, out_w)
+        else:
+            team.im2col(x[i], cols, kernel, stride, dilation, pads, out_hw)
+        image_residual = None if residual is None else residual[i:i + 1]
+        if team is not None and groups == 1:
+            team.matmul(packed, cols.reshape(1, group_k, length), y_groups[i], bias,
+                        image_residual, activation)
+            continue
+        _matmul(team, packed, cols.reshape(groups, group_k, length), y_groups[i])
+        _finish(team, y[i:i + 1], bias, image_residual, activation)
     return y
+
+
+def _matmul(team: "workers.Team | None", a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
+    """np.matmul(a, b, out=out), shared with the team's helpers if there is a team."""
+    if team is None:
+        np.matmul(a, b, out=out)
+    else:
+        team.matmul(a, b, out)
+
+
+def _finish(team: "workers.Team | None", y: np.ndarray, bias: np.ndarray | None,
+            residual: np.ndarray | None, activation: Activation) -> None:
+    """bias_residual_activation, shared with the team's helpers if there is a team."""
+    if team is None:
+        bias_residual_activation(y, bias, residual, activation)
+    else:
+        team.finish(y, bias, residual, activation)

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from layers.fast import workers
 from layers.fast.backend import FLOAT, INT, array, kernel
 from layers.fast.epilogue import Activation, NO_ARRAY, finish_row
 from layers.fast.gemm import scratch
@@ -128,6 +129,12 @@ def split_into_streams(plane, streams, padded_row, rows, cols, top, left, tiles_
 
 @kernel(nogil=True, exported=(array(4), array(3), *[INT] * 4))
 def _input_transform(x, v, top, left, tiles_h, tiles_w):
+    """x (N, C, H, W) -> v (36, C, T), every plane (``input_planes``)."""
+    input_planes(x, v, top, left, tiles_h, tiles_w, 0, x.shape[0] * x.shape[1])
+
+
+@kernel(nogil=True)
+def input_planes(x, v, top, left, tiles_h, tiles_w, first, last):
     """x (N, C, H, W) -> v (36, C, T): V = B^T d B for every 6x6 tile d (T = N * tiles).
 
     Tile (ty, tx) reads padded rows 4ty .. 4ty+5 and columns 4tx .. 4tx+5. Each plane is first
@@ -143,7 +150,7 @@ def _input_transform(x, v, top, left, tiles_h, tiles_w):
     streams, padded_row, rows, cols = stream_buffers(TILE, TAPS, tiles_h, tiles_w, height,
                                                       width, top, left)
     cols_t = np.empty((TAPS, TAPS, tiles), np.float32)    # (r of B^T d, column s, tile)
-    for plane in range(n * channels):
+    for plane in range(first, last):
         i_n, c = plane // channels, plane % channels
         split_into_streams(x[i_n, c], streams, padded_row, rows, cols, top, left, tiles_w)
         for s in range(TAPS):                                # columns: B^T d
@@ -171,6 +178,13 @@ def _input_transform(x, v, top, left, tiles_h, tiles_w):
 @kernel(nogil=True,
         exported=(array(3), array(4), array(1), array(4), *[INT] * 3, FLOAT, FLOAT))
 def _output_transform(m, y, bias, residual, tiles_h, tiles_w, code, a, b):
+    """m (36, C_out, T) -> y (N, C_out, Ho, Wo), every plane (``output_planes``)."""
+    output_planes(m, y, bias, residual, tiles_h, tiles_w, code, a, b, 0,
+                  y.shape[0] * y.shape[1])
+
+
+@kernel(nogil=True)
+def output_planes(m, y, bias, residual, tiles_h, tiles_w, code, a, b, first, last):
     """m (36, C_out, T) -> y (N, C_out, Ho, Wo) = A^T m A + bias + residual, activated.
 
     Both passes are long loops over all the tiles u = ty*tiles_w + tx of a plane: the
@@ -184,7 +198,7 @@ def _output_transform(m, y, bias, residual, tiles_h, tiles_w, code, a, b):
     out = np.empty((TILE, TILE, length), np.float32)      # (tile row i, tile column j, tile)
     full = out_w // TILE                                  # tiles whose 4 columns are all in y
     no_residual = np.empty(0, np.float32)
-    for plane in range(n * c_out):
+    for plane in range(first, last):
         i_n, o = plane // c_out, plane % c_out
         base = i_n * length
         for s in range(TAPS):                                # columns: A^T m
@@ -239,10 +253,18 @@ def run_winograd(input_transform, output_transform, tile: int, x: np.ndarray,
     t = n * tiles_h * tiles_w
     v = scratch("winograd_v", (products, c_in, t))
     m = scratch("winograd_m", (products, c_out, t))
-    input_transform(x, v, pads[0], pads[2], tiles_h, tiles_w)
-    np.matmul(packed, v, out=m)                          # (C_out, C_in) @ (C_in, T) each
     y = np.empty((n, c_out, *out_hw), np.float32) if out is None else out
-    output_transform(m, y, NO_ARRAY if bias is None else bias,
-                     NO_RESIDUAL if residual is None else residual, tiles_h, tiles_w,
-                     activation.code, activation.a, activation.b)
+    bias = NO_ARRAY if bias is None else bias
+    residual = NO_RESIDUAL if residual is None else residual
+    team = workers.current()
+    if team is None:
+        input_transform(x, v, pads[0], pads[2], tiles_h, tiles_w)
+        np.matmul(packed, v, out=m)                      # (C_out, C_in) @ (C_in, T) each
+        output_transform(m, y, bias, residual, tiles_h, tiles_w, activation.code,
+                         activation.a, activation.b)
+    else:                                                # each step shared with the helpers
+        f2 = tile != TILE
+        team.winograd_input(f2, x, v, pads[0], pads[2], tiles_h, tiles_w)
+        team.matmul(packed, v, m)
+        team.winograd_output(f2, m, y, bias, residual, tiles_h, tiles_w, activation)
     return y

@@ -53,6 +53,12 @@ def pack_winograd_f2_weight(weight: np.ndarray) -> np.ndarray:
 
 @kernel(nogil=True, exported=(array(4), array(3), *[INT] * 4))
 def _input_transform_f2(x, v, top, left, tiles_h, tiles_w):
+    """x (N, C, H, W) -> v (16, C, T), every plane (``input_planes_f2``)."""
+    input_planes_f2(x, v, top, left, tiles_h, tiles_w, 0, x.shape[0] * x.shape[1])
+
+
+@kernel(nogil=True)
+def input_planes_f2(x, v, top, left, tiles_h, tiles_w, first, last):
     """x (N, C, H, W) -> v (16, C, T): V = B^T d B for every 4x4 tile d (T = N * tiles).
 
     Tile (ty, tx) reads padded rows 2ty .. 2ty+3 and columns 2tx .. 2tx+3. As in winograd.py,
@@ -67,7 +73,7 @@ def _input_transform_f2(x, v, top, left, tiles_h, tiles_w):
     streams, padded_row, rows, cols = stream_buffers(TILE, TAPS, tiles_h, tiles_w, height,
                                                       width, top, left)
     cols_t = np.empty((TAPS, TAPS, tiles), np.float32)     # (row of B^T d, column j, tile)
-    for plane in range(n * channels):
+    for plane in range(first, last):
         i_n, c = plane // channels, plane % channels
         split_into_streams(x[i_n, c], streams, padded_row, rows, cols, top, left, tiles_w)
         for j in range(TAPS):                                # columns: B^T d
@@ -90,6 +96,13 @@ def _input_transform_f2(x, v, top, left, tiles_h, tiles_w):
 @kernel(nogil=True,
         exported=(array(3), array(4), array(1), array(4), *[INT] * 3, FLOAT, FLOAT))
 def _output_transform_f2(m, y, bias, residual, tiles_h, tiles_w, code, a, b):
+    """m (16, C_out, T) -> y (N, C_out, Ho, Wo), every plane (``output_planes_f2``)."""
+    output_planes_f2(m, y, bias, residual, tiles_h, tiles_w, code, a, b, 0,
+                     y.shape[0] * y.shape[1])
+
+
+@kernel(nogil=True)
+def output_planes_f2(m, y, bias, residual, tiles_h, tiles_w, code, a, b, first, last):
     """m (16, C_out, T) -> y (N, C_out, Ho, Wo) = A^T m A + bias + residual, activated.
 
     Both passes are long loops over all the tiles u = ty*tiles_w + tx of a plane: A^T m over
@@ -103,7 +116,7 @@ def _output_transform_f2(m, y, bias, residual, tiles_h, tiles_w, code, a, b):
     out = np.empty((TILE, TILE, length), np.float32)      # (tile row i, tile column j, tile)
     full = out_w // TILE                                  # tiles whose 2 columns are both in y
     no_residual = np.empty(0, np.float32)
-    for plane in range(n * c_out):
+    for plane in range(first, last):
         i_n, o = plane // c_out, plane % c_out
         base = i_n * length
         for j in range(TAPS):                                # columns: A^T m

@@ -1,0 +1,168 @@
+"""What two threads need to share work without locks, as numba intrinsics (LLVM IR).
+
+numba has no atomics, and a plain load in a loop may be hoisted out of it by the compiler
+(nothing in the loop writes the value, as far as it can tell), so a thread waiting for
+another would spin forever. These few operations are written in LLVM IR instead:
+
+    load(flags, i)                 flags[i], read atomically (sequentially consistent)
+    store(flags, i, value)         flags[i] = value, atomically
+    compare_swap(flags, i, old, new)   flags[i] = new if it was old; returns what it was
+    add(flags, i, value)           flags[i] += value atomically; returns what it was
+    pause()                        the CPU's spin-wait hint (x86 ``pause``; nothing elsewhere)
+    float_array(address, size)     the float32 array of ``size`` values at ``address``
+    sgemm(function, m, n, k, a, lda, b, ldb, c, ldc)   C = A @ B through a cblas_sgemm pointer
+
+``flags`` is an int64 array. The last two let a kernel read arrays and call BLAS given only
+addresses in an int64 array: how layers/fast/jobs.py hands work to a helper thread.
+Each is made by a factory that runs when numba compiles the kernels (backend.intrinsic).
+"""
+
+from __future__ import annotations
+
+import platform
+
+from layers.fast.backend import intrinsic
+
+ORDER = "seq_cst"
+
+
+def _element_pointer(context, builder, array_type, array, index):
+    from numba.core import cgutils
+
+    ary = context.make_array(array_type)(context, builder, array)
+    return cgutils.get_item_pointer(context, builder, array_type, ary, [index])
+
+
+@intrinsic
+def load():
+    from numba import types
+    from numba.extending import intrinsic as numba_intrinsic
+
+    @numba_intrinsic
+    def load(typingctx, flags, index):
+        def codegen(context, builder, signature, args):
+            pointer = _element_pointer(context, builder, signature.args[0], *args)
+            return builder.load_atomic(pointer, ORDER, 8)
+        return types.int64(flags, index), codegen
+    return load
+
+
+@intrinsic
+def store():
+    from numba import types
+    from numba.extending import intrinsic as numba_intrinsic
+
+    @numba_intrinsic
+    def store(typingctx, flags, index, value):
+        def codegen(context, builder, signature, args):
+            pointer = _element_pointer(context, builder, signature.args[0], args[0], args[1])
+            value = context.cast(builder, args[2], signature.args[2], types.int64)
+            builder.store_atomic(value, pointer, ORDER, 8)
+            return context.get_dummy_value()
+        return types.void(flags, index, value), codegen
+    return store
+
+
+@intrinsic
+def compare_swap():
+    from numba import types
+    from numba.extending import intrinsic as numba_intrinsic
+
+    @numba_intrinsic
+    def compare_swap(typingctx, flags, index, old, new):
+        def codegen(context, builder, signature, args):
+            pointer = _element_pointer(context, builder, signature.args[0], args[0], args[1])
+            old, new = (context.cast(builder, v, t, types.int64)
+                        for v, t in zip(args[2:], signature.args[2:]))
+            pair = builder.cmpxchg(pointer, old, new, ORDER, ORDER)
+            return builder.extract_value(pair, 0)
+        return types.int64(flags, index, old, new), codegen
+    return compare_swap
+
+
+@intrinsic
+def add():
+    from numba import types
+    from numba.extending import intrinsic as numba_intrinsic
+
+    @numba_intrinsic
+    def add(typingctx, flags, index, value):
+        def codegen(context, builder, signature, args):
+            pointer = _element_pointer(context, builder, signature.args[0], args[0], args[1])
+            value = context.cast(builder, args[2], signature.args[2], types.int64)
+            return builder.atomic_rmw("add", pointer, value, ORDER)
+        return types.int64(flags, index, value), codegen
+    return add
+
+
+@intrinsic
+def pause():
+    from llvmlite import ir
+    from numba import types
+    from numba.extending import intrinsic as numba_intrinsic
+
+    x86 = platform.machine().lower() in ("x86_64", "amd64", "i386", "i686")
+
+    @numba_intrinsic
+    def pause(typingctx):
+        def codegen(context, builder, signature, args):
+            if x86:
+                hint = ir.Function(builder.module, ir.FunctionType(ir.VoidType(), []),
+                                   name="llvm.x86.sse2.pause")
+                builder.call(hint, [])
+            return context.get_dummy_value()
+        return types.void(), codegen
+    return pause
+
+
+@intrinsic
+def float_array():
+    from numba import types
+    from numba.extending import intrinsic as numba_intrinsic
+    from numba.np.arrayobj import populate_array
+
+    array_type = types.Array(types.float32, 1, "C")
+
+    @numba_intrinsic
+    def float_array(typingctx, address, size):
+        def codegen(context, builder, signature, args):
+            address, size = (context.cast(builder, v, t, types.intp)
+                             for v, t in zip(args, signature.args))
+            ary = context.make_array(array_type)(context, builder)
+            itemsize = context.get_constant(types.intp, 4)
+            populate_array(ary, data=builder.inttoptr(address, ary.data.type), shape=[size],
+                           strides=[itemsize], itemsize=itemsize, meminfo=None)
+            return ary._getvalue()
+        return array_type(address, size), codegen
+    return float_array
+
+
+@intrinsic
+def sgemm():
+    from llvmlite import ir
+    from numba import types
+    from numba.extending import intrinsic as numba_intrinsic
+
+    i32, i64, f32 = ir.IntType(32), ir.IntType(64), ir.FloatType()
+    pointer = ir.IntType(8).as_pointer()
+    # cblas_sgemm(order, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc),
+    # 64-bit integers (numpy's OpenBLAS: the "64_" interface)
+    function_type = ir.FunctionType(ir.VoidType(), [i32, i32, i32, i64, i64, i64, f32, pointer,
+                                                     i64, pointer, i64, f32, pointer, i64])
+    ROW_MAJOR, NO_TRANS = 101, 111
+
+    @numba_intrinsic
+    def sgemm(typingctx, function, m, n, k, a, lda, b, ldb, c, ldc):
+        def codegen(context, builder, signature, args):
+            f, m, n, k, a, lda, b, ldb, c, ldc = (context.cast(builder, v, t, types.int64)
+                                                  for v, t in zip(args, signature.args))
+            target = builder.inttoptr(f, function_type.as_pointer())
+            one, zero = ir.Constant(f32, 1.0), ir.Constant(f32, 0.0)
+            builder.call(target, [ir.Constant(i32, ROW_MAJOR), ir.Constant(i32, NO_TRANS),
+                                  ir.Constant(i32, NO_TRANS), m, n, k, one,
+                                  builder.inttoptr(a, pointer), lda,
+                                  builder.inttoptr(b, pointer), ldb, zero,
+                                  builder.inttoptr(c, pointer), ldc])
+            return context.get_dummy_value()
+        return types.void(function, m, n, k, a, lda, b, ldb, c, ldc), codegen
+    return sgemm

@@ -1,0 +1,332 @@
+"""One kernel call shared between the calling thread and helper threads, without locks.
+
+A job is a kernel call whose work is a list of ``units`` (output planes, blocks of channels,
+products of a stack): it is cut into ``chunks`` ranges of consecutive units, and every thread
+takes the next chunk nobody has taken until none is left, so a thread that runs late (or a
+helper that is asleep) simply takes fewer. The calling thread publishes the job, takes chunks
+like the helpers, and returns once every chunk is done.
+
+Everything the threads share lives in three small arrays, written and read with atomics
+(layers/fast/atomics.py):
+
+    control (int64)  TICKET = job << 40 | chunks << 20 | next chunk to take
+                     DONE   chunks of this job finished;  STOP  1: the helpers return
+    record  (int64)  KIND, UNITS, arrays as address + shape, integer arguments
+    reals (float64)  floating-point arguments
+
+A thread takes chunk ``next`` by a compare-and-swap of TICKET to ``next + 1``: it fails if
+another thread took it first, or if the ticket now belongs to another job. The record is
+written before the ticket is published and not touched until every chunk is done, so a
+thread that holds a chunk reads the right arguments. The helpers' loop is ``_serve``; the
+job entries (``_depthwise_job`` ...) are what Python calls, through layers/fast/workers.py.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+# kernel modules as modules: some of them (gemm, winograd) import this one through workers.py
+from layers.fast import depthwise, epilogue, gemm, winograd, winograd_f2
+from layers.fast.atomics import add, compare_swap, float_array, load, pause, sgemm, store
+from layers.fast.backend import FLOAT, INT, array, kernel
+
+TICKET, DONE, STOP = 0, 8, 16        # control's slots, one 64-byte cache line apart
+CONTROL_SIZE = 24
+FIELD = 1 << 20                      # chunks and next chunk: 20 bits each in the ticket
+
+KIND, UNITS = 0, 1                   # record's slots
+ARRAYS = (2, 7, 12, 17, 22)          # address, then up to four sizes
+INTS = 27                            # the integer arguments from here
+RECORD_SIZE, REALS_SIZE = 64, 4
+
+DEPTHWISE, DEPTHWISE_BLOCKS, EPILOGUE, GEMM, IM2COL = 1, 2, 3, 4, 5      # kinds
+WINOGRAD_IN, WINOGRAD_OUT, WINOGRAD_F2_IN, WINOGRAD_F2_OUT = 6, 7, 8, 9
+BY_PRODUCT, BY_ROWS, BY_COLUMNS = 0, 1, 2                      # how GEMM units are cut
+ALIGN = 16                           # GEMM row and column cuts: multiples of this
+
+CONTROL, RECORD, REALS = array(1, "i8"), array(1, "i8"), array(1, "f8")
+
+
+# ----- the protocol ------------------------------------------------------------------------
+@kernel(nogil=True)
+def _take_chunks(control, record, reals):
+    """Take and run chunks of the current job until none is left; True if any was run."""
+    ran = False
+    while True:
+        ticket = load(control, TICKET)
+        chunks, taken = (ticket // FIELD) % FIELD, ticket % FIELD
+        if taken >= chunks:
+            return ran
+        if compare_swap(control, TICKET, ticket, ticket + 1) == ticket:
+            units = record[UNITS]
+            _run_units(record, reals, units * taken // chunks, units * (taken + 1) // chunks)
+            add(control, DONE, 1)
+            ran = True
+
+
+@kernel(nogil=True)
+def _run(control, record, reals, chunks):
+    """Publish the job in ``record`` as ``chunks`` chunks, take chunks with the helpers, and
+    return when all are done."""
+    units = record[UNITS]
+    chunks = max(1, min(chunks, units, FIELD - 1))
+    if chunks == 1:                                   # nothing to share
+        _run_units(record, reals, 0, units)
+        return
+    job = (load(control, TICKET) // (FIELD * FIELD) + 1) % (1 << 23)
+    store(control, DONE, 0)
+    store(control, TICKET, (job * FIELD + chunks) * FIELD)
+    _take_chunks(control, record, reals)
+    while load(control, DONE) < chunks:               # the helpers' last chunks
+        pause()
+
+
+@kernel(nogil=True, exported=(CONTROL, RECORD, REALS, INT))
+def _serve(control, record, reals, idle_polls):
+    """A helper's loop: take chunks of whatever job is published; return after
+    ``idle_polls`` polls without work, or when STOP is set."""
+    idle = 0
+    while idle < idle_polls and load(control, STOP) == 0:
+        if _take_chunks(control, record, reals):
+            idle = 0
+        else:
+            idle += 1
+            pause()
+
+
+# ----- arrays in the record ----------------------------------------------------------------
+@kernel(inline="always")
+def _put(record, slot, values):
+    """An array's address and shape into record[slot:]."""
+    record[slot] = values.ctypes.data
+    for d in range(values.ndim):
+        record[slot + 1 + d] = values.shape[d]
+
+
+@kernel(inline="always")
+def _get1(record, slot):
+    return float_array(record[slot], record[slot + 1])
+
+
+@kernel(inline="always")
+def _get2(record, slot):
+    d0, d1 = record[slot + 1], record[slot + 2]
+    return float_array(record[slot], d0 * d1).reshape((d0, d1))
+
+
+@kernel(inline="always")
+def _get3(record, slot):
+    d0, d1, d2 = record[slot + 1], record[slot + 2], record[slot + 3]
+    return float_array(record[slot], d0 * d1 * d2).reshape((d0, d1, d2))
+
+
+@kernel(inline="always")
+def _get4(record, slot):
+    d0, d1, d2, d3 = record[slot + 1], record[slot + 2], record[slot + 3], record[slot + 4]
+    return float_array(record[slot], d0 * d1 * d2 * d3).reshape((d0, d1, d2, d3))
+
+
+# ----- what a chunk runs -------------------------------------------------------------------
+@kernel(nogil=True)
+def _run_units(record, reals, first, last):
+    """Units first .. last - 1 of the job in ``record``."""
+    kind, i, a = record[KIND], INTS, ARRAYS
+    if kind == DEPTHWISE or kind == DEPTHWISE_BLOCKS:
+        x, bias, y = _get4(record, a[0]), _get1(record, a[2]), _get4(record, a[3])
+        if kind == DEPTHWISE:
+            depthwise.depthwise_planes(
+                x, _get3(record, a[1]), bias, y, record[i], record[i + 1], record[i + 2],
+                record[i + 3], record[i + 4], record[i + 5], record[i + 6], reals[0], reals[1],
+                first, last)
+        else:
+            depthwise.depthwise_blocks(
+                x, _get4(record, a[1]), bias, y, record[i], record[i + 1], record[i + 2],
+                record[i + 3], record[i + 4], record[i + 5], record[i + 6], reals[0], reals[1],
+                first, last)
+    elif kind == EPILOGUE:
+        epilogue.finish_rows(_get3(record, a[0]), _get1(record, a[1]), _get3(record, a[2]),
+                             record[i], reals[0], reals[1], first, last)
+    elif kind == GEMM:
+        for unit in range(first, last):
+            _gemm_unit(record, reals, unit)
+    elif kind == IM2COL:
+        gemm.im2col_channels(_get3(record, a[0]), _get2(record, a[1]), record[i],
+                             record[i + 1], record[i + 2], record[i + 3], record[i + 4],
+                             record[i + 5], record[i + 6], record[i + 7], record[i + 8],
+                             record[i + 9], first, last)
+    elif kind == WINOGRAD_IN or kind == WINOGRAD_F2_IN:
+        x, v = _get4(record, a[0]), _get3(record, a[1])
+        if kind == WINOGRAD_IN:
+            winograd.input_planes(x, v, record[i], record[i + 1], record[i + 2],
+                                  record[i + 3], first, last)
+        else:
+            winograd_f2.input_planes_f2(x, v, record[i], record[i + 1], record[i + 2],
+                                        record[i + 3], first, last)
+    elif kind == WINOGRAD_OUT or kind == WINOGRAD_F2_OUT:
+        m, y, bias, residual = (_get3(record, a[0]), _get4(record, a[1]), _get1(record, a[2]),
+                                _get4(record, a[3]))
+        if kind == WINOGRAD_OUT:
+            winograd.output_planes(m, y, bias, residual, record[i], record[i + 1],
+                                   record[i + 2], reals[0], reals[1], first, last)
+        else:
+            winograd_f2.output_planes_f2(m, y, bias, residual, record[i], record[i + 1],
+                                         record[i + 2], reals[0], reals[1], first, last)
+
+
+@kernel(inline="always")
+def _cut(size, part, parts):
+    """Where part ``part`` of ``parts`` starts along ``size`` (a multiple of ALIGN)."""
+    if part >= parts:
+        return size
+    return size * part // parts // ALIGN * ALIGN
+
+
+@kernel(nogil=True)
+def _gemm_unit(record, reals, unit):
+    """One unit of a stack of products C[t] = A[t] @ B[t] (A (M, K), B (K, N), C (M, N),
+    C-contiguous, t-th at t * stride floats; a stride of 0 reuses one matrix): the whole
+    product t, or a band of its rows or columns, then its epilogue (bias, residual,
+    activation) on the rows it wrote, while they are in cache."""
+    i = INTS
+    function, m, n, k = record[i], record[i + 1], record[i + 2], record[i + 3]
+    stride_a, stride_b, stride_c = record[i + 4], record[i + 5], record[i + 6]
+    cut, parts, code = record[i + 7], record[i + 8], record[i + 9]
+    t, part = unit // parts, unit % parts
+    row0, row1, col0, col1 = 0, m, 0, n
+    if cut == BY_ROWS:
+        row0, row1 = _cut(m, part, parts), _cut(m, part + 1, parts)
+    elif cut == BY_COLUMNS:
+        col0, col1 = _cut(n, part, parts), _cut(n, part + 1, parts)
+    if row1 <= row0 or col1 <= col0:
+        return
+    c = record[ARRAYS[2]]
+    sgemm(function, row1 - row0, col1 - col0, k,
+          record[ARRAYS[0]] + 4 * (t * stride_a + row0 * k), k,
+          record[ARRAYS[1]] + 4 * (t * stride_b + col0), n,
+          c + 4 * (t * stride_c + row0 * n + col0), n)
+    if code < 0:                                      # no epilogue
+        return
+    bias = _get1(record, ARRAYS[3])
+    residual, none, width = record[ARRAYS[4]], float_array(0, 0), col1 - col0
+    for row in range(row0, row1):
+        offset = 4 * (t * stride_c + row * n + col0)  # bytes, in C and in the residual
+        epilogue.finish_row(float_array(c + offset, width),
+                   bias[row] if bias.shape[0] > 0 else np.float32(0.0),
+                   float_array(residual + offset, width) if residual != 0 else none,
+                   code, reals[0], reals[1])
+
+
+# ----- the jobs Python starts --------------------------------------------------------------
+@kernel(nogil=True, exported=(CONTROL, RECORD, REALS, array(4), array(3), array(1), array(4),
+                              *[INT] * 7, FLOAT, FLOAT, INT))
+def _depthwise_job(control, record, reals, x, weight, bias, y, stride_h, stride_w, dil_h, dil_w,
+                   top, left, code, a, b, chunks):
+    """depthwise._depthwise (units: output planes) shared by the threads."""
+    _depthwise_record(record, reals, DEPTHWISE, x, bias, y, y.shape[0] * y.shape[1], stride_h,
+                      stride_w, dil_h, dil_w, top, left, code, a, b)
+    _put(record, ARRAYS[1], weight)
+    _run(control, record, reals, chunks)
+
+
+@kernel(nogil=True, exported=(CONTROL, RECORD, REALS, array(4), array(4), array(1), array(4),
+                              *[INT] * 7, FLOAT, FLOAT, INT))
+def _depthwise_blocks_job(control, record, reals, x, blocks, bias, y, stride_h, stride_w, dil_h,
+                          dil_w, top, left, code, a, b, chunks):
+    """depthwise._depthwise_channels_last (units: blocks of channels of each image), shared."""
+    _depthwise_record(record, reals, DEPTHWISE_BLOCKS, x, bias, y,
+                      x.shape[0] * blocks.shape[0], stride_h, stride_w, dil_h, dil_w, top,
+                      left, code, a, b)
+    _put(record, ARRAYS[1], blocks)
+    _run(control, record, reals, chunks)
+
+
+@kernel(inline="always")
+def _depthwise_record(record, reals, kind, x, bias, y, units, stride_h, stride_w, dil_h, dil_w,
+                      top, left, code, a, b):
+    record[KIND], record[UNITS] = kind, units
+    _put(record, ARRAYS[0], x)
+    _put(record, ARRAYS[2], bias)
+    _put(record, ARRAYS[3], y)
+    i = INTS
+    record[i], record[i + 1], record[i + 2], record[i + 3] = stride_h, stride_w, dil_h, dil_w
+    record[i + 4], record[i + 5], record[i + 6] = top, left, code
+    reals[0], reals[1] = a, b
+
+
+@kernel(nogil=True, exported=(CONTROL, RECORD, REALS, array(3), array(1), array(3), INT, FLOAT,
+                              FLOAT, INT))
+def _epilogue_job(control, record, reals, y, bias, residual, code, a, b, chunks):
+    """epilogue._bias_residual_activation (units: rows (n, c)), shared."""
+    record[KIND], record[UNITS] = EPILOGUE, y.shape[0] * y.shape[1]
+    _put(record, ARRAYS[0], y)
+    _put(record, ARRAYS[1], bias)
+    _put(record, ARRAYS[2], residual)
+    record[INTS] = code
+    reals[0], reals[1] = a, b
+    _run(control, record, reals, chunks)
+
+
+@kernel(nogil=True, exported=(CONTROL, RECORD, REALS, INT, array(3), array(3), array(3),
+                              array(1), array(3), INT, INT, INT, FLOAT, FLOAT))
+def _gemm_job(control, record, reals, function, a, b, c, bias, residual, cut, parts, code,
+              act_a, act_b):
+    """c[t] = a[t or 0] @ b[t] for every t, then the epilogue (``code`` < 0: none), shared:
+    units are the products, or ``parts`` bands of each (``cut``) when there are few."""
+    products, m, n = c.shape
+    record[KIND], record[UNITS] = GEMM, products * parts
+    _put(record, ARRAYS[0], a)
+    _put(record, ARRAYS[1], b)
+    _put(record, ARRAYS[2], c)
+    _put(record, ARRAYS[3], bias)
+    record[ARRAYS[4]] = residual.ctypes.data if residual.shape[0] > 0 else 0
+    i = INTS
+    record[i], record[i + 1], record[i + 2], record[i + 3] = function, m, n, a.shape[2]
+    record[i + 4] = m * a.shape[2] if a.shape[0] > 1 else 0
+    record[i + 5], record[i + 6] = b.shape[1] * n, m * n
+    record[i + 7], record[i + 8], record[i + 9] = cut, parts, code
+    reals[0], reals[1] = act_a, act_b
+    _run(control, record, reals, products * parts)
+
+
+@kernel(nogil=True, exported=(CONTROL, RECORD, REALS, array(3), array(2), *[INT] * 10, INT))
+def _im2col_job(control, record, reals, x, cols, kh, kw, stride_h, stride_w, dil_h, dil_w, top,
+                left, out_h, out_w, chunks):
+    """gemm._im2col (units: input channels), shared."""
+    record[KIND], record[UNITS] = IM2COL, x.shape[0]
+    _put(record, ARRAYS[0], x)
+    _put(record, ARRAYS[1], cols)
+    i = INTS
+    record[i], record[i + 1], record[i + 2], record[i + 3] = kh, kw, stride_h, stride_w
+    record[i + 4], record[i + 5], record[i + 6], record[i + 7] = dil_h, dil_w, top, left
+    record[i + 8], record[i + 9] = out_h, out_w
+    _run(control, record, reals, chunks)
+
+
+@kernel(nogil=True, exported=(CONTROL, RECORD, REALS, INT, array(4), array(3), *[INT] * 4, INT))
+def _winograd_input_job(control, record, reals, kind, x, v, top, left, tiles_h, tiles_w,
+                        chunks):
+    """A Winograd input transform (``kind``: WINOGRAD_IN or WINOGRAD_F2_IN; units: input
+    planes), shared."""
+    record[KIND], record[UNITS] = kind, x.shape[0] * x.shape[1]
+    _put(record, ARRAYS[0], x)
+    _put(record, ARRAYS[1], v)
+    i = INTS
+    record[i], record[i + 1], record[i + 2], record[i + 3] = top, left, tiles_h, tiles_w
+    _run(control, record, reals, chunks)
+
+
+@kernel(nogil=True, exported=(CONTROL, RECORD, REALS, INT, array(3), array(4), array(1),
+                              array(4), *[INT] * 3, FLOAT, FLOAT, INT))
+def _winograd_output_job(control, record, reals, kind, m, y, bias, residual, tiles_h, tiles_w,
+                         code, a, b, chunks):
+    """A Winograd output transform (``kind``: WINOGRAD_OUT or WINOGRAD_F2_OUT; units: output
+    planes), shared."""
+    record[KIND], record[UNITS] = kind, y.shape[0] * y.shape[1]
+    _put(record, ARRAYS[0], m)
+    _put(record, ARRAYS[1], y)
+    _put(record, ARRAYS[2], bias)
+    _put(record, ARRAYS[3], residual)
+    i = INTS
+    record[i], record[i + 1], record[i + 2] = tiles_h, tiles_w, code
+    reals[0], reals[1] = a, b
+    _run(control, record, reals, chunks)

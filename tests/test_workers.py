@@ -1,0 +1,169 @@
+"""Helper threads (layers/fast/workers.py, jobs.py): every kernel shared between the calling
+thread and helpers gives what it gives on one thread, whichever thread takes which chunk,
+and a forward never waits for a helper that does not come."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+
+from layers import kernels
+from layers.fast import backend, jobs, workers
+from layers.fast.conv import PackedConv2d
+from layers.fast.epilogue import CLAMP, IDENTITY, Activation
+
+RELU6 = Activation(CLAMP, 0.0, 6.0)
+
+
+@pytest.fixture(scope="module")
+def sgemm():
+    backend.start()
+    address = workers._find_sgemm()
+    if not address:
+        pytest.skip("numpy's OpenBLAS (64-bit cblas_sgemm) not found: no helper threads")
+    return address
+
+
+@pytest.fixture(params=[0, 1, 2], ids=["no helper", "1 helper", "2 helpers"])
+def team(request, sgemm):
+    """A private team, its helpers spinning; with no helper the caller takes every chunk."""
+    team = workers.Team(request.param, sgemm)
+    team.active.set()
+    yield team
+    team.stop()
+
+
+@pytest.fixture
+def shared(monkeypatch, sgemm):
+    """Run the body's kernels on a 2-thread team (``with shared(): ...``), even on one core."""
+    monkeypatch.setattr(workers, "usable_cores", lambda: 2)
+    monkeypatch.delenv("PNNX_INFER_HELPERS", raising=False)
+
+    @__import__("contextlib").contextmanager
+    def run():
+        with workers.sharing(2) as team:
+            assert team is not None
+            yield team
+    return run
+
+
+def convolve(x, weight, bias, stride, pads, dilation, groups, activation, residual):
+    top, bottom, left, right = pads
+    padded = (*x.shape[:2], x.shape[2] + top + bottom, x.shape[3] + left + right)
+    out_hw = kernels.conv2d_output_shape(padded, weight.shape, stride, 0, dilation, groups)[2:]
+    packed = PackedConv2d(weight, bias, stride, dilation, groups)
+    return packed.run(x, pads, out_hw, activation, residual), packed.algorithm(x.shape[0],
+                                                                               out_hw)
+
+
+CONVOLUTIONS = {     # N, C_in, C_out, H, W, kernel, stride, pads, dilation, groups
+    "depthwise 3x3": (1, 40, 40, 28, 28, 3, 1, (1, 1, 1, 1), 1, 40),
+    "depthwise 5x5 s2 x2": (2, 24, 48, 29, 27, 5, 2, (2, 1, 2, 2), 1, 24),
+    "depthwise dilated": (1, 16, 16, 20, 20, 3, 1, (2, 2, 2, 2), 2, 16),
+    "depthwise 7x7 channels last": (2, 300, 300, 7, 7, 5, 1, (2, 2, 2, 2), 1, 300),
+    "winograd F(4x4)": (1, 32, 48, 40, 40, 3, 1, (1, 1, 1, 1), 1, 1),
+    "winograd F(2x2)": (2, 64, 64, 14, 14, 3, 1, (1, 1, 1, 1), 1, 1),
+    "im2col 3x3 s2": (2, 24, 40, 30, 30, 3, 2, (1, 1, 1, 1), 1, 1),
+    "im2col stem 7x7": (1, 3, 16, 64, 64, 7, 2, (3, 3, 3, 3), 1, 1),
+    "1x1": (3, 48, 80, 14, 14, 1, 1, (0, 0, 0, 0), 1, 1),
+    "1x1 few rows": (1, 96, 24, 56, 56, 1, 1, (0, 0, 0, 0), 1, 1),
+    "1x1 strided": (1, 32, 64, 15, 15, 1, 2, (0, 0, 0, 0), 1, 1),
+    "grouped 3x3": (2, 32, 64, 12, 12, 3, 1, (1, 1, 1, 1), 1, 4),
+    "grouped 1x1": (1, 32, 64, 9, 9, 1, 1, (0, 0, 0, 0), 1, 2),
+}
+
+
+@pytest.mark.parametrize("case", CONVOLUTIONS, ids=list(CONVOLUTIONS))
+@pytest.mark.parametrize("extras", ["plain", "bias relu6 residual"])
+def test_shared_convolutions_give_what_one_thread_gives(case, extras, shared):
+    n, c_in, c_out, h, w, k, s, pads, d, groups = CONVOLUTIONS[case]
+    rng = np.random.default_rng(abs(hash((case, extras))) % 2 ** 32)
+    x = rng.standard_normal((n, c_in, h, w), dtype=np.float32)
+    weight = rng.standard_normal((c_out, c_in // groups, k, k), dtype=np.float32) * 0.2
+    bias, residual, activation = None, None, IDENTITY
+    alone, algorithm = convolve(x, weight, bias, (s, s), pads, (d, d), groups, activation,
+                                residual)
+    if extras != "plain":
+        bias = rng.standard_normal(c_out).astype(np.float32)
+        residual = rng.standard_normal(alone.shape, dtype=np.float32)
+        activation = RELU6
+        alone, _ = convolve(x, weight, bias, (s, s), pads, (d, d), groups, activation, residual)
+    with shared() as team:
+        before = team.control[jobs.TICKET] >> 40
+        together, _ = convolve(x, weight, bias, (s, s), pads, (d, d), groups, activation,
+                               residual)
+        assert team.control[jobs.TICKET] >> 40 > before      # jobs were shared
+    if algorithm.startswith("depthwise") or algorithm.startswith("winograd"):
+        np.testing.assert_array_equal(together, alone)       # the same numba code, per plane
+    else:
+        np.testing.assert_allclose(together, alone, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("shape", [
+    (1, 1, 7, 5, 3),            # too small to cut
+    (1, 1, 200, 96, 64),        # one product: bands of rows
+    (1, 1, 24, 3136, 96),       # few rows: bands of columns
+    (36, 36, 64, 196, 64),      # a stack (Winograd): by product
+    (5, 1, 40, 49, 33),         # several images, one weight
+    (3, 3, 17, 33, 1),          # K = 1
+    (2, 2, 5, 6, 0),            # K = 0: zeros
+    (0, 1, 4, 4, 4),            # no product
+])
+@pytest.mark.parametrize("epilogue", [False, True])
+def test_shared_matrix_products_match_numpy(shape, epilogue, team):
+    products, a_products, m, n, k = shape
+    rng = np.random.default_rng(products * 1000 + m + n + k)
+    a = rng.standard_normal((a_products, m, k), dtype=np.float32)
+    b = rng.standard_normal((products, k, n), dtype=np.float32)
+    want = np.matmul(a, b)
+    bias = residual = activation = None
+    if epilogue:
+        bias = rng.standard_normal(m).astype(np.float32)
+        residual = rng.standard_normal(want.shape, dtype=np.float32)
+        activation = RELU6
+        want = np.clip(want + bias[:, None] + residual, 0, 6)
+    out = np.full(want.shape, np.nan, np.float32)
+    team.matmul(a, b, out, bias, residual, activation)
+    np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-4)
+
+
+def test_a_thousand_jobs_in_a_row_each_complete(team):
+    """The ticket protocol under churn: many short jobs, every chunk run exactly once (a
+    chunk run twice would add twice; one skipped, not at all)."""
+    rng = np.random.default_rng(5)
+    y = rng.standard_normal((2, 64, 9), dtype=np.float32)
+    ones = np.ones(64, np.float32)
+    want = y.copy()
+    for _ in range(1000):
+        team.finish(y, ones, None, IDENTITY)             # y += 1 on every row, once
+    np.testing.assert_allclose(y, want + 1000, rtol=1e-5)
+
+
+def test_forwards_in_two_threads_at_once_share_one_team(shared):
+    """One forward at a time has the team; another thread's forward meanwhile runs on its
+    own thread, and both give the one-thread result."""
+    rng = np.random.default_rng(9)
+    x = rng.standard_normal((1, 32, 28, 28), dtype=np.float32)
+    weight = rng.standard_normal((32, 1, 3, 3), dtype=np.float32)
+    want, _ = convolve(x, weight, None, (1, 1), (1, 1, 1, 1), (1, 1), 32, IDENTITY, None)
+    got, teams = {}, {}
+    start = threading.Barrier(2)
+
+    def run(name):
+        start.wait(timeout=10)
+        with workers.sharing(2) as team:
+            teams[name] = team
+            for _ in range(50):
+                got[name], _ = convolve(x, weight, None, (1, 1), (1, 1, 1, 1), (1, 1), 32,
+                                        IDENTITY, None)
+            start.wait(timeout=10)                       # both inside at once
+    runners = [threading.Thread(target=run, args=(i,)) for i in range(2)]
+    for runner in runners:
+        runner.start()
+    for runner in runners:
+        runner.join(timeout=60)
+    assert sorted(t is None for t in teams.values()) == [False, True]
+    for name in got:
+        np.testing.assert_array_equal(got[name], want)
