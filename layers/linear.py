@@ -17,6 +17,7 @@ import numpy as np
 from layers import kernels
 from layers.base import (Layer, Param, Shape, as_bool, as_float, as_int, as_str, at_least,
                          bias_is_an_input, check_bias_flag, expect_shape, split_weight_inputs)
+from layers.fast import workers
 from layers.registry import register_layer
 from parser.errors import LayerError, ShapeError
 
@@ -84,10 +85,19 @@ class Linear(Layer):
         the weight read as stored (BLAS takes the transpose as a flag, no copy)."""
         rows = x.reshape(-1, self.in_features)                  # (M, in)
         y = np.empty((rows.shape[0], self.out_features), np.float32)
-        np.matmul(rows, self.weight.T, out=y)
+        team = workers.current()                                # helper threads, if any
+        if team is not None and _kernel_ready(rows) and _kernel_ready(self.weight):
+            team.matmul(rows[None], self.weight[None], y[None], transposed=True)
+        else:
+            np.matmul(rows, self.weight.T, out=y)
         if self.bias is not None:
             y += self.bias
         return y.reshape(*x.shape[:-1], self.out_features)
+
+
+def _kernel_ready(a: np.ndarray) -> bool:
+    """float32, C-contiguous and aligned: what the shared kernels take as they are."""
+    return a.dtype == np.float32 and a.flags.c_contiguous and a.flags.aligned
 
 
 @register_layer("F.linear")

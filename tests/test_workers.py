@@ -167,3 +167,37 @@ def test_forwards_in_two_threads_at_once_share_one_team(shared):
     assert sorted(t is None for t in teams.values()) == [False, True]
     for name in got:
         np.testing.assert_array_equal(got[name], want)
+
+
+@pytest.mark.parametrize("rows", [1, 3, 64])
+def test_shared_products_with_b_transposed_match_numpy(rows, team):
+    """nn.Linear's product, x @ weight.T with the weight as stored (out, in)."""
+    rng = np.random.default_rng(rows)
+    x = rng.standard_normal((rows, 1280), dtype=np.float32)
+    weight = rng.standard_normal((1000, 1280), dtype=np.float32)
+    out = np.full((rows, 1000), np.nan, np.float32)
+    team.matmul(x[None], weight[None], out[None], transposed=True)
+    np.testing.assert_allclose(out, x @ weight.T, rtol=1e-4, atol=1e-3)
+
+
+@pytest.mark.parametrize("batch", [1, 2])
+def test_a_model_gives_the_same_logits_with_or_without_helpers(batch, shared):
+    """EfficientNet-Lite0 (depthwise, 1x1 and strided convolutions, the classifier) on a
+    team of two and on one thread: bit for bit the same, so a forward's result does not
+    depend on whether it got the helpers."""
+    from pathlib import Path
+
+    from infer import RuntimeGraph
+
+    param = (Path(__file__).resolve().parent.parent / "model_file" / "efficientnet_lite0"
+             / "efficientnet_lite0.pnnx.param")
+    graph = RuntimeGraph(param).build()
+    x = np.random.default_rng(batch).standard_normal((batch, 3, 224, 224), dtype=np.float32)
+    graph.set_num_threads(1)
+    alone = graph.forward(x)[0]
+    graph.set_num_threads(2)
+    with shared() as team:
+        before = team.control[jobs.TICKET] >> 40
+        together = graph.forward(x)[0]
+        assert team.control[jobs.TICKET] >> 40 >= before + 40     # the convolutions shared
+    np.testing.assert_array_equal(together, alone)

@@ -10,7 +10,9 @@ another would spin forever. These few operations are written in LLVM IR instead:
     add(flags, i, value)           flags[i] += value atomically; returns what it was
     pause()                        the CPU's spin-wait hint (x86 ``pause``; nothing elsewhere)
     float_array(address, size)     the float32 array of ``size`` values at ``address``
-    sgemm(function, m, n, k, a, lda, b, ldb, c, ldc)   C = A @ B through a cblas_sgemm pointer
+    sgemm(function, trans_b, m, n, k, a, lda, b, ldb, c, ldc)
+                                   C = A @ B (B^T if trans_b is TRANS) through a cblas_sgemm
+                                   pointer
 
 ``flags`` is an int64 array. The last two let a kernel read arrays and call BLAS given only
 addresses in an int64 array: how layers/fast/jobs.py hands work to a helper thread.
@@ -24,6 +26,7 @@ import platform
 from layers.fast.backend import intrinsic
 
 ORDER = "seq_cst"
+ROW_MAJOR, NO_TRANS, TRANS = 101, 111, 112      # cblas's enums
 
 
 def _element_pointer(context, builder, array_type, array, index):
@@ -149,20 +152,18 @@ def sgemm():
     # 64-bit integers (numpy's OpenBLAS: the "64_" interface)
     function_type = ir.FunctionType(ir.VoidType(), [i32, i32, i32, i64, i64, i64, f32, pointer,
                                                      i64, pointer, i64, f32, pointer, i64])
-    ROW_MAJOR, NO_TRANS = 101, 111
-
     @numba_intrinsic
-    def sgemm(typingctx, function, m, n, k, a, lda, b, ldb, c, ldc):
+    def sgemm(typingctx, function, trans_b, m, n, k, a, lda, b, ldb, c, ldc):
         def codegen(context, builder, signature, args):
-            f, m, n, k, a, lda, b, ldb, c, ldc = (context.cast(builder, v, t, types.int64)
-                                                  for v, t in zip(args, signature.args))
+            f, trans_b, m, n, k, a, lda, b, ldb, c, ldc = (
+                context.cast(builder, v, t, types.int64) for v, t in zip(args, signature.args))
             target = builder.inttoptr(f, function_type.as_pointer())
             one, zero = ir.Constant(f32, 1.0), ir.Constant(f32, 0.0)
             builder.call(target, [ir.Constant(i32, ROW_MAJOR), ir.Constant(i32, NO_TRANS),
-                                  ir.Constant(i32, NO_TRANS), m, n, k, one,
+                                  builder.trunc(trans_b, i32), m, n, k, one,
                                   builder.inttoptr(a, pointer), lda,
                                   builder.inttoptr(b, pointer), ldb, zero,
                                   builder.inttoptr(c, pointer), ldc])
             return context.get_dummy_value()
-        return types.void(function, m, n, k, a, lda, b, ldb, c, ldc), codegen
+        return types.void(function, trans_b, m, n, k, a, lda, b, ldb, c, ldc), codegen
     return sgemm

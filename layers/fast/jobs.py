@@ -27,7 +27,8 @@ import numpy as np
 
 # kernel modules as modules: some of them (gemm, winograd) import this one through workers.py
 from layers.fast import depthwise, epilogue, gemm, winograd, winograd_f2
-from layers.fast.atomics import add, compare_swap, float_array, load, pause, sgemm, store
+from layers.fast.atomics import (NO_TRANS, TRANS, add, compare_swap, float_array, load, pause,
+                                 sgemm, store)
 from layers.fast.backend import FLOAT, INT, array, kernel
 
 TICKET, DONE, STOP = 0, 8, 16        # control's slots, one 64-byte cache line apart
@@ -183,14 +184,14 @@ def _cut(size, part, parts):
 
 @kernel(nogil=True)
 def _gemm_unit(record, reals, unit):
-    """One unit of a stack of products C[t] = A[t] @ B[t] (A (M, K), B (K, N), C (M, N),
-    C-contiguous, t-th at t * stride floats; a stride of 0 reuses one matrix): the whole
-    product t, or a band of its rows or columns, then its epilogue (bias, residual,
-    activation) on the rows it wrote, while they are in cache."""
+    """One unit of a stack of products C[t] = A[t] @ B[t] (A (M, K), B (K, N) or, transposed,
+    (N, K), C (M, N), C-contiguous, t-th at t * stride floats; a stride of 0 reuses one
+    matrix): the whole product t, or a band of its rows or columns, then its epilogue (bias,
+    residual, activation) on the rows it wrote, while they are in cache."""
     i = INTS
     function, m, n, k = record[i], record[i + 1], record[i + 2], record[i + 3]
     stride_a, stride_b, stride_c = record[i + 4], record[i + 5], record[i + 6]
-    cut, parts, code = record[i + 7], record[i + 8], record[i + 9]
+    cut, parts, code, transposed = record[i + 7], record[i + 8], record[i + 9], record[i + 10]
     t, part = unit // parts, unit % parts
     row0, row1, col0, col1 = 0, m, 0, n
     if cut == BY_ROWS:
@@ -200,9 +201,10 @@ def _gemm_unit(record, reals, unit):
     if row1 <= row0 or col1 <= col0:
         return
     c = record[ARRAYS[2]]
-    sgemm(function, row1 - row0, col1 - col0, k,
+    b_first, b_rows = (col0 * k, k) if transposed else (col0, n)    # column col0 of B
+    sgemm(function, TRANS if transposed else NO_TRANS, row1 - row0, col1 - col0, k,
           record[ARRAYS[0]] + 4 * (t * stride_a + row0 * k), k,
-          record[ARRAYS[1]] + 4 * (t * stride_b + col0), n,
+          record[ARRAYS[1]] + 4 * (t * stride_b + b_first), b_rows,
           c + 4 * (t * stride_c + row0 * n + col0), n)
     if code < 0:                                      # no epilogue
         return
@@ -267,11 +269,12 @@ def _epilogue_job(control, record, reals, y, bias, residual, code, a, b, chunks)
 
 
 @kernel(nogil=True, exported=(CONTROL, RECORD, REALS, INT, array(3), array(3), array(3),
-                              array(1), array(3), INT, INT, INT, FLOAT, FLOAT))
+                              array(1), array(3), INT, INT, INT, FLOAT, FLOAT, INT))
 def _gemm_job(control, record, reals, function, a, b, c, bias, residual, cut, parts, code,
-              act_a, act_b):
-    """c[t] = a[t or 0] @ b[t] for every t, then the epilogue (``code`` < 0: none), shared:
-    units are the products, or ``parts`` bands of each (``cut``) when there are few."""
+              act_a, act_b, transposed):
+    """c[t] = a[t or 0] @ b[t] for every t (b[t].T if ``transposed``), then the epilogue
+    (``code`` < 0: none), shared: units are the products, or ``parts`` bands of each
+    (``cut``) when there are few."""
     products, m, n = c.shape
     record[KIND], record[UNITS] = GEMM, products * parts
     _put(record, ARRAYS[0], a)
@@ -282,8 +285,8 @@ def _gemm_job(control, record, reals, function, a, b, c, bias, residual, cut, pa
     i = INTS
     record[i], record[i + 1], record[i + 2], record[i + 3] = function, m, n, a.shape[2]
     record[i + 4] = m * a.shape[2] if a.shape[0] > 1 else 0
-    record[i + 5], record[i + 6] = b.shape[1] * n, m * n
-    record[i + 7], record[i + 8], record[i + 9] = cut, parts, code
+    record[i + 5], record[i + 6] = b.shape[1] * b.shape[2], m * n
+    record[i + 7], record[i + 8], record[i + 9], record[i + 10] = cut, parts, code, transposed
     reals[0], reals[1] = act_a, act_b
     _run(control, record, reals, products * parts)
 

@@ -48,9 +48,9 @@ log = logging.getLogger(__name__)
 
 IDLE_POLLS = 200_000        # polls (~10 ns each) a helper spins without work before it
                             # goes back to Python to see whether a forward still runs
-CHUNKS_PER_THREAD = 1       # chunks of a depthwise job per thread (measured: 2 and 4 pay
-                            # more in per-chunk set-up than they save in balance)
 MIN_GEMM_WORK = 1 << 16     # multiply-adds below which a product is not shared
+WIDE = 8                    # a product with this many times more columns than rows is cut
+                            # into bands of columns (else of rows, where that is as even)
 
 
 class Team:
@@ -90,10 +90,14 @@ class Team:
     def depthwise(self, x: np.ndarray, weight: np.ndarray, bias: np.ndarray, y: np.ndarray,
                   stride, dilation, pads, activation: Activation) -> None:
         """layers/fast/depthwise.py's kernels (as depthwise_conv2d calls them), shared."""
-        job = jobs._depthwise_job if weight.ndim == 3 else jobs._depthwise_blocks_job
+        if weight.ndim == 3:                       # planes: one chunk per thread (more
+            job, chunks = jobs._depthwise_job, self.threads    # cost more set-up than they
+                                                               # save in balance, measured)
+        else:                                      # blocks of channels: one chunk each
+            job, chunks = jobs._depthwise_blocks_job, x.shape[0] * weight.shape[0]
         job(self.control, self.record, self.reals, x, weight, bias, y, stride[0], stride[1],
             dilation[0], dilation[1], pads[0], pads[2], activation.code, activation.a,
-            activation.b, CHUNKS_PER_THREAD * self.threads)
+            activation.b, chunks)
 
     def im2col(self, x: np.ndarray, cols: np.ndarray, kernel, stride, dilation, pads,
                out_hw) -> None:
@@ -132,23 +136,29 @@ class Team:
 
     def matmul(self, a: np.ndarray, b: np.ndarray, out: np.ndarray,
                bias: np.ndarray | None = None, residual: np.ndarray | None = None,
-               activation: Activation | None = None) -> None:
+               activation: Activation | None = None, transposed: bool = False) -> None:
         """out[t] = a[t] @ b[t] (a (T or 1, M, K), b (T, K, N), out (T, M, N), all float32
-        and C-contiguous), then activation(out + bias[:, None] + residual) if any is given:
-        np.matmul, shared. Few products are cut into bands of rows or columns."""
+        and C-contiguous; b (T, N, K) for b[t].T if ``transposed``), then
+        activation(out + bias[:, None] + residual) if any is given: np.matmul, shared. Few
+        products are cut into bands of rows or columns."""
         products, m, n = out.shape
-        k = b.shape[1]
-        if k == 0 or out.size == 0 or a.shape[0] not in (1, products):
-            # BLAS refuses a leading dimension of 0; a stack of A to broadcast otherwise
-            np.matmul(a, b, out=out)
+        k = a.shape[2]
+        if k == 0 or m == 1 or n == 1 or out.size == 0 or a.shape[0] not in (1, products):
+            # BLAS refuses a leading dimension of 0; numpy takes a matrix-vector product
+            # for one row or column, with its own rounding (a forward gives the same result
+            # with or without helpers); a stack of A to broadcast otherwise
+            np.matmul(a, np.swapaxes(b, 1, 2) if transposed else b, out=out)
             if activation is not None:             # (T, M, N): the bias follows M
                 bias_residual_activation(out, bias, None if residual is None else
                                          residual.reshape(out.shape), activation)
             return
         cut, parts = jobs.BY_PRODUCT, 1
         if products < 2 * self.threads and m * n * k >= MIN_GEMM_WORK:
+            # wide products by columns (measured: ResNet's stem, 64 x 12544, 1.66 ms by
+            # columns, 2.07 by rows), the others the way they cut more evenly
             parts = self.threads
-            cut = jobs.BY_ROWS if _evenness(m, parts) >= _evenness(n, parts) else jobs.BY_COLUMNS
+            by_columns = n >= WIDE * m or _evenness(n, parts) > _evenness(m, parts)
+            cut = jobs.BY_COLUMNS if by_columns else jobs.BY_ROWS
         code = -1
         if activation is not None and (bias is not None or residual is not None
                                        or activation.code != NONE):
@@ -157,7 +167,7 @@ class Team:
                        NO_ARRAY if bias is None else bias,
                        NO_RESIDUAL if residual is None else residual.reshape(out.shape),
                        cut, parts, code, 0.0 if activation is None else activation.a,
-                       0.0 if activation is None else activation.b)
+                       0.0 if activation is None else activation.b, int(transposed))
 
 
 def _evenness(size: int, parts: int) -> float:
