@@ -50,12 +50,14 @@ def key() -> str:
     return digest.hexdigest()[:16]
 
 
-PARTS = 2     # modules, compiled side by side by as many child processes (~11 s instead of ~18)
+PARTS = 3     # modules, compiled side by side by as many child processes
+ALONE = ("work",)     # compiled in a part of its own: jobs._work links in every kernel a
+                      # helper may run, and takes as long as all the others together
 BUILD_TIMEOUT = 600   # seconds; a build that takes longer is given up (the JIT takes over)
 
 
 def module_names() -> list[str]:
-    """kernels_<key>_0, kernels_<key>_1, ...: the exported kernels, dealt out in turn."""
+    """kernels_<key>_0, kernels_<key>_1, ...: the exported kernels (``kernels_of_part``)."""
     return [f"kernels_{key()}_{part}" for part in range(PARTS)]
 
 
@@ -95,7 +97,7 @@ def load_or_build() -> SimpleNamespace | None:
 
 
 def build(directory: Path, part: int) -> Path:
-    """Compile part ``part`` of the exported kernels (every PARTS-th, from the part-th) into
+    """Compile part ``part`` of the exported kernels (``kernels_of_part``) into
     the module ``module_names()[part]`` in ``directory`` (in this process: it imports numba
     and needs a C compiler). Returns the module's path."""
     from numba.core import cpu
@@ -106,7 +108,7 @@ def build(directory: Path, part: int) -> Path:
     from layers.fast import backend
 
     backend.use_jit()                  # the kernels see each other as numba functions
-    exported = backend.exported_kernels()[part::PARTS]
+    exported = kernels_of_part(part)
     name = module_names()[part]
     options = {k.func: k.options for k in exported}
 
@@ -138,6 +140,18 @@ def build(directory: Path, part: int) -> Path:
         target = directory / built.name
         os.replace(built, target)                  # appears whole, or not at all
     return target
+
+
+def kernels_of_part(part: int) -> list:
+    """The exported kernels compiled into part ``part``: each of ALONE in a part of its own,
+    the others dealt out in turn over the remaining parts."""
+    from layers.fast import backend
+
+    exported = backend.exported_kernels()
+    alone = [[k] for k in exported if k.name in ALONE]
+    others = [k for k in exported if k.name not in ALONE]
+    rest = PARTS - len(alone)
+    return (alone + [others[i::rest] for i in range(rest)])[part]
 
 
 def _build_in_children(directory: Path, parts: list[int]) -> None:

@@ -102,6 +102,7 @@ def add():
 def pause():
     from llvmlite import ir
     from numba import types
+    from numba.core import cgutils
     from numba.extending import intrinsic as numba_intrinsic
 
     x86 = platform.machine().lower() in ("x86_64", "amd64", "i386", "i686")
@@ -110,8 +111,8 @@ def pause():
     def pause(typingctx):
         def codegen(context, builder, signature, args):
             if x86:
-                hint = ir.Function(builder.module, ir.FunctionType(ir.VoidType(), []),
-                                   name="llvm.x86.sse2.pause")
+                hint = cgutils.get_or_insert_function(
+                    builder.module, ir.FunctionType(ir.VoidType(), []), "llvm.x86.sse2.pause")
                 builder.call(hint, [])
             return context.get_dummy_value()
         return types.void(), codegen

@@ -17,8 +17,9 @@ Everything the threads share lives in three small arrays, written and read with 
 A thread takes chunk ``next`` by a compare-and-swap of TICKET to ``next + 1``: it fails if
 another thread took it first, or if the ticket now belongs to another job. The record is
 written before the ticket is published and not touched until every chunk is done, so a
-thread that holds a chunk reads the right arguments. The helpers' loop is ``_serve``; the
-job entries (``_depthwise_job`` ...) are what Python calls, through layers/fast/workers.py.
+thread that holds a chunk reads the right arguments. Python (layers/fast/workers.py) fills
+the record with a job's entry (``_depthwise_job`` ...), then runs it with ``_work``, which
+is also the helpers' loop.
 """
 
 from __future__ import annotations
@@ -49,50 +50,49 @@ CONTROL, RECORD, REALS = array(1, "i8"), array(1, "i8"), array(1, "f8")
 
 
 # ----- the protocol ------------------------------------------------------------------------
+@kernel(nogil=True, exported=(CONTROL, RECORD, REALS, INT, INT))
+def _work(control, record, reals, chunks, idle_polls):
+    """The one compiled entry that runs jobs. ``chunks`` > 0: publish the job in ``record``
+    as that many chunks, take chunks with the helpers, and return when all are done. Else a
+    helper's loop: take chunks of whatever job is published; return after ``idle_polls``
+    polls without work, or when STOP is set.
+
+    Every kernel a chunk may run is linked into this function, and numba optimizes all of
+    that again for each function that calls it: so there is one entry, and one call of
+    ``_take_one`` in it (compiling takes about as long as all the kernels alone)."""
+    if chunks > 0:
+        chunks = max(1, min(chunks, record[UNITS], FIELD - 1))
+        job = (load(control, TICKET) // (FIELD * FIELD) + 1) % (1 << 23)
+        store(control, DONE, 0)
+        store(control, TICKET, (job * FIELD + chunks) * FIELD)
+    idle = 0
+    while True:
+        if _take_one(control, record, reals):
+            idle = 0
+        elif chunks > 0:                              # none left: wait for the helpers'
+            while load(control, DONE) < chunks:
+                pause()
+            return
+        else:
+            idle += 1
+            if idle >= idle_polls or load(control, STOP) != 0:
+                return
+            pause()
+
+
 @kernel(nogil=True)
-def _take_chunks(control, record, reals):
-    """Take and run chunks of the current job until none is left; True if any was run."""
-    ran = False
+def _take_one(control, record, reals):
+    """Take and run the next chunk of the current job; False if none is left."""
     while True:
         ticket = load(control, TICKET)
         chunks, taken = (ticket // FIELD) % FIELD, ticket % FIELD
         if taken >= chunks:
-            return ran
+            return False
         if compare_swap(control, TICKET, ticket, ticket + 1) == ticket:
             units = record[UNITS]
             _run_units(record, reals, units * taken // chunks, units * (taken + 1) // chunks)
             add(control, DONE, 1)
-            ran = True
-
-
-@kernel(nogil=True)
-def _run(control, record, reals, chunks):
-    """Publish the job in ``record`` as ``chunks`` chunks, take chunks with the helpers, and
-    return when all are done."""
-    units = record[UNITS]
-    chunks = max(1, min(chunks, units, FIELD - 1))
-    if chunks == 1:                                   # nothing to share
-        _run_units(record, reals, 0, units)
-        return
-    job = (load(control, TICKET) // (FIELD * FIELD) + 1) % (1 << 23)
-    store(control, DONE, 0)
-    store(control, TICKET, (job * FIELD + chunks) * FIELD)
-    _take_chunks(control, record, reals)
-    while load(control, DONE) < chunks:               # the helpers' last chunks
-        pause()
-
-
-@kernel(nogil=True, exported=(CONTROL, RECORD, REALS, INT))
-def _serve(control, record, reals, idle_polls):
-    """A helper's loop: take chunks of whatever job is published; return after
-    ``idle_polls`` polls without work, or when STOP is set."""
-    idle = 0
-    while idle < idle_polls and load(control, STOP) == 0:
-        if _take_chunks(control, record, reals):
-            idle = 0
-        else:
-            idle += 1
-            pause()
+            return True
 
 
 # ----- arrays in the record ----------------------------------------------------------------
@@ -201,10 +201,10 @@ def _gemm_unit(record, reals, unit):
     if row1 <= row0 or col1 <= col0:
         return
     c = record[ARRAYS[2]]
-    b_first, b_rows = (col0 * k, k) if transposed else (col0, n)    # column col0 of B
+    b_first, ldb = (col0 * k, k) if transposed else (col0, n)   # column col0 of B; its stride
     sgemm(function, TRANS if transposed else NO_TRANS, row1 - row0, col1 - col0, k,
           record[ARRAYS[0]] + 4 * (t * stride_a + row0 * k), k,
-          record[ARRAYS[1]] + 4 * (t * stride_b + b_first), b_rows,
+          record[ARRAYS[1]] + 4 * (t * stride_b + b_first), ldb,
           c + 4 * (t * stride_c + row0 * n + col0), n)
     if code < 0:                                      # no epilogue
         return
@@ -218,28 +218,27 @@ def _gemm_unit(record, reals, unit):
                    code, reals[0], reals[1])
 
 
-# ----- the jobs Python starts --------------------------------------------------------------
-@kernel(nogil=True, exported=(CONTROL, RECORD, REALS, array(4), array(3), array(1), array(4),
-                              *[INT] * 7, FLOAT, FLOAT, INT))
-def _depthwise_job(control, record, reals, x, weight, bias, y, stride_h, stride_w, dil_h, dil_w,
-                   top, left, code, a, b, chunks):
-    """depthwise._depthwise (units: output planes) shared by the threads."""
+# ----- the jobs: each fills the record, then _work runs it ---------------------------------
+@kernel(nogil=True, exported=(RECORD, REALS, array(4), array(3), array(1), array(4),
+                              *[INT] * 7, FLOAT, FLOAT))
+def _depthwise_job(record, reals, x, weight, bias, y, stride_h, stride_w, dil_h, dil_w,
+                   top, left, code, a, b):
+    """The job of depthwise._depthwise (units: output planes)."""
     _depthwise_record(record, reals, DEPTHWISE, x, bias, y, y.shape[0] * y.shape[1], stride_h,
                       stride_w, dil_h, dil_w, top, left, code, a, b)
     _put(record, ARRAYS[1], weight)
-    _run(control, record, reals, chunks)
 
 
-@kernel(nogil=True, exported=(CONTROL, RECORD, REALS, array(4), array(4), array(1), array(4),
-                              *[INT] * 7, FLOAT, FLOAT, INT))
-def _depthwise_blocks_job(control, record, reals, x, blocks, bias, y, stride_h, stride_w, dil_h,
-                          dil_w, top, left, code, a, b, chunks):
-    """depthwise._depthwise_channels_last (units: blocks of channels of each image), shared."""
+@kernel(nogil=True, exported=(RECORD, REALS, array(4), array(4), array(1), array(4),
+                              *[INT] * 7, FLOAT, FLOAT))
+def _depthwise_blocks_job(record, reals, x, blocks, bias, y, stride_h, stride_w, dil_h,
+                          dil_w, top, left, code, a, b):
+    """The job of depthwise._depthwise_channels_last (units: blocks of channels of each
+    image)."""
     _depthwise_record(record, reals, DEPTHWISE_BLOCKS, x, bias, y,
                       x.shape[0] * blocks.shape[0], stride_h, stride_w, dil_h, dil_w, top,
                       left, code, a, b)
     _put(record, ARRAYS[1], blocks)
-    _run(control, record, reals, chunks)
 
 
 @kernel(inline="always")
@@ -255,25 +254,24 @@ def _depthwise_record(record, reals, kind, x, bias, y, units, stride_h, stride_w
     reals[0], reals[1] = a, b
 
 
-@kernel(nogil=True, exported=(CONTROL, RECORD, REALS, array(3), array(1), array(3), INT, FLOAT,
-                              FLOAT, INT))
-def _epilogue_job(control, record, reals, y, bias, residual, code, a, b, chunks):
-    """epilogue._bias_residual_activation (units: rows (n, c)), shared."""
+@kernel(nogil=True, exported=(RECORD, REALS, array(3), array(1), array(3), INT, FLOAT,
+                              FLOAT))
+def _epilogue_job(record, reals, y, bias, residual, code, a, b):
+    """The job of epilogue._bias_residual_activation (units: rows (n, c))."""
     record[KIND], record[UNITS] = EPILOGUE, y.shape[0] * y.shape[1]
     _put(record, ARRAYS[0], y)
     _put(record, ARRAYS[1], bias)
     _put(record, ARRAYS[2], residual)
     record[INTS] = code
     reals[0], reals[1] = a, b
-    _run(control, record, reals, chunks)
 
 
-@kernel(nogil=True, exported=(CONTROL, RECORD, REALS, INT, array(3), array(3), array(3),
+@kernel(nogil=True, exported=(RECORD, REALS, INT, array(3), array(3), array(3),
                               array(1), array(3), INT, INT, INT, FLOAT, FLOAT, INT))
-def _gemm_job(control, record, reals, function, a, b, c, bias, residual, cut, parts, code,
+def _gemm_job(record, reals, function, a, b, c, bias, residual, cut, parts, code,
               act_a, act_b, transposed):
-    """c[t] = a[t or 0] @ b[t] for every t (b[t].T if ``transposed``), then the epilogue
-    (``code`` < 0: none), shared: units are the products, or ``parts`` bands of each
+    """The job c[t] = a[t or 0] @ b[t] for every t (b[t].T if ``transposed``), then the
+    epilogue (``code`` < 0: none): units are the products, or ``parts`` bands of each
     (``cut``) when there are few."""
     products, m, n = c.shape
     record[KIND], record[UNITS] = GEMM, products * parts
@@ -288,13 +286,12 @@ def _gemm_job(control, record, reals, function, a, b, c, bias, residual, cut, pa
     record[i + 5], record[i + 6] = b.shape[1] * b.shape[2], m * n
     record[i + 7], record[i + 8], record[i + 9], record[i + 10] = cut, parts, code, transposed
     reals[0], reals[1] = act_a, act_b
-    _run(control, record, reals, products * parts)
 
 
-@kernel(nogil=True, exported=(CONTROL, RECORD, REALS, array(3), array(2), *[INT] * 10, INT))
-def _im2col_job(control, record, reals, x, cols, kh, kw, stride_h, stride_w, dil_h, dil_w, top,
-                left, out_h, out_w, chunks):
-    """gemm._im2col (units: input channels), shared."""
+@kernel(nogil=True, exported=(RECORD, REALS, array(3), array(2), *[INT] * 10))
+def _im2col_job(record, reals, x, cols, kh, kw, stride_h, stride_w, dil_h, dil_w, top,
+                left, out_h, out_w):
+    """The job of gemm._im2col (units: input channels)."""
     record[KIND], record[UNITS] = IM2COL, x.shape[0]
     _put(record, ARRAYS[0], x)
     _put(record, ARRAYS[1], cols)
@@ -302,28 +299,25 @@ def _im2col_job(control, record, reals, x, cols, kh, kw, stride_h, stride_w, dil
     record[i], record[i + 1], record[i + 2], record[i + 3] = kh, kw, stride_h, stride_w
     record[i + 4], record[i + 5], record[i + 6], record[i + 7] = dil_h, dil_w, top, left
     record[i + 8], record[i + 9] = out_h, out_w
-    _run(control, record, reals, chunks)
 
 
-@kernel(nogil=True, exported=(CONTROL, RECORD, REALS, INT, array(4), array(3), *[INT] * 4, INT))
-def _winograd_input_job(control, record, reals, kind, x, v, top, left, tiles_h, tiles_w,
-                        chunks):
-    """A Winograd input transform (``kind``: WINOGRAD_IN or WINOGRAD_F2_IN; units: input
-    planes), shared."""
+@kernel(nogil=True, exported=(RECORD, REALS, INT, array(4), array(3), *[INT] * 4))
+def _winograd_input_job(record, reals, kind, x, v, top, left, tiles_h, tiles_w):
+    """The job of a Winograd input transform (``kind``: WINOGRAD_IN or WINOGRAD_F2_IN;
+    units: input planes)."""
     record[KIND], record[UNITS] = kind, x.shape[0] * x.shape[1]
     _put(record, ARRAYS[0], x)
     _put(record, ARRAYS[1], v)
     i = INTS
     record[i], record[i + 1], record[i + 2], record[i + 3] = top, left, tiles_h, tiles_w
-    _run(control, record, reals, chunks)
 
 
-@kernel(nogil=True, exported=(CONTROL, RECORD, REALS, INT, array(3), array(4), array(1),
-                              array(4), *[INT] * 3, FLOAT, FLOAT, INT))
-def _winograd_output_job(control, record, reals, kind, m, y, bias, residual, tiles_h, tiles_w,
-                         code, a, b, chunks):
-    """A Winograd output transform (``kind``: WINOGRAD_OUT or WINOGRAD_F2_OUT; units: output
-    planes), shared."""
+@kernel(nogil=True, exported=(RECORD, REALS, INT, array(3), array(4), array(1),
+                              array(4), *[INT] * 3, FLOAT, FLOAT))
+def _winograd_output_job(record, reals, kind, m, y, bias, residual, tiles_h, tiles_w,
+                         code, a, b):
+    """The job of a Winograd output transform (``kind``: WINOGRAD_OUT or WINOGRAD_F2_OUT;
+    units: output planes)."""
     record[KIND], record[UNITS] = kind, y.shape[0] * y.shape[1]
     _put(record, ARRAYS[0], m)
     _put(record, ARRAYS[1], y)
@@ -332,4 +326,3 @@ def _winograd_output_job(control, record, reals, kind, m, y, bias, residual, til
     i = INTS
     record[i], record[i + 1], record[i + 2] = tiles_h, tiles_w, code
     reals[0], reals[1] = a, b
-    _run(control, record, reals, chunks)

@@ -76,7 +76,7 @@ class Team:
             self.active.wait()
             if self.stopped:
                 return
-            jobs._serve(self.control, self.record, self.reals, IDLE_POLLS)
+            jobs._work(self.control, self.record, self.reals, 0, IDLE_POLLS)
 
     def stop(self) -> None:
         """Let the helpers return (at exit)."""
@@ -86,7 +86,11 @@ class Team:
         for helper in self.helpers:
             helper.join(timeout=1.0)
 
-    # ---- the jobs ---------------------------------------------------------------------
+    # ---- the jobs: each fills the record, then runs it --------------------------------
+    def _run(self, chunks: int) -> None:
+        """Run the job in the record in ``chunks`` chunks, with the helpers."""
+        jobs._work(self.control, self.record, self.reals, chunks, 0)
+
     def depthwise(self, x: np.ndarray, weight: np.ndarray, bias: np.ndarray, y: np.ndarray,
                   stride, dilation, pads, activation: Activation) -> None:
         """layers/fast/depthwise.py's kernels (as depthwise_conv2d calls them), shared."""
@@ -95,32 +99,34 @@ class Team:
                                                                # save in balance, measured)
         else:                                      # blocks of channels: one chunk each
             job, chunks = jobs._depthwise_blocks_job, x.shape[0] * weight.shape[0]
-        job(self.control, self.record, self.reals, x, weight, bias, y, stride[0], stride[1],
-            dilation[0], dilation[1], pads[0], pads[2], activation.code, activation.a,
-            activation.b, chunks)
+        job(self.record, self.reals, x, weight, bias, y, stride[0], stride[1], dilation[0],
+            dilation[1], pads[0], pads[2], activation.code, activation.a, activation.b)
+        self._run(chunks)
 
     def im2col(self, x: np.ndarray, cols: np.ndarray, kernel, stride, dilation, pads,
                out_hw) -> None:
         """gemm._im2col (one image), shared."""
-        jobs._im2col_job(self.control, self.record, self.reals, x, cols, kernel[0], kernel[1],
-                         stride[0], stride[1], dilation[0], dilation[1], pads[0], pads[2],
-                         out_hw[0], out_hw[1], self.threads)
+        jobs._im2col_job(self.record, self.reals, x, cols, kernel[0], kernel[1], stride[0],
+                         stride[1], dilation[0], dilation[1], pads[0], pads[2], out_hw[0],
+                         out_hw[1])
+        self._run(self.threads)
 
     def winograd_input(self, f2: bool, x: np.ndarray, v: np.ndarray, top: int, left: int,
                        tiles_h: int, tiles_w: int) -> None:
         """A Winograd input transform (F(2x2)'s if ``f2``, else F(4x4)'s), shared."""
         kind = jobs.WINOGRAD_F2_IN if f2 else jobs.WINOGRAD_IN
-        jobs._winograd_input_job(self.control, self.record, self.reals, kind, x, v, top, left,
-                                 tiles_h, tiles_w, self.threads)
+        jobs._winograd_input_job(self.record, self.reals, kind, x, v, top, left, tiles_h,
+                                 tiles_w)
+        self._run(self.threads)
 
     def winograd_output(self, f2: bool, m: np.ndarray, y: np.ndarray, bias: np.ndarray,
                         residual: np.ndarray, tiles_h: int, tiles_w: int,
                         activation: Activation) -> None:
         """A Winograd output transform, shared (bias and residual: empty arrays for none)."""
         kind = jobs.WINOGRAD_F2_OUT if f2 else jobs.WINOGRAD_OUT
-        jobs._winograd_output_job(self.control, self.record, self.reals, kind, m, y, bias,
-                                  residual, tiles_h, tiles_w, activation.code, activation.a,
-                                  activation.b, self.threads)
+        jobs._winograd_output_job(self.record, self.reals, kind, m, y, bias, residual, tiles_h,
+                                  tiles_w, activation.code, activation.a, activation.b)
+        self._run(self.threads)
 
     def finish(self, y: np.ndarray, bias: np.ndarray | None, residual: np.ndarray | None,
                activation: Activation) -> None:
@@ -129,10 +135,11 @@ class Team:
             return
         n, c = y.shape[:2]
         length = math.prod(y.shape[2:])
-        jobs._epilogue_job(self.control, self.record, self.reals, y.reshape(n, c, length),
+        jobs._epilogue_job(self.record, self.reals, y.reshape(n, c, length),
                            NO_ARRAY if bias is None else bias,
                            NO_RESIDUAL if residual is None else residual.reshape(n, c, length),
-                           activation.code, activation.a, activation.b, self.threads)
+                           activation.code, activation.a, activation.b)
+        self._run(self.threads)
 
     def matmul(self, a: np.ndarray, b: np.ndarray, out: np.ndarray,
                bias: np.ndarray | None = None, residual: np.ndarray | None = None,
@@ -163,11 +170,12 @@ class Team:
         if activation is not None and (bias is not None or residual is not None
                                        or activation.code != NONE):
             code = activation.code
-        jobs._gemm_job(self.control, self.record, self.reals, self.sgemm, a, b, out,
+        jobs._gemm_job(self.record, self.reals, self.sgemm, a, b, out,
                        NO_ARRAY if bias is None else bias,
                        NO_RESIDUAL if residual is None else residual.reshape(out.shape),
                        cut, parts, code, 0.0 if activation is None else activation.a,
                        0.0 if activation is None else activation.b, int(transposed))
+        self._run(products * parts)
 
 
 def _evenness(size: int, parts: int) -> float:
