@@ -29,11 +29,18 @@ ORDER = "seq_cst"
 ROW_MAJOR, NO_TRANS, TRANS = 101, 111, 112      # cblas's enums
 
 
-def _element_pointer(context, builder, array_type, array, index):
+def _operands(context, builder, signature, args):
+    """An intrinsic's (flags, index, values...) as LLVM values: the pointer to flags[index],
+    and the values as int64."""
+    from numba import types
     from numba.core import cgutils
 
-    ary = context.make_array(array_type)(context, builder, array)
-    return cgutils.get_item_pointer(context, builder, array_type, ary, [index])
+    flags_type = signature.args[0]
+    ary = context.make_array(flags_type)(context, builder, args[0])
+    pointer = cgutils.get_item_pointer(context, builder, flags_type, ary, [args[1]])
+    values = [context.cast(builder, v, t, types.int64)
+              for v, t in zip(args[2:], signature.args[2:])]
+    return pointer, values
 
 
 @intrinsic
@@ -44,7 +51,7 @@ def load():
     @numba_intrinsic
     def load(typingctx, flags, index):
         def codegen(context, builder, signature, args):
-            pointer = _element_pointer(context, builder, signature.args[0], *args)
+            pointer, _ = _operands(context, builder, signature, args)
             return builder.load_atomic(pointer, ORDER, 8)
         return types.int64(flags, index), codegen
     return load
@@ -58,8 +65,7 @@ def store():
     @numba_intrinsic
     def store(typingctx, flags, index, value):
         def codegen(context, builder, signature, args):
-            pointer = _element_pointer(context, builder, signature.args[0], args[0], args[1])
-            value = context.cast(builder, args[2], signature.args[2], types.int64)
+            pointer, (value,) = _operands(context, builder, signature, args)
             builder.store_atomic(value, pointer, ORDER, 8)
             return context.get_dummy_value()
         return types.void(flags, index, value), codegen
@@ -74,11 +80,8 @@ def compare_swap():
     @numba_intrinsic
     def compare_swap(typingctx, flags, index, old, new):
         def codegen(context, builder, signature, args):
-            pointer = _element_pointer(context, builder, signature.args[0], args[0], args[1])
-            old, new = (context.cast(builder, v, t, types.int64)
-                        for v, t in zip(args[2:], signature.args[2:]))
-            pair = builder.cmpxchg(pointer, old, new, ORDER, ORDER)
-            return builder.extract_value(pair, 0)
+            pointer, (old, new) = _operands(context, builder, signature, args)
+            return builder.extract_value(builder.cmpxchg(pointer, old, new, ORDER, ORDER), 0)
         return types.int64(flags, index, old, new), codegen
     return compare_swap
 
@@ -91,8 +94,7 @@ def add():
     @numba_intrinsic
     def add(typingctx, flags, index, value):
         def codegen(context, builder, signature, args):
-            pointer = _element_pointer(context, builder, signature.args[0], args[0], args[1])
-            value = context.cast(builder, args[2], signature.args[2], types.int64)
+            pointer, (value,) = _operands(context, builder, signature, args)
             return builder.atomic_rmw("add", pointer, value, ORDER)
         return types.int64(flags, index, value), codegen
     return add
