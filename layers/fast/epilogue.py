@@ -139,15 +139,27 @@ NO_ARRAY = np.zeros((0,), np.float32)           # "no bias"
 NO_RESIDUAL = np.zeros((0, 0, 0), np.float32)   # "no residual"
 
 
+def nothing_to_finish(bias: np.ndarray | None, residual: np.ndarray | None,
+                      activation: Activation) -> bool:
+    """No bias, no residual, no activation: the epilogue would leave y as it is."""
+    return bias is None and residual is None and activation.code == NONE
+
+
+def epilogue_operands(y: np.ndarray, bias: np.ndarray | None, residual: np.ndarray | None
+                      ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """y (N, C, ...) as the kernel's rows (N, C, L), with the bias and the residual (y's
+    shape) as it takes them: empty arrays for none."""
+    n, c = y.shape[:2]
+    length = math.prod(y.shape[2:])                 # not -1: y may be empty
+    return (y.reshape(n, c, length), NO_ARRAY if bias is None else bias,
+            NO_RESIDUAL if residual is None else residual.reshape(n, c, length))
+
+
 def bias_residual_activation(y: np.ndarray, bias: np.ndarray | None,
                              residual: np.ndarray | None, activation: Activation) -> None:
     """In place on a C-contiguous float32 ``y`` (N, C, ...): y = activation(y + bias + residual).
     ``residual`` has y's shape. Does nothing when there is nothing to do."""
-    if bias is None and residual is None and activation.code == NONE:
+    if nothing_to_finish(bias, residual, activation):
         return
-    n, c = y.shape[:2]
-    length = math.prod(y.shape[2:])                 # not -1: y may be empty
-    _bias_residual_activation(
-        y.reshape(n, c, length), NO_ARRAY if bias is None else bias,
-        NO_RESIDUAL if residual is None else residual.reshape(n, c, length),
-        activation.code, activation.a, activation.b)
+    _bias_residual_activation(*epilogue_operands(y, bias, residual), activation.code,
+                              activation.a, activation.b)

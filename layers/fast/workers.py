@@ -33,7 +33,6 @@ import atexit
 import contextlib
 import ctypes
 import logging
-import math
 import os
 import threading
 from pathlib import Path
@@ -41,8 +40,8 @@ from pathlib import Path
 import numpy as np
 
 from layers.fast import jobs
-from layers.fast.epilogue import (NO_ARRAY, NO_RESIDUAL, NONE, Activation,
-                                  bias_residual_activation)
+from layers.fast.epilogue import (NO_ARRAY, NO_RESIDUAL, Activation, bias_residual_activation,
+                                  epilogue_operands, nothing_to_finish)
 
 log = logging.getLogger(__name__)
 
@@ -94,10 +93,11 @@ class Team:
     def depthwise(self, x: np.ndarray, weight: np.ndarray, bias: np.ndarray, y: np.ndarray,
                   stride, dilation, pads, activation: Activation) -> None:
         """layers/fast/depthwise.py's kernels (as depthwise_conv2d calls them), shared."""
-        if weight.ndim == 3:                       # planes: one chunk per thread (more
-            job, chunks = jobs._depthwise_job, self.threads    # cost more set-up than they
-                                                               # save in balance, measured)
-        else:                                      # blocks of channels: one chunk each
+        # planes: one chunk per thread (more cost more in set-up than they save in
+        # balance, measured); blocks of channels: one chunk each
+        if weight.ndim == 3:
+            job, chunks = jobs._depthwise_job, self.threads
+        else:
             job, chunks = jobs._depthwise_blocks_job, x.shape[0] * weight.shape[0]
         job(self.record, self.reals, x, weight, bias, y, stride[0], stride[1], dilation[0],
             dilation[1], pads[0], pads[2], activation.code, activation.a, activation.b)
@@ -131,13 +131,9 @@ class Team:
     def finish(self, y: np.ndarray, bias: np.ndarray | None, residual: np.ndarray | None,
                activation: Activation) -> None:
         """epilogue.bias_residual_activation, shared."""
-        if bias is None and residual is None and activation.code == NONE:
+        if nothing_to_finish(bias, residual, activation):
             return
-        n, c = y.shape[:2]
-        length = math.prod(y.shape[2:])
-        jobs._epilogue_job(self.record, self.reals, y.reshape(n, c, length),
-                           NO_ARRAY if bias is None else bias,
-                           NO_RESIDUAL if residual is None else residual.reshape(n, c, length),
+        jobs._epilogue_job(self.record, self.reals, *epilogue_operands(y, bias, residual),
                            activation.code, activation.a, activation.b)
         self._run(self.threads)
 
@@ -166,9 +162,8 @@ class Team:
             parts = self.threads
             by_columns = n >= WIDE * m or _evenness(n, parts) > _evenness(m, parts)
             cut = jobs.BY_COLUMNS if by_columns else jobs.BY_ROWS
-        code = -1
-        if activation is not None and (bias is not None or residual is not None
-                                       or activation.code != NONE):
+        code = -1                                  # no epilogue
+        if activation is not None and not nothing_to_finish(bias, residual, activation):
             code = activation.code
         jobs._gemm_job(self.record, self.reals, self.sgemm, a, b, out,
                        NO_ARRAY if bias is None else bias,
@@ -179,8 +174,8 @@ class Team:
 
 
 def _evenness(size: int, parts: int) -> float:
-    """How evenly ``size`` cuts into ``parts`` bands on jobs.ALIGN boundaries: the mean band
-    over the largest (1: even)."""
+    """How evenly ``size`` cuts into ``parts`` bands on jobs.ALIGN boundaries (where
+    jobs._cut, compiled, puts them): the mean band over the largest (1: even)."""
     cuts = [size * p // parts // jobs.ALIGN * jobs.ALIGN for p in range(parts)] + [size]
     return size / parts / max(max(b - a for a, b in zip(cuts, cuts[1:])), 1)
 
@@ -208,7 +203,8 @@ def sharing(num_threads: int | None):
     """Share the kernels called in the body over ``num_threads`` threads (None: every usable
     core), this one and helpers; yields the Team, or None when the work stays on this
     thread (one thread wanted, no team here, or another forward has the team)."""
-    wanted = min(num_threads or usable_cores(), usable_cores())
+    cores = usable_cores()                         # a system call: asked once
+    wanted = min(num_threads or cores, cores)
     if wanted < 2 or current() is not None or os.environ.get("PNNX_INFER_HELPERS") == "0":
         yield current()
         return
