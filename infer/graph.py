@@ -180,6 +180,11 @@ class RuntimeGraph(GraphTools):
         self._check_supported()
         if not self.reference:
             fast_kernels.start()                # bind the compiled kernels, here not mid-forward
+        with threads.setup(self.num_threads):  # packing weights: see threads.setup
+            self._build()
+        return self
+
+    def _build(self) -> None:
         self._bin = PnnxBin(self.bin_path) if self._needs_bin() else None
         for op in self.operators:
             with _operator_context(op):
@@ -205,7 +210,6 @@ class RuntimeGraph(GraphTools):
             for op in self.operators:
                 with _operator_context(op):
                     op.layer.prepare_for_unknown_shapes()
-        return self
 
     def _check_supported(self) -> None:
         registry = LayerRegisterer()
@@ -352,6 +356,15 @@ class RuntimeGraph(GraphTools):
             if not all(isinstance(d, (int, np.integer)) and d >= 0 for d in shape):
                 raise ShapeError(f"input {op.name}: a shape is a tuple of sizes >= 0, got "
                                  f"{shape}")
+        with threads.setup(self.num_threads):  # layers pack their weights: threads.setup
+            shapes = self._compute_shapes(input_shapes)
+        with self._plan_lock:
+            if len(self._shape_plans) >= MAX_SHAPE_PLANS:      # forget the oldest input size
+                self._shape_plans.pop(next(iter(self._shape_plans)))
+            self._shape_plans[key] = shapes
+        return shapes
+
+    def _compute_shapes(self, input_shapes: Sequence[Shape]) -> dict[str, Shape]:
         shapes: dict[str, Shape] = {op.outputs[0].name: tuple(shape)
                                     for op, shape in zip(self.input_operators, input_shapes)}
         known: dict[str, np.ndarray] = {}    # values computable before running: shape maths
@@ -371,10 +384,6 @@ class RuntimeGraph(GraphTools):
             for out, value in zip(op.outputs, values):
                 if value is not None:
                     known[out.name] = value
-        with self._plan_lock:
-            if len(self._shape_plans) >= MAX_SHAPE_PLANS:      # forget the oldest input size
-                self._shape_plans.pop(next(iter(self._shape_plans)))
-            self._shape_plans[key] = shapes
         return shapes
 
     def _check_annotated_shapes(self, plan: dict[str, Shape]) -> None:

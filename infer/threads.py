@@ -74,6 +74,20 @@ def limit(num_threads: int | None):
 
 
 @contextlib.contextmanager
+def setup(num_threads: int | None):
+    """For a graph's one-time work (building, packing weights for new input shapes): BLAS
+    capped as a forward of ``num_threads`` caps it, without starting helpers.
+
+    Why: after a call that ran on several threads, OpenBLAS's workers spin for about 0.1 s
+    before they sleep, and capping the pool does not stop them. A (36, 9) @ (9, 262144)
+    Winograd packing product right before a forward whose helper shares both cores left three
+    busy threads on two cores: ResNet-18's first forward took 2-4x longer."""
+    wanted = workers.threads_wanted(num_threads)
+    with _capped(num_threads, 1 if wanted >= 2 else num_threads):
+        yield
+
+
+@contextlib.contextmanager
 def _capped(num_threads: int | None, blas_threads: int | None):
     """At most ``num_threads`` numba threads and ``blas_threads`` BLAS threads in the body
     (None: no cap)."""

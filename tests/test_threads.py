@@ -1,16 +1,19 @@
 """infer.threads: a forward's thread cap is applied and undone, costs no library scan per
-call, and leaves pools alone that already have the wanted size."""
+call, and leaves pools alone that already have the wanted size; a graph's build and shape
+plans cap BLAS as its forward does."""
 
 from __future__ import annotations
 
 import threading
 
 import numba
+import numpy as np
 import pytest
 from threadpoolctl import threadpool_info
 
-from infer import threads
+from infer import Layer, RuntimeGraph, threads
 from layers.fast import workers
+from tests.conftest import write_pnnx
 
 
 def pool_sizes() -> list[int]:
@@ -55,6 +58,68 @@ def test_helpers_take_over_blas_threads(monkeypatch):
             assert set(pool_sizes()) == {1}
         assert workers.current() is None
         assert pool_sizes() == before
+
+
+def test_setup_work_caps_blas_as_a_forward_would_without_a_team(monkeypatch):
+    """threads.setup (a graph's build and new shape plans) caps BLAS at what a forward of the
+    same cap gives it: one thread where helpers would run the products, the cap otherwise;
+    it starts no team."""
+    threads.prepare()
+    before = pool_sizes()
+    with threads.setup(2):                              # no helpers (the fixture): BLAS at 2
+        assert set(pool_sizes()) == {min(2, size) for size in before}
+    with threads.setup(1):
+        assert set(pool_sizes()) == {1}
+    monkeypatch.delenv("PNNX_INFER_HELPERS")
+    if workers.usable_cores() < 2:
+        pytest.skip("one core: no helper threads")
+    for cap in (2, None):
+        with threads.setup(cap):
+            assert set(pool_sizes()) == {1}
+            assert workers.current() is None
+    assert pool_sizes() == before
+
+
+class BlasWatcher(Layer):
+    """Identity that notes BLAS's pool sizes when the graph builds it and plans its shapes."""
+
+    seen: list = []
+
+    def load_model(self, weights):
+        BlasWatcher.seen.append(("build", set(pool_sizes())))
+
+    def infer_shapes(self, shapes):
+        BlasWatcher.seen.append(("plan", set(pool_sizes())))
+        return list(shapes)
+
+    def forward_one(self, x):
+        return x
+
+
+def test_a_graph_builds_and_plans_with_blas_capped_as_its_forward(tmp_path, monkeypatch):
+    """Why: OpenBLAS's workers spin ~0.1 s after a product that ran on several threads, and
+    a forward whose helper shares the cores would run beside them (threads.setup)."""
+    monkeypatch.delenv("PNNX_INFER_HELPERS")
+    if workers.usable_cores() < 2:
+        pytest.skip("one core: no helper threads")
+    threads.prepare()
+    before = pool_sizes()
+    param, binary = write_pnnx(tmp_path, """
+    7767517
+    3 2
+    pnnx.Input   in0  0 1 a
+    my.Watch     w    1 1 a b
+    pnnx.Output  out0 1 0 b
+    """)
+    graph = RuntimeGraph(param, binary)                 # every core: helpers share kernels
+    graph.register_custom_layer("my.Watch", BlasWatcher)
+    BlasWatcher.seen = []
+    graph.build()
+    assert pool_sizes() == before
+    x = np.ones((1, 3, 4, 4), np.float32)
+    np.testing.assert_array_equal(graph.forward(x)[0], x)
+    assert BlasWatcher.seen == [("build", {1}), ("plan", {1})]
+    assert pool_sizes() == before
 
 
 class CountingPool:

@@ -198,14 +198,22 @@ def usable_cores() -> int:
         return os.cpu_count() or 1
 
 
+def threads_wanted(num_threads: int | None) -> int:
+    """How many threads (this one and helpers) a forward capped at ``num_threads`` shares its
+    kernels over: at most the usable cores (None: all of them); 1 when PNNX_INFER_HELPERS=0."""
+    if os.environ.get("PNNX_INFER_HELPERS") == "0":
+        return 1
+    cores = usable_cores()                         # a system call: asked once
+    return min(num_threads or cores, cores)
+
+
 @contextlib.contextmanager
 def sharing(num_threads: int | None):
     """Share the kernels called in the body over ``num_threads`` threads (None: every usable
     core), this one and helpers; yields the Team, or None when the work stays on this
     thread (one thread wanted, no team here, or another forward has the team)."""
-    cores = usable_cores()                         # a system call: asked once
-    wanted = min(num_threads or cores, cores)
-    if wanted < 2 or current() is not None or os.environ.get("PNNX_INFER_HELPERS") == "0":
+    wanted = threads_wanted(num_threads)
+    if wanted < 2 or current() is not None:
         yield current()
         return
     team = _team(wanted - 1)
