@@ -130,7 +130,7 @@ def _taps_any(phases, starts, column_ok, filt, out, length, shift):
 def _depthwise(x, w, bias, y, stride_h, stride_w, dil_h, dil_w, top, left, code, a, b):
     """y (N, C_out, Ho, Wo) <- the depthwise convolution of x, plane (n, o) by plane."""
     depthwise_planes(x, w, bias, y, stride_h, stride_w, dil_h, dil_w, top, left, code, a, b,
-                     0, y.shape[0] * y.shape[1])
+                     np.int64(0), y.shape[0] * y.shape[1])     # int64 0: see jobs.py
 
 
 @kernel(nogil=True, fastmath=_FMA)
@@ -239,7 +239,7 @@ def _depthwise_channels_last(x, blocks, bias, y, stride_h, stride_w, dil_h, dil_
     """The same convolution for a 3x3 or 5x5 kernel, channels last by blocks of channels
     (``depthwise_blocks``)."""
     depthwise_blocks(x, blocks, bias, y, stride_h, stride_w, dil_h, dil_w, top, left, code,
-                     a, b, 0, x.shape[0] * blocks.shape[0])
+                     a, b, np.int64(0), x.shape[0] * blocks.shape[0])
 
 
 @kernel(nogil=True, fastmath=_FMA)

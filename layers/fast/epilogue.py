@@ -120,7 +120,7 @@ def finish_row(row, shift, other, code, a, b):
 def _bias_residual_activation(y, bias, residual, code, a, b):
     """y (N, C, L) <- activation(y + bias[c] + residual), in place; an empty bias or residual
     (size 0) is skipped; one row (n, c) at a time (``finish_row``)."""
-    finish_rows(y, bias, residual, code, a, b, 0, y.shape[0] * y.shape[1])
+    finish_rows(y, bias, residual, code, a, b, np.int64(0), y.shape[0] * y.shape[1])
 
 
 @kernel(nogil=True)

@@ -46,7 +46,7 @@ def scratch(name: str, shape: tuple[int, ...]) -> np.ndarray:
 def _im2col(x, cols, kh, kw, stride_h, stride_w, dil_h, dil_w, top, left, out_h, out_w):
     """x (C, H, W) -> cols (C*kh*kw, Ho*Wo), every channel (``im2col_channels``)."""
     im2col_channels(x, cols, kh, kw, stride_h, stride_w, dil_h, dil_w, top, left, out_h, out_w,
-                    0, x.shape[0])
+                    np.int64(0), x.shape[0])                   # int64 0: see jobs.py
 
 
 @kernel(nogil=True)

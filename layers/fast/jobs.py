@@ -37,7 +37,8 @@ CONTROL_SIZE = 24
 FIELD = 1 << 20                      # chunks and next chunk: 20 bits each in the ticket
 
 KIND, UNITS = 0, 1                   # record's slots
-ARRAYS = (2, 7, 12, 17, 22)          # address, then up to four sizes
+ARRAYS = np.array((2, 7, 12, 17, 22))   # address, then up to four sizes (an array, so that
+                                        # its items are run-time ints: see _run_units)
 INTS = 27                            # the integer arguments from here
 RECORD_SIZE, REALS_SIZE = 64, 4
 
@@ -57,9 +58,15 @@ def _work(control, record, reals, chunks, idle_polls):
     helper's loop: take chunks of whatever job is published; return after ``idle_polls``
     polls without work, or when STOP is set.
 
-    Every kernel a chunk may run is linked into this function, and numba optimizes all of
-    that again for each function that calls it: so there is one entry, and one call of
-    ``_take_one`` in it (compiling takes about as long as all the kernels alone)."""
+    What compiling it costs (~30 s, in a module of its own: layers/fast/aot.py). Every
+    kernel a chunk may run is linked into this function, and numba optimizes all of that
+    again for each function that calls another. So there is one entry; ``_take_one``,
+    ``_run_units`` and ``_gemm_unit`` are inlined into it (numba's inline="always") rather
+    than being three more levels that each re-optimize every kernel; and everything is
+    called with run-time ints, never literals, since numba compiles a function again for
+    each literal argument: the exported kernels call the range kernels with np.int64(0) as
+    their start (not 0) to share one compiled version with the calls here, and the record's
+    array slots (ARRAYS) are an array's items. The three measures took it from 55 to 33 s."""
     if chunks > 0:
         chunks = max(1, min(chunks, record[UNITS], FIELD - 1))
         job = (load(control, TICKET) // (FIELD * FIELD) + 1) % (1 << 23)
@@ -80,7 +87,7 @@ def _work(control, record, reals, chunks, idle_polls):
             pause()
 
 
-@kernel(nogil=True)
+@kernel(inline="always")
 def _take_one(control, record, reals):
     """Take and run the next chunk of the current job; False if none is left."""
     while True:
@@ -96,7 +103,7 @@ def _take_one(control, record, reals):
 
 
 # ----- arrays in the record ----------------------------------------------------------------
-@kernel(inline="always")
+@kernel(nogil=True)
 def _put(record, slot, values):
     """An array's address and shape into record[slot:]."""
     record[slot] = values.ctypes.data
@@ -104,31 +111,31 @@ def _put(record, slot, values):
         record[slot + 1 + d] = values.shape[d]
 
 
-@kernel(inline="always")
+@kernel(nogil=True)
 def _get1(record, slot):
     return float_array(record[slot], record[slot + 1])
 
 
-@kernel(inline="always")
+@kernel(nogil=True)
 def _get2(record, slot):
     d0, d1 = record[slot + 1], record[slot + 2]
     return float_array(record[slot], d0 * d1).reshape((d0, d1))
 
 
-@kernel(inline="always")
+@kernel(nogil=True)
 def _get3(record, slot):
     d0, d1, d2 = record[slot + 1], record[slot + 2], record[slot + 3]
     return float_array(record[slot], d0 * d1 * d2).reshape((d0, d1, d2))
 
 
-@kernel(inline="always")
+@kernel(nogil=True)
 def _get4(record, slot):
     d0, d1, d2, d3 = record[slot + 1], record[slot + 2], record[slot + 3], record[slot + 4]
     return float_array(record[slot], d0 * d1 * d2 * d3).reshape((d0, d1, d2, d3))
 
 
 # ----- what a chunk runs -------------------------------------------------------------------
-@kernel(nogil=True)
+@kernel(inline="always")
 def _run_units(record, reals, first, last):
     """Units first .. last - 1 of the job in ``record``."""
     kind, i, a = record[KIND], INTS, ARRAYS
@@ -174,7 +181,7 @@ def _run_units(record, reals, first, last):
                                          record[i + 2], reals[0], reals[1], first, last)
 
 
-@kernel(inline="always")
+@kernel(nogil=True)
 def _cut(size, part, parts):
     """Where part ``part`` of ``parts`` starts along ``size`` (a multiple of ALIGN)."""
     if part >= parts:
@@ -182,7 +189,7 @@ def _cut(size, part, parts):
     return size * part // parts // ALIGN * ALIGN
 
 
-@kernel(nogil=True)
+@kernel(inline="always")
 def _gemm_unit(record, reals, unit):
     """One unit of a stack of products C[t] = A[t] @ B[t] (A (M, K), B (K, N) or, transposed,
     (N, K), C (M, N), C-contiguous, t-th at t * stride floats; a stride of 0 reuses one

@@ -130,7 +130,7 @@ def split_into_streams(plane, streams, padded_row, rows, cols, top, left, tiles_
 @kernel(nogil=True, exported=(array(4), array(3), *[INT] * 4))
 def _input_transform(x, v, top, left, tiles_h, tiles_w):
     """x (N, C, H, W) -> v (36, C, T), every plane (``input_planes``)."""
-    input_planes(x, v, top, left, tiles_h, tiles_w, 0, x.shape[0] * x.shape[1])
+    input_planes(x, v, top, left, tiles_h, tiles_w, np.int64(0), x.shape[0] * x.shape[1])
 
 
 @kernel(nogil=True)
@@ -179,7 +179,7 @@ def input_planes(x, v, top, left, tiles_h, tiles_w, first, last):
         exported=(array(3), array(4), array(1), array(4), *[INT] * 3, FLOAT, FLOAT))
 def _output_transform(m, y, bias, residual, tiles_h, tiles_w, code, a, b):
     """m (36, C_out, T) -> y (N, C_out, Ho, Wo), every plane (``output_planes``)."""
-    output_planes(m, y, bias, residual, tiles_h, tiles_w, code, a, b, 0,
+    output_planes(m, y, bias, residual, tiles_h, tiles_w, code, a, b, np.int64(0),
                   y.shape[0] * y.shape[1])
 
 

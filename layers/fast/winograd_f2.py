@@ -54,7 +54,7 @@ def pack_winograd_f2_weight(weight: np.ndarray) -> np.ndarray:
 @kernel(nogil=True, exported=(array(4), array(3), *[INT] * 4))
 def _input_transform_f2(x, v, top, left, tiles_h, tiles_w):
     """x (N, C, H, W) -> v (16, C, T), every plane (``input_planes_f2``)."""
-    input_planes_f2(x, v, top, left, tiles_h, tiles_w, 0, x.shape[0] * x.shape[1])
+    input_planes_f2(x, v, top, left, tiles_h, tiles_w, np.int64(0), x.shape[0] * x.shape[1])
 
 
 @kernel(nogil=True)
@@ -97,7 +97,7 @@ def input_planes_f2(x, v, top, left, tiles_h, tiles_w, first, last):
         exported=(array(3), array(4), array(1), array(4), *[INT] * 3, FLOAT, FLOAT))
 def _output_transform_f2(m, y, bias, residual, tiles_h, tiles_w, code, a, b):
     """m (16, C_out, T) -> y (N, C_out, Ho, Wo), every plane (``output_planes_f2``)."""
-    output_planes_f2(m, y, bias, residual, tiles_h, tiles_w, code, a, b, 0,
+    output_planes_f2(m, y, bias, residual, tiles_h, tiles_w, code, a, b, np.int64(0),
                      y.shape[0] * y.shape[1])
 
 
