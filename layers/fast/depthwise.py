@@ -30,15 +30,16 @@ The activation then runs over the whole plane (one long loop). Against padded ph
 of Wo + the padding, copied in row by row and the outputs copied out row by row) this is
 1.3-2.5x faster on stride-1 layers (most on 14 x 14 planes), 5-10% on strided ones.
 
-**Small planes** (ResNet's and EfficientNet's 7 x 7 stages, at most 49 outputs per plane, or
-196 with a stride): one plane's loop is too short for its set-up to pay off, so the image is
-transposed channels last and every output pixel is one loop over the channels with all its
-taps (``_depthwise_channels_last``; 3x3 and 5x5, one output channel per input channel). It
-works on blocks of CHANNEL_BLOCK channels: a block's (PH, PW, 128) padded image, its taps
-(packed once, ``pack_channel_blocks``) and its outputs stay in the core's caches, where all
-the channels at once did not (1152 channels x 25 taps is 115 KB of weights alone). The two
-transposes cost less than the per-plane overhead they remove: EfficientNet-Lite0's
-1152-channel 7 x 7 layers run in a third of the per-plane kernel's time.
+**Small planes** (at most 16 outputs per plane, or 64 with a stride: 4 x 4, or the 7 x 7
+outputs of a stride-2 layer): one plane's loop is too short for its set-up to pay off, so
+the image is transposed channels last and every output pixel is one loop over the channels
+with all its taps (``_depthwise_channels_last``; 3x3 and 5x5, one output channel per input
+channel). It works on blocks of CHANNEL_BLOCK channels: a block's (PH, PW, 128) padded
+image, its taps (packed once, ``pack_channel_blocks``) and its outputs stay in the core's
+caches, where all the channels at once did not (1152 channels x 25 taps is 115 KB of
+weights alone). Since the plane kernel works on masked phases, it is the faster one on 7 x 7
+planes too (EfficientNet-Lite0's 1152-channel layers: 0.06 against 0.08 ms for the 3x3 on
+two threads) and on 28 -> 14 strided layers (240 channels: 0.06 against 0.11 ms).
 """
 
 from __future__ import annotations
@@ -175,7 +176,7 @@ def depthwise_planes(x, w, bias, y, stride_h, stride_w, dil_h, dil_w, top, left,
 
 
 # ----- small planes: channels last --------------------------------------------------------
-# With few outputs per plane (7 x 7), the loop over one plane is too short to pay for its
+# With few outputs per plane (4 x 4), the loop over one plane is too short to pay for its
 # set-up; laid out channels last, one output pixel is a loop over all the channels instead.
 
 @kernel(nogil=True, inline="always")
@@ -291,7 +292,7 @@ def depthwise_blocks(x, blocks, bias, y, stride_h, stride_w, dil_h, dil_w, top, 
                 dst[p] = pixels[p, c]
 
 
-CHANNELS_LAST_MAX_OUTPUTS = 49     # outputs per plane; with stride > 1, 4x as many (measured)
+CHANNELS_LAST_MAX_OUTPUTS = 16     # outputs per plane; with stride > 1, 4x as many (measured)
 CHANNEL_BLOCK = 128                # channels per block of the channels-last kernel (measured:
                                    # 16 and 32 pay more per pixel than they save in cache)
 
