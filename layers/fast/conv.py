@@ -22,7 +22,11 @@ convolution alone, and whole ResNet-18 forwards alternated in one process):
 * otherwise F(2x2) from 16 tiles of 2x2: ResNet's 14x14 and 7x7 stages at batch 1. Alone,
   at 7x7, it takes 1.36 ms against 1.60 for im2col and 2.9 for F(4x4); in whole forwards the
   gain (~0.9 ms) comes from the 14x14 stage, and at 7x7 it is even with im2col, whose
-  weights come from memory as F(2x2)'s do;
+  weights come from memory as F(2x2)'s do. So a convolution whose F(2x2) packing passes
+  8 MiB (ResNet's 512-channel ones: 16 MiB each) takes it only from 64 tiles (4 images of
+  7x7): at batch 1 im2col is as fast (whole ResNet-18 forwards, p10: 18.1 against 18.5 ms)
+  and reads the weight as it is, which saves the packing's time and memory (67 MB, 25-60 ms
+  at build); at batch 8 F(2x2) is 11% faster and is packed in the first such forward;
 * otherwise im2col.
 
 Winograd's transforms add and subtract the inputs of a whole tile, so one Inf or NaN in the
@@ -50,6 +54,7 @@ from layers.fast.depthwise import depthwise_conv2d, pack_channel_blocks, uses_ch
 from layers.fast.epilogue import IDENTITY, NO_ARRAY, Activation, bias_residual_activation
 from layers.fast.gemm import gemm_conv2d, pack_gemm_weight
 from layers.fast.winograd import TAPS, TILE, pack_winograd_weight, winograd_conv2d
+from layers.fast.winograd_f2 import TAPS as TAPS_F2
 from layers.fast.winograd_f2 import TILE as TILE_F2
 from layers.fast.winograd_f2 import pack_winograd_f2_weight, winograd_f2_conv2d
 from parser.bin import release_pages
@@ -59,6 +64,8 @@ Call = Callable[[np.ndarray, "np.ndarray | None", np.ndarray], None]   # (x, res
 WINOGRAD_MIN_TILES = 32                  # F(4x4): at least this many 4x4 tiles (all images)
 WINOGRAD_MAX_PACKED = 16 * 2 ** 20       # F(4x4): at most this many bytes of packed weights
 WINOGRAD_F2_MIN_TILES = 16               # F(2x2): at least this many 2x2 tiles
+WINOGRAD_F2_LARGE = 8 * 2 ** 20          # F(2x2) packings of more bytes than this ...
+WINOGRAD_F2_LARGE_MIN_TILES = 64         # ... need this many tiles (4 images of 7x7)
 WINOGRAD = {                             # variant: how its weights are packed, how it runs
     "winograd": (pack_winograd_weight, winograd_conv2d),
     "winograd_f2": (pack_winograd_f2_weight, winograd_f2_conv2d),
@@ -79,6 +86,7 @@ class PackedConv2d:
                             and dilation == (1, 1) and groups == 1)
         # F(4x4)'s packed weights U (36, C_out, C_in) fit the limit (else F(2x2) runs)
         self.f4_fits = TAPS * TAPS * self.c_out * self.c_in * 4 <= WINOGRAD_MAX_PACKED
+        self.f2_large = TAPS_F2 * TAPS_F2 * self.c_out * self.c_in * 4 > WINOGRAD_F2_LARGE
         self._packs: dict[str, np.ndarray] = {}
         self._calls: dict[tuple, Call] = {}      # call_for's, by input shape and geometry
         self._lock = threading.Lock()
@@ -96,7 +104,7 @@ class PackedConv2d:
         if tiles >= WINOGRAD_MIN_TILES and self.f4_fits:
             return "winograd"
         tiles_f2 = batch * -(-out_hw[0] // TILE_F2) * -(-out_hw[1] // TILE_F2)
-        if tiles_f2 >= WINOGRAD_F2_MIN_TILES:
+        if tiles_f2 >= (WINOGRAD_F2_LARGE_MIN_TILES if self.f2_large else WINOGRAD_F2_MIN_TILES):
             return "winograd_f2"
         return "gemm"
 
@@ -138,8 +146,9 @@ class PackedConv2d:
         """Pack now what any input size is likely to need, for a graph whose shapes are
         known only when it runs: a convolution whose F(4x4) packing would pass
         WINOGRAD_MAX_PACKED runs F(2x2) on every image of 16 or more 2x2 tiles, so its
-        packing (tens of MiB for 512 channels) is made at build, not in the first inference."""
-        if self.winograd_ok and not self.f4_fits:
+        packing is made at build, not in the first inference; unless that packing is large
+        too (then it waits for a batch that needs it)."""
+        if self.winograd_ok and not self.f4_fits and not self.f2_large:
             self.packed("winograd_f2")
 
     def prepare(self, batch: int, out_hw: Pair) -> None:
