@@ -434,9 +434,10 @@ class RuntimeGraph(GraphTools):
         """Run the graph on NCHW arrays given in pnnx.Input order; one array per output."""
         self._require_complete()
         arrays = self._check_inputs(inputs)
-        memory = self._memory_plan(tuple(a.shape for a in arrays))   # refuses bad shapes
         # NaN and Inf flow through silently, as in torch (numpy would warn at 0 * inf)
         with threads.limit(self.num_threads), np.errstate(all="ignore"):
+            # refuses bad shapes; a new size's plan packs weights with the helpers' help
+            memory = self._memory_plan(tuple(a.shape for a in arrays))
             values = self._run_hooked(arrays) if self._hooks else self._run(arrays, memory)
         return [_writeable(values[o.name]) for o in self.output_operands]
 

@@ -13,6 +13,8 @@ from layers import kernels
 from layers.fast import backend, jobs, workers
 from layers.fast.conv import PackedConv2d
 from layers.fast.epilogue import CLAMP, IDENTITY, Activation
+from layers.fast.winograd import pack_winograd_weight
+from layers.fast.winograd_f2 import pack_winograd_f2_weight
 
 RELU6 = Activation(CLAMP, 0.0, 6.0)
 
@@ -100,6 +102,20 @@ def test_shared_convolutions_give_what_one_thread_gives(case, extras, shared):
         np.testing.assert_array_equal(together, alone)       # the same numba code, per plane
     else:
         np.testing.assert_allclose(together, alone, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("c_out, c_in", [(64, 64), (48, 40), (1, 3)])
+def test_winograd_packing_is_shared_and_gives_the_same_bits(c_out, c_in, shared):
+    """A new input size's plan runs inside the forward: its Winograd packings (a product
+    per filter) are shared with the helpers, giving what np.matmul gives."""
+    weight = np.random.default_rng(c_in).standard_normal((c_out, c_in, 3, 3), dtype=np.float32)
+    alone = [pack(weight) for pack in (pack_winograd_weight, pack_winograd_f2_weight)]
+    with shared() as team:
+        before = team.control[jobs.TICKET] >> 40
+        together = [pack(weight) for pack in (pack_winograd_weight, pack_winograd_f2_weight)]
+        assert team.control[jobs.TICKET] >> 40 == before + 2          # two jobs
+    for a, b in zip(alone, together):
+        np.testing.assert_array_equal(b, a)
 
 
 @pytest.mark.parametrize("shape", [
