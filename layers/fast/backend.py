@@ -175,7 +175,7 @@ def _checked(declared: Declared, function: Callable) -> Callable:
     arrays = [(i, np.dtype(t[:t.index("[")]), t.count(",") + 1)
               for i, t in enumerate(declared.exported) if "[" in t]
 
-    def call(*args):
+    def call(*args):                           # ~0.4 us per array checked
         for index, dtype, ndim in arrays:
             a = args[index]
             if not (isinstance(a, np.ndarray) and a.dtype == dtype and a.ndim == ndim
@@ -187,6 +187,7 @@ def _checked(declared: Declared, function: Callable) -> Callable:
         function(*args)
     call.__name__ = call.__qualname__ = declared.name
     call.__doc__ = declared.func.__doc__
+    call.unchecked = function      # for callers whose arrays are their own, made right once
     return call
 
 

@@ -32,6 +32,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import ctypes
+import functools
 import logging
 import os
 import threading
@@ -62,6 +63,9 @@ class Team:
         self.control = np.zeros(jobs.CONTROL_SIZE, np.int64)
         self.record = np.zeros(jobs.RECORD_SIZE, np.int64)
         self.reals = np.zeros(jobs.REALS_SIZE, np.float64)
+        # the job runner without the compiled kernels' argument checks (backend._checked):
+        # these three arrays are the team's own, and it runs ~50 times a forward
+        self._work = getattr(jobs._work, "unchecked", jobs._work)
         self.in_use = threading.Lock()             # one forward at a time
         self.active = threading.Event()            # set while a forward runs: helpers spin
         self.stopped = False
@@ -75,7 +79,7 @@ class Team:
             self.active.wait()
             if self.stopped:
                 return
-            jobs._work(self.control, self.record, self.reals, 0, IDLE_POLLS)
+            self._work(self.control, self.record, self.reals, 0, IDLE_POLLS)
 
     def stop(self) -> None:
         """Let the helpers return (at exit)."""
@@ -88,7 +92,7 @@ class Team:
     # ---- the jobs: each fills the record, then runs it --------------------------------
     def _run(self, chunks: int) -> None:
         """Run the job in the record in ``chunks`` chunks, with the helpers."""
-        jobs._work(self.control, self.record, self.reals, chunks, 0)
+        self._work(self.control, self.record, self.reals, chunks, 0)
 
     def depthwise(self, x: np.ndarray, weight: np.ndarray, bias: np.ndarray, y: np.ndarray,
                   stride, dilation, pads, activation: Activation) -> None:
@@ -160,8 +164,7 @@ class Team:
             # wide products by columns (measured: ResNet's stem, 64 x 12544, 1.66 ms by
             # columns, 2.07 by rows), the others the way they cut more evenly
             parts = self.threads
-            by_columns = n >= WIDE * m or _evenness(n, parts) > _evenness(m, parts)
-            cut = jobs.BY_COLUMNS if by_columns else jobs.BY_ROWS
+            cut = _cut_kind(m, n, parts)
         code = -1                                  # no epilogue
         if activation is not None and not nothing_to_finish(bias, residual, activation):
             code = activation.code
@@ -171,6 +174,14 @@ class Team:
                        cut, parts, code, 0.0 if activation is None else activation.a,
                        0.0 if activation is None else activation.b, int(transposed))
         self._run(products * parts)
+
+
+@functools.lru_cache(maxsize=4096)
+def _cut_kind(m: int, n: int, parts: int) -> int:
+    """jobs.BY_COLUMNS or BY_ROWS for an (m, n) product cut into ``parts`` bands (cached: a
+    forward asks about the same few shapes every time)."""
+    by_columns = n >= WIDE * m or _evenness(n, parts) > _evenness(m, parts)
+    return jobs.BY_COLUMNS if by_columns else jobs.BY_ROWS
 
 
 def _evenness(size: int, parts: int) -> float:
