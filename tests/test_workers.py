@@ -20,25 +20,25 @@ RELU6 = Activation(CLAMP, 0.0, 6.0)
 
 
 @pytest.fixture(scope="module")
-def sgemm():
+def blas():
     backend.start()
-    address = workers._find_sgemm()
-    if not address:
+    functions = workers.find_blas()
+    if functions is None:
         pytest.skip("numpy's OpenBLAS (64-bit cblas_sgemm) not found: no helper threads")
-    return address
+    return functions
 
 
 @pytest.fixture(params=[0, 1, 2], ids=["no helper", "1 helper", "2 helpers"])
-def team(request, sgemm):
+def team(request, blas):
     """A private team, its helpers spinning; with no helper the caller takes every chunk."""
-    team = workers.Team(request.param, sgemm)
+    team = workers.Team(request.param, blas)
     team.active.set()
     yield team
     team.stop()
 
 
 @pytest.fixture
-def shared(monkeypatch, sgemm):
+def shared(monkeypatch, blas):
     """Run the body's kernels on a 2-thread team (``with shared(): ...``), even on one core."""
     monkeypatch.setattr(workers, "usable_cores", lambda: 2)
     monkeypatch.delenv("PNNX_INFER_HELPERS", raising=False)
@@ -144,6 +144,36 @@ def test_shared_matrix_products_match_numpy(shape, epilogue, team):
     out = np.full(want.shape, np.nan, np.float32)
     team.matmul(a, b, out, bias, residual, activation)
     np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.parametrize("shape", [
+    (1, 1, 1, 1000, 1280),      # a classifier at batch 1: one row, bands of columns
+    (1, 1, 1, 37, 100),         # too small to cut
+    (3, 1, 1, 300, 64),         # one row, a stack
+    (1, 1, 300, 1, 1280),       # one column (a 1x1 convolution of a 1x1 image): bands of rows
+    (2, 2, 70, 1, 33),
+    (1, 1, 1, 1, 50),           # a dot product
+])
+@pytest.mark.parametrize("transposed", [False, True])
+def test_products_of_one_row_or_column_are_numpys_bit_for_bit(shape, transposed, team):
+    """One row or one column: numpy runs a matrix-vector product (GEMV), which rounds
+    otherwise than a GEMM; the team runs GEMVs on its bands, giving numpy's bits, so that a
+    forward's result does not depend on whether it got the helpers."""
+    from threadpoolctl import threadpool_limits
+
+    products, a_products, m, n, k = shape
+    rng = np.random.default_rng(m * 7 + n + k)
+    a = rng.standard_normal((a_products, m, k), dtype=np.float32)
+    b = rng.standard_normal((products, n, k) if transposed else (products, k, n),
+                            dtype=np.float32)
+    bias = rng.standard_normal(m).astype(np.float32)
+    out, finished = (np.full((products, m, n), np.nan, np.float32) for _ in range(2))
+    with threadpool_limits(1):       # as in a forward with helpers (OpenBLAS's threaded
+        want = np.matmul(a, np.swapaxes(b, 1, 2) if transposed else b)   # GEMV rounds
+        team.matmul(a, b, out, transposed=transposed)                    # otherwise)
+        team.matmul(a, b, finished, bias, None, RELU6, transposed=transposed)
+    np.testing.assert_array_equal(out, want)
+    np.testing.assert_array_equal(finished, np.clip(want + bias[:, None], 0, 6))
 
 
 def test_a_thousand_jobs_in_a_row_each_complete(team):

@@ -13,8 +13,11 @@ another would spin forever. These few operations are written in LLVM IR instead:
     sgemm(function, trans_b, m, n, k, a, lda, b, ldb, c, ldc)
                                    C = A @ B (B^T if trans_b is TRANS) through a cblas_sgemm
                                    pointer
+    sgemv(function, trans, m, n, a, lda, x, y)
+                                   y = A @ x (A^T if trans is TRANS; A is m x n) through a
+                                   cblas_sgemv pointer
 
-``flags`` is an int64 array. The last two let a kernel read arrays and call BLAS given only
+``flags`` is an int64 array. The last three let a kernel read arrays and call BLAS given only
 addresses in an int64 array: how layers/fast/jobs.py hands work to a helper thread.
 Each is made by a factory that runs when numba compiles the kernels (backend.intrinsic).
 """
@@ -170,3 +173,31 @@ def sgemm():
             return context.get_dummy_value()
         return types.void(function, trans_b, m, n, k, a, lda, b, ldb, c, ldc), codegen
     return sgemm
+
+
+@intrinsic
+def sgemv():
+    from llvmlite import ir
+    from numba import types
+    from numba.extending import intrinsic as numba_intrinsic
+
+    i32, i64, f32 = ir.IntType(32), ir.IntType(64), ir.FloatType()
+    pointer = ir.IntType(8).as_pointer()
+    # cblas_sgemv(order, trans, M, N, alpha, A, lda, X, incX, beta, Y, incY), 64-bit integers
+    function_type = ir.FunctionType(ir.VoidType(), [i32, i32, i64, i64, f32, pointer, i64,
+                                                     pointer, i64, f32, pointer, i64])
+    @numba_intrinsic
+    def sgemv(typingctx, function, trans, m, n, a, lda, x, y):
+        def codegen(context, builder, signature, args):
+            f, trans, m, n, a, lda, x, y = (
+                context.cast(builder, v, t, types.int64) for v, t in zip(args, signature.args))
+            target = builder.inttoptr(f, function_type.as_pointer())
+            one, zero = ir.Constant(f32, 1.0), ir.Constant(f32, 0.0)
+            step = ir.Constant(i64, 1)
+            builder.call(target, [ir.Constant(i32, ROW_MAJOR), builder.trunc(trans, i32), m, n,
+                                  one, builder.inttoptr(a, pointer), lda,
+                                  builder.inttoptr(x, pointer), step, zero,
+                                  builder.inttoptr(y, pointer), step])
+            return context.get_dummy_value()
+        return types.void(function, trans, m, n, a, lda, x, y), codegen
+    return sgemv

@@ -29,7 +29,7 @@ import numpy as np
 # kernel modules as modules: some of them (gemm, winograd) import this one through workers.py
 from layers.fast import depthwise, epilogue, gemm, winograd, winograd_f2
 from layers.fast.atomics import (NO_TRANS, TRANS, add, compare_swap, float_array, load, pause,
-                                 sgemm, store)
+                                 sgemm, sgemv, store)
 from layers.fast.backend import FLOAT, INT, array, kernel
 
 TICKET, DONE, STOP = 0, 8, 16        # control's slots, one 64-byte cache line apart
@@ -194,11 +194,14 @@ def _gemm_unit(record, reals, unit):
     """One unit of a stack of products C[t] = A[t] @ B[t] (A (M, K), B (K, N) or, transposed,
     (N, K), C (M, N), C-contiguous, t-th at t * stride floats; a stride of 0 reuses one
     matrix): the whole product t, or a band of its rows or columns, then its epilogue (bias,
-    residual, activation) on the rows it wrote, while they are in cache."""
+    residual, activation) on the rows it wrote, while they are in cache. With a GEMV pointer
+    (products of one row, M = 1, or one column, N = 1) each band is a matrix-vector product,
+    as numpy computes those (the same kernel, so the same rounding)."""
     i = INTS
     function, m, n, k = record[i], record[i + 1], record[i + 2], record[i + 3]
     stride_a, stride_b, stride_c = record[i + 4], record[i + 5], record[i + 6]
     cut, parts, code, transposed = record[i + 7], record[i + 8], record[i + 9], record[i + 10]
+    gemv = record[i + 11]
     t, part = unit // parts, unit % parts
     row0, row1, col0, col1 = 0, m, 0, n
     if cut == BY_ROWS:
@@ -207,12 +210,19 @@ def _gemm_unit(record, reals, unit):
         col0, col1 = _cut(n, part, parts), _cut(n, part + 1, parts)
     if row1 <= row0 or col1 <= col0:
         return
-    c = record[ARRAYS[2]]
-    b_first, ldb = (col0 * k, k) if transposed else (col0, n)   # column col0 of B; its stride
-    sgemm(function, TRANS if transposed else NO_TRANS, row1 - row0, col1 - col0, k,
-          record[ARRAYS[0]] + 4 * (t * stride_a + row0 * k), k,
-          record[ARRAYS[1]] + 4 * (t * stride_b + b_first), ldb,
-          c + 4 * (t * stride_c + row0 * n + col0), n)
+    a, b, c = record[ARRAYS[0]], record[ARRAYS[1]], record[ARRAYS[2]]
+    a_first, b_first = a + 4 * (t * stride_a + row0 * k), b + 4 * t * stride_b
+    c_first = c + 4 * (t * stride_c + row0 * n + col0)
+    if gemv != 0 and n == 1:                          # C rows = A rows @ the vector B
+        sgemv(gemv, NO_TRANS, row1 - row0, k, a_first, k, b_first, c_first)
+    elif gemv != 0 and transposed:                    # C = the vector A @ B^T: B's rows
+        sgemv(gemv, NO_TRANS, col1 - col0, k, b_first + 4 * col0 * k, k, a_first, c_first)
+    elif gemv != 0:                                   # C = the vector A @ B: B's columns
+        sgemv(gemv, TRANS, k, col1 - col0, b_first + 4 * col0, n, a_first, c_first)
+    else:
+        b_first, ldb = (b_first + 4 * col0 * k, k) if transposed else (b_first + 4 * col0, n)
+        sgemm(function, TRANS if transposed else NO_TRANS, row1 - row0, col1 - col0, k,
+              a_first, k, b_first, ldb, c_first, n)
     if code < 0:                                      # no epilogue
         return
     bias = _get1(record, ARRAYS[3])
@@ -273,13 +283,14 @@ def _epilogue_job(record, reals, y, bias, residual, code, a, b):
     reals[0], reals[1] = a, b
 
 
-@kernel(nogil=True, exported=(RECORD, REALS, INT, array(3), array(3), array(3),
+@kernel(nogil=True, exported=(RECORD, REALS, INT, INT, array(3), array(3), array(3),
                               array(1), array(3), INT, INT, INT, FLOAT, FLOAT, INT))
-def _gemm_job(record, reals, function, a, b, c, bias, residual, cut, parts, code,
+def _gemm_job(record, reals, function, gemv, a, b, c, bias, residual, cut, parts, code,
               act_a, act_b, transposed):
     """The job c[t] = a[t or 0] @ b[t] for every t (b[t].T if ``transposed``), then the
     epilogue (``code`` < 0: none): units are the products, or ``parts`` bands of each
-    (``cut``) when there are few."""
+    (``cut``) when there are few. ``function``: cblas_sgemm's address; ``gemv``:
+    cblas_sgemv's for products of one row or one column, else 0."""
     products, m, n = c.shape
     record[KIND], record[UNITS] = GEMM, products * parts
     _put(record, ARRAYS[0], a)
@@ -292,6 +303,7 @@ def _gemm_job(record, reals, function, a, b, c, bias, residual, cut, parts, code
     record[i + 4] = m * a.shape[2] if a.shape[0] > 1 else 0
     record[i + 5], record[i + 6] = b.shape[1] * b.shape[2], m * n
     record[i + 7], record[i + 8], record[i + 9], record[i + 10] = cut, parts, code, transposed
+    record[i + 11] = gemv
     reals[0], reals[1] = act_a, act_b
 
 

@@ -16,7 +16,8 @@ a forward is ~100 kernel calls of 0.05-0.3 ms, alternating numba kernels with BL
 So one team does everything: its helpers spin (in compiled code, without the GIL) while a
 forward runs, take chunks of every kernel call, including the matrix products, which they
 run through the same OpenBLAS with its own threads capped at one (each thread calls
-``cblas_sgemm`` on a band of the product). After a forward they spin a little longer (the
+``cblas_sgemm`` on a band of the product, or ``cblas_sgemv`` for a product of one row or
+one column, as numpy does). After a forward they spin a little longer (the
 next one often follows) and then sleep until the next forward starts. The calling thread
 never waits for a chunk nobody has taken: it takes those itself, so a helper that is slow to
 wake only means less help. Measured here, a depthwise layer cut in two this way runs 1.9-2x
@@ -37,6 +38,7 @@ import logging
 import os
 import threading
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 
@@ -57,9 +59,9 @@ class Team:
     """``helpers`` threads that take chunks of the jobs published in ``control`` and
     ``record`` (layers/fast/jobs.py), with the thread that publishes them."""
 
-    def __init__(self, helpers: int, sgemm: int):
+    def __init__(self, helpers: int, blas: "Blas"):
         self.threads = helpers + 1
-        self.sgemm = sgemm                         # address of cblas_sgemm (64-bit ints)
+        self.blas = blas                           # cblas_sgemm's and cblas_sgemv's addresses
         self.control = np.zeros(jobs.CONTROL_SIZE, np.int64)
         self.record = np.zeros(jobs.RECORD_SIZE, np.int64)
         self.reals = np.zeros(jobs.REALS_SIZE, np.float64)
@@ -150,17 +152,23 @@ class Team:
         products are cut into bands of rows or columns."""
         products, m, n = out.shape
         k = a.shape[2]
-        if k == 0 or m == 1 or n == 1 or out.size == 0 or a.shape[0] not in (1, products):
-            # BLAS refuses a leading dimension of 0; numpy takes a matrix-vector product
-            # for one row or column, with its own rounding (a forward gives the same result
-            # with or without helpers); a stack of A to broadcast otherwise
+        if k == 0 or m == n == 1 or out.size == 0 or a.shape[0] not in (1, products):
+            # BLAS refuses a leading dimension of 0; a dot product; a stack of A to
+            # broadcast
             np.matmul(a, np.swapaxes(b, 1, 2) if transposed else b, out=out)
             if activation is not None:             # (T, M, N): the bias follows M
                 bias_residual_activation(out, bias, None if residual is None else
                                          residual.reshape(out.shape), activation)
             return
+        # one row or one column: numpy takes a matrix-vector product there, which rounds
+        # otherwise than a GEMM, so the bands are GEMVs too (a forward gives the same
+        # result with or without helpers). Bands of rows of A or of B^T (cblas_sgemv over
+        # rows, at multiples of 16) give GEMV's bits; a row times B (over columns) does not,
+        # as OpenBLAS blocks its sums by the band's width: that one is not cut.
+        gemv = self.blas.sgemv if m == 1 or n == 1 else 0
         cut, parts = jobs.BY_PRODUCT, 1
-        if products < 2 * self.threads and m * n * k >= MIN_GEMM_WORK:
+        if (products < 2 * self.threads and m * n * k >= MIN_GEMM_WORK
+                and not (m == 1 and not transposed)):
             # wide products by columns (measured: ResNet's stem, 64 x 12544, 1.66 ms by
             # columns, 2.07 by rows), the others the way they cut more evenly
             parts = self.threads
@@ -168,7 +176,7 @@ class Team:
         code = -1                                  # no epilogue
         if activation is not None and not nothing_to_finish(bias, residual, activation):
             code = activation.code
-        jobs._gemm_job(self.record, self.reals, self.sgemm, a, b, out,
+        jobs._gemm_job(self.record, self.reals, self.blas.sgemm, gemv, a, b, out,
                        NO_ARRAY if bias is None else bias,
                        NO_RESIDUAL if residual is None else residual.reshape(out.shape),
                        cut, parts, code, 0.0 if activation is None else activation.a,
@@ -245,16 +253,22 @@ def _team(helpers: int) -> Team | None:
     with _teams_lock:
         team = _teams.get(helpers)
         if team is None and helpers not in _teams:
-            sgemm = _find_sgemm()
+            blas = find_blas()
             from layers.fast.backend import start
 
             start()                                # the compiled jobs
-            team = _teams[helpers] = Team(helpers, sgemm) if sgemm else None
+            team = _teams[helpers] = Team(helpers, blas) if blas else None
         return team
 
 
-def _find_sgemm() -> int:
-    """The address of ``cblas_sgemm`` with 64-bit integers in numpy's OpenBLAS, or 0."""
+class Blas(NamedTuple):
+    """Addresses of numpy's OpenBLAS functions that the helpers call (64-bit integers)."""
+    sgemm: int
+    sgemv: int
+
+
+def find_blas() -> Blas | None:
+    """``cblas_sgemm`` and ``cblas_sgemv`` with 64-bit integers in numpy's OpenBLAS, or None."""
     import threadpoolctl
 
     numpy_dir = Path(np.__file__).resolve().parent.parent
@@ -263,12 +277,13 @@ def _find_sgemm() -> int:
         if pool.get("internal_api") != "openblas" or not Path(path).is_relative_to(numpy_dir):
             continue
         library = ctypes.CDLL(path)
-        for name in ("scipy_cblas_sgemm64_", "cblas_sgemm64_"):
-            function = getattr(library, name, None)
-            if function is not None:
-                return ctypes.cast(function, ctypes.c_void_p).value
+        for prefix in ("scipy_cblas_", "cblas_"):
+            functions = [getattr(library, f"{prefix}{name}64_", None)
+                         for name in ("sgemm", "sgemv")]
+            if None not in functions:
+                return Blas(*(ctypes.cast(f, ctypes.c_void_p).value for f in functions))
     log.info("numpy's OpenBLAS (64-bit interface) not found: the kernels run on one thread")
-    return 0
+    return None
 
 
 @atexit.register
