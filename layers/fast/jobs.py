@@ -38,7 +38,7 @@ FIELD = 1 << 20                      # chunks and next chunk: 20 bits each in th
 
 KIND, UNITS = 0, 1                   # record's slots
 ARRAYS = np.array((2, 7, 12, 17, 22))   # address, then up to four sizes (an array, so that
-                                        # its items are run-time ints: see _run_units)
+                                        # its items are run-time ints: see _work)
 INTS = 27                            # the integer arguments from here
 RECORD_SIZE, REALS_SIZE = 64, 4
 
