@@ -23,7 +23,6 @@ function serves every activation (no signature per activation, nothing to compil
 from __future__ import annotations
 
 import math
-
 from dataclasses import dataclass
 
 import numpy as np

@@ -211,16 +211,17 @@ def _gemm_unit(record, reals, unit):
     if row1 <= row0 or col1 <= col0:
         return
     a, b, c = record[ARRAYS[0]], record[ARRAYS[1]], record[ARRAYS[2]]
-    a_first, b_first = a + 4 * (t * stride_a + row0 * k), b + 4 * t * stride_b
+    a_first = a + 4 * (t * stride_a + row0 * k)       # row row0 of A
+    ldb = k if transposed else n                      # B's row stride
+    b_first = b + 4 * (t * stride_b + (col0 * k if transposed else col0))   # column col0
     c_first = c + 4 * (t * stride_c + row0 * n + col0)
     if gemv != 0 and n == 1:                          # C rows = A rows @ the vector B
         sgemv(gemv, NO_TRANS, row1 - row0, k, a_first, k, b_first, c_first)
     elif gemv != 0 and transposed:                    # C = the vector A @ B^T: B's rows
-        sgemv(gemv, NO_TRANS, col1 - col0, k, b_first + 4 * col0 * k, k, a_first, c_first)
+        sgemv(gemv, NO_TRANS, col1 - col0, k, b_first, ldb, a_first, c_first)
     elif gemv != 0:                                   # C = the vector A @ B: B's columns
-        sgemv(gemv, TRANS, k, col1 - col0, b_first + 4 * col0, n, a_first, c_first)
+        sgemv(gemv, TRANS, k, col1 - col0, b_first, ldb, a_first, c_first)
     else:
-        b_first, ldb = (b_first + 4 * col0 * k, k) if transposed else (b_first + 4 * col0, n)
         sgemm(function, TRANS if transposed else NO_TRANS, row1 - row0, col1 - col0, k,
               a_first, k, b_first, ldb, c_first, n)
     if code < 0:                                      # no epilogue
