@@ -76,6 +76,11 @@ def conv_runs():
                                      Activation(SILU), residual)
     yield lambda: gemm_conv2d(x, pack_gemm_weight(w5, 1), bias, (5, 5), (2, 2), (2, 2, 2, 2),
                               (1, 1), (6, 5), Activation(SILU))
+    for c_in, c_out in ((5, 7), (7, 5)):               # 1x1: widening (packs x), narrowing
+        yield lambda c_in=c_in, c_out=c_out: gemm_conv2d(
+            rand(2, c_in, 11, 9), pack_gemm_weight(rand(c_out, c_in, 1, 1, seed=6), 1),
+            rand(c_out, seed=7), (1, 1), (1, 1), (0, 0, 0, 0), (1, 1), (11, 9),
+            Activation(SILU), rand(2, c_out, 11, 9, seed=8))
     yield lambda: bias_residual_activation(rand(2, 7, 11, 9, seed=5), bias, residual,
                                            Activation(SILU))
     yield lambda: max_pool2d(rand(2, 3, 9, 8), (3, 3), (2, 2), (1, 1), (1, 1), (5, 4))

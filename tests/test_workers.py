@@ -71,6 +71,7 @@ CONVOLUTIONS = {     # N, C_in, C_out, H, W, kernel, stride, pads, dilation, gro
     "im2col stem 7x7": (1, 3, 16, 64, 64, 7, 2, (3, 3, 3, 3), 1, 1),
     "1x1": (3, 48, 80, 14, 14, 1, 1, (0, 0, 0, 0), 1, 1),
     "1x1 few rows": (1, 96, 24, 56, 56, 1, 1, (0, 0, 0, 0), 1, 1),
+    "1x1 widening": (1, 16, 96, 40, 40, 1, 1, (0, 0, 0, 0), 1, 1),
     "1x1 strided": (1, 32, 64, 15, 15, 1, 2, (0, 0, 0, 0), 1, 1),
     "grouped 3x3": (2, 32, 64, 12, 12, 3, 1, (1, 1, 1, 1), 1, 4),
     "grouped 1x1": (1, 32, 64, 9, 9, 1, 1, (0, 0, 0, 0), 1, 2),
@@ -98,7 +99,8 @@ def test_shared_convolutions_give_what_one_thread_gives(case, extras, shared):
         together, _ = convolve(x, weight, bias, (s, s), pads, (d, d), groups, activation,
                                residual)
         assert team.control[jobs.TICKET] >> 40 > before      # jobs were shared
-    if algorithm.startswith("depthwise") or algorithm.startswith("winograd"):
+    pointwise = k == s == 1 and groups == 1 and not any(pads)    # register tiles, per tile
+    if algorithm.startswith(("depthwise", "winograd")) or pointwise:
         np.testing.assert_array_equal(together, alone)       # the same numba code, per plane
     else:
         np.testing.assert_allclose(together, alone, rtol=1e-5, atol=1e-5)

@@ -8,18 +8,17 @@ A convolution is a matrix product once every input window is laid out as a colum
 The weight is packed once, at build, as that (C_out, K) matrix (per group: (G, C_out/G, K/G)).
 
 * A 1x1 convolution with stride 1 and no padding needs no cols at all: the image itself,
-  viewed as (C_in, H*W), is the matrix, so the product reads the input in place (no copy).
+  viewed as (C_in, H*W), is the matrix. layers/fast/pointwise.py computes it, in register
+  tiles with the epilogue applied before they are written (a grouped one: a BLAS product per
+  group).
 * Otherwise a numba kernel writes cols (from the masked stride phases of each channel, so
   every row of cols is one unit-stride masked copy) into a scratch buffer that is reused
-  from call to call (``scratch``), one image at a time so it stays small, and BLAS writes
-  straight into the output image. Bias, residual and activation then follow in one pass
+  from call to call (``workers.scratch``), one image at a time so it stays small, and BLAS
+  writes straight into the output image. Bias, residual and activation then follow in one pass
   (epilogue).
 """
 
 from __future__ import annotations
-
-import math
-import threading
 
 import numpy as np
 
@@ -27,20 +26,7 @@ from layers.fast import workers
 from layers.fast.backend import INT, array, kernel
 from layers.fast.epilogue import Activation, bias_residual_activation
 from layers.fast.phases import phase_layout, split_plane
-
-_local = threading.local()
-
-
-def scratch(name: str, shape: tuple[int, ...]) -> np.ndarray:
-    """A float32 work array of ``shape`` (contents undefined), from a buffer that this thread
-    keeps under ``name`` and grows when needed: the kernels allocate nothing per call."""
-    size = math.prod(shape)
-    buffers = _local.__dict__.setdefault("buffers", {})
-    buffer = buffers.get(name)
-    if buffer is None or buffer.size < size:
-        buffer = buffers[name] = np.empty(size, np.float32)
-    return buffer[:size].reshape(shape)
-
+from layers.fast.pointwise import pointwise_conv2d
 
 @kernel(nogil=True, exported=(array(3), array(2), *[INT] * 10))
 def _im2col(x, cols, kh, kw, stride_h, stride_w, dil_h, dil_w, top, left, out_h, out_w):
@@ -113,17 +99,17 @@ def gemm_conv2d(x: np.ndarray, packed: np.ndarray, bias: np.ndarray | None,
     y_groups = y.reshape(n, groups, group_out, length)
     direct = kernel == (1, 1) and stride == (1, 1) and not any(pads)
     team = workers.current()                       # helper threads to share the work with
-    if direct:                                     # the input is already the cols matrix
+    if direct and groups == 1:                     # the input is already the cols matrix
+        pointwise_conv2d(packed[0], x.reshape(n, group_k, length),
+                         bias, residual, activation, y.reshape(n, group_out, length))
+        return y
+    if direct:                                     # grouped: a product per group
         images = x.reshape(n, groups, group_k, length)
-        if team is not None and groups == 1:       # all images in one job, epilogue fused
-            team.matmul(packed, images.reshape(n, group_k, length),
-                        y.reshape(n, group_out, length), bias, residual, activation)
-            return y
         for i in range(n):
             _matmul(team, packed, images[i], y_groups[i])
         _finish(team, y, bias, residual, activation)
         return y
-    cols = scratch("cols", (groups * group_k, length))
+    cols = workers.scratch("cols", (groups * group_k, length))
     for i in range(n):                             # one image at a time: cols stay small
         if team is None:
             _im2col(x[i], cols, kernel[0], kernel[1], stride[0], stride[1], dilation[0],

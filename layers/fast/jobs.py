@@ -27,7 +27,7 @@ from __future__ import annotations
 import numpy as np
 
 # kernel modules as modules: some of them (gemm, winograd) import this one through workers.py
-from layers.fast import depthwise, epilogue, gemm, winograd, winograd_f2
+from layers.fast import depthwise, epilogue, gemm, pointwise, winograd, winograd_f2
 from layers.fast.atomics import (NO_TRANS, TRANS, add, compare_swap, float_array, load, pause,
                                  sgemm, sgemv, store)
 from layers.fast.backend import FLOAT, INT, array, kernel
@@ -37,13 +37,13 @@ CONTROL_SIZE = 24
 FIELD = 1 << 20                      # chunks and next chunk: 20 bits each in the ticket
 
 KIND, UNITS = 0, 1                   # record's slots
-ARRAYS = np.array((2, 7, 12, 17, 22))   # address, then up to four sizes (an array, so that
-                                        # its items are run-time ints: see _work)
-INTS = 27                            # the integer arguments from here
+ARRAYS = np.array((2, 7, 12, 17, 22, 27))   # address, then up to four sizes (an array, so
+                                            # that its items are run-time ints: see _work)
+INTS = 32                            # the integer arguments from here
 RECORD_SIZE, REALS_SIZE = 64, 4
 
 DEPTHWISE, DEPTHWISE_BLOCKS, EPILOGUE, GEMM, IM2COL = 1, 2, 3, 4, 5      # kinds
-WINOGRAD_IN, WINOGRAD_OUT, WINOGRAD_F2_IN, WINOGRAD_F2_OUT = 6, 7, 8, 9
+WINOGRAD_IN, WINOGRAD_OUT, WINOGRAD_F2_IN, WINOGRAD_F2_OUT, POINTWISE = 6, 7, 8, 9, 10
 BY_PRODUCT, BY_ROWS, BY_COLUMNS = 0, 1, 2                      # how GEMM units are cut
 ALIGN = 16                           # GEMM row and column cuts: multiples of this
 
@@ -97,7 +97,8 @@ def _take_one(control, record, reals):
             return False
         if compare_swap(control, TICKET, ticket, ticket + 1) == ticket:
             units = record[UNITS]
-            _run_units(record, reals, units * taken // chunks, units * (taken + 1) // chunks)
+            _run_units(record, reals, taken, units * taken // chunks,
+                       units * (taken + 1) // chunks)
             add(control, DONE, 1)
             return True
 
@@ -136,8 +137,9 @@ def _get4(record, slot):
 
 # ----- what a chunk runs -------------------------------------------------------------------
 @kernel(inline="always")
-def _run_units(record, reals, first, last):
-    """Units first .. last - 1 of the job in ``record``."""
+def _run_units(record, reals, chunk, first, last):
+    """Units first .. last - 1 of the job in ``record``, chunk ``chunk`` of it (a job that
+    needs work space has one row of it per chunk)."""
     kind, i, a = record[KIND], INTS, ARRAYS
     if kind == DEPTHWISE or kind == DEPTHWISE_BLOCKS:
         x, bias, y = _get4(record, a[0]), _get1(record, a[2]), _get4(record, a[3])
@@ -157,6 +159,11 @@ def _run_units(record, reals, first, last):
     elif kind == GEMM:
         for unit in range(first, last):
             _gemm_unit(record, reals, unit)
+    elif kind == POINTWISE:
+        pointwise.pointwise_blocks(_get2(record, a[0]), _get3(record, a[1]),
+                                   _get1(record, a[2]), _get3(record, a[3]),
+                                   _get3(record, a[4]), _get2(record, a[5])[chunk], record[i],
+                                   reals[0], reals[1], first, last)
     elif kind == IM2COL:
         gemm.im2col_channels(_get3(record, a[0]), _get2(record, a[1]), record[i],
                              record[i + 1], record[i + 2], record[i + 3], record[i + 4],
@@ -306,6 +313,24 @@ def _gemm_job(record, reals, function, gemv, a, b, c, bias, residual, cut, parts
     record[i + 7], record[i + 8], record[i + 9], record[i + 10] = cut, parts, code, transposed
     record[i + 11] = gemv
     reals[0], reals[1] = act_a, act_b
+
+
+@kernel(nogil=True, exported=(RECORD, REALS, array(2), array(3), array(1), array(3),
+                              array(3), array(2), INT, FLOAT, FLOAT))
+def _pointwise_job(record, reals, weight, x, bias, residual, y, space, code, a, b):
+    """The job of pointwise._pointwise (units: blocks of channels by pixels; ``space``: a
+    row of work space per chunk)."""
+    record[KIND] = POINTWISE
+    record[UNITS] = pointwise.block_count(x.shape[1], weight.shape[0], x.shape[0],
+                                          x.shape[2])
+    _put(record, ARRAYS[0], weight)
+    _put(record, ARRAYS[1], x)
+    _put(record, ARRAYS[2], bias)
+    _put(record, ARRAYS[3], residual)
+    _put(record, ARRAYS[4], y)
+    _put(record, ARRAYS[5], space)
+    record[INTS] = code
+    reals[0], reals[1] = a, b
 
 
 @kernel(nogil=True, exported=(RECORD, REALS, array(3), array(2), *[INT] * 10))

@@ -26,7 +26,6 @@ import numpy as np
 from layers.fast import workers
 from layers.fast.backend import FLOAT, INT, array, kernel
 from layers.fast.epilogue import Activation, NO_ARRAY, finish_row
-from layers.fast.gemm import scratch
 
 NO_RESIDUAL = np.zeros((0, 0, 0, 0), np.float32)
 F2, F4, F5, F8 = np.float32(2), np.float32(4), np.float32(5), np.float32(8)
@@ -259,8 +258,8 @@ def run_winograd(input_transform, output_transform, tile: int, x: np.ndarray,
     products, c_out = packed.shape[:2]
     tiles_h, tiles_w = -(-out_hw[0] // tile), -(-out_hw[1] // tile)
     t = n * tiles_h * tiles_w
-    v = scratch("winograd_v", (products, c_in, t))
-    m = scratch("winograd_m", (products, c_out, t))
+    v = workers.scratch("winograd_v", (products, c_in, t))
+    m = workers.scratch("winograd_m", (products, c_out, t))
     y = np.empty((n, c_out, *out_hw), np.float32) if out is None else out
     bias = NO_ARRAY if bias is None else bias
     residual = NO_RESIDUAL if residual is None else residual

@@ -35,6 +35,7 @@ import contextlib
 import ctypes
 import functools
 import logging
+import math
 import os
 import threading
 from pathlib import Path
@@ -134,6 +135,15 @@ class Team:
                                   tiles_w, activation.code, activation.a, activation.b)
         self._run(self.threads)
 
+    def pointwise(self, weight: np.ndarray, x: np.ndarray, bias: np.ndarray,
+                  residual: np.ndarray, y: np.ndarray, space: np.ndarray,
+                  activation: Activation) -> None:
+        """pointwise._pointwise, shared (a bias of zeros, a residual of no values for none;
+        ``space``: a row of work space per thread)."""
+        jobs._pointwise_job(self.record, self.reals, weight, x, bias, residual, y, space,
+                            activation.code, activation.a, activation.b)
+        self._run(self.threads)
+
     def finish(self, y: np.ndarray, bias: np.ndarray | None, residual: np.ndarray | None,
                activation: Activation) -> None:
         """epilogue.bias_residual_activation, shared."""
@@ -203,6 +213,17 @@ def _evenness(size: int, parts: int) -> float:
 _local = threading.local()
 _teams: dict[int, Team] = {}
 _teams_lock = threading.Lock()
+
+
+def scratch(name: str, shape: tuple[int, ...]) -> np.ndarray:
+    """A float32 work array of ``shape`` (contents undefined), from a buffer that this thread
+    keeps under ``name`` and grows when needed: the kernels allocate nothing per call."""
+    size = math.prod(shape)
+    buffers = _local.__dict__.setdefault("buffers", {})
+    buffer = buffers.get(name)
+    if buffer is None or buffer.size < size:
+        buffer = buffers[name] = np.empty(size, np.float32)
+    return buffer[:size].reshape(shape)
 
 
 def current() -> Team | None:

@@ -1,0 +1,278 @@
+"""A block of a matrix product kept in vector registers, as numba intrinsics (LLVM IR).
+
+The inner loop of a fast matrix product C = A @ B keeps a small block of C in the CPU's
+vector registers for the whole sum over k, and per k only reads one row of B and a few
+values of A::
+
+    for k in range(K):                                          # ROWS x COLUMNS block of C
+        tile[r, :] += A[m0 + r, k] * B[k, n0 : n0 + COLUMNS]    for every r < ROWS
+
+ROWS = 6 rows of COLUMNS = 32 floats (two 16-float vectors each) make 12 vector
+accumulators: with AVX-512 each k is 2 vector loads of B, 6 broadcasts of A and 12 fused
+multiply-adds, and C is written once, at the end. numba cannot keep an array in registers
+(its arrays live in memory), so the block is a value of its own type, an LLVM array of 12
+``<16 x float>`` vectors that the compiler keeps in registers, and three intrinsics work on
+it::
+
+    tile = tile_zero()
+    tile = tile_fma(tile, a, a_first, a_step, rows, b, b_first, count)
+    tile_store(tile, c, c_first, c_step, rows, count, bias, bias_first, residual, lo, hi)
+
+Edges: only ``count`` columns and ``rows`` rows are real. A whole vector of B or C is read or
+written with a plain load or store, a part of one with a masked one (nothing past ``count``
+is touched), and a vector with no real lane not at all. Masked everywhere, a 1x1 layer ran
+up to 15x slower for some addresses of its arrays on this AMD machine (masked stores of whole
+vectors; masked loads with every lane off, at addresses past the end of an empty array).
+The rows past ``rows`` read A's last real row again and are not stored. Each value of C is
+the same chain of fused multiply-adds over k = 0 .. K-1 wherever its block starts, so a
+product cut differently (over more threads) gives the same bits. LLVM lowers the vectors to
+what the CPU has (AVX-512: one register each; AVX2: two halves; elsewhere: scalars), since
+aot.py compiles for this CPU.
+"""
+
+from __future__ import annotations
+
+import functools
+
+from layers.fast.backend import intrinsic
+
+LANES = 16                          # floats in a vector
+ROWS, VECTORS = 6, 2                # a tile: ROWS rows of VECTORS vectors
+COLUMNS = VECTORS * LANES
+
+
+@functools.cache
+def _llvm_types():
+    """(float vector, tile) LLVM types and the tile's numba type, made once, on first compile."""
+    from llvmlite import ir
+    from numba import types
+    from numba.extending import models, register_model
+
+    vector = ir.VectorType(ir.FloatType(), LANES)
+    tile_llvm = ir.ArrayType(vector, ROWS * VECTORS)
+
+    class Tile(types.Type):
+        def __init__(self):
+            super().__init__(name=f"Tile{ROWS}x{COLUMNS}")
+
+    @register_model(Tile)
+    class TileModel(models.PrimitiveModel):
+        def __init__(self, dmm, fe_type):
+            super().__init__(dmm, fe_type, tile_llvm)
+
+    return vector, tile_llvm, Tile()
+
+
+class _Emit:
+    """Small pieces of LLVM IR the intrinsics share."""
+
+    def __init__(self, context, builder, signature, args):
+        from llvmlite import ir
+
+        self.ir, self.builder, self.context = ir, builder, context
+        self.signature, self.args = signature, args
+        self.vector = _llvm_types()[0]
+        self.i32, self.i64 = ir.IntType(32), ir.IntType(64)
+        self.mask_type = ir.VectorType(ir.IntType(1), LANES)
+
+    def int(self, index):
+        """Argument ``index`` as int64."""
+        from numba import types
+        return self.context.cast(self.builder, self.args[index], self.signature.args[index],
+                                 types.int64)
+
+    def float(self, index):
+        """Argument ``index`` as float32."""
+        from numba import types
+        return self.context.cast(self.builder, self.args[index], self.signature.args[index],
+                                 types.float32)
+
+    def pointer(self, index, offset):
+        """&array[offset] for the float32 array that is argument ``index``."""
+        ary = self.context.make_array(self.signature.args[index])(self.context, self.builder,
+                                                                 self.args[index])
+        return self.builder.gep(ary.data, [offset])
+
+    def const(self, value):
+        return self.ir.Constant(self.i64, value)
+
+    def splat(self, value):
+        """A vector of LANES copies of a float."""
+        ir, b = self.ir, self.builder
+        one = b.insert_element(ir.Constant(self.vector, None), value, ir.Constant(self.i32, 0))
+        return b.shuffle_vector(one, one, ir.Constant(ir.VectorType(self.i32, LANES),
+                                                      [0] * LANES))
+
+    def mask(self, count):
+        """Lanes 0 .. count - 1 on (count may be <= 0: none, or >= LANES: all)."""
+        ir, b = self.ir, self.builder
+        lanes = ir.Constant(ir.VectorType(self.i64, LANES), list(range(LANES)))
+        first = b.insert_element(ir.Constant(ir.VectorType(self.i64, LANES), None), count,
+                                 ir.Constant(self.i32, 0))
+        counts = b.shuffle_vector(first, first, ir.Constant(ir.VectorType(self.i32, LANES),
+                                                            [0] * LANES))
+        return b.icmp_signed("<", lanes, counts)
+
+    def _function(self, name, result, arguments):
+        from numba.core import cgutils
+        return cgutils.get_or_insert_function(
+            self.builder.module, self.ir.FunctionType(result, arguments), name)
+
+    def load(self, pointer, count):
+        """The vector at ``pointer``: its first ``count`` lanes (the others 0; nothing past
+        them is read): a plain load for a whole vector, a masked one for a part, none for no
+        lanes (see the module docstring)."""
+        ir, b, vector = self.ir, self.builder, self.vector
+        f = self._function("llvm.masked.load.v16f32.p0v16f32", vector,
+                           [vector.as_pointer(), self.i32, self.mask_type, vector])
+        address = b.bitcast(pointer, vector.as_pointer())
+        zeros = ir.Constant(vector, [0.0] * LANES)
+        with b.if_else(b.icmp_signed(">=", count, self.const(LANES))) as (whole, part):
+            with whole:
+                plain = b.load(address, align=4)
+                whole_block = b.block
+            with part:                                # none or some lanes
+                start = b.block
+                with b.if_then(b.icmp_signed(">", count, self.const(0))):
+                    masked = b.call(f, [address, ir.Constant(self.i32, 4), self.mask(count),
+                                        zeros])
+                    masked_block = b.block
+                some = b.phi(vector)
+                some.add_incoming(zeros, start)
+                some.add_incoming(masked, masked_block)
+                part_block = b.block
+        value = b.phi(vector)
+        value.add_incoming(plain, whole_block)
+        value.add_incoming(some, part_block)
+        return value
+
+    def store(self, value, pointer, count):
+        """Write the first ``count`` lanes of ``value`` at ``pointer`` (as ``load``)."""
+        ir, b, vector = self.ir, self.builder, self.vector
+        f = self._function("llvm.masked.store.v16f32.p0v16f32", ir.VoidType(),
+                           [vector, vector.as_pointer(), self.i32, self.mask_type])
+        address = b.bitcast(pointer, vector.as_pointer())
+        with b.if_else(b.icmp_signed(">=", count, self.const(LANES))) as (whole, part):
+            with whole:
+                b.store(value, address, align=4)
+            with part:
+                with b.if_then(b.icmp_signed(">", count, self.const(0))):
+                    b.call(f, [value, address, ir.Constant(self.i32, 4), self.mask(count)])
+
+    def add_residual(self, value, has_residual, pointer, count):
+        """value + the vector at ``pointer`` (``count`` lanes) if ``has_residual``, else
+        value, without reading anything (see the module docstring)."""
+        b = self.builder
+        before = b.block
+        with b.if_then(has_residual):
+            added = b.fadd(value, self.load(pointer, count))
+            added_block = b.block
+        result = b.phi(self.vector)
+        result.add_incoming(value, before)
+        result.add_incoming(added, added_block)
+        return result
+
+    def fma(self, a, b, c):
+        """a * b + c, rounded once."""
+        f = self._function("llvm.fma.v16f32", self.vector, [self.vector] * 3)
+        return self.builder.call(f, [a, b, c])
+
+    def row_offsets(self, first, step, rows):
+        """first + min(r, rows - 1) * step for r < ROWS: rows past the last real one repeat
+        it (they are computed, never stored)."""
+        b = self.builder
+        last = b.sub(rows, self.const(1))
+        offsets = []
+        for r in range(ROWS):
+            row = b.select(b.icmp_signed("<", self.const(r), rows), self.const(r), last)
+            offsets.append(b.add(first, b.mul(row, step)))
+        return offsets
+
+
+@intrinsic
+def tile_zero():
+    from numba.extending import intrinsic as numba_intrinsic
+
+    @numba_intrinsic
+    def tile_zero(typingctx):
+        """A tile of zeros."""
+        def codegen(context, builder, signature, args):
+            from llvmlite import ir
+            vector, tile_llvm, _ = _llvm_types()
+            return ir.Constant(tile_llvm, [ir.Constant(vector, [0.0] * LANES)] *
+                               (ROWS * VECTORS))
+        return _llvm_types()[2](), codegen
+    return tile_zero
+
+
+@intrinsic
+def tile_fma():
+    from numba.extending import intrinsic as numba_intrinsic
+
+    @numba_intrinsic
+    def tile_fma(typingctx, tile, a, a_first, a_step, rows, b, b_first, count):
+        """tile[r, j] += a[a_first + r * a_step] * b[b_first + j] for r < ROWS, j < COLUMNS;
+        b read only for j < count (0 past it), a only for r < rows (the last row again past
+        it). a and b: 1-D float32 arrays."""
+        def codegen(context, builder, signature, args):
+            emit = _Emit(context, builder, signature, args)
+            tile = args[0]
+            b_pointer = emit.pointer(5, emit.int(6))
+            count = emit.int(7)
+            columns = [emit.load(builder.gep(b_pointer, [emit.const(v * LANES)]),
+                                 builder.sub(count, emit.const(v * LANES)))
+                       for v in range(VECTORS)]
+            for r, offset in enumerate(emit.row_offsets(emit.int(2), emit.int(3),
+                                                        emit.int(4))):
+                a_value = emit.splat(builder.load(emit.pointer(1, offset)))
+                for v in range(VECTORS):
+                    slot = r * VECTORS + v
+                    total = emit.fma(a_value, columns[v], builder.extract_value(tile, slot))
+                    tile = builder.insert_value(tile, total, slot)
+            return tile
+        return tile(tile, a, a_first, a_step, rows, b, b_first, count), codegen
+    return tile_fma
+
+
+@intrinsic
+def tile_store():
+    from numba import types
+    from numba.extending import intrinsic as numba_intrinsic
+
+    @numba_intrinsic
+    def tile_store(typingctx, tile, c, c_first, c_step, rows, count, bias, bias_first,
+                   residual, lo, hi):
+        """For r < rows, j < count, at i = c_first + r * c_step + j:
+        c[i] = min(max(tile[r, j] + bias[bias_first + r] + residual[i], lo), hi): a
+        convolution's epilogue, in its order, with ReLU, ReLU6 or no activation (lo, hi =
+        -inf, inf). ``residual``: laid out as c, or an empty array for none (not read)."""
+        def codegen(context, builder, signature, args):
+            emit = _Emit(context, builder, signature, args)
+            tile, rows, count = args[0], emit.int(4), emit.int(5)
+            c_first, c_step, bias_first = emit.int(2), emit.int(3), emit.int(7)
+            lo, hi = emit.splat(emit.float(9)), emit.splat(emit.float(10))
+            residual = context.make_array(signature.args[8])(context, builder, args[8])
+            has_residual = builder.icmp_signed(">", builder.extract_value(residual.shape, 0),
+                                               emit.const(0))
+            for r in range(ROWS):
+                with builder.if_then(builder.icmp_signed(">", rows, emit.const(r))):
+                    shift = emit.splat(builder.load(
+                        emit.pointer(6, builder.add(bias_first, emit.const(r)))))
+                    row = builder.add(c_first, builder.mul(emit.const(r), c_step))
+                    for v in range(VECTORS):
+                        at = builder.add(row, emit.const(v * LANES))
+                        lanes = builder.sub(count, emit.const(v * LANES))
+                        value = builder.fadd(builder.extract_value(tile, r * VECTORS + v),
+                                             shift)
+                        value = emit.add_residual(value, has_residual, emit.pointer(8, at),
+                                                  lanes)
+                        # max(value, lo), then min(., hi); a NaN stays NaN, as in torch
+                        value = builder.select(builder.fcmp_unordered(">", value, lo), value,
+                                               lo)
+                        value = builder.select(builder.fcmp_unordered("<", value, hi), value,
+                                               hi)
+                        emit.store(value, emit.pointer(1, at), lanes)
+            return context.get_dummy_value()
+        return types.void(tile, c, c_first, c_step, rows, count, bias, bias_first, residual,
+                          lo, hi), codegen
+    return tile_store

@@ -1,0 +1,157 @@
+"""The 1x1 convolution kernel (layers/fast/pointwise.py, register tiles from simd.py) against
+torch and numpy: tile edges in both directions, bands of pixels, the widening layers that
+pack x and the narrowing ones that read it in place, every activation, a residual, Inf and
+NaN, and the same bits on any number of threads."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from layers.fast import backend, pointwise, workers
+from layers.fast.conv import PackedConv2d
+from layers.fast.epilogue import (CLAMP, HARDSWISH, LEAKY, NONE, RELU, SIGMOID, SILU, TANH,
+                                  Activation)
+from layers.fast.simd import COLUMNS, ROWS
+
+CASES = {                                     # N, C_in, C_out, H, W
+    "widening, two bands of pixels": (1, 8, 30, 100, 100),
+    "widening, EfficientNet's 7x7": (1, 192, 1152, 7, 7),
+    "narrowing, x read in place": (2, 48, 20, 9, 11),
+    "narrowing, EfficientNet's 14x14": (1, 672, 112, 14, 14),
+    "13 channels by 17 pixels": (1, 5, 13, 1, 17),
+    "one pixel": (3, 7, 9, 1, 1),
+    "one channel in": (1, 1, 12, 6, 6),
+    "one channel out": (2, 16, 1, 5, 7),
+    "a whole tile": (1, 4, ROWS, 1, COLUMNS),
+}
+ACTIVATIONS = {                               # the kernel's, and torch's
+    "none": (Activation(NONE), lambda t: t),
+    "relu": (Activation(RELU), F.relu),
+    "relu6": (Activation(CLAMP, 0.0, 6.0), F.relu6),
+    "hardtanh": (Activation(CLAMP, -0.5, 2.0), lambda t: F.hardtanh(t, -0.5, 2.0)),
+    "leaky": (Activation(LEAKY, 0.1), lambda t: F.leaky_relu(t, 0.1)),
+    "sigmoid": (Activation(SIGMOID), torch.sigmoid),
+    "silu": (Activation(SILU), F.silu),
+    "hardswish": (Activation(HARDSWISH), F.hardswish),
+    "tanh": (Activation(TANH), torch.tanh),
+}
+
+
+def data(case, seed=0):
+    n, c_in, c_out, h, w = CASES[case]
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((n, c_in, h, w), dtype=np.float32)
+    weight = rng.standard_normal((c_out, c_in, 1, 1), dtype=np.float32) / np.float32(
+        max(c_in, 1) ** 0.5)
+    bias = rng.standard_normal(c_out, dtype=np.float32)
+    residual = rng.standard_normal((n, c_out, h, w), dtype=np.float32)
+    return x, weight, bias, residual
+
+
+def convolve(x, weight, bias, activation, residual):
+    """Through the runtime's convolution (PackedConv2d picks this kernel for a 1x1)."""
+    packed = PackedConv2d(weight, bias, (1, 1), (1, 1), 1)
+    return packed.run(x, (0, 0, 0, 0), x.shape[2:], activation, residual)
+
+
+def torch_says(x, weight, bias, function, residual):
+    t = F.conv2d(torch.from_numpy(x), torch.from_numpy(weight),
+                 None if bias is None else torch.from_numpy(bias))
+    if residual is not None:
+        t = t + torch.from_numpy(residual)
+    return function(t).numpy()
+
+
+@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize("extras", ["plain", "bias", "bias residual"])
+def test_matches_torch_and_numpy(case, extras):
+    x, weight, bias, residual = data(case)
+    bias = bias if "bias" in extras else None
+    residual = residual if "residual" in extras else None
+    got = convolve(x, weight, bias, Activation(NONE), residual)
+    want = torch_says(x, weight, bias, lambda t: t, residual)
+    numpy = np.matmul(weight[:, :, 0, 0], x.reshape(x.shape[0], x.shape[1], -1)).reshape(
+        want.shape) + (0 if bias is None else bias[:, None, None]) + (
+        0 if residual is None else residual)
+    assert got.shape == want.shape and got.dtype == np.float32
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=2e-5)
+    np.testing.assert_allclose(got, numpy, rtol=1e-5, atol=2e-5)
+
+
+@pytest.mark.parametrize("name", ACTIVATIONS)
+@pytest.mark.parametrize("case", ["widening, two bands of pixels", "narrowing, x read in place",
+                                  "13 channels by 17 pixels"])
+def test_every_activation_after_bias_and_residual(case, name):
+    x, weight, bias, residual = data(case, seed=1)
+    ours, theirs = ACTIVATIONS[name]
+    got = convolve(x * 3, weight, bias, ours, residual)
+    want = torch_says(x * 3, weight, bias, theirs, residual)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=2e-5)
+
+
+@pytest.mark.parametrize("case", ["widening, two bands of pixels", "narrowing, x read in place"])
+@pytest.mark.parametrize("name", ["none", "relu", "relu6"])
+def test_inf_and_nan_reach_the_outputs_they_reach_in_torch(case, name):
+    """Every output channel of a pixel reads every input channel of it: a NaN or an Inf
+    there spreads to that pixel only, and the clamps keep a NaN a NaN (as torch does)."""
+    x, weight, bias, _ = data(case, seed=2)
+    x[0, 0, 0, 3], x[0, -1, -1, -1], x[-1, 1, 1, 0] = np.nan, np.inf, -np.inf
+    ours, theirs = ACTIVATIONS[name]
+    with np.errstate(invalid="ignore"):
+        got = convolve(x, weight, bias, ours, None)
+    want = torch_says(x, weight, bias, theirs, None)
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=2e-5)      # Infs and their signs
+
+
+def test_no_input_channels_give_the_bias():
+    x = np.zeros((2, 0, 3, 4), np.float32)
+    weight, bias = np.zeros((5, 0, 1, 1), np.float32), np.arange(5, dtype=np.float32)
+    got = convolve(x, weight, bias, Activation(CLAMP, 0.0, 3.0), None)
+    np.testing.assert_array_equal(got, np.broadcast_to(np.clip(bias, 0, 3)[None, :, None, None],
+                                                       (2, 5, 3, 4)))
+
+
+@pytest.fixture(params=[0, 1, 2], ids=["no helper", "1 helper", "2 helpers"])
+def team(request):
+    backend.start()
+    blas = workers.find_blas()
+    if blas is None:
+        pytest.skip("numpy's OpenBLAS not found: no helper threads")
+    team = workers.Team(request.param, blas)
+    team.active.set()
+    yield team
+    team.stop()
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_any_number_of_threads_gives_the_same_bits(case, team):
+    """Each output is the same chain of multiply-adds whichever thread computes its tile."""
+    x, weight, bias, residual = data(case, seed=3)
+    n, c_in = x.shape[:2]
+    x3, w2 = x.reshape(n, c_in, -1), np.ascontiguousarray(weight[:, :, 0, 0])
+    r3 = residual.reshape(n, weight.shape[0], -1)
+    relu6 = Activation(CLAMP, 0.0, 6.0)
+    alone = np.full_like(r3, np.nan)
+    pointwise._pointwise(w2, x3, bias, r3, alone, np.empty(pointwise.space_size(c_in),
+                                                            np.float32), CLAMP, 0.0, 6.0)
+    together = np.full_like(r3, np.nan)
+    space = np.empty((team.threads, pointwise.space_size(c_in)), np.float32)
+    before = team.control[0]
+    team.pointwise(w2, x3, bias, r3, together, space, relu6)
+    assert team.control[0] != before                       # it ran as a job
+    np.testing.assert_array_equal(together, alone)
+
+
+def test_bands_fit_the_work_space():
+    """A chunk packs one band of x (C_in rows of block_width pixels) into its row of work
+    space: space_size must hold it for any size."""
+    backend.start()
+    for c_in in (1, 3, 16, 17, 100, 2047, 2048, 5000):
+        for length in (1, 31, 32, 33, 49, 196, 3136, 12544, 100_000):
+            width = pointwise.block_width(c_in, length)
+            assert width % COLUMNS == 0 and width >= min(length, COLUMNS)
+            assert c_in * width <= pointwise.space_size(c_in)
