@@ -1,9 +1,11 @@
-"""Fast kernels: numba for what BLAS cannot do, BLAS (``np.matmul``) for the matrix products.
+"""Fast kernels: numba for what BLAS cannot do (and the 1x1 products), BLAS for the others.
 
     epilogue.py    bias + residual + activation in one pass (what fusion folds into a layer)
     phases.py      a padded plane split into stride phases: every tap reads a unit-stride window
     depthwise.py   depthwise convolution, direct numba kernel on the phases
-    gemm.py        1x1 convolution straight into GEMM; k x k through im2col (from the phases)
+    pointwise.py   1x1 convolution: blocks of the output summed in vector registers, finished
+    simd.py        such a block of a matrix product in registers, as numba intrinsics (LLVM IR)
+    gemm.py        k x k convolution through im2col (from the phases) and BLAS; grouped 1x1
     winograd.py    3x3 stride-1 convolution as Winograd F(4x4, 3x3): 36 GEMMs on BLAS
     conv.py        one convolution's packed weights and the choice of kernel per input size
     pool.py        max pooling, separable: rows then columns

@@ -9,7 +9,7 @@ Which kernel runs depends on the convolution and on the size of its input:
     depthwise_channels_last   the same, small outputs: channels last, by blocks of channels
     winograd      3x3, stride 1, dilation 1, groups 1: F(4x4, 3x3), with enough tiles
     winograd_f2   the same convolutions: F(2x2, 3x3), when F(4x4) does not pay
-    gemm          everything else: 1x1 straight into BLAS, k x k through im2col
+    gemm          everything else: 1x1 by register tiles (pointwise.py), k x k through im2col
 
 Winograd F(4x4) multiplies 4x fewer values than im2col but reads 4x more weights (U is
 36 C_out C_in floats against 9 C_out C_in), so when the image has few 4x4 tiles the weights
