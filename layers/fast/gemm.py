@@ -1,4 +1,4 @@
-"""Dense and grouped convolution as matrix products on BLAS (``np.matmul``).
+"""Dense and grouped convolution as matrix products.
 
 A convolution is a matrix product once every input window is laid out as a column::
 
@@ -6,16 +6,17 @@ A convolution is a matrix product once every input window is laid out as a colum
     y[n] = weight (C_out, C_in*kh*kw) @ cols (C_in*kh*kw, Ho*Wo)                  per image
 
 The weight is packed once, at build, as that (C_out, K) matrix (per group: (G, C_out/G, K/G)).
+That is a 1x1 convolution of cols, seen as an image of K channels: layers/fast/pointwise.py
+computes it, in register tiles with bias, residual and activation applied before they are
+written.
 
 * A 1x1 convolution with stride 1 and no padding needs no cols at all: the image itself,
-  viewed as (C_in, H*W), is the matrix. layers/fast/pointwise.py computes it, in register
-  tiles with the epilogue applied before they are written (a grouped one: a BLAS product per
-  group).
+  viewed as (C_in, H*W), is the matrix.
 * Otherwise a numba kernel writes cols (from the masked stride phases of each channel, so
   every row of cols is one unit-stride masked copy) into a scratch buffer that is reused
-  from call to call (``workers.scratch``), one image at a time so it stays small, and BLAS
-  writes straight into the output image. Bias, residual and activation then follow in one pass
-  (epilogue).
+  from call to call (``workers.scratch``), one image at a time so it stays small.
+* A grouped convolution is one BLAS product per group (``np.matmul`` on the stack), then the
+  epilogue in one pass.
 """
 
 from __future__ import annotations
@@ -117,9 +118,9 @@ def gemm_conv2d(x: np.ndarray, packed: np.ndarray, bias: np.ndarray | None,
         else:
             team.im2col(x[i], cols, kernel, stride, dilation, pads, out_hw)
         image_residual = None if residual is None else residual[i:i + 1]
-        if team is not None and groups == 1:
-            team.matmul(packed, cols.reshape(1, group_k, length), y_groups[i], bias,
-                        image_residual, activation)
+        if groups == 1:                            # cols is an image of K channels: its 1x1
+            pointwise_conv2d(packed[0], cols.reshape(1, group_k, length), bias, image_residual,
+                             activation, y_groups[i].reshape(1, group_out, length))
             continue
         _matmul(team, packed, cols.reshape(groups, group_k, length), y_groups[i])
         _finish(team, y[i:i + 1], bias, image_residual, activation)

@@ -200,15 +200,13 @@ def _cut(size, part, parts):
 def _gemm_unit(record, reals, unit):
     """One unit of a stack of products C[t] = A[t] @ B[t] (A (M, K), B (K, N) or, transposed,
     (N, K), C (M, N), C-contiguous, t-th at t * stride floats; a stride of 0 reuses one
-    matrix): the whole product t, or a band of its rows or columns, then its epilogue (bias,
-    residual, activation) on the rows it wrote, while they are in cache. With a GEMV pointer
+    matrix): the whole product t, or a band of its rows or columns. With a GEMV pointer
     (products of one row, M = 1, or one column, N = 1) each band is a matrix-vector product,
     as numpy computes those (the same kernel, so the same rounding)."""
     i = INTS
     function, m, n, k = record[i], record[i + 1], record[i + 2], record[i + 3]
     stride_a, stride_b, stride_c = record[i + 4], record[i + 5], record[i + 6]
-    cut, parts, code, transposed = record[i + 7], record[i + 8], record[i + 9], record[i + 10]
-    gemv = record[i + 11]
+    cut, parts, transposed, gemv = record[i + 7], record[i + 8], record[i + 9], record[i + 10]
     t, part = unit // parts, unit % parts
     row0, row1, col0, col1 = 0, m, 0, n
     if cut == BY_ROWS:
@@ -231,16 +229,6 @@ def _gemm_unit(record, reals, unit):
     else:
         sgemm(function, TRANS if transposed else NO_TRANS, row1 - row0, col1 - col0, k,
               a_first, k, b_first, ldb, c_first, n)
-    if code < 0:                                      # no epilogue
-        return
-    bias = _get1(record, ARRAYS[3])
-    residual, none, width = record[ARRAYS[4]], float_array(0, 0), col1 - col0
-    for row in range(row0, row1):
-        offset = 4 * (t * stride_c + row * n + col0)  # bytes, in C and in the residual
-        epilogue.finish_row(float_array(c + offset, width),
-                   bias[row] if bias.shape[0] > 0 else np.float32(0.0),
-                   float_array(residual + offset, width) if residual != 0 else none,
-                   code, reals[0], reals[1])
 
 
 # ----- the jobs: each fills the record, then _work runs it ---------------------------------
@@ -291,28 +279,23 @@ def _epilogue_job(record, reals, y, bias, residual, code, a, b):
     reals[0], reals[1] = a, b
 
 
-@kernel(nogil=True, exported=(RECORD, REALS, INT, INT, array(3), array(3), array(3),
-                              array(1), array(3), INT, INT, INT, FLOAT, FLOAT, INT))
-def _gemm_job(record, reals, function, gemv, a, b, c, bias, residual, cut, parts, code,
-              act_a, act_b, transposed):
-    """The job c[t] = a[t or 0] @ b[t] for every t (b[t].T if ``transposed``), then the
-    epilogue (``code`` < 0: none): units are the products, or ``parts`` bands of each
-    (``cut``) when there are few. ``function``: cblas_sgemm's address; ``gemv``:
-    cblas_sgemv's for products of one row or one column, else 0."""
+@kernel(nogil=True, exported=(RECORD, REALS, INT, INT, array(3), array(3), array(3), INT, INT,
+                              INT))
+def _gemm_job(record, reals, function, gemv, a, b, c, cut, parts, transposed):
+    """The job c[t] = a[t or 0] @ b[t] for every t (b[t].T if ``transposed``): units are the
+    products, or ``parts`` bands of each (``cut``) when there are few. ``function``:
+    cblas_sgemm's address; ``gemv``: cblas_sgemv's for products of one row or one column,
+    else 0."""
     products, m, n = c.shape
     record[KIND], record[UNITS] = GEMM, products * parts
     _put(record, ARRAYS[0], a)
     _put(record, ARRAYS[1], b)
     _put(record, ARRAYS[2], c)
-    _put(record, ARRAYS[3], bias)
-    record[ARRAYS[4]] = residual.ctypes.data if residual.shape[0] > 0 else 0
     i = INTS
     record[i], record[i + 1], record[i + 2], record[i + 3] = function, m, n, a.shape[2]
     record[i + 4] = m * a.shape[2] if a.shape[0] > 1 else 0
     record[i + 5], record[i + 6] = b.shape[1] * b.shape[2], m * n
-    record[i + 7], record[i + 8], record[i + 9], record[i + 10] = cut, parts, code, transposed
-    record[i + 11] = gemv
-    reals[0], reals[1] = act_a, act_b
+    record[i + 7], record[i + 8], record[i + 9], record[i + 10] = cut, parts, transposed, gemv
 
 
 @kernel(nogil=True, exported=(RECORD, REALS, array(2), array(3), array(1), array(3),

@@ -44,8 +44,7 @@ from typing import NamedTuple
 import numpy as np
 
 from layers.fast import jobs
-from layers.fast.epilogue import (NO_ARRAY, NO_RESIDUAL, Activation, bias_residual_activation,
-                                  epilogue_operands, nothing_to_finish)
+from layers.fast.epilogue import Activation, epilogue_operands, nothing_to_finish
 
 log = logging.getLogger(__name__)
 
@@ -154,11 +153,9 @@ class Team:
         self._run(self.threads)
 
     def matmul(self, a: np.ndarray, b: np.ndarray, out: np.ndarray,
-               bias: np.ndarray | None = None, residual: np.ndarray | None = None,
-               activation: Activation | None = None, transposed: bool = False) -> None:
+               transposed: bool = False) -> None:
         """out[t] = a[t] @ b[t] (a (T or 1, M, K), b (T, K, N), out (T, M, N), all float32
-        and C-contiguous; b (T, N, K) for b[t].T if ``transposed``), then
-        activation(out + bias[:, None] + residual) if any is given: np.matmul, shared. Few
+        and C-contiguous; b (T, N, K) for b[t].T if ``transposed``): np.matmul, shared. Few
         products are cut into bands of rows or columns."""
         products, m, n = out.shape
         k = a.shape[2]
@@ -166,9 +163,6 @@ class Team:
             # BLAS refuses a leading dimension of 0; a dot product; a stack of A to
             # broadcast
             np.matmul(a, np.swapaxes(b, 1, 2) if transposed else b, out=out)
-            if activation is not None:             # (T, M, N): the bias follows M
-                bias_residual_activation(out, bias, None if residual is None else
-                                         residual.reshape(out.shape), activation)
             return
         # one row or one column: numpy takes a matrix-vector product there, which rounds
         # otherwise than a GEMM, so the bands are GEMVs too (a forward gives the same
@@ -183,14 +177,8 @@ class Team:
             # columns, 2.07 by rows), the others the way they cut more evenly
             parts = self.threads
             cut = _cut_kind(m, n, parts)
-        code = -1                                  # no epilogue
-        if activation is not None and not nothing_to_finish(bias, residual, activation):
-            code = activation.code
-        jobs._gemm_job(self.record, self.reals, self.blas.sgemm, gemv, a, b, out,
-                       NO_ARRAY if bias is None else bias,
-                       NO_RESIDUAL if residual is None else residual.reshape(out.shape),
-                       cut, parts, code, 0.0 if activation is None else activation.a,
-                       0.0 if activation is None else activation.b, int(transposed))
+        jobs._gemm_job(self.record, self.reals, self.blas.sgemm, gemv, a, b, out, cut, parts,
+                       int(transposed))
         self._run(products * parts)
 
 
