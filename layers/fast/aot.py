@@ -6,7 +6,7 @@ numba's ``pycc`` compiles each exported kernel (layers/fast/backend.py) for its 
 signature, for this machine's CPU, and links it with numba's small C runtime into
 ``kernels_<key>_<part>.<ext>``. ``key`` hashes everything the machine code depends on: the
 sources of the kernels, the numba, numpy and Python versions, and the CPU; a change to any
-of them makes new modules, built the next time a graph is built (about 35 s here, once).
+of them makes new modules, built the next time a graph is built (about 40 s here, once).
 The kernels are dealt into PARTS modules, compiled by as many child processes side by side:
 numba's compiler is single-threaded, and this machine has two cores. The children keep
 numba and LLVM out of the process that asked; a file lock makes processes starting
@@ -156,7 +156,7 @@ def kernels_of_part(part: int) -> list:
 
 def _build_in_children(directory: Path, parts: list[int]) -> None:
     """Build the missing parts, each in a child process, all at once."""
-    log.warning("compiling the fast kernels for this machine, once (about half a minute) ...")
+    log.warning("compiling the fast kernels for this machine, once (about 40 s) ...")
     started = time.perf_counter()
     env = dict(os.environ)
     root = str(HERE.parent.parent)                 # the directory holding layers/
