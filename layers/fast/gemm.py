@@ -29,6 +29,7 @@ from layers.fast.epilogue import Activation, bias_residual_activation
 from layers.fast.phases import phase_layout, split_plane
 from layers.fast.pointwise import pointwise_conv2d
 
+
 @kernel(nogil=True, exported=(array(3), array(2), *[INT] * 10))
 def _im2col(x, cols, kh, kw, stride_h, stride_w, dil_h, dil_w, top, left, out_h, out_w):
     """x (C, H, W) -> cols (C*kh*kw, Ho*Wo), every channel (``im2col_channels``)."""

@@ -96,22 +96,18 @@ class _Emit:
     def const(self, value):
         return self.ir.Constant(self.i64, value)
 
-    def splat(self, value):
-        """A vector of LANES copies of a float."""
+    def splat(self, value, element=None):
+        """A vector of LANES copies of ``value`` (a float, or an ``element``-typed value)."""
         ir, b = self.ir, self.builder
-        one = b.insert_element(ir.Constant(self.vector, None), value, ir.Constant(self.i32, 0))
+        vector = self.vector if element is None else ir.VectorType(element, LANES)
+        one = b.insert_element(ir.Constant(vector, None), value, ir.Constant(self.i32, 0))
         return b.shuffle_vector(one, one, ir.Constant(ir.VectorType(self.i32, LANES),
                                                       [0] * LANES))
 
     def mask(self, count):
         """Lanes 0 .. count - 1 on (count may be <= 0: none, or >= LANES: all)."""
-        ir, b = self.ir, self.builder
-        lanes = ir.Constant(ir.VectorType(self.i64, LANES), list(range(LANES)))
-        first = b.insert_element(ir.Constant(ir.VectorType(self.i64, LANES), None), count,
-                                 ir.Constant(self.i32, 0))
-        counts = b.shuffle_vector(first, first, ir.Constant(ir.VectorType(self.i32, LANES),
-                                                            [0] * LANES))
-        return b.icmp_signed("<", lanes, counts)
+        lanes = self.ir.Constant(self.ir.VectorType(self.i64, LANES), list(range(LANES)))
+        return self.builder.icmp_signed("<", lanes, self.splat(count, self.i64))
 
     def _function(self, name, result, arguments):
         from numba.core import cgutils
