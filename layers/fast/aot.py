@@ -5,7 +5,8 @@
 numba's ``pycc`` compiles each exported kernel (layers/fast/backend.py) for its one
 signature, for this machine's CPU, and links it with numba's small C runtime into
 ``kernels_<key>_<part>.<ext>``. ``key`` hashes everything the machine code depends on: the
-sources of the kernels, the numba, numpy and Python versions, and the CPU; a change to any
+sources of the kernels, the numba, numpy and Python versions, the CPU and the width of the
+register tiles (layers/fast/simd.py's LANES, which PNNX_INFER_LANES may set); a change to any
 of them makes new modules, built the next time a graph is built (about 40 s here, once).
 The kernels are dealt into PARTS modules, compiled by as many child processes side by side:
 numba's compiler is single-threaded, and this machine has two cores. The children keep
@@ -44,8 +45,9 @@ def key() -> str:
     digest = hashlib.sha256()
     for source in _kernel_sources():
         digest.update(source.name.encode() + source.read_bytes())
+    from layers.fast.simd import LANES
     for part in (_version("numba"), np.__version__, sys.version,
-                 importlib.machinery.EXTENSION_SUFFIXES[0], _cpu()):
+                 importlib.machinery.EXTENSION_SUFFIXES[0], _cpu(), f"lanes {LANES}"):
         digest.update(part.encode())
     return digest.hexdigest()[:16]
 
@@ -161,6 +163,10 @@ def _build_in_children(directory: Path, parts: list[int]) -> None:
     env = dict(os.environ)
     root = str(HERE.parent.parent)                 # the directory holding layers/
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [root, env.get("PYTHONPATH")]))
+    # an empty numba cache of their own: numba would reuse a kernel's code compiled before
+    # an edit to a file it calls (backend._stale_with_any_source)
+    numba_cache = tempfile.TemporaryDirectory(dir=directory, prefix="numba_cache_")
+    env["NUMBA_CACHE_DIR"] = numba_cache.name
     # run from the root too: ``-m`` puts the working directory first on the path, and a
     # ``layers`` package there (another checkout) would be compiled instead of this one
     children = [subprocess.Popen([sys.executable, "-m", "layers.fast.aot", str(directory),
@@ -178,6 +184,7 @@ def _build_in_children(directory: Path, parts: list[int]) -> None:
             if child.poll() is None:
                 child.kill()
                 child.wait()
+        numba_cache.cleanup()
     if failed is not None:
         raise failed
     log.info("compiled the fast kernels in %.1f s into %s", time.perf_counter() - started,

@@ -152,8 +152,64 @@ def use_jit() -> None:
     """Bind every kernel to its numba dispatcher (compiled on first call, cached on disk)."""
     import numba
 
+    _stale_with_any_source()
     _bind({i: i.func() for i in _intrinsics})           # first: the kernels call them
     _bind({k: numba.njit(cache=True, **k.options)(k.func) for k in _declared})
+
+
+def _stale_with_any_source() -> None:
+    """Make numba's disk cache of the kernels stale whenever any kernel source changes.
+
+    numba keeps a function's compiled code until that function's own file changes; it does
+    not look at the files of the kernels and intrinsics the function calls. An edit to
+    simd.py (the tile width) left pointwise.py's kernels compiled the old way, in this mode
+    and in the modules built ahead of time (whose builder compiles through this cache).
+    Here the kernels' cache entries carry aot.key() instead, a hash of every kernel source
+    (and of the CPU and versions). numba offers no switch for this: a cache locator of our
+    own goes first in its list, for layers.fast's functions only, and finds the same place
+    as numba's own; where numba's caching is laid out differently, nothing changes and
+    the build still starts from an empty cache (aot._build_in_children)."""
+    from numba.core import caching
+
+    from layers.fast import aot
+
+    impl = getattr(caching, "_CacheImpl", None)
+    base = getattr(caching, "_CacheLocator", None)
+    if impl is None or base is None or not isinstance(getattr(impl, "_locator_classes", None),
+                                                      list):
+        return
+    stamp = aot.key()
+
+    class KernelSourcesLocator(base):
+        """numba's own locator for the function, with aot.key() as its source stamp."""
+
+        def __init__(self, inner):
+            self.inner = inner
+
+        def ensure_cache_path(self):
+            self.inner.ensure_cache_path()
+
+        def get_cache_path(self):
+            return self.inner.get_cache_path()
+
+        def get_disambiguator(self):
+            return self.inner.get_disambiguator()
+
+        def get_source_stamp(self):
+            return stamp
+
+        @classmethod
+        def from_function(cls, py_func, py_file):
+            if not getattr(py_func, "__module__", "").startswith("layers.fast."):
+                return None
+            for other in impl._locator_classes:
+                if other is not cls:
+                    inner = other.from_function(py_func, py_file)
+                    if inner is not None:
+                        return cls(inner)
+            return None
+
+    impl._locator_classes.insert(0, KernelSourcesLocator)
 
 
 def _bind(functions: dict[Declared, Callable]) -> None:

@@ -7,12 +7,16 @@ values of A::
     for k in range(K):                                          # ROWS x COLUMNS block of C
         tile[r, :] += A[m0 + r, k] * B[k, n0 : n0 + COLUMNS]    for every r < ROWS
 
-ROWS = 6 rows of COLUMNS = 32 floats (two 16-float vectors each) make 12 vector
-accumulators: with AVX-512 each k is 2 vector loads of B, 6 broadcasts of A and 12 fused
-multiply-adds, and C is written once, at the end. numba cannot keep an array in registers
-(its arrays live in memory), so the block is a value of its own type, an LLVM array of 12
-``<16 x float>`` vectors that the compiler keeps in registers, and three intrinsics work on
-it::
+ROWS = 6 rows of two vectors each make 12 vector accumulators: each k is 2 vector loads of
+B, 6 broadcasts of A and 12 fused multiply-adds, and C is written once, at the end. A vector
+is as wide as the CPU's registers (``LANES``): 16 floats with AVX-512 (32 registers), so a
+tile is 6 x 32; 8 floats elsewhere (AVX2 has 16 registers of 8: 12 accumulators, 2 rows of B
+and a broadcast fill 15 of them), so 6 x 16. Tiles of 16-float vectors on an AVX2 machine
+made each half a register pair: 24 accumulators in 16 registers spilled to memory on every
+k, and the 1x1 layers ran 2-3x slower than onnxruntime's. numba cannot keep an array in
+registers (its arrays live in memory), so the block is a value of its own type, an LLVM
+array of 12 ``<LANES x float>`` vectors that the compiler keeps in registers, and three
+intrinsics work on it::
 
     tile = tile_zero()
     tile = tile_fma(tile, a, a_first, a_step, rows, b, b_first, count)
@@ -26,17 +30,38 @@ vectors; masked loads with every lane off, at addresses past the end of an empty
 The rows past ``rows`` read A's last real row again and are not stored. Each value of C is
 the same chain of fused multiply-adds over k = 0 .. K-1 wherever its block starts, so a
 product cut differently (over more threads) gives the same bits. LLVM lowers the vectors to
-what the CPU has (AVX-512: one register each; AVX2: two halves; elsewhere: scalars), since
-aot.py compiles for this CPU.
+what the CPU has, since aot.py compiles for this CPU (and its key includes LANES).
 """
 
 from __future__ import annotations
 
 import functools
+import os
+from pathlib import Path
 
+from parser.errors import InferError
 from layers.fast.backend import intrinsic
 
-LANES = 16                          # floats in a vector
+
+def vector_lanes() -> int:
+    """Floats per vector register of this CPU: 16 with AVX-512 (Linux's /proc/cpuinfo lists
+    avx512f), else 8. ``PNNX_INFER_LANES=8`` or ``16`` overrides it (to test the other
+    width; any width computes the same values, only the speed differs)."""
+    wanted = os.environ.get("PNNX_INFER_LANES", "").strip()
+    if wanted:
+        if wanted not in ("8", "16"):
+            raise InferError(f"PNNX_INFER_LANES={wanted!r}: expected 8 or 16")
+        return int(wanted)
+    try:
+        cpuinfo = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return 8
+    flags = next((line.split() for line in cpuinfo.splitlines() if line.startswith("flags")),
+                 [])
+    return 16 if "avx512f" in flags else 8
+
+
+LANES = vector_lanes()              # floats in a vector
 ROWS, VECTORS = 6, 2                # a tile: ROWS rows of VECTORS vectors
 COLUMNS = VECTORS * LANES
 
@@ -119,7 +144,7 @@ class _Emit:
         them is read): a plain load for a whole vector, a masked one for a part, none for no
         lanes (see the module docstring)."""
         ir, b, vector = self.ir, self.builder, self.vector
-        f = self._function("llvm.masked.load.v16f32.p0v16f32", vector,
+        f = self._function(f"llvm.masked.load.v{LANES}f32.p0v{LANES}f32", vector,
                            [vector.as_pointer(), self.i32, self.mask_type, vector])
         address = b.bitcast(pointer, vector.as_pointer())
         zeros = ir.Constant(vector, [0.0] * LANES)
@@ -145,7 +170,7 @@ class _Emit:
     def store(self, value, pointer, count):
         """Write the first ``count`` lanes of ``value`` at ``pointer`` (as ``load``)."""
         ir, b, vector = self.ir, self.builder, self.vector
-        f = self._function("llvm.masked.store.v16f32.p0v16f32", ir.VoidType(),
+        f = self._function(f"llvm.masked.store.v{LANES}f32.p0v{LANES}f32", ir.VoidType(),
                            [vector, vector.as_pointer(), self.i32, self.mask_type])
         address = b.bitcast(pointer, vector.as_pointer())
         with b.if_else(b.icmp_signed(">=", count, self.const(LANES))) as (whole, part):
@@ -170,7 +195,7 @@ class _Emit:
 
     def fma(self, a, b, c):
         """a * b + c, rounded once."""
-        f = self._function("llvm.fma.v16f32", self.vector, [self.vector] * 3)
+        f = self._function(f"llvm.fma.v{LANES}f32", self.vector, [self.vector] * 3)
         return self.builder.call(f, [a, b, c])
 
     def row_offsets(self, first, step, rows):
