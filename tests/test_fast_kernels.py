@@ -172,7 +172,7 @@ def test_winograd_matrices_compute_a_3x3_correlation(variant, seed):
     np.testing.assert_allclose(y, direct, atol=1e-12)
 
 
-WINOGRAD = {   # (N, C_in, H, W), C_out, (top, bottom, left, right); each >= 32 tiles
+WINOGRAD = {   # (N, C_in, H, W), C_out, (top, bottom, left, right); each >= 16 tiles
     "56x56 pad 1": ((1, 16, 56, 56), 16, (1, 1, 1, 1)),
     "ragged tiles": ((4, 5, 11, 10), 7, (1, 1, 1, 1)),
     "no padding": ((2, 8, 18, 17), 4, (0, 0, 0, 0)),
@@ -184,9 +184,9 @@ WINOGRAD = {   # (N, C_in, H, W), C_out, (top, bottom, left, right); each >= 32 
 }
 
 
-WINOGRAD_F2 = {   # fewer than 32 tiles of 4x4, at least 16 of 2x2: F(2x2) is chosen
+WINOGRAD_F2 = {   # fewer than 16 tiles of 4x4, at least 16 of 2x2: F(2x2) is chosen
     "7x7 pad 1": ((1, 16, 7, 7), 8, (1, 1, 1, 1)),
-    "14x14": ((1, 8, 14, 14), 12, (1, 1, 1, 1)),
+    "12x12": ((1, 8, 12, 12), 12, (1, 1, 1, 1)),
     "odd sizes": ((2, 5, 5, 6), 7, (1, 1, 1, 1)),
     "no padding": ((1, 4, 11, 9), 3, (0, 0, 0, 0)),
     "asymmetric": ((2, 3, 6, 7), 6, (0, 2, 1, 0)),
@@ -250,18 +250,16 @@ def test_the_winograd_variant_follows_the_tiles_and_the_weights():
     packed = PackedConv2d(rand(8, 8, 3, 3), None, (1, 1), (1, 1), 1)
     assert packed.algorithm(8, (7, 7)) == "winograd"          # 32 tiles of 4x4
     assert packed.algorithm(1, (28, 28)) == "winograd"        # 49
-    assert packed.algorithm(1, (14, 14)) == "winograd_f2"     # 16 of 4x4, 49 of 2x2
+    assert packed.algorithm(1, (14, 14)) == "winograd"        # 16
+    assert packed.algorithm(1, (12, 12)) == "winograd_f2"     # 9 of 4x4, 36 of 2x2
     assert packed.algorithm(1, (7, 7)) == "winograd_f2"       # 16 of 2x2
     assert packed.algorithm(1, (5, 5)) == "gemm"              # 9 of 2x2: weights dominate
     big = PackedConv2d(rand(512, 512, 3, 3), None, (1, 1), (1, 1), 1)
     assert big.algorithm(8, (7, 7)) == "winograd_f2"          # F(4x4) would pack 36 MiB
     assert big.algorithm(64, (56, 56)) == "winograd_f2"
-    assert big.algorithm(1, (7, 7)) == "gemm"                 # F(2x2) packs 16 MiB: 64 tiles
-    assert big.algorithm(4, (7, 7)) == "winograd_f2"
-    assert big.algorithm(1, (14, 14)) == "gemm"               # 49 of 2x2
-    assert big.algorithm(1, (16, 16)) == "winograd_f2"        # 64
-    middle = PackedConv2d(rand(256, 512, 3, 3), None, (1, 1), (1, 1), 1)
-    assert middle.algorithm(1, (7, 7)) == "winograd_f2"       # F(2x2) packs 8 MiB
+    assert big.algorithm(1, (7, 7)) == "winograd_f2"          # F(2x2) packs 16 MiB
+    assert big.algorithm(1, (14, 14)) == "winograd_f2"
+    assert big.algorithm(1, (5, 5)) == "gemm"
     strided = PackedConv2d(rand(8, 8, 3, 3), None, (2, 2), (1, 1), 1)
     assert strided.algorithm(8, (56, 56)) == "gemm"
 
@@ -466,11 +464,9 @@ def test_a_dynamic_graph_packs_at_build_what_any_size_will_need(monkeypatch):
     from layers.fast import conv as fast_conv
 
     monkeypatch.setattr(fast_conv, "WINOGRAD_MAX_PACKED", 36 * 8 * 8 * 4 - 1)
-    monkeypatch.setattr(fast_conv, "WINOGRAD_F2_LARGE", 16 * 8 * 12 * 4 - 1)
-    huge, big, small = (PackedConv2d(rand(8, c, 3, 3), None, (1, 1), (1, 1), 1)
-                        for c in (12, 8, 4))
-    for packed in (huge, big, small):
+    big, small = (PackedConv2d(rand(8, c, 3, 3), None, (1, 1), (1, 1), 1) for c in (8, 4))
+    for packed in (big, small):
         packed.prepare_for_any_size()
-    assert list(big._packs) == ["winograd_f2"] and small._packs == {} and huge._packs == {}
+    assert list(big._packs) == ["winograd_f2"] and small._packs == {}
     assert big.algorithm(8, (7, 7)) == "winograd_f2" and small.algorithm(8, (7, 7)) == "winograd"
-    assert huge.algorithm(1, (7, 7)) == "gemm" and huge.algorithm(4, (7, 7)) == "winograd_f2"
+    assert big.algorithm(1, (7, 7)) == "winograd_f2" and big.algorithm(1, (5, 5)) == "gemm"

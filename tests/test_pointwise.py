@@ -26,6 +26,8 @@ CASES = {                                     # N, C_in, C_out, H, W
     "one channel in": (1, 1, 12, 6, 6),
     "one channel out": (2, 16, 1, 5, 7),
     "a whole tile": (1, 4, ROWS, 1, COLUMNS),
+    "narrowing, three slices of K": (1, 2 * pointwise.K_BLOCK + 88, 40, 7, 7),
+    "widening, two slices of K": (2, pointwise.K_BLOCK + 1, 270, 5, 5),
 }
 ACTIVATIONS = {                               # the kernel's, and torch's
     "none": (Activation(NONE), lambda t: t),
@@ -136,22 +138,35 @@ def test_any_number_of_threads_gives_the_same_bits(case, team):
     r3 = residual.reshape(n, weight.shape[0], -1)
     relu6 = Activation(CLAMP, 0.0, 6.0)
     alone = np.full_like(r3, np.nan)
-    pointwise._pointwise(w2, x3, bias, r3, alone, np.empty(pointwise.space_size(c_in),
+    pointwise._pointwise(w2[None], x3, bias, r3, alone, np.empty(pointwise.space_size(c_in),
                                                             np.float32), CLAMP, 0.0, 6.0)
     together = np.full_like(r3, np.nan)
     space = np.empty((team.threads, pointwise.space_size(c_in)), np.float32)
     before = team.control[0]
-    team.pointwise(w2, x3, bias, r3, together, space, relu6)
+    team.pointwise(w2[None], x3, bias, r3, together, space, relu6)
     assert team.control[0] != before                       # it ran as a job
     np.testing.assert_array_equal(together, alone)
 
 
 def test_bands_fit_the_work_space():
-    """A chunk packs one band of x (C_in rows of block_width pixels) into its row of work
-    space: space_size must hold it for any size."""
+    """A chunk packs one band of x (C_in rows of block_width pixels, at most K_BLOCK rows at
+    a time) into its row of work space: space_size must hold it for any size."""
     backend.start()
     for c_in in (1, 3, 16, 17, 100, 2047, 2048, 5000):
         for length in (1, 31, 32, 33, 49, 196, 3136, 12544, 100_000):
             width = pointwise.block_width(c_in, length)
             assert width % COLUMNS == 0 and width >= min(length, COLUMNS)
-            assert c_in * width <= pointwise.space_size(c_in)
+            assert min(c_in, pointwise.K_BLOCK) * width <= pointwise.space_size(c_in)
+
+
+@pytest.mark.parametrize("images, c_in, c_out, length", [(16, 40, 13, 16), (3, 300, 7, 49),
+                                                         (2, 5, 30, 1)])
+def test_a_matrix_per_image(images, c_in, c_out, length):
+    """A stack of weights (Winograd's products): y[n] = weight[n] @ x[n], against numpy."""
+    rng = np.random.default_rng(5)
+    weight = rng.standard_normal((images, c_out, c_in)).astype(np.float32)
+    x = rng.standard_normal((images, c_in, length)).astype(np.float32)
+    y = np.full((images, c_out, length), np.nan, np.float32)
+    pointwise.pointwise_conv2d(weight, x, None, None, Activation(NONE), y)
+    expected = np.einsum("noc,ncl->nol", weight.astype(np.float64), x.astype(np.float64))
+    np.testing.assert_allclose(y, expected, rtol=1e-4, atol=1e-4 * np.sqrt(c_in))

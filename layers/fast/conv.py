@@ -13,21 +13,19 @@ Which kernel runs depends on the convolution and on the size of its input:
 
 Winograd F(4x4) multiplies 4x fewer values than im2col but reads 4x more weights (U is
 36 C_out C_in floats against 9 C_out C_in), so when the image has few 4x4 tiles the weights
-dominate. F(2x2) multiplies 2.25x fewer and packs 16 C_out C_in floats. Measured here (each
-convolution alone, and whole ResNet-18 forwards alternated in one process):
+dominate. F(2x2) multiplies 2.25x fewer and packs 16 C_out C_in floats. Both run their
+products in register tiles (pointwise.py), whose lanes are best used when the tiles T of a
+product are a multiple of the tile's width (16 with AVX2). Measured on an AVX2 machine (AMD
+Zen, 2 threads, caches flushed before each run as in a forward; ResNet-18's convolutions):
 
-* F(4x4) from 32 tiles of 4x4 (ResNet's 56x56 and 28x28 stages at batch 1), unless its packed
-  weights pass 16 MiB: ResNet's 512-channel convolutions would pack 36 MiB each, read from
-  memory on every run; F(2x2) packs them in 16 MiB and is within 15% at batch 8.
-* otherwise F(2x2) from 16 tiles of 2x2: ResNet's 14x14 and 7x7 stages at batch 1. Alone,
-  at 7x7, it takes 1.36 ms against 1.60 for im2col and 2.9 for F(4x4); in whole forwards the
-  gain (~0.9 ms) comes from the 14x14 stage, and at 7x7 it is even with im2col, whose
-  weights come from memory as F(2x2)'s do. So a convolution whose F(2x2) packing passes
-  8 MiB (ResNet's 512-channel ones: 16 MiB each) takes it only from 64 tiles (4 images of
-  7x7): at batch 1 im2col is as fast (whole ResNet-18 forwards, p10: 18.1 against 18.5 ms)
-  and reads the weight as it is, which saves the packing's time and memory (67 MB, 25-60 ms
-  at build); at batch 8 F(2x2) is 11% faster and is packed in the first such forward;
-* otherwise im2col.
+* F(4x4) from 16 tiles of 4x4, unless its packed weights pass 16 MiB (ResNet's 512-channel
+  convolutions would pack 36 MiB each, read from memory on every run). At 14x14 (16 tiles)
+  it takes 2.2 ms against 3.7 for F(2x2) (256 channels); from 28x28 up it is the faster one
+  anyway.
+* otherwise F(2x2) from 16 tiles of 2x2: ResNet's 512-channel convolutions at 7x7 take
+  3.7 ms against 6.5-7.0 for im2col, and F(4x4) there (4 tiles) would fill a quarter of the
+  lanes. Its packing (16 MiB for 512 channels) replaces the weight's pages (9 MiB).
+* otherwise im2col (5x5 images: 9 tiles of 2x2).
 
 Winograd's transforms add and subtract the inputs of a whole tile, so one Inf or NaN in the
 input would make NaN of outputs whose windows do not reach it (inf - inf), where torch keeps
@@ -61,11 +59,9 @@ from parser.bin import release_pages
 
 Pair = tuple[int, int]
 Call = Callable[[np.ndarray, "np.ndarray | None", np.ndarray], None]   # (x, residual, y)
-WINOGRAD_MIN_TILES = 32                  # F(4x4): at least this many 4x4 tiles (all images)
+WINOGRAD_MIN_TILES = 16                  # F(4x4): at least this many 4x4 tiles (all images)
 WINOGRAD_MAX_PACKED = 16 * 2 ** 20       # F(4x4): at most this many bytes of packed weights
 WINOGRAD_F2_MIN_TILES = 16               # F(2x2): at least this many 2x2 tiles
-WINOGRAD_F2_LARGE = 8 * 2 ** 20          # F(2x2) packings of more bytes than this ...
-WINOGRAD_F2_LARGE_MIN_TILES = 64         # ... need this many tiles (4 images of 7x7)
 WINOGRAD = {                             # variant: how its weights are packed, how it runs
     "winograd": (pack_winograd_weight, winograd_conv2d),
     "winograd_f2": (pack_winograd_f2_weight, winograd_f2_conv2d),
@@ -86,7 +82,6 @@ class PackedConv2d:
                             and dilation == (1, 1) and groups == 1)
         # F(4x4)'s packed weights U (36, C_out, C_in) fit the limit (else F(2x2) runs)
         self.f4_fits = TAPS * TAPS * self.c_out * self.c_in * 4 <= WINOGRAD_MAX_PACKED
-        self.f2_large = TAPS_F2 * TAPS_F2 * self.c_out * self.c_in * 4 > WINOGRAD_F2_LARGE
         self._packs: dict[str, np.ndarray] = {}
         self._calls: dict[tuple, Call] = {}      # call_for's, by input shape and geometry
         self._lock = threading.Lock()
@@ -104,7 +99,7 @@ class PackedConv2d:
         if tiles >= WINOGRAD_MIN_TILES and self.f4_fits:
             return "winograd"
         tiles_f2 = batch * -(-out_hw[0] // TILE_F2) * -(-out_hw[1] // TILE_F2)
-        if tiles_f2 >= (WINOGRAD_F2_LARGE_MIN_TILES if self.f2_large else WINOGRAD_F2_MIN_TILES):
+        if tiles_f2 >= WINOGRAD_F2_MIN_TILES:
             return "winograd_f2"
         return "gemm"
 
@@ -146,9 +141,8 @@ class PackedConv2d:
         """Pack now what any input size is likely to need, for a graph whose shapes are
         known only when it runs: a convolution whose F(4x4) packing would pass
         WINOGRAD_MAX_PACKED runs F(2x2) on every image of 16 or more 2x2 tiles, so its
-        packing is made at build, not in the first inference; unless that packing is large
-        too (then it waits for a batch that needs it)."""
-        if self.winograd_ok and not self.f4_fits and not self.f2_large:
+        packing is made at build, not in the first inference."""
+        if self.winograd_ok and not self.f4_fits:
             self.packed("winograd_f2")
 
     def prepare(self, batch: int, out_hw: Pair) -> None:

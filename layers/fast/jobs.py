@@ -160,7 +160,7 @@ def _run_units(record, reals, chunk, first, last):
         for unit in range(first, last):
             _gemm_unit(record, reals, unit)
     elif kind == POINTWISE:
-        pointwise.pointwise_blocks(_get2(record, a[0]), _get3(record, a[1]),
+        pointwise.pointwise_blocks(_get3(record, a[0]), _get3(record, a[1]),
                                    _get1(record, a[2]), _get3(record, a[3]),
                                    _get3(record, a[4]), _get2(record, a[5])[chunk], record[i],
                                    reals[0], reals[1], first, last)
@@ -298,13 +298,13 @@ def _gemm_job(record, reals, function, gemv, a, b, c, cut, parts, transposed):
     record[i + 7], record[i + 8], record[i + 9], record[i + 10] = cut, parts, transposed, gemv
 
 
-@kernel(nogil=True, exported=(RECORD, REALS, array(2), array(3), array(1), array(3),
+@kernel(nogil=True, exported=(RECORD, REALS, array(3), array(3), array(1), array(3),
                               array(3), array(2), INT, FLOAT, FLOAT))
 def _pointwise_job(record, reals, weight, x, bias, residual, y, space, code, a, b):
     """The job of pointwise._pointwise (units: blocks of channels by pixels; ``space``: a
     row of work space per chunk)."""
     record[KIND] = POINTWISE
-    record[UNITS] = pointwise.block_count(x.shape[1], weight.shape[0], x.shape[0],
+    record[UNITS] = pointwise.block_count(x.shape[1], weight.shape[1], x.shape[0],
                                           x.shape[2])
     _put(record, ARRAYS[0], weight)
     _put(record, ARRAYS[1], x)

@@ -39,26 +39,27 @@ import numpy as np
 from layers.fast import workers
 from layers.fast.backend import FLOAT, INT, array, kernel
 from layers.fast.epilogue import CLAMP, NONE, RELU, Activation, activate_row
-from layers.fast.simd import COLUMNS, ROWS, tile_fma, tile_store, tile_zero
+from layers.fast.simd import COLUMNS, ROWS, tile_fma, tile_load, tile_store, tile_zero
 
 X_BLOCK = 1 << 16      # floats of x a band of pixels reads (256 KiB)
+K_BLOCK = 256          # input channels summed per pass over the output (when C_in is more)
 
 
-@kernel(nogil=True, exported=(array(2), array(3), array(1), array(3), array(3), array(1), INT,
+@kernel(nogil=True, exported=(array(3), array(3), array(1), array(3), array(3), array(1), INT,
                               FLOAT, FLOAT))
 def _pointwise(weight, x, bias, residual, y, space, code, a, b):
-    """y (N, C_out, L) = activation(weight (C_out, C_in) @ x (N, C_in, L) + bias[c] +
-    residual), every block (``pointwise_blocks``; ``space``: space_size(C_in) floats)."""
+    """y[n] (C_out, L) = activation(weight[n or 0] (C_out, C_in) @ x[n] (C_in, L) + bias[c] +
+    residual[n]), every block (``pointwise_blocks``; ``space``: space_size(C_in) floats)."""
     pointwise_blocks(weight, x, bias, residual, y, space, code, a, b, np.int64(0),
-                     block_count(x.shape[1], weight.shape[0], x.shape[0], x.shape[2]))
+                     block_count(x.shape[1], weight.shape[1], x.shape[0], x.shape[2]))
 
 
 @kernel(nogil=True)
 def block_width(c_in, length):
     """Pixels per band of work: the fewest equal bands (in whole strips of COLUMNS) whose
-    C_in rows of x fit in X_BLOCK floats (a band of x stays in cache while each 6 channels'
-    rows of y are written)."""
-    most = max(1, X_BLOCK // max(c_in * COLUMNS, 1)) * COLUMNS
+    rows of x in one slice of K_BLOCK channels fit in X_BLOCK floats (a band of x stays in
+    cache while each 6 channels' rows of y are written)."""
+    most = max(1, X_BLOCK // max(min(c_in, K_BLOCK) * COLUMNS, 1)) * COLUMNS
     bands = (length + most - 1) // most
     width = (length + bands - 1) // max(bands, 1)
     return (width + COLUMNS - 1) // COLUMNS * COLUMNS
@@ -75,11 +76,13 @@ def block_count(c_in, c_out, images, length):
 def pointwise_blocks(weight, x, bias, residual, y, space, code, a, b, first, last):
     """Blocks first .. last - 1 of _pointwise's y: image by image, band of pixels by band
     (``block_width``), and in each band channel block by channel block, a block being
-    COLUMNS-pixel tiles one after the other. ``bias`` has C_out values (zeros for none);
+    COLUMNS-pixel tiles one after the other. ``weight`` (1 or N, C_out, C_in): one matrix
+    for every image, or one each (Winograd's products). ``bias`` has C_out values (zeros for none);
     ``residual`` y's shape, or no values for none; ``code``, a, b: the activation
     (layers/fast/epilogue.py)."""
     images, c_in, length = x.shape
-    c_out = weight.shape[0]
+    c_out = weight.shape[1]
+    stacked = weight.shape[0] > 1                     # a matrix per image
     panels = (c_out + ROWS - 1) // ROWS               # blocks of channels
     width = max(block_width(c_in, length), 1)
     bands = (length + width - 1) // width             # bands of pixels
@@ -91,34 +94,48 @@ def pointwise_blocks(weight, x, bias, residual, y, space, code, a, b, first, las
     w, ys = weight.reshape(weight.size), y.reshape(y.size)
     rs = residual.reshape(residual.size)
     pack = c_out >= c_in                              # x read again for each 6 channels
-    packed, xs = space[:c_in * width], x.reshape(x.size)
-    packed_band = -1
-    for block in range(first, last):
-        image, index = block // (panels * bands), block % (panels * bands)
-        band, panel = index // panels, index % panels
-        start = band * width
-        stop = min(length, start + width)
-        if pack:                                      # x[k, p] at source[k * step + p - start]
-            if image * bands + band != packed_band:
-                packed_band = image * bands + band
-                for k in range(c_in):
-                    packed[k * width:k * width + stop - start] = x[image, k, start:stop]
-            source, origin, step = packed, -start, width
-        else:
-            source, origin, step = xs, image * c_in * length, length
-        c0 = panel * ROWS
-        rows = min(ROWS, c_out - c0)
-        for p0 in range(start, stop, COLUMNS):
-            count = min(COLUMNS, stop - p0)
-            tile = tile_zero()
-            for k in range(c_in):                     # tile += weight[c0:, k] x[k, p0:]
-                tile = tile_fma(tile, w, c0 * c_in + k, c_in, rows, source,
-                                origin + k * step + p0, count)
-            tile_store(tile, ys, (image * c_out + c0) * length + p0, length, rows, count,
-                       bias, c0, rs, lo, hi)
-            if code != NONE and code != RELU and code != CLAMP:   # any other activation
-                for r in range(rows):
-                    activate_row(y[image, c0 + r, p0:p0 + count], code, a, b)
+    packed, xs = space[:min(c_in, K_BLOCK) * width], x.reshape(x.size)
+    no_bias, no_residual = np.zeros(ROWS, np.float32), rs[:0]
+    open_lo, open_hi = np.float32(-np.inf), np.float32(np.inf)
+    for k0 in range(0, max(c_in, 1), K_BLOCK):       # a slice of the sum over k ...
+        k1 = min(c_in, k0 + K_BLOCK)
+        whole = k1 == c_in                            # ... the last one: finish y
+        packed_band = -1
+        for block in range(first, last):
+            image, index = block // (panels * bands), block % (panels * bands)
+            band, panel = index // panels, index % panels
+            start = band * width
+            stop = min(length, start + width)
+            if pack:                                  # x[k, p] at source[k * step + p - start]
+                if image * bands + band != packed_band:
+                    packed_band = image * bands + band
+                    for k in range(k0, k1):
+                        at = (k - k0) * width
+                        packed[at:at + stop - start] = x[image, k, start:stop]
+                source, origin, step = packed, -start - k0 * width, width
+            else:
+                source, origin, step = xs, image * c_in * length, length
+            c0 = panel * ROWS
+            rows = min(ROWS, c_out - c0)
+            w0 = ((image * c_out if stacked else 0) + c0) * c_in    # weight[., c0, 0]
+            for p0 in range(start, stop, COLUMNS):
+                count = min(COLUMNS, stop - p0)
+                at = (image * c_out + c0) * length + p0
+                if k0 == 0:
+                    tile = tile_zero()
+                else:                                 # carry on from the slices before
+                    tile = tile_load(ys, at, length, rows, count)
+                for k in range(k0, k1):               # tile += weight[c0:, k] x[k, p0:]
+                    tile = tile_fma(tile, w, w0 + k, c_in, rows, source,
+                                    origin + k * step + p0, count)
+                if not whole:                         # a partial sum, stored as it is
+                    tile_store(tile, ys, at, length, rows, count, no_bias, 0, no_residual,
+                               open_lo, open_hi)
+                    continue
+                tile_store(tile, ys, at, length, rows, count, bias, c0, rs, lo, hi)
+                if code != NONE and code != RELU and code != CLAMP:   # other activations
+                    for r in range(rows):
+                        activate_row(y[image, c0 + r, p0:p0 + count], code, a, b)
 
 
 @functools.lru_cache(maxsize=256)
@@ -131,17 +148,21 @@ NO_RESIDUAL = np.zeros((0, 0, 0), np.float32)
 
 
 def space_size(c_in: int) -> int:
-    """Floats of work space one chunk of pointwise_blocks needs: a band of x, C_in rows of
-    ``block_width`` pixels, at most X_BLOCK floats unless one strip of COLUMNS is more."""
-    return max(X_BLOCK, c_in * COLUMNS)
+    """Floats of work space one chunk of pointwise_blocks needs: a band of x, at most K_BLOCK
+    rows of ``block_width`` pixels, at most X_BLOCK floats unless one strip of COLUMNS is
+    more."""
+    return max(X_BLOCK, min(c_in, K_BLOCK) * COLUMNS)
 
 
 def pointwise_conv2d(weight: np.ndarray, x: np.ndarray, bias: np.ndarray | None,
                      residual: np.ndarray | None, activation: Activation, y: np.ndarray) -> None:
     """y (N, C_out, L) = activation(weight (C_out, C_in) @ x (N, C_in, L) + bias +
-    residual): all float32, C-contiguous; residual y's shape or None. Shared with the team's
-    helper threads if there is one (the bits are the same either way)."""
-    bias = _zeros(weight.shape[0]) if bias is None else bias
+    residual): all float32, C-contiguous; residual y's shape or None. ``weight`` may also be a
+    stack (N, C_out, C_in), a matrix per image: y[n] = weight[n] @ x[n] (Winograd's products).
+    Shared with the team's helper threads if there is one (the bits are the same either
+    way)."""
+    weight = weight if weight.ndim == 3 else weight[None]      # (1 or N, C_out, C_in)
+    bias = _zeros(weight.shape[1]) if bias is None else bias
     residual = NO_RESIDUAL if residual is None else residual.reshape(y.shape)
     team = workers.current()
     space = workers.scratch("pointwise", (1 if team is None else team.threads,

@@ -18,7 +18,7 @@ registers (its arrays live in memory), so the block is a value of its own type, 
 array of 12 ``<LANES x float>`` vectors that the compiler keeps in registers, and three
 intrinsics work on it::
 
-    tile = tile_zero()
+    tile = tile_zero()                                    # or tile_load(c, ...): carry on
     tile = tile_fma(tile, a, a_first, a_step, rows, b, b_first, count)
     tile_store(tile, c, c_first, c_step, rows, count, bias, bias_first, residual, lo, hi)
 
@@ -224,6 +224,40 @@ def tile_zero():
                                (ROWS * VECTORS))
         return _llvm_types()[2](), codegen
     return tile_zero
+
+
+@intrinsic
+def tile_load():
+    from numba.extending import intrinsic as numba_intrinsic
+
+    @numba_intrinsic
+    def tile_load(typingctx, c, c_first, c_step, rows, count):
+        """A tile holding c[c_first + r * c_step + j] for r < rows, j < count (0 elsewhere;
+        nothing else read): a sum over k carried on from values stored before."""
+        def codegen(context, builder, signature, args):
+            from llvmlite import ir
+            emit = _Emit(context, builder, signature, args)
+            vector, tile_llvm, _ = _llvm_types()
+            c_first, c_step, rows, count = emit.int(1), emit.int(2), emit.int(3), emit.int(4)
+            tile = ir.Constant(tile_llvm, [ir.Constant(vector, [0.0] * LANES)] *
+                               (ROWS * VECTORS))
+            zeros = ir.Constant(vector, [0.0] * LANES)
+            for r in range(ROWS):
+                before = builder.block
+                with builder.if_then(builder.icmp_signed(">", rows, emit.const(r))):
+                    row = builder.add(c_first, builder.mul(emit.const(r), c_step))
+                    loaded = [emit.load(emit.pointer(0, builder.add(row, emit.const(v * LANES))),
+                                        builder.sub(count, emit.const(v * LANES)))
+                              for v in range(VECTORS)]
+                    loaded_block = builder.block
+                values = [builder.phi(vector) for _ in range(VECTORS)]   # phis first
+                for v, value in enumerate(values):
+                    value.add_incoming(zeros, before)
+                    value.add_incoming(loaded[v], loaded_block)
+                    tile = builder.insert_value(tile, value, r * VECTORS + v)
+            return tile
+        return _llvm_types()[2](c, c_first, c_step, rows, count), codegen
+    return tile_load
 
 
 @intrinsic

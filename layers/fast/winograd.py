@@ -10,7 +10,7 @@ one per position k of the 6x6 transformed tile::
 
     U[k] = (G g G^T)[k]   (C_out, C_in)    weights, transformed once at build
     V[k] = (B^T d B)[k]   (C_in, T)        every input tile t (T = N * tiles), numba
-    M[k] = U[k] @ V[k]    (C_out, T)       36 GEMMs on BLAS (np.matmul on stacks)
+    M[k] = U[k] @ V[k]    (C_out, T)       36 products in register tiles (pointwise.py)
     y    = A^T M A        + bias, residual, activation, written into (N, C_out, Ho, Wo)
 
 The transforms B, G, A use the points 0, 1, -1, 2, -2 and infinity; they are small exact
@@ -25,7 +25,8 @@ import numpy as np
 
 from layers.fast import workers
 from layers.fast.backend import FLOAT, INT, array, kernel
-from layers.fast.epilogue import Activation, NO_ARRAY, finish_row
+from layers.fast.epilogue import IDENTITY, Activation, NO_ARRAY, finish_row
+from layers.fast.pointwise import pointwise_conv2d
 
 NO_RESIDUAL = np.zeros((0, 0, 0, 0), np.float32)
 F2, F4, F5, F8 = np.float32(2), np.float32(4), np.float32(5), np.float32(8)
@@ -56,25 +57,25 @@ def pack_winograd_weight(weight: np.ndarray) -> np.ndarray:
     k = 6 r + s is a matrix over (output, input) channels.
 
     U[(r, s)] = sum_ij G[r, i] g[i, j] G[s, j] is one GEMM with the Kronecker product of G,
-    (36, 9) @ (9, O*C), which BLAS writes straight in U's layout. In float32 it is 10x
-    faster than in float64 and differs by about one rounding (1e-7 of U's values), far
-    below the products' own rounding; a dynamic export packs in its first inference."""
+    (36, 9) @ (9, O*C), written straight in U's layout. In float32 it is 10x faster than
+    in float64 and differs by about one rounding (1e-7 of U's values), far below the
+    products' own rounding; a dynamic export packs in its first inference."""
     return transform_filters(weight, GG_T_32)
 
 
 def transform_filters(weight: np.ndarray, gg_t: np.ndarray) -> np.ndarray:
     """(C_out, C_in, 3, 3) -> (P, C_out, C_in): every 3x3 filter g through gg_t (9, P), the
-    transposed Kronecker product of a Winograd G (here and in winograd_f2.py). A new input
-    size's shape plan runs inside the forward, and then the product is shared with the
-    helper threads (the packing is a first forward's largest cost: 10-20 ms for ResNet-18)."""
+    transposed Kronecker product of a Winograd G (here and in winograd_f2.py). The product
+    (P, 9) @ (9, O*C) runs in register tiles (pointwise.py), shared with the helper threads
+    when a new input size's shape plan runs inside the forward (the packing is a first
+    forward's largest cost: 10-20 ms for ResNet-18), with the same bits either way: BLAS
+    cut into bands rounded U differently on an AMD Zen machine (OpenBLAS picks its kernel by
+    the size), and the convolution's result with it."""
     c_out, c_in = weight.shape[:2]
-    filters = np.ascontiguousarray(weight.reshape(c_out * c_in, 9), np.float32)   # (O*C, 9)
+    filters = np.ascontiguousarray(weight.reshape(c_out * c_in, 9).T, np.float32)  # (9, O*C)
     taps = gg_t.shape[1]
-    team = workers.current()
-    if team is None:
-        return (gg_t.T @ filters.T).reshape(taps, c_out, c_in)             # (P, O, C)
     packed = np.empty((1, taps, c_out * c_in), np.float32)
-    team.matmul(np.ascontiguousarray(gg_t.T)[None], filters[None], packed, transposed=True)
+    pointwise_conv2d(np.ascontiguousarray(gg_t.T), filters[None], None, None, IDENTITY, packed)
     return packed.reshape(taps, c_out, c_in)
 
 
@@ -266,12 +267,13 @@ def run_winograd(input_transform, output_transform, tile: int, x: np.ndarray,
     team = workers.current()
     if team is None:
         input_transform(x, v, pads[0], pads[2], tiles_h, tiles_w)
-        np.matmul(packed, v, out=m)                      # (C_out, C_in) @ (C_in, T) each
+    else:                                                # each step shared with the helpers
+        team.winograd_input(tile != TILE, x, v, pads[0], pads[2], tiles_h, tiles_w)
+    # (C_out, C_in) @ (C_in, T) each, in register tiles (shared too, if there is a team)
+    pointwise_conv2d(packed, v, None, None, IDENTITY, m)
+    if team is None:
         output_transform(m, y, bias, residual, tiles_h, tiles_w, activation.code,
                          activation.a, activation.b)
-    else:                                                # each step shared with the helpers
-        f2 = tile != TILE
-        team.winograd_input(f2, x, v, pads[0], pads[2], tiles_h, tiles_w)
-        team.matmul(packed, v, m)
-        team.winograd_output(f2, m, y, bias, residual, tiles_h, tiles_w, activation)
+    else:
+        team.winograd_output(tile != TILE, m, y, bias, residual, tiles_h, tiles_w, activation)
     return y
