@@ -187,3 +187,72 @@ def test_array_subclasses_pass_the_argument_check(tmp_path):
     pool._max_pool2d(mapped, y_mapped, 2, 2, 2, 2, 1, 1, 0, 0)
     pool._max_pool2d(np.array(mapped), y_plain, 2, 2, 2, 2, 1, 1, 0, 0)
     np.testing.assert_array_equal(y_mapped, y_plain)
+
+
+def test_the_tile_width_follows_the_cpu_or_the_setting(monkeypatch):
+    from layers.fast import simd
+
+    monkeypatch.delenv("PNNX_INFER_LANES", raising=False)
+    flags = next((line.split() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                  if line.startswith("flags")), []) if Path("/proc/cpuinfo").exists() else []
+    assert simd.vector_lanes() == (16 if "avx512f" in flags else 8)
+    for wanted in ("8", "16"):
+        monkeypatch.setenv("PNNX_INFER_LANES", wanted)
+        assert simd.vector_lanes() == int(wanted)
+    monkeypatch.setenv("PNNX_INFER_LANES", "12")
+    with pytest.raises(InferError, match="PNNX_INFER_LANES='12'"):
+        simd.vector_lanes()
+
+
+def test_the_module_name_follows_the_tile_width(monkeypatch):
+    from layers.fast import simd
+
+    before = aot.key()
+    monkeypatch.setattr(simd, "LANES", 24 - simd.LANES)
+    assert aot.key() != before
+
+
+def test_numba_keeps_the_kernels_code_only_while_no_kernel_source_changes():
+    """numba's cache would keep pointwise.py's compiled kernels after an edit to simd.py,
+    which they call: the kernels' cache entries carry the key of every source instead."""
+    from numba.core import caching
+
+    from layers.fast import pointwise
+
+    backend.use_jit()
+    impl = getattr(caching, "CacheImpl", None) or caching._CacheImpl     # older numba
+    locator_class = impl._locator_classes[0]
+    kernel_function = backend.declared_kernels()[0].func
+    blocks = next(k.func for k in backend.declared_kernels() if k.func.__name__ ==
+                  "pointwise_blocks")
+    locator = locator_class.from_function(blocks, pointwise.__file__)
+    assert locator is not None and locator.get_source_stamp() == aot.key()
+    assert locator_class.from_function(test_the_module_name_follows_the_tile_width,
+                                       __file__) is None             # not a kernel: numba's
+    assert kernel_function.__module__.startswith("layers.fast.")
+
+
+def test_the_build_starts_from_an_empty_numba_cache(monkeypatch, tmp_path):
+    """The children that compile the modules get a numba cache of their own, new and
+    removed afterwards, so no code compiled before an edit is linked in."""
+    seen = []
+
+    class Child:
+        returncode = 0
+
+        def __init__(self, args, env, **options):
+            seen.append(env["NUMBA_CACHE_DIR"])
+            assert Path(env["NUMBA_CACHE_DIR"]).is_dir()
+            assert not any(Path(env["NUMBA_CACHE_DIR"]).iterdir())
+
+        def communicate(self, timeout=None):
+            return "", ""
+
+        def poll(self):
+            return 0
+
+    monkeypatch.setenv("NUMBA_CACHE_DIR", str(tmp_path / "users"))
+    monkeypatch.setattr(aot.subprocess, "Popen", Child)
+    aot._build_in_children(tmp_path, [0, 1])
+    assert len(seen) == 2 and seen[0] == seen[1]
+    assert Path(seen[0]).parent == tmp_path and not Path(seen[0]).exists()

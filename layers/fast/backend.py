@@ -173,7 +173,7 @@ def _stale_with_any_source() -> None:
 
     from layers.fast import aot
 
-    impl = getattr(caching, "_CacheImpl", None)
+    impl = getattr(caching, "CacheImpl", None) or getattr(caching, "_CacheImpl", None)
     base = getattr(caching, "_CacheLocator", None)
     if impl is None or base is None or not isinstance(getattr(impl, "_locator_classes", None),
                                                       list):
