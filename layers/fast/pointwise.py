@@ -20,7 +20,16 @@ carries on from them (``tile_load``; the epilogue comes with the last), so that 
 are read once, not once per band (ResNet-18's 512-channel 3x3 at 7x7: 8.9 -> 6.5 ms). A
 partial sum is stored as the float32 the registers hold: the result has the same bits as
 one chain. The same kernel runs Winograd's products, with a weight matrix per "image"
-(``weight`` (N, C_out, C_in)). A widening convolution (C_out >= C_in: EfficientNet's expansions) first
+(``weight`` (N, C_out, C_in)).
+
+The last tile of a band is usually partial (49 pixels: three tiles of 16 and one of 1). Its
+rows of x are still read as whole vectors wherever the array goes on (the lanes past the
+band hold the next pixels or the next row of x, or a packed band's padding): those lanes
+are summed and never stored, as the lanes of any column are independent. Only at the very
+end of x does a masked load read less. Masked loads on every k cost the edge tile twice a
+whole one's time on AVX2, whose 16 registers leave no room to keep the mask (EfficientNet's
+1152 -> 192 channels at 7x7, two threads: 0.60 -> 0.43 ms; the whole forward at batch 1:
+24.5 -> 20.8 ms on the AVX2 machine). A widening convolution (C_out >= C_in: EfficientNet's expansions) first
 copies its band of x into the chunk's work space: x is small there and read C_out / 6
 times, and reading it in place ran 8-18x slower for some placements of x and y in memory
 (both in fresh neighbouring allocations: 9 ms against 0.5 for 96 x 16 x 12544, on an
@@ -135,8 +144,9 @@ def pointwise_blocks(weight, x, bias, residual, y, space, code, a, b, first, las
                 else:                                 # carry on from the slices before
                     tile = tile_load(ys, at, length, rows, count)
                 for k in range(k0, k1):               # tile += weight[c0:, k] x[k, p0:]
-                    tile = tile_fma(tile, w, w0 + k, c_in, rows, source,
-                                    origin + k * step + p0, count)
+                    at_x = origin + k * step + p0     # whole vectors where memory allows:
+                    tile = tile_fma(tile, w, w0 + k, c_in, rows, source, at_x,   # see above
+                                    min(COLUMNS, source.size - at_x))
                 if not whole:                         # a partial sum, stored as it is
                     tile_store(tile, ys, at, length, rows, count, no_bias, 0, no_residual,
                                open_lo, open_hi)
