@@ -66,16 +66,18 @@ def pack_winograd_weight(weight: np.ndarray) -> np.ndarray:
 def transform_filters(weight: np.ndarray, gg_t: np.ndarray) -> np.ndarray:
     """(C_out, C_in, 3, 3) -> (P, C_out, C_in): every 3x3 filter g through gg_t (9, P), the
     transposed Kronecker product of a Winograd G (here and in winograd_f2.py). The product
-    (P, 9) @ (9, O*C) runs in register tiles (pointwise.py), shared with the helper threads
-    when a new input size's shape plan runs inside the forward (the packing is a first
-    forward's largest cost: 10-20 ms for ResNet-18), with the same bits either way: BLAS
+    (P, 9) @ (9, O*C) runs in register tiles (pointwise.py), shared with helper threads at
+    build as in a forward (packing is most of ResNet-18's load: ~25 ms for each of its
+    512-channel convolutions on one thread), with the same bits either way: BLAS
     cut into bands rounded U differently on an AMD Zen machine (OpenBLAS picks its kernel by
     the size), and the convolution's result with it."""
     c_out, c_in = weight.shape[:2]
     filters = np.ascontiguousarray(weight.reshape(c_out * c_in, 9).T, np.float32)  # (9, O*C)
     taps = gg_t.shape[1]
     packed = np.empty((1, taps, c_out * c_in), np.float32)
-    pointwise_conv2d(np.ascontiguousarray(gg_t.T), filters[None], None, None, IDENTITY, packed)
+    with workers.sharing(None):            # at build too: on every core (the same bits)
+        pointwise_conv2d(np.ascontiguousarray(gg_t.T), filters[None], None, None, IDENTITY,
+                         packed)
     return packed.reshape(taps, c_out, c_in)
 
 
