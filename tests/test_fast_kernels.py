@@ -257,9 +257,12 @@ def test_the_winograd_variant_follows_the_tiles_and_the_weights():
     big = PackedConv2d(rand(512, 512, 3, 3), None, (1, 1), (1, 1), 1)
     assert big.algorithm(8, (7, 7)) == "winograd_f2"          # F(4x4) would pack 36 MiB
     assert big.algorithm(64, (56, 56)) == "winograd_f2"
-    assert big.algorithm(1, (7, 7)) == "winograd_f2"          # F(2x2) packs 16 MiB
-    assert big.algorithm(1, (14, 14)) == "winograd_f2"
-    assert big.algorithm(1, (5, 5)) == "gemm"
+    assert big.algorithm(1, (7, 7)) == "gemm"                 # F(2x2) packs 16 MiB: 64 tiles
+    assert big.algorithm(4, (7, 7)) == "winograd_f2"
+    assert big.algorithm(1, (14, 14)) == "gemm"               # 49 of 2x2
+    assert big.algorithm(1, (16, 16)) == "winograd_f2"        # 64
+    middle = PackedConv2d(rand(256, 512, 3, 3), None, (1, 1), (1, 1), 1)
+    assert middle.algorithm(1, (7, 7)) == "winograd_f2"       # F(2x2) packs 8 MiB
     strided = PackedConv2d(rand(8, 8, 3, 3), None, (2, 2), (1, 1), 1)
     assert strided.algorithm(8, (56, 56)) == "gemm"
 
@@ -464,9 +467,11 @@ def test_a_dynamic_graph_packs_at_build_what_any_size_will_need(monkeypatch):
     from layers.fast import conv as fast_conv
 
     monkeypatch.setattr(fast_conv, "WINOGRAD_MAX_PACKED", 36 * 8 * 8 * 4 - 1)
-    big, small = (PackedConv2d(rand(8, c, 3, 3), None, (1, 1), (1, 1), 1) for c in (8, 4))
-    for packed in (big, small):
+    monkeypatch.setattr(fast_conv, "WINOGRAD_F2_LARGE", 16 * 8 * 12 * 4 - 1)
+    huge, big, small = (PackedConv2d(rand(8, c, 3, 3), None, (1, 1), (1, 1), 1)
+                        for c in (12, 8, 4))
+    for packed in (huge, big, small):
         packed.prepare_for_any_size()
-    assert list(big._packs) == ["winograd_f2"] and small._packs == {}
+    assert list(big._packs) == ["winograd_f2"] and small._packs == {} and huge._packs == {}
     assert big.algorithm(8, (7, 7)) == "winograd_f2" and small.algorithm(8, (7, 7)) == "winograd"
-    assert big.algorithm(1, (7, 7)) == "winograd_f2" and big.algorithm(1, (5, 5)) == "gemm"
+    assert huge.algorithm(1, (7, 7)) == "gemm" and huge.algorithm(4, (7, 7)) == "winograd_f2"

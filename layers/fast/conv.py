@@ -22,9 +22,13 @@ Zen, 2 threads, caches flushed before each run as in a forward; ResNet-18's conv
   convolutions would pack 36 MiB each, read from memory on every run). At 14x14 (16 tiles)
   it takes 2.2 ms against 3.7 for F(2x2) (256 channels); from 28x28 up it is the faster one
   anyway.
-* otherwise F(2x2) from 16 tiles of 2x2: ResNet's 512-channel convolutions at 7x7 take
-  3.7 ms against 6.5-7.0 for im2col, and F(4x4) there (4 tiles) would fill a quarter of the
-  lanes. Its packing (16 MiB for 512 channels) replaces the weight's pages (9 MiB).
+* otherwise F(2x2) from 16 tiles of 2x2 (F(4x4) at 7x7, 4 tiles, would fill a quarter of the
+  lanes). But a convolution whose F(2x2) packing passes 8 MiB (ResNet's 512-channel ones:
+  16 MiB each) takes it only from 64 tiles (4 images of 7x7): at batch 1 its 3.7 ms against
+  6.5-7.0 for im2col would save ~9 ms of a ResNet-18 forward, but the packing (15-35 ms
+  each, of a fresh 16 MiB) made ResNet-18's load slower than onnxruntime's session (0.146
+  against 0.139 s; a dynamic export packs it at build), and im2col reads the weight as it is.
+  At batch 8 F(2x2) is packed in the first such forward.
 * otherwise im2col (5x5 images: 9 tiles of 2x2).
 
 Winograd's transforms add and subtract the inputs of a whole tile, so one Inf or NaN in the
@@ -62,6 +66,8 @@ Call = Callable[[np.ndarray, "np.ndarray | None", np.ndarray], None]   # (x, res
 WINOGRAD_MIN_TILES = 16                  # F(4x4): at least this many 4x4 tiles (all images)
 WINOGRAD_MAX_PACKED = 16 * 2 ** 20       # F(4x4): at most this many bytes of packed weights
 WINOGRAD_F2_MIN_TILES = 16               # F(2x2): at least this many 2x2 tiles
+WINOGRAD_F2_LARGE = 8 * 2 ** 20          # F(2x2) packings of more bytes than this ...
+WINOGRAD_F2_LARGE_MIN_TILES = 64         # ... need this many tiles (4 images of 7x7)
 WINOGRAD = {                             # variant: how its weights are packed, how it runs
     "winograd": (pack_winograd_weight, winograd_conv2d),
     "winograd_f2": (pack_winograd_f2_weight, winograd_f2_conv2d),
@@ -82,6 +88,7 @@ class PackedConv2d:
                             and dilation == (1, 1) and groups == 1)
         # F(4x4)'s packed weights U (36, C_out, C_in) fit the limit (else F(2x2) runs)
         self.f4_fits = TAPS * TAPS * self.c_out * self.c_in * 4 <= WINOGRAD_MAX_PACKED
+        self.f2_large = TAPS_F2 * TAPS_F2 * self.c_out * self.c_in * 4 > WINOGRAD_F2_LARGE
         self._packs: dict[str, np.ndarray] = {}
         self._calls: dict[tuple, Call] = {}      # call_for's, by input shape and geometry
         self._lock = threading.Lock()
@@ -99,7 +106,7 @@ class PackedConv2d:
         if tiles >= WINOGRAD_MIN_TILES and self.f4_fits:
             return "winograd"
         tiles_f2 = batch * -(-out_hw[0] // TILE_F2) * -(-out_hw[1] // TILE_F2)
-        if tiles_f2 >= WINOGRAD_F2_MIN_TILES:
+        if tiles_f2 >= (WINOGRAD_F2_LARGE_MIN_TILES if self.f2_large else WINOGRAD_F2_MIN_TILES):
             return "winograd_f2"
         return "gemm"
 
@@ -141,8 +148,9 @@ class PackedConv2d:
         """Pack now what any input size is likely to need, for a graph whose shapes are
         known only when it runs: a convolution whose F(4x4) packing would pass
         WINOGRAD_MAX_PACKED runs F(2x2) on every image of 16 or more 2x2 tiles, so its
-        packing is made at build, not in the first inference."""
-        if self.winograd_ok and not self.f4_fits:
+        packing is made at build, not in the first inference; unless that packing is large
+        too (then it waits for a batch that needs it)."""
+        if self.winograd_ok and not self.f4_fits and not self.f2_large:
             self.packed("winograd_f2")
 
     def prepare(self, batch: int, out_hw: Pair) -> None:
