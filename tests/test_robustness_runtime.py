@@ -226,14 +226,21 @@ def test_ten_thousand_forwards_do_not_grow_memory(tmp_path):
     try:
         for _ in range(50):
             graph.forward(x)
-        traced_before, _ = tracemalloc.get_traced_memory()
+        before = tracemalloc.take_snapshot()
         for _ in range(500):
             (y,) = graph.forward(x)
         gc.collect()
-        traced_after, _ = tracemalloc.get_traced_memory()
+        after = tracemalloc.take_snapshot()
     finally:
         tracemalloc.stop()
-    assert traced_after - traced_before < 16 * 1024, (traced_before, traced_after)
+    # what the runtime's own lines allocated and kept (the whole process's count also moved
+    # with whatever else ran meanwhile: it once grew 20 KB in the full suite, not alone)
+    ours = [tracemalloc.Filter(True, str(REPO / package / "*"))
+            for package in ("infer", "layers", "parser")]
+    grown = [diff for diff in after.filter_traces(ours).compare_to(before.filter_traces(ours),
+                                                                   "lineno")
+             if diff.size_diff > 0]
+    assert sum(diff.size_diff for diff in grown) < 16 * 1024, grown[:5]
 
 
 def test_many_input_sizes_keep_a_bounded_plan_cache(lite0):
