@@ -145,7 +145,7 @@ def test_when_the_module_cannot_be_built_numba_compiles_just_in_time(monkeypatch
 
 def test_the_module_name_follows_the_kernel_sources(monkeypatch):
     before = aot.key()
-    monkeypatch.setattr(aot, "_cpu", lambda: "another CPU")
+    monkeypatch.setattr(aot, "cpu_description", lambda: "another CPU")
     assert aot.key() != before and len(before) == 16
 
 

@@ -46,7 +46,8 @@ def key() -> str:
         digest.update(source.name.encode() + source.read_bytes())
     from layers.fast.simd import LANES
     for part in (_version("numba"), np.__version__, sys.version,
-                 importlib.machinery.EXTENSION_SUFFIXES[0], _cpu(), f"lanes {LANES}"):
+                 importlib.machinery.EXTENSION_SUFFIXES[0], cpu_description(),
+                 f"lanes {LANES}"):
         digest.update(part.encode())
     return digest.hexdigest()[:16]
 
@@ -256,8 +257,9 @@ def _version(package: str) -> str:
         return "none"
 
 
-def _cpu() -> str:
-    """This CPU's model and instruction sets (the module is compiled for exactly this CPU)."""
+def cpu_description() -> str:
+    """This CPU's model and instruction sets (the module is compiled for exactly this CPU;
+    simd.py reads the tile width from it)."""
     try:
         lines = Path("/proc/cpuinfo").read_text().splitlines()
     except OSError:

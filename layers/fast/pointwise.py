@@ -8,9 +8,9 @@ and in a network like EfficientNet or MobileNet it is most of the work. BLAS com
 first copying both matrices into its own blocked layouts (on every call) and leaves the
 bias, residual and activation for a second pass over y. Here each block of 6 output
 channels by 32 pixels (16 on an AVX2 machine: simd.COLUMNS) is summed in vector registers
-over C_in (layers/fast/simd.py) and written once, finished: ReLU and ReLU6 are clamps in the registers; other activations
-run on the block's rows right after it is written, while they are in cache. The weight is
-read as it is (one value per row and k).
+over C_in (layers/fast/simd.py) and written once, finished: ReLU and ReLU6 are clamps in
+the registers; other activations run on the block's rows right after it is written, while
+they are in cache. The weight is read as it is (one value per row and k).
 
 Work is cut into bands of pixels, at most X_BLOCK floats of x each (``block_width``), and
 each band into blocks of 6 channels, so that a band of x stays in cache while every block of
@@ -22,6 +22,14 @@ partial sum is stored as the float32 the registers hold: the result has the same
 one chain. The same kernel runs Winograd's products, with a weight matrix per "image"
 (``weight`` (N, C_out, C_in)).
 
+A widening convolution (C_out >= C_in: EfficientNet's expansions) first copies its band of x
+into the chunk's work space: x is small there and read C_out / 6 times, and reading it in
+place ran 8-18x slower for some placements of x and y in memory (both in fresh neighbouring
+allocations: 9 ms against 0.5 for 96 x 16 x 12544, on an AVX-512 AMD machine); with the
+copy, every placement tried ran at the same speed. A narrowing one reads x in place: its x
+is the large operand, and the copy cost more than it saved (no such slowdown showed in its
+placements).
+
 The last tile of a band is usually partial (49 pixels: three tiles of 16 and one of 1). Its
 rows of x are still read as whole vectors wherever the array goes on (the lanes past the
 band hold the next pixels or the next row of x, or a packed band's padding): those lanes
@@ -29,13 +37,7 @@ are summed and never stored, as the lanes of any column are independent. Only at
 end of x does a masked load read less. Masked loads on every k cost the edge tile twice a
 whole one's time on AVX2, whose 16 registers leave no room to keep the mask (EfficientNet's
 1152 -> 192 channels at 7x7, two threads: 0.60 -> 0.43 ms; the whole forward at batch 1:
-24.5 -> 20.8 ms on the AVX2 machine). A widening convolution (C_out >= C_in: EfficientNet's expansions) first
-copies its band of x into the chunk's work space: x is small there and read C_out / 6
-times, and reading it in place ran 8-18x slower for some placements of x and y in memory
-(both in fresh neighbouring allocations: 9 ms against 0.5 for 96 x 16 x 12544, on an
-AVX-512 AMD machine); with the copy, every placement tried ran at the same speed. A narrowing one reads
-x in place: its x is the large operand, and the copy cost more than it saved (no such
-slowdown showed in its placements).
+24.5 -> 20.8 ms on the AVX2 machine).
 
 Measured in whole EfficientNet-Lite0 forwards at batch 1 on two threads, on the AVX-512
 machine (each 1x1 layer against OpenBLAS plus the fused epilogue, alternated forward by
@@ -44,8 +46,8 @@ pixels fill 87% and 77% of the lanes of their 32-pixel blocks), 0.89x for 672 ->
 channels at 14x14; the forward 8.26 -> 7.75 ms. On an AVX2 machine (AMD Zen, 6 x 16 tiles)
 the layers from 112x112 to 28x28 are as fast as OpenBLAS or faster, but the 7x7 ones take
 1.15-1.3x OpenBLAS's time alone (0.43 against 0.34-0.38 ms; 49 pixels fill 77% of four
-16-pixel blocks), after the edge tiles below. Each value of y is the same chain of fused multiply-adds wherever its block falls,
-so the result does not depend on how many threads share the work.
+16-pixel blocks). Each value of y is the same chain of fused multiply-adds wherever its
+block falls, so the result does not depend on how many threads share the work.
 """
 
 from __future__ import annotations
@@ -95,8 +97,8 @@ def pointwise_blocks(weight, x, bias, residual, y, space, code, a, b, first, las
     """Blocks first .. last - 1 of _pointwise's y: image by image, band of pixels by band
     (``block_width``), and in each band channel block by channel block, a block being
     COLUMNS-pixel tiles one after the other. ``weight`` (1 or N, C_out, C_in): one matrix
-    for every image, or one each (Winograd's products). ``bias`` has C_out values (zeros for none);
-    ``residual`` y's shape, or no values for none; ``code``, a, b: the activation
+    for every image, or one each (Winograd's products). ``bias`` has C_out values (zeros for
+    none); ``residual`` y's shape, or no values for none; ``code``, a, b: the activation
     (layers/fast/epilogue.py)."""
     images, c_in, length = x.shape
     c_out = weight.shape[1]
@@ -104,7 +106,8 @@ def pointwise_blocks(weight, x, bias, residual, y, space, code, a, b, first, las
     panels = (c_out + ROWS - 1) // ROWS               # blocks of channels
     width = max(block_width(c_in, length), 1)
     bands = (length + width - 1) // width             # bands of pixels
-    lo, hi = np.float32(-np.inf), np.float32(np.inf)  # clamped in the block: ReLU, ReLU6
+    open_lo, open_hi = np.float32(-np.inf), np.float32(np.inf)   # no clamp
+    lo, hi = open_lo, open_hi                         # clamped in the block: ReLU, ReLU6
     if code == RELU:
         lo = np.float32(0.0)
     elif code == CLAMP:
@@ -113,8 +116,7 @@ def pointwise_blocks(weight, x, bias, residual, y, space, code, a, b, first, las
     rs = residual.reshape(residual.size)
     pack = c_out >= c_in                              # x read again for each 6 channels
     packed, xs = space[:min(c_in, K_BLOCK) * width], x.reshape(x.size)
-    no_bias, no_residual = np.zeros(ROWS, np.float32), rs[:0]
-    open_lo, open_hi = np.float32(-np.inf), np.float32(np.inf)
+    no_bias, no_residual = np.zeros(ROWS, np.float32), rs[:0]     # for partial sums
     for k0 in range(0, max(c_in, 1), K_BLOCK):       # a slice of the sum over k ...
         k1 = min(c_in, k0 + K_BLOCK)
         whole = k1 == c_in                            # ... the last one: finish y
@@ -144,8 +146,8 @@ def pointwise_blocks(weight, x, bias, residual, y, space, code, a, b, first, las
                 else:                                 # carry on from the slices before
                     tile = tile_load(ys, at, length, rows, count)
                 for k in range(k0, k1):               # tile += weight[c0:, k] x[k, p0:]
-                    at_x = origin + k * step + p0     # whole vectors where memory allows:
-                    tile = tile_fma(tile, w, w0 + k, c_in, rows, source, at_x,   # see above
+                    at_x = origin + k * step + p0     # read whole vectors up to x's end
+                    tile = tile_fma(tile, w, w0 + k, c_in, rows, source, at_x,
                                     min(COLUMNS, source.size - at_x))
                 if not whole:                         # a partial sum, stored as it is
                     tile_store(tile, ys, at, length, rows, count, no_bias, 0, no_residual,

@@ -37,28 +37,22 @@ from __future__ import annotations
 
 import functools
 import os
-from pathlib import Path
 
-from parser.errors import InferError
+from layers.fast.aot import cpu_description
 from layers.fast.backend import intrinsic
+from parser.errors import InferError
 
 
 def vector_lanes() -> int:
-    """Floats per vector register of this CPU: 16 with AVX-512 (Linux's /proc/cpuinfo lists
-    avx512f), else 8. ``PNNX_INFER_LANES=8`` or ``16`` overrides it (to test the other
-    width; any width computes the same values, only the speed differs)."""
+    """Floats per vector register of this CPU: 16 with AVX-512 (its flags, from Linux's
+    /proc/cpuinfo, list avx512f), else 8. ``PNNX_INFER_LANES=8`` or ``16`` overrides it (to
+    test the other width; any width computes the same values, only the speed differs)."""
     wanted = os.environ.get("PNNX_INFER_LANES", "").strip()
     if wanted:
         if wanted not in ("8", "16"):
             raise InferError(f"PNNX_INFER_LANES={wanted!r}: expected 8 or 16")
         return int(wanted)
-    try:
-        cpuinfo = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return 8
-    flags = next((line.split() for line in cpuinfo.splitlines() if line.startswith("flags")),
-                 [])
-    return 16 if "avx512f" in flags else 8
+    return 16 if "avx512f" in cpu_description().split() else 8
 
 
 LANES = vector_lanes()              # floats in a vector
@@ -86,6 +80,14 @@ def _llvm_types():
             super().__init__(dmm, fe_type, tile_llvm)
 
     return vector, tile_llvm, Tile()
+
+
+def _zeros():
+    """(a vector of zeros, a tile of zeros) as LLVM constants."""
+    from llvmlite import ir
+    vector, tile_llvm, _ = _llvm_types()
+    zeros = ir.Constant(vector, [0.0] * LANES)
+    return zeros, ir.Constant(tile_llvm, [zeros] * (ROWS * VECTORS))
 
 
 class _Emit:
@@ -147,7 +149,7 @@ class _Emit:
         f = self._function(f"llvm.masked.load.v{LANES}f32.p0v{LANES}f32", vector,
                            [vector.as_pointer(), self.i32, self.mask_type, vector])
         address = b.bitcast(pointer, vector.as_pointer())
-        zeros = ir.Constant(vector, [0.0] * LANES)
+        zeros = _zeros()[0]
         with b.if_else(b.icmp_signed(">=", count, self.const(LANES))) as (whole, part):
             with whole:
                 plain = b.load(address, align=4)
@@ -218,10 +220,7 @@ def tile_zero():
     def tile_zero(typingctx):
         """A tile of zeros."""
         def codegen(context, builder, signature, args):
-            from llvmlite import ir
-            vector, tile_llvm, _ = _llvm_types()
-            return ir.Constant(tile_llvm, [ir.Constant(vector, [0.0] * LANES)] *
-                               (ROWS * VECTORS))
+            return _zeros()[1]
         return _llvm_types()[2](), codegen
     return tile_zero
 
@@ -235,13 +234,9 @@ def tile_load():
         """A tile holding c[c_first + r * c_step + j] for r < rows, j < count (0 elsewhere;
         nothing else read): a sum over k carried on from values stored before."""
         def codegen(context, builder, signature, args):
-            from llvmlite import ir
             emit = _Emit(context, builder, signature, args)
-            vector, tile_llvm, _ = _llvm_types()
             c_first, c_step, rows, count = emit.int(1), emit.int(2), emit.int(3), emit.int(4)
-            tile = ir.Constant(tile_llvm, [ir.Constant(vector, [0.0] * LANES)] *
-                               (ROWS * VECTORS))
-            zeros = ir.Constant(vector, [0.0] * LANES)
+            zeros, tile = _zeros()
             for r in range(ROWS):
                 before = builder.block
                 with builder.if_then(builder.icmp_signed(">", rows, emit.const(r))):
@@ -250,7 +245,7 @@ def tile_load():
                                         builder.sub(count, emit.const(v * LANES)))
                               for v in range(VECTORS)]
                     loaded_block = builder.block
-                values = [builder.phi(vector) for _ in range(VECTORS)]   # phis first
+                values = [builder.phi(emit.vector) for _ in range(VECTORS)]   # phis first
                 for v, value in enumerate(values):
                     value.add_incoming(zeros, before)
                     value.add_incoming(loaded[v], loaded_block)

@@ -68,9 +68,8 @@ def transform_filters(weight: np.ndarray, gg_t: np.ndarray) -> np.ndarray:
     transposed Kronecker product of a Winograd G (here and in winograd_f2.py). The product
     (P, 9) @ (9, O*C) runs in register tiles (pointwise.py), shared with helper threads at
     build as in a forward (a 512-channel F(2x2) packing takes 15-35 ms on one thread), with
-    the same bits either way: BLAS
-    cut into bands rounded U differently on an AMD Zen machine (OpenBLAS picks its kernel by
-    the size), and the convolution's result with it."""
+    the same bits either way: BLAS cut into bands rounded U differently on an AMD Zen
+    machine (OpenBLAS picks its kernel by the size), and the convolution's result with it."""
     c_out, c_in = weight.shape[:2]
     filters = np.ascontiguousarray(weight.reshape(c_out * c_in, 9).T, np.float32)  # (9, O*C)
     taps = gg_t.shape[1]
