@@ -20,6 +20,7 @@ from layers.fast import aot, backend
 from layers.fast.depthwise import depthwise_conv2d, pack_channel_blocks, uses_channels_last
 from layers.fast.epilogue import CLAMP, SILU, Activation, bias_residual_activation
 from layers.fast.gemm import gemm_conv2d, pack_gemm_weight
+from layers.fast.pointwise_transposed import pack_panels, pointwise_transposed_conv2d
 from layers.fast.pool import max_pool2d
 from layers.fast.special import erf, erfc
 from layers.fast.winograd import pack_winograd_weight, winograd_conv2d
@@ -81,11 +82,19 @@ def conv_runs():
             rand(2, c_in, 11, 9), pack_gemm_weight(rand(c_out, c_in, 1, 1, seed=6), 1),
             rand(c_out, seed=7), (1, 1), (1, 1), (0, 0, 0, 0), (1, 1), (11, 9),
             Activation(SILU), rand(2, c_out, 11, 9, seed=8))
+    yield lambda: transposed(pack_panels(rand(7, 300, seed=6)), rand(2, 300, 49), bias,
+                             rand(2, 7, 49, seed=8))        # 1x1 on small images
     yield lambda: bias_residual_activation(rand(2, 7, 11, 9, seed=5), bias, residual,
                                            Activation(SILU))
     yield lambda: max_pool2d(rand(2, 3, 9, 8), (3, 3), (2, 2), (1, 1), (1, 1), (5, 4))
     yield lambda: erf(rand(4, 33) * 3)
     yield lambda: erfc(rand(4, 33).astype(np.float64) * 3)
+
+
+def transposed(panels, x, bias, residual):
+    y = np.empty(residual.shape, np.float32)
+    pointwise_transposed_conv2d(panels, x, bias, residual, Activation(SILU), y)
+    return y
 
 
 @aot_only

@@ -1,7 +1,8 @@
-"""The 1x1 convolution kernel (layers/fast/pointwise.py, register tiles from simd.py) against
-torch and numpy: tile edges in both directions, bands of pixels, the widening layers that
-pack x and the narrowing ones that read it in place, every activation, a residual, Inf and
-NaN, and the same bits on any number of threads."""
+"""The 1x1 convolution kernels against torch and numpy: pointwise.py's register tiles
+(channels by pixels) and pointwise_transposed.py's (pixels by channels, for small images),
+each on every case: tile edges in both directions, bands of pixels, the widening layers that
+pack x and the narrowing ones that read it in place, slices of a long sum, every activation,
+a residual, Inf and NaN; the same bits on any number of threads, and from either kernel."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from layers.fast import backend, pointwise, workers
+from layers.fast import backend, pointwise, pointwise_transposed, workers
 from layers.fast.conv import PackedConv2d
 from layers.fast.epilogue import (CLAMP, HARDSWISH, LEAKY, NONE, RELU, SIGMOID, SILU, TANH,
                                   Activation)
@@ -28,7 +29,9 @@ CASES = {                                     # N, C_in, C_out, H, W
     "a whole tile": (1, 4, ROWS, 1, COLUMNS),
     "narrowing, three slices of K": (1, 2 * pointwise.K_BLOCK + 88, 40, 7, 7),
     "widening, two slices of K": (2, pointwise.K_BLOCK + 1, 270, 5, 5),
+    "two bands of pixels transposed": (2, 24, 40, 1, pointwise_transposed.BAND + 7),
 }
+LAYOUTS = {"upright": "gemm", "transposed": "pointwise_transposed"}    # PackedConv2d's names
 ACTIVATIONS = {                               # the kernel's, and torch's
     "none": (Activation(NONE), lambda t: t),
     "relu": (Activation(RELU), F.relu),
@@ -53,9 +56,10 @@ def data(case, seed=0):
     return x, weight, bias, residual
 
 
-def convolve(x, weight, bias, activation, residual):
-    """Through the runtime's convolution (PackedConv2d picks this kernel for a 1x1)."""
+def convolve(x, weight, bias, activation, residual, layout):
+    """Through the runtime's convolution, made to run the kernel of ``layout``."""
     packed = PackedConv2d(weight, bias, (1, 1), (1, 1), 1)
+    packed.algorithm = lambda batch, out_hw: LAYOUTS[layout]
     return packed.run(x, (0, 0, 0, 0), x.shape[2:], activation, residual)
 
 
@@ -67,13 +71,14 @@ def torch_says(x, weight, bias, function, residual):
     return function(t).numpy()
 
 
+@pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize("case", CASES)
 @pytest.mark.parametrize("extras", ["plain", "bias", "bias residual"])
-def test_matches_torch_and_numpy(case, extras):
+def test_matches_torch_and_numpy(case, extras, layout):
     x, weight, bias, residual = data(case)
     bias = bias if "bias" in extras else None
     residual = residual if "residual" in extras else None
-    got = convolve(x, weight, bias, Activation(NONE), residual)
+    got = convolve(x, weight, bias, Activation(NONE), residual, layout)
     want = torch_says(x, weight, bias, lambda t: t, residual)
     numpy = np.matmul(weight[:, :, 0, 0], x.reshape(x.shape[0], x.shape[1], -1)).reshape(
         want.shape) + (0 if bias is None else bias[:, None, None]) + (
@@ -83,36 +88,39 @@ def test_matches_torch_and_numpy(case, extras):
     np.testing.assert_allclose(got, numpy, rtol=1e-5, atol=2e-5)
 
 
+@pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize("name", ACTIVATIONS)
 @pytest.mark.parametrize("case", ["widening, two bands of pixels", "narrowing, x read in place",
                                   "13 channels by 17 pixels"])
-def test_every_activation_after_bias_and_residual(case, name):
+def test_every_activation_after_bias_and_residual(case, name, layout):
     x, weight, bias, residual = data(case, seed=1)
     ours, theirs = ACTIVATIONS[name]
-    got = convolve(x * 3, weight, bias, ours, residual)
+    got = convolve(x * 3, weight, bias, ours, residual, layout)
     want = torch_says(x * 3, weight, bias, theirs, residual)
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=2e-5)
 
 
+@pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize("case", ["widening, two bands of pixels", "narrowing, x read in place"])
 @pytest.mark.parametrize("name", ["none", "relu", "relu6"])
-def test_inf_and_nan_reach_the_outputs_they_reach_in_torch(case, name):
+def test_inf_and_nan_reach_the_outputs_they_reach_in_torch(case, name, layout):
     """Every output channel of a pixel reads every input channel of it: a NaN or an Inf
     there spreads to that pixel only, and the clamps keep a NaN a NaN (as torch does)."""
     x, weight, bias, _ = data(case, seed=2)
     x[0, 0, 0, 3], x[0, -1, -1, -1], x[-1, 1, 1, 0] = np.nan, np.inf, -np.inf
     ours, theirs = ACTIVATIONS[name]
     with np.errstate(invalid="ignore"):
-        got = convolve(x, weight, bias, ours, None)
+        got = convolve(x, weight, bias, ours, None, layout)
     want = torch_says(x, weight, bias, theirs, None)
     np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=2e-5)      # Infs and their signs
 
 
-def test_no_input_channels_give_the_bias():
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_no_input_channels_give_the_bias(layout):
     x = np.zeros((2, 0, 3, 4), np.float32)
     weight, bias = np.zeros((5, 0, 1, 1), np.float32), np.arange(5, dtype=np.float32)
-    got = convolve(x, weight, bias, Activation(CLAMP, 0.0, 3.0), None)
+    got = convolve(x, weight, bias, Activation(CLAMP, 0.0, 3.0), None, layout)
     np.testing.assert_array_equal(got, np.broadcast_to(np.clip(bias, 0, 3)[None, :, None, None],
                                                        (2, 5, 3, 4)))
 
@@ -146,6 +154,11 @@ def test_any_number_of_threads_gives_the_same_bits(case, team):
     team.pointwise(w2[None], x3, bias, r3, together, space, relu6)
     assert team.control[0] != before                       # it ran as a job
     np.testing.assert_array_equal(together, alone)
+    panels = pointwise_transposed.pack_panels(w2)           # and transposed: the same bits
+    transposed = np.full_like(r3, np.nan)
+    space = np.empty((team.threads, pointwise_transposed.space_size()), np.float32)
+    team.pointwise_transposed(panels, x3, bias, r3, transposed, space, relu6)
+    np.testing.assert_array_equal(transposed, alone)
 
 
 def test_bands_fit_the_work_space():
@@ -170,3 +183,34 @@ def test_a_matrix_per_image(images, c_in, c_out, length):
     pointwise.pointwise_conv2d(weight, x, None, None, Activation(NONE), y)
     expected = np.einsum("noc,ncl->nol", weight.astype(np.float64), x.astype(np.float64))
     np.testing.assert_allclose(y, expected, rtol=1e-4, atol=1e-4 * np.sqrt(c_in))
+
+
+def test_small_images_run_transposed():
+    """Transposed where it fills more of the tiles' lanes: 7 x 7 images (49 pixels in 6-pixel
+    tiles, not 16-pixel ones), and not large images, whose pixels fill both."""
+    def chosen(c_out, size):
+        weight = np.zeros((c_out, 8, 1, 1), np.float32)
+        return PackedConv2d(weight, None, (1, 1), (1, 1), 1).algorithm(1, (size, size))
+    assert chosen(192, 7) == chosen(1152, 7) == "pointwise_transposed"
+    assert chosen(24, 56) == chosen(96, 112) == "gemm"
+    weight = np.zeros((16, 8, 3, 3), np.float32)       # only 1x1, stride 1, one group
+    assert PackedConv2d(weight, None, (1, 1), (1, 1), 1).algorithm(1, (7, 7)) != (
+        "pointwise_transposed")
+
+
+def test_panels_hold_the_weight_transposed_and_padded():
+    weight = np.arange(5 * 3, dtype=np.float32).reshape(5, 3)
+    panels = pointwise_transposed.pack_panels(weight)
+    assert panels.shape == (1, 3, COLUMNS) and panels.flags.c_contiguous
+    np.testing.assert_array_equal(panels[0, :, :5], weight.T)
+    assert not panels[0, :, 5:].any()
+
+
+def test_a_padded_1x1_runs_through_im2col():
+    """A 1x1 convolution with padding (zeros around the image) is not a plain product."""
+    x, weight, bias, _ = data("widening, EfficientNet's 7x7")
+    packed = PackedConv2d(weight, bias, (1, 1), (1, 1), 1)
+    got = packed.run(x, (1, 1, 1, 1), (9, 9), Activation(NONE))
+    want = F.conv2d(torch.from_numpy(x), torch.from_numpy(weight), torch.from_numpy(bias),
+                    padding=1).numpy()
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=2e-5)

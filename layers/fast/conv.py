@@ -7,6 +7,7 @@ Which kernel runs depends on the convolution and on the size of its input:
 
     depthwise     groups == C_in, one input channel per group    numba direct kernel
     depthwise_channels_last   the same, small outputs: channels last, by blocks of channels
+    pointwise_transposed      1x1, stride 1, small images: channels in the vector lanes
     winograd      3x3, stride 1, dilation 1, groups 1: F(4x4, 3x3), with enough tiles
     winograd_f2   the same convolutions: F(2x2, 3x3), when F(4x4) does not pay
     gemm          everything else: 1x1 by register tiles (pointwise.py), k x k through im2col
@@ -55,6 +56,8 @@ from layers.fast import workers
 from layers.fast.depthwise import depthwise_conv2d, pack_channel_blocks, uses_channels_last
 from layers.fast.epilogue import IDENTITY, NO_ARRAY, Activation, bias_residual_activation
 from layers.fast.gemm import gemm_conv2d, pack_gemm_weight
+from layers.fast.pointwise_transposed import (pack_panels, pointwise_transposed_conv2d,
+                                              transposed_pays)
 from layers.fast.winograd import TAPS, TILE, pack_winograd_weight, winograd_conv2d
 from layers.fast.winograd_f2 import TAPS as TAPS_F2
 from layers.fast.winograd_f2 import TILE as TILE_F2
@@ -84,6 +87,7 @@ class PackedConv2d:
         self.c_in, self.kernel = c_group * groups, tuple(kernel)
         self.bias = None if bias is None else np.array(bias, np.float32)   # writable copy
         self.depthwise = groups == self.c_in and c_group == 1 and groups > 1
+        self.pointwise = self.kernel == (1, 1) and stride == (1, 1) and groups == 1
         self.winograd_ok = winograd and (self.kernel == (3, 3) and stride == (1, 1)
                             and dilation == (1, 1) and groups == 1)
         # F(4x4)'s packed weights U (36, C_out, C_in) fit the limit (else F(2x2) runs)
@@ -94,12 +98,15 @@ class PackedConv2d:
         self._lock = threading.Lock()
 
     def algorithm(self, batch: int, out_hw: Pair) -> str:
-        """'depthwise', 'depthwise_channels_last', 'winograd', 'winograd_f2' or 'gemm' for
-        this many images of this output size (the rules are in the module docstring)."""
+        """'depthwise', 'depthwise_channels_last', 'pointwise_transposed', 'winograd',
+        'winograd_f2' or 'gemm' for this many images of this output size (the rules are in the
+        module docstring)."""
         if self.depthwise:
             if uses_channels_last(self.c_in, self.c_out, self.kernel, self.stride, out_hw):
                 return "depthwise_channels_last"
             return "depthwise"
+        if self.pointwise and transposed_pays(out_hw[0] * out_hw[1], self.c_out):
+            return "pointwise_transposed"
         if not self.winograd_ok:
             return "gemm"
         tiles = batch * -(-out_hw[0] // TILE) * -(-out_hw[1] // TILE)
@@ -125,8 +132,11 @@ class PackedConv2d:
             return np.array(self.weight.reshape(self.c_out, *self.kernel), np.float32)
         if algorithm == "depthwise_channels_last":
             return pack_channel_blocks(self.weight.reshape(self.c_out, *self.kernel))
-        if algorithm in WINOGRAD:
-            packed = WINOGRAD[algorithm][0](self.weight)
+        if algorithm in WINOGRAD or algorithm == "pointwise_transposed":
+            if algorithm == "pointwise_transposed":
+                packed = pack_panels(self.weight.reshape(self.c_out, self.c_in))
+            else:
+                packed = WINOGRAD[algorithm][0](self.weight)
             release_pages(self.weight)    # read again only if im2col runs it one day
             return packed
         return pack_gemm_weight(self.weight, self.groups)
@@ -140,6 +150,8 @@ class PackedConv2d:
             load_kernels("depthwise_channels_last")
             return
         load_kernels("gemm")
+        if self.pointwise:
+            load_kernels("pointwise_transposed")
         if self.winograd_ok:
             for variant in WINOGRAD:
                 load_kernels(variant)
@@ -210,6 +222,15 @@ class PackedConv2d:
                 if residual is not None:              # rare (MobileNet blocks end in 1x1)
                     bias_residual_activation(y, None, residual, activation)
             return depthwise
+        if algorithm == "pointwise_transposed" and not any(pads):
+            c_in, c_out, length = self.c_in, self.c_out, out_hw[0] * out_hw[1]
+
+            def transposed(x, residual, y):
+                images = x.shape[0]
+                pointwise_transposed_conv2d(weight, x.reshape(images, c_in, length), bias,
+                                            residual, activation,
+                                            y.reshape(images, c_out, length))
+            return transposed
         if algorithm in WINOGRAD:
             convolve = WINOGRAD[algorithm][1]
 
@@ -242,6 +263,10 @@ def load_kernels(algorithm: str) -> None:
         if algorithm == "depthwise_channels_last":
             weight = pack_channel_blocks(weight)
         depthwise_conv2d(x, weight, bias, (1, 1), (1, 1, 1, 1), (1, 1), (6, 6), IDENTITY)
+    elif algorithm == "pointwise_transposed":
+        pointwise_transposed_conv2d(pack_panels(np.zeros((2, 2), np.float32)),
+                                    x.reshape(1, 2, 36), bias, None, IDENTITY,
+                                    np.zeros((1, 2, 36), np.float32))
     elif algorithm in WINOGRAD:
         pack, convolve = WINOGRAD[algorithm]
         convolve(x, pack(np.zeros((2, 2, 3, 3), np.float32)), bias, (1, 1, 1, 1), (6, 6),

@@ -27,7 +27,8 @@ from __future__ import annotations
 import numpy as np
 
 # kernel modules as modules: some of them (gemm, winograd) import this one through workers.py
-from layers.fast import depthwise, epilogue, gemm, pointwise, winograd, winograd_f2
+from layers.fast import (depthwise, epilogue, gemm, pointwise, pointwise_transposed, winograd,
+                         winograd_f2)
 from layers.fast.atomics import (NO_TRANS, TRANS, add, compare_swap, float_array, load, pause,
                                  sgemm, sgemv, store)
 from layers.fast.backend import FLOAT, INT, array, kernel
@@ -44,6 +45,7 @@ RECORD_SIZE, REALS_SIZE = 64, 4
 
 DEPTHWISE, DEPTHWISE_BLOCKS, EPILOGUE, GEMM, IM2COL = 1, 2, 3, 4, 5      # kinds
 WINOGRAD_IN, WINOGRAD_OUT, WINOGRAD_F2_IN, WINOGRAD_F2_OUT, POINTWISE = 6, 7, 8, 9, 10
+POINTWISE_TRANSPOSED = 11
 BY_PRODUCT, BY_ROWS, BY_COLUMNS = 0, 1, 2                      # how GEMM units are cut
 ALIGN = 16                           # GEMM row and column cuts: multiples of this
 
@@ -164,6 +166,11 @@ def _run_units(record, reals, chunk, first, last):
                                    _get1(record, a[2]), _get3(record, a[3]),
                                    _get3(record, a[4]), _get2(record, a[5])[chunk], record[i],
                                    reals[0], reals[1], first, last)
+    elif kind == POINTWISE_TRANSPOSED:
+        pointwise_transposed.transposed_units(
+            _get3(record, a[0]), _get3(record, a[1]), _get1(record, a[2]), _get3(record, a[3]),
+            _get3(record, a[4]), _get2(record, a[5])[chunk], record[i], reals[0], reals[1],
+            first, last)
     elif kind == IM2COL:
         gemm.im2col_channels(_get3(record, a[0]), _get2(record, a[1]), record[i],
                              record[i + 1], record[i + 2], record[i + 3], record[i + 4],
@@ -307,6 +314,23 @@ def _pointwise_job(record, reals, weight, x, bias, residual, y, space, code, a, 
     record[UNITS] = pointwise.block_count(x.shape[1], weight.shape[1], x.shape[0],
                                           x.shape[2])
     _put(record, ARRAYS[0], weight)
+    _put(record, ARRAYS[1], x)
+    _put(record, ARRAYS[2], bias)
+    _put(record, ARRAYS[3], residual)
+    _put(record, ARRAYS[4], y)
+    _put(record, ARRAYS[5], space)
+    record[INTS] = code
+    reals[0], reals[1] = a, b
+
+
+@kernel(nogil=True, exported=(RECORD, REALS, array(3), array(3), array(1), array(3),
+                              array(3), array(2), INT, FLOAT, FLOAT))
+def _pointwise_transposed_job(record, reals, panels, x, bias, residual, y, space, code, a, b):
+    """The job of pointwise_transposed._pointwise_transposed (units: bands of pixels by
+    panels of channels; ``space``: a row of work space per chunk)."""
+    record[KIND] = POINTWISE_TRANSPOSED
+    record[UNITS] = pointwise_transposed.unit_count(x.shape[0], panels.shape[0], x.shape[2])
+    _put(record, ARRAYS[0], panels)
     _put(record, ARRAYS[1], x)
     _put(record, ARRAYS[2], bias)
     _put(record, ARRAYS[3], residual)

@@ -44,9 +44,10 @@ machine (each 1x1 layer against OpenBLAS plus the fused epilogue, alternated for
 forward): 1.2-1.6x faster at 112x112 to 28x28, even at 14x14 and 7x7 (where 196 and 49
 pixels fill 87% and 77% of the lanes of their 32-pixel blocks), 0.89x for 672 -> 112
 channels at 14x14; the forward 8.26 -> 7.75 ms. On an AVX2 machine (AMD Zen, 6 x 16 tiles)
-the layers from 112x112 to 28x28 are as fast as OpenBLAS or faster, but the 7x7 ones take
+the layers from 112x112 to 28x28 are as fast as OpenBLAS or faster, but the 7x7 ones took
 1.15-1.3x OpenBLAS's time alone (0.43 against 0.34-0.38 ms; 49 pixels fill 77% of four
-16-pixel blocks). Each value of y is the same chain of fused multiply-adds wherever its
+16-pixel blocks): they run transposed now, pixels in the tiles' rows and channels in their
+lanes (layers/fast/pointwise_transposed.py, the same bits). Each value of y is the same chain of fused multiply-adds wherever its
 block falls, so the result does not depend on how many threads share the work.
 """
 

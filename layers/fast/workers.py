@@ -143,6 +143,14 @@ class Team:
                             activation.code, activation.a, activation.b)
         self._run(self.threads)
 
+    def pointwise_transposed(self, panels: np.ndarray, x: np.ndarray, bias: np.ndarray,
+                             residual: np.ndarray, y: np.ndarray, space: np.ndarray,
+                             activation: Activation) -> None:
+        """pointwise_transposed._pointwise_transposed, shared (as ``pointwise``)."""
+        jobs._pointwise_transposed_job(self.record, self.reals, panels, x, bias, residual, y,
+                                       space, activation.code, activation.a, activation.b)
+        self._run(self.threads)
+
     def finish(self, y: np.ndarray, bias: np.ndarray | None, residual: np.ndarray | None,
                activation: Activation) -> None:
         """epilogue.bias_residual_activation, shared."""
