@@ -48,7 +48,7 @@ import numpy as np
 
 from layers.fast.backend import FLOAT, INT, array, kernel
 from layers.fast.epilogue import Activation, NO_ARRAY, activate_row
-from layers.fast.phases import phase_layout, split_plane
+from layers.fast.phases import phase_layout, phase_targets, split_plane
 
 
 # FMA: lets the compiler fuse each multiply-add (one rounding instead of two), nothing else
@@ -147,6 +147,7 @@ def depthwise_planes(x, w, bias, y, stride_h, stride_w, dil_h, dil_w, top, left,
     row_len, first_row, phase_size, tap_start, column_ok, length, size = phase_layout(
         height, width, out_h, out_w, kh, kw, stride_h, stride_w, dil_h, dil_w, top, left)
     phases = np.zeros(size, np.float32)
+    targets = phase_targets(height, width, row_len, first_row, phase_size, stride_h, stride_w)
     in_place = row_len == out_w                    # t = oh * Wo + ow: the output plane itself
     wide = np.empty(0 if in_place else length, np.float32)
     # flat planes, reshaped once: a reshape per plane costs as much as a 14 x 14 plane's taps
@@ -156,7 +157,7 @@ def depthwise_planes(x, w, bias, y, stride_h, stride_w, dil_h, dil_w, top, left,
         o = plane % c_out
         if o % mult == 0 or plane == first:        # a new input plane: split it
             split_plane(planes_in[plane // mult], height, width, phases, row_len, first_row,
-                        phase_size, stride_h, stride_w)
+                        phase_size, stride_h, stride_w, targets)
         filt = w[o]
         shift = bias[o] if has_bias else np.float32(0.0)
         out = planes_out[plane] if in_place else wide

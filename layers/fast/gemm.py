@@ -26,7 +26,7 @@ import numpy as np
 from layers.fast import workers
 from layers.fast.backend import INT, array, kernel
 from layers.fast.epilogue import Activation, bias_residual_activation
-from layers.fast.phases import phase_layout, split_plane
+from layers.fast.phases import phase_layout, phase_targets, split_plane
 from layers.fast.pointwise import pointwise_conv2d
 
 
@@ -59,11 +59,12 @@ def im2col_channels(x, cols, kh, kw, stride_h, stride_w, dil_h, dil_w, top, left
     row_len, first_row, phase_size, tap_start, column_ok, length, size = phase_layout(
         height, width, out_h, out_w, kh, kw, stride_h, stride_w, dil_h, dil_w, top, left)
     phases = np.zeros(size, np.float32)
+    targets = phase_targets(height, width, row_len, first_row, phase_size, stride_h, stride_w)
     planes = x.reshape(channels, height * width)
     zero = np.float32(0.0)
     for c in range(first, last):
         split_plane(planes[c], height, width, phases, row_len, first_row, phase_size,
-                    stride_h, stride_w)
+                    stride_h, stride_w, targets)
         for i in range(kh):
             for j in range(kw):
                 dst, ok = cols[(c * kh + i) * kw + j], column_ok[j]
