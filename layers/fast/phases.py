@@ -29,6 +29,7 @@ from __future__ import annotations
 import numpy as np
 
 from layers.fast.backend import kernel
+from layers.fast.simd import LANES, deinterleave
 
 
 @kernel(nogil=True, inline="always")
@@ -70,28 +71,29 @@ def phase_layout(height, width, out_h, out_w, kh, kw, stride_h, stride_w, dil_h,
 
 
 @kernel(nogil=True, inline="always")
-def split_row(line, phases, first_dst, phase_size, stride_w):
-    """Copy one image row into its row of the stride_w column phases: image column c goes to
-    column phase c % sw, at c // sw. ``first_dst``: where this row starts in column phase 0
-    (row phase and row already counted)."""
-    cols = line.shape[0]
+def split_row(values, first, cols, phases, first_dst, phase_size, stride_w):
+    """Copy one image row, values[first:first + cols], into its row of the stride_w column
+    phases: image column c goes to column phase c % sw, at c // sw. ``first_dst``: where this
+    row starts in column phase 0 (row phase and row already counted). Flat indices, no views:
+    a view per row cost more than splitting a row of 56 values."""
     if stride_w == 1:                              # one phase: a plain copy
-        dst = phases[first_dst:]
         for k in range(cols):
-            dst[k] = line[k]
-    elif stride_w == 2:                            # even and odd columns in one pass
-        even, odd = phases[first_dst:], phases[first_dst + phase_size:]
-        half = cols // 2
-        for k in range(half):
-            even[k] = line[2 * k]
-            odd[k] = line[2 * k + 1]
+            phases[first_dst + k] = values[first + k]
+    elif stride_w == 2:                            # even and odd columns, LANES at a time
+        odd_dst, half = first_dst + phase_size, cols // 2
+        whole = half // LANES * LANES
+        for k in range(0, whole, LANES):
+            deinterleave(values, first + 2 * k, phases, first_dst + k, phases, odd_dst + k)
+        for k in range(whole, half):
+            phases[first_dst + k] = values[first + 2 * k]
+            phases[odd_dst + k] = values[first + 2 * k + 1]
         if cols % 2:
-            even[half] = line[cols - 1]
+            phases[first_dst + half] = values[first + cols - 1]
     else:
         for q in range(stride_w):
-            dst = phases[first_dst + q * phase_size:]
+            dst = first_dst + q * phase_size
             for k in range((cols - q + stride_w - 1) // stride_w):
-                dst[k] = line[q + k * stride_w]
+                phases[dst + k] = values[first + q + k * stride_w]
 
 
 SCATTER_MAX_WIDTH = 32     # rows narrower than this are split through phase_targets' map
@@ -135,4 +137,4 @@ def split_plane(plane, height, width, phases, row_len, first_row, phase_size, st
     for r in range(height):
         first_dst = ((r % stride_h) * stride_w * phase_size
                      + (first_row + r // stride_h) * row_len)
-        split_row(plane[r * width:(r + 1) * width], phases, first_dst, phase_size, stride_w)
+        split_row(plane, r * width, width, phases, first_dst, phase_size, stride_w)

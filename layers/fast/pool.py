@@ -65,7 +65,7 @@ def _max_pool2d(x, y, kh, kw, stride_h, stride_w, dil_h, dil_w, top, left):
                             inner[k] = _nan_max(inner[k], row[k])
             out_row = dst[oh]
             if pairs:                                 # stride 2: even and odd columns apart,
-                split_row(line, halves, 0, half, 2)   # then unit-stride, vectorised maxima
+                split_row(line, 0, line.shape[0], halves, 0, half, 2)   # then unit-stride
                 if kw == 3:
                     for ow in range(out_w):
                         out_row[ow] = _nan_max(_nan_max(even[ow], odd[ow]), even[ow + 1])

@@ -285,6 +285,35 @@ def tile_fma():
 
 
 @intrinsic
+def deinterleave():
+    from numba import types
+    from numba.extending import intrinsic as numba_intrinsic
+
+    @numba_intrinsic
+    def deinterleave(typingctx, source, source_first, even, even_first, odd, odd_first):
+        """even[even_first + k] = source[source_first + 2 k] and odd[odd_first + k] =
+        source[source_first + 2 k + 1] for k < LANES: two vector loads, two shuffles, two
+        stores (a stride-2 split, which LLVM does not vectorise by itself). All 1-D float32
+        arrays; the caller keeps every index inside them."""
+        def codegen(context, builder, signature, args):
+            emit = _Emit(context, builder, signature, args)
+            pointer = emit.vector.as_pointer()
+
+            def at(index, offset):
+                return builder.bitcast(emit.pointer(index, builder.add(
+                    emit.int(index + 1), emit.const(offset))), pointer)
+            low = builder.load(at(0, 0), align=4)
+            high = builder.load(at(0, LANES), align=4)
+            for index, parity in ((2, 0), (4, 1)):
+                picks = emit.ir.Constant(emit.ir.VectorType(emit.i32, LANES),
+                                         [2 * k + parity for k in range(LANES)])
+                builder.store(builder.shuffle_vector(low, high, picks), at(index, 0), align=4)
+            return context.get_dummy_value()
+        return types.void(source, source_first, even, even_first, odd, odd_first), codegen
+    return deinterleave
+
+
+@intrinsic
 def tile_store():
     from numba import types
     from numba.extending import intrinsic as numba_intrinsic
