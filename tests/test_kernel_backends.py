@@ -57,7 +57,8 @@ def rand(*shape, seed=0):
 
 
 def depthwise_runs():
-    for size, stride, k in ((13, 1, 3), (14, 2, 5), (5, 1, 5), (7, 2, 3), (30, 1, 3)):
+    for size, stride, k in ((13, 1, 3), (14, 2, 5), (5, 1, 5), (7, 2, 3), (30, 1, 3),
+                            (40, 2, 3)):                # rows of 40: split a vector at a time
         pad = k // 2
         out = (size + 2 * pad - k) // stride + 1
         weight = rand(6, k, k, seed=1)

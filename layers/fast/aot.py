@@ -7,7 +7,7 @@ signature, for this machine's CPU, and links it with numba's small C runtime int
 ``kernels_<key>_<part>.<ext>``. ``key`` hashes everything the machine code depends on: the
 sources of the kernels, the numba, numpy and Python versions, the CPU and the width of the
 register tiles (layers/fast/simd.py's LANES, which PNNX_INFER_LANES may set); a change to any
-of them makes new modules, built the next time a graph is built (about 40 s here, once).
+of them makes new modules, built the next time a graph is built (40-70 s on two cores, once).
 The kernels are dealt into PARTS modules, compiled by as many child processes side by side:
 numba's compiler is single-threaded, and this machine has two cores. The children keep
 numba and LLVM out of the process that asked; a file lock makes processes starting
@@ -159,7 +159,7 @@ def kernels_of_part(part: int) -> list:
 
 def _build_in_children(directory: Path, parts: list[int]) -> None:
     """Build the missing parts, each in a child process, all at once."""
-    log.warning("compiling the fast kernels for this machine, once (about 40 s) ...")
+    log.warning("compiling the fast kernels for this machine, once (about a minute) ...")
     started = time.perf_counter()
     env = dict(os.environ)
     root = str(HERE.parent.parent)                 # the directory holding layers/

@@ -250,7 +250,8 @@ def _checked(declared: Declared, function: Callable) -> Callable:
 def _import_kernel_modules() -> None:
     """Import every module that declares kernels (so that all are declared)."""
     from layers.fast import (atomics, depthwise, epilogue, gemm, jobs, phases,  # noqa
-                             pointwise, pool, simd, special, winograd, winograd_f2)
+                             pointwise, pointwise_transposed, pool, simd, special, winograd,
+                             winograd_f2)
 
 
 def _kernel_modules() -> list:
