@@ -34,7 +34,9 @@ The last tile of a band is usually partial (49 pixels: three tiles of 16 and one
 rows of x are still read as whole vectors wherever the array goes on (the lanes past the
 band hold the next pixels or the next row of x, or a packed band's padding): those lanes
 are summed and never stored, as the lanes of any column are independent. Only at the very
-end of x does a masked load read less. Masked loads on every k cost the edge tile twice a
+end of x does a masked load read less; every other tile's loop has the whole vector as a
+constant, so the compiler drops the check for a part (3-5% on the widening layers with few
+input channels: 16 -> 96 channels at 112x112 1.62 -> 1.53 ms on one thread). Masked loads on every k cost the edge tile twice a
 whole one's time on AVX2, whose 16 registers leave no room to keep the mask (EfficientNet's
 1152 -> 192 channels at 7x7, two threads: 0.60 -> 0.43 ms; the whole forward at batch 1:
 24.5 -> 20.8 ms on the AVX2 machine).
@@ -146,10 +148,15 @@ def pointwise_blocks(weight, x, bias, residual, y, space, code, a, b, first, las
                     tile = tile_zero()
                 else:                                 # carry on from the slices before
                     tile = tile_load(ys, at, length, rows, count)
-                for k in range(k0, k1):               # tile += weight[c0:, k] x[k, p0:]
-                    at_x = origin + k * step + p0     # read whole vectors up to x's end
-                    tile = tile_fma(tile, w, w0 + k, c_in, rows, source, at_x,
-                                    min(COLUMNS, source.size - at_x))
+                if origin + (k1 - 1) * step + p0 + COLUMNS <= source.size:
+                    for k in range(k0, k1):           # tile += weight[c0:, k] x[k, p0:]
+                        tile = tile_fma(tile, w, w0 + k, c_in, rows, source,
+                                        origin + k * step + p0, COLUMNS)   # whole vectors
+                else:                                 # the tile at the very end of x
+                    for k in range(k0, k1):
+                        at_x = origin + k * step + p0     # whole vectors up to x's end
+                        tile = tile_fma(tile, w, w0 + k, c_in, rows, source, at_x,
+                                        min(COLUMNS, source.size - at_x))
                 if not whole:                         # a partial sum, stored as it is
                     tile_store(tile, ys, at, length, rows, count, no_bias, 0, no_residual,
                                open_lo, open_hi)
