@@ -72,10 +72,13 @@ def pack_panels(weight: np.ndarray) -> np.ndarray:
     """weight (C_out, C_in) -> panels (ceil(C_out / COLUMNS), C_in, COLUMNS), float32:
     panels[q, k, j] = weight[q * COLUMNS + j, k], zeros past C_out."""
     c_out, c_in = weight.shape
-    count = -(-c_out // COLUMNS)
-    padded = np.zeros((count * COLUMNS, c_in), np.float32)
-    padded[:c_out] = weight
-    return np.ascontiguousarray(padded.reshape(count, COLUMNS, c_in).transpose(0, 2, 1))
+    whole, rest = divmod(c_out, COLUMNS)
+    panels = np.empty((whole + (rest > 0), c_in, COLUMNS), np.float32)   # one copy, no more
+    panels[:whole] = weight[:whole * COLUMNS].reshape(whole, COLUMNS, c_in).transpose(0, 2, 1)
+    if rest:
+        panels[whole, :, rest:] = 0.0
+        panels[whole, :, :rest] = weight[whole * COLUMNS:].T
+    return panels
 
 
 @kernel(nogil=True, exported=(array(3), array(3), array(1), array(3), array(3), array(1), INT,
