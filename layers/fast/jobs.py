@@ -310,17 +310,9 @@ def _gemm_job(record, reals, function, gemv, a, b, c, cut, parts, transposed):
 def _pointwise_job(record, reals, weight, x, bias, residual, y, space, code, a, b):
     """The job of pointwise._pointwise (units: blocks of channels by pixels; ``space``: a
     row of work space per chunk)."""
-    record[KIND] = POINTWISE
-    record[UNITS] = pointwise.block_count(x.shape[1], weight.shape[1], x.shape[0],
-                                          x.shape[2])
-    _put(record, ARRAYS[0], weight)
-    _put(record, ARRAYS[1], x)
-    _put(record, ARRAYS[2], bias)
-    _put(record, ARRAYS[3], residual)
-    _put(record, ARRAYS[4], y)
-    _put(record, ARRAYS[5], space)
-    record[INTS] = code
-    reals[0], reals[1] = a, b
+    _pointwise_record(record, reals, POINTWISE,
+                      pointwise.block_count(x.shape[1], weight.shape[1], x.shape[0], x.shape[2]),
+                      weight, x, bias, residual, y, space, code, a, b)
 
 
 @kernel(nogil=True, exported=(RECORD, REALS, array(3), array(3), array(1), array(3),
@@ -328,9 +320,16 @@ def _pointwise_job(record, reals, weight, x, bias, residual, y, space, code, a, 
 def _pointwise_transposed_job(record, reals, panels, x, bias, residual, y, space, code, a, b):
     """The job of pointwise_transposed._pointwise_transposed (units: bands of pixels by
     panels of channels; ``space``: a row of work space per chunk)."""
-    record[KIND] = POINTWISE_TRANSPOSED
-    record[UNITS] = pointwise_transposed.unit_count(x.shape[0], panels.shape[0], x.shape[2])
-    _put(record, ARRAYS[0], panels)
+    _pointwise_record(record, reals, POINTWISE_TRANSPOSED,
+                      pointwise_transposed.unit_count(x.shape[0], panels.shape[0], x.shape[2]),
+                      panels, x, bias, residual, y, space, code, a, b)
+
+
+@kernel(inline="always")
+def _pointwise_record(record, reals, kind, units, weight, x, bias, residual, y, space, code, a,
+                      b):
+    record[KIND], record[UNITS] = kind, units
+    _put(record, ARRAYS[0], weight)
     _put(record, ARRAYS[1], x)
     _put(record, ARRAYS[2], bias)
     _put(record, ARRAYS[3], residual)
