@@ -132,14 +132,14 @@ class PackedConv2d:
             return np.array(self.weight.reshape(self.c_out, *self.kernel), np.float32)
         if algorithm == "depthwise_channels_last":
             return pack_channel_blocks(self.weight.reshape(self.c_out, *self.kernel))
-        if algorithm in WINOGRAD or algorithm == "pointwise_transposed":
-            if algorithm == "pointwise_transposed":
-                packed = pack_panels(self.weight.reshape(self.c_out, self.c_in))
-            else:
-                packed = WINOGRAD[algorithm][0](self.weight)
-            release_pages(self.weight)    # read again only if im2col runs it one day
-            return packed
-        return pack_gemm_weight(self.weight, self.groups)
+        if algorithm == "pointwise_transposed":
+            packed = pack_panels(self.weight.reshape(self.c_out, self.c_in))
+        elif algorithm in WINOGRAD:
+            packed = WINOGRAD[algorithm][0](self.weight)
+        else:
+            return pack_gemm_weight(self.weight, self.groups)
+        release_pages(self.weight)        # read again only if im2col runs it one day
+        return packed
 
     def load_candidate_kernels(self) -> None:
         """Load the numba kernels of every algorithm this convolution may run (which one
@@ -203,6 +203,8 @@ class PackedConv2d:
     def _make_call(self, batch: int, pads: tuple[int, int, int, int], out_hw: Pair,
                    activation: Activation) -> Call:
         algorithm = self.algorithm(batch, out_hw)
+        if algorithm == "pointwise_transposed" and any(pads):
+            algorithm = "gemm"                        # zeros around x: not a plain product
         weight = self.packed(algorithm)
         bias, stride, dilation, kernel = self.bias, self.stride, self.dilation, self.kernel
 
@@ -222,7 +224,7 @@ class PackedConv2d:
                 if residual is not None:              # rare (MobileNet blocks end in 1x1)
                     bias_residual_activation(y, None, residual, activation)
             return depthwise
-        if algorithm == "pointwise_transposed" and not any(pads):
+        if algorithm == "pointwise_transposed":
             c_in, c_out, length = self.c_in, self.c_out, out_hw[0] * out_hw[1]
 
             def transposed(x, residual, y):

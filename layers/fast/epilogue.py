@@ -60,6 +60,19 @@ def activation_of(layer) -> Activation | None:
     return Activation(simple[kind]) if kind in simple else None
 
 
+@kernel(nogil=True, inline="always")
+def clamp_bounds(code, a, b):
+    """(lo, hi) as float32 for the activations a register tile applies as a clamp when it is
+    stored (layers/fast/simd.py's tile_store): ReLU (0, inf), CLAMP (a, b); (-inf, inf) for
+    any other (applied afterwards, if at all)."""
+    lo, hi = np.float32(-np.inf), np.float32(np.inf)
+    if code == RELU:
+        lo = np.float32(0.0)
+    elif code == CLAMP:
+        lo, hi = np.float32(a), np.float32(b)
+    return lo, hi
+
+
 @kernel(inline="always")
 def activate_row(row, code, a, b, shift=0.0):
     """row <- activation ``code`` of (row + shift), in place on a 1-D float32 array, in one

@@ -34,12 +34,13 @@ The last tile of a band is usually partial (49 pixels: three tiles of 16 and one
 rows of x are still read as whole vectors wherever the array goes on (the lanes past the
 band hold the next pixels or the next row of x, or a packed band's padding): those lanes
 are summed and never stored, as the lanes of any column are independent. Only at the very
-end of x does a masked load read less; every other tile's loop has the whole vector as a
-constant, so the compiler drops the check for a part (3-5% on the widening layers with few
-input channels: 16 -> 96 channels at 112x112 1.62 -> 1.53 ms on one thread). Masked loads on every k cost the edge tile twice a
+end of x does a masked load read less. Masked loads on every k cost the edge tile twice a
 whole one's time on AVX2, whose 16 registers leave no room to keep the mask (EfficientNet's
 1152 -> 192 channels at 7x7, two threads: 0.60 -> 0.43 ms; the whole forward at batch 1:
-24.5 -> 20.8 ms on the AVX2 machine).
+24.5 -> 20.8 ms on the AVX2 machine). Every tile but that last one runs a k loop whose
+vectors are whole by a constant count, so the compiler drops the check for a part (3-5% on
+widening layers with few input channels: 16 -> 96 channels at 112x112, 1.62 -> 1.53 ms on
+one thread).
 
 Measured in whole EfficientNet-Lite0 forwards at batch 1 on two threads, on the AVX-512
 machine (each 1x1 layer against OpenBLAS plus the fused epilogue, alternated forward by
@@ -49,8 +50,9 @@ channels at 14x14; the forward 8.26 -> 7.75 ms. On an AVX2 machine (AMD Zen, 6 x
 the layers from 112x112 to 28x28 are as fast as OpenBLAS or faster, but the 7x7 ones took
 1.15-1.3x OpenBLAS's time alone (0.43 against 0.34-0.38 ms; 49 pixels fill 77% of four
 16-pixel blocks): they run transposed now, pixels in the tiles' rows and channels in their
-lanes (layers/fast/pointwise_transposed.py, the same bits). Each value of y is the same chain of fused multiply-adds wherever its
-block falls, so the result does not depend on how many threads share the work.
+lanes (layers/fast/pointwise_transposed.py, the same bits). Each value of y is the same
+chain of fused multiply-adds wherever its block falls, so the result does not depend on how
+many threads share the work.
 """
 
 from __future__ import annotations
@@ -61,7 +63,7 @@ import numpy as np
 
 from layers.fast import workers
 from layers.fast.backend import FLOAT, INT, array, kernel
-from layers.fast.epilogue import CLAMP, NONE, RELU, Activation, activate_row
+from layers.fast.epilogue import CLAMP, NONE, RELU, Activation, activate_row, clamp_bounds
 from layers.fast.simd import COLUMNS, ROWS, tile_fma, tile_load, tile_store, tile_zero
 
 X_BLOCK = 1 << 16      # floats of x a band of pixels reads (256 KiB)
@@ -110,11 +112,7 @@ def pointwise_blocks(weight, x, bias, residual, y, space, code, a, b, first, las
     width = max(block_width(c_in, length), 1)
     bands = (length + width - 1) // width             # bands of pixels
     open_lo, open_hi = np.float32(-np.inf), np.float32(np.inf)   # no clamp
-    lo, hi = open_lo, open_hi                         # clamped in the block: ReLU, ReLU6
-    if code == RELU:
-        lo = np.float32(0.0)
-    elif code == CLAMP:
-        lo, hi = np.float32(a), np.float32(b)
+    lo, hi = clamp_bounds(code, a, b)                 # clamped in the block: ReLU, ReLU6
     w, ys = weight.reshape(weight.size), y.reshape(y.size)
     rs = residual.reshape(residual.size)
     pack = c_out >= c_in                              # x read again for each 6 channels

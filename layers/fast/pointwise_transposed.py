@@ -43,7 +43,7 @@ import numpy as np
 
 from layers.fast import workers
 from layers.fast.backend import FLOAT, INT, array, kernel
-from layers.fast.epilogue import CLAMP, NONE, RELU, Activation, activate_row
+from layers.fast.epilogue import CLAMP, NONE, RELU, Activation, activate_row, clamp_bounds
 from layers.fast.pointwise import K_BLOCK, NO_RESIDUAL, _zeros
 from layers.fast.simd import COLUMNS, ROWS, tile_fma, tile_load, tile_store, tile_zero
 
@@ -86,7 +86,7 @@ def pack_panels(weight: np.ndarray) -> np.ndarray:
 def _pointwise_transposed(panels, x, bias, residual, y, space, code, a, b):
     """y[n] (C_out, L) = activation(weight (C_out, C_in) @ x[n] (C_in, L) + bias[c] +
     residual[n]) from the weight's ``panels``, every unit (``transposed_units``; ``space``:
-    space_size(L) floats)."""
+    space_size() floats)."""
     transposed_units(panels, x, bias, residual, y, space, code, a, b, np.int64(0),
                      unit_count(x.shape[0], panels.shape[0], x.shape[2]))
 
@@ -108,11 +108,7 @@ def transposed_units(panels, x, bias, residual, y, space, code, a, b, first, las
     c_out, panel_count = y.shape[1], panels.shape[0]
     bands = (length + BAND - 1) // BAND
     open_lo, open_hi = np.float32(-np.inf), np.float32(np.inf)
-    lo, hi = open_lo, open_hi                         # clamped in the epilogue: ReLU, ReLU6
-    if code == RELU:
-        lo = np.float32(0.0)
-    elif code == CLAMP:
-        lo, hi = np.float32(a), np.float32(b)
+    lo, hi = clamp_bounds(code, a, b)                 # clamped in the epilogue: ReLU, ReLU6
     has_residual = residual.size > 0
     ws, xs = panels.reshape(panels.size), x.reshape(x.size)
     no_bias, no_residual = np.zeros(ROWS, np.float32), xs[:0]
