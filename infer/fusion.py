@@ -2,7 +2,8 @@
 
 A ResNet block ends ``conv -> add(residual) -> relu``; run one by one, each step reads and
 writes the whole tensor again. Fused, the convolution applies them while its output is still
-in cache (layers/fast/epilogue.py), and two tensors never exist::
+in cache (the fast layers do it in their kernels: layers/fast/epilogue.py), and two tensors
+never exist::
 
     before:  x --Conv2d--> a --Expression add(@0,@1)--> b --ReLU--> y
                                        r ----^
@@ -12,11 +13,12 @@ Patterns, tried on every nn.Conv2d (nn.Linear: the activation only), in this ord
 
     nn.ZeroPad2d -> Conv2d      the pad folds into the convolution's zero padding
     Conv2d -> add(@0,@1)        the other operand becomes the convolution's second input
-    Conv2d -> activation        ReLU, ReLU6, Hardtanh, LeakyReLU, Sigmoid, SiLU, Hardswish, ...
+    Conv2d -> activation        one the layer can apply (``can_fuse_activation``: for the
+                                fast layers ReLU, ReLU6, Hardtanh, LeakyReLU, SiLU, ...)
 
 A pattern applies only when the tensor between the two operators has exactly one consumer and
-is not a graph output (nobody else may see it), and only to the project's own layer classes
-(a custom layer may compute something else). The folded operators leave the graph, but their
+is not a graph output (nobody else may see it), and only to the project's own layer classes,
+reference or fast (a custom layer may compute something else). The folded operators leave the graph, but their
 names stay on the operator that absorbed them, in order: ``op.fused == ['pnnx_expr_14',
 'pnnx_unique_0']``. The graph calls ``fuse(graph)`` after creating the layers and before
 ordering them, so the topological order, liveness and shape plans see the fused graph.
@@ -27,11 +29,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from layers.convolution import Conv2d
+from layers.base import Layer
 from layers.expression import ExpressionLayer
-from layers.fast.epilogue import activation_of
-from layers.linear import Linear
 from layers.padding import PadModule
+from layers.registry import LayerRegisterer
 from infer.runtime import RuntimeOperand, RuntimeOperator
 
 if TYPE_CHECKING:
@@ -47,12 +48,20 @@ def fuse(graph: "RuntimeGraph") -> int:
     for op in list(graph.operators):
         if op not in graph.operators:                  # already folded into another
             continue
-        if type(op.layer) is Conv2d:
+        if _is_own(op.layer, "nn.Conv2d"):
             _fold_padding(graph, op, outputs)
             _fold_residual_add(graph, op, outputs)
-        if type(op.layer) in (Conv2d, Linear):
+        if _is_own(op.layer, "nn.Conv2d") or _is_own(op.layer, "nn.Linear"):
             _fold_activation(graph, op, outputs)
     return before - len(graph.operators)
+
+
+def _is_own(layer: Layer, type_name: str) -> bool:
+    """``layer`` is the project's own layer for ``type_name`` (reference or fast), not a
+    custom one nor a subclass of it (nn.Conv1d's layer subclasses nn.Conv2d's)."""
+    registry = LayerRegisterer()
+    return type(layer) in (registry.layer_class(type_name),
+                           registry.layer_class(type_name, fast=True))
 
 
 def _only_consumer(operand: RuntimeOperand, outputs: set[int]) -> RuntimeOperator | None:
@@ -116,10 +125,10 @@ def _fold_residual_add(graph: "RuntimeGraph", op: RuntimeOperator, outputs: set[
 
 
 def _fold_activation(graph: "RuntimeGraph", op: RuntimeOperator, outputs: set[int]) -> None:
-    """Conv2d / Linear -> elementwise activation the fast kernels know."""
+    """Conv2d / Linear -> an elementwise activation the layer can apply."""
     act = _only_consumer(op.outputs[0], outputs)
     if (act is None or len(act.inputs) != 1 or len(op.outputs) != 1
-            or op.layer.fused_activation is not None or activation_of(act.layer) is None):
+            or not op.layer.can_fuse_activation(act.layer)):
         return
     op.layer.fuse_activation(act.layer)
     _absorb_next(graph, op, act)

@@ -23,6 +23,7 @@ forward() checks the inputs, plans shapes and memory for them (re-planning for a
 from __future__ import annotations
 
 import enum
+import importlib
 import logging
 import threading
 import time
@@ -33,7 +34,6 @@ from typing import Callable, Sequence
 import numpy as np
 
 import layers  # noqa: F401  (registers the built-in layers)
-from layers import fast as fast_kernels
 from layers.base import Layer
 from layers.registry import LayerRegisterer, unsupported_message
 from parser.bin import DTYPES, PnnxBin
@@ -76,10 +76,12 @@ class RuntimeGraph(GraphTools):
 
     def __init__(self, param_path: str | Path, bin_path: str | Path | None = None, *,
                  reference: bool = False, fuse: bool = True):
-        self.reference = reference      # True: every layer runs its numpy reference kernels
+        self.reference = reference      # True: the reference floor only (numba never loaded)
         # False: every operator of the file runs on its own (to step through each one); the
         # reference graph never fuses
         self.fuse = fuse and not reference
+        # the fast floor shares its kernels with helper threads (infer/threads.py)
+        self.helpers = not reference
         self.param_path = str(param_path)
         if bin_path is None:
             bin_path = _default_bin_path(self.param_path)
@@ -162,8 +164,8 @@ class RuntimeGraph(GraphTools):
 
     def _create_layer(self, op: RuntimeOperator) -> Layer:
         layer_class = self._custom_layers.get(op.type)
-        if layer_class is None:
-            layer_class = LayerRegisterer().layer_class(op.type)
+        if layer_class is None:                     # the fast floor's, else the reference
+            layer_class = LayerRegisterer().layer_class(op.type, fast=not self.reference)
         layer = layer_class()
         layer.name, layer.type = op.name, op.type
         layer.input_names = list(op.input_names)
@@ -178,9 +180,9 @@ class RuntimeGraph(GraphTools):
         if self.state is GraphState.COMPLETE:
             return self
         self._check_supported()
-        if not self.reference:
-            fast_kernels.start()                # bind the compiled kernels, here not mid-forward
-        with threads.setup(self.num_threads):  # packing weights: see threads.setup
+        if not self.reference:                  # the fast layers join the registry, and their
+            importlib.import_module("layers.fast").start()   # kernels are bound, not mid-forward
+        with threads.setup(self.num_threads, self.helpers):  # packing weights: threads.setup
             self._build()
         return self
 
@@ -190,7 +192,6 @@ class RuntimeGraph(GraphTools):
             with _operator_context(op):
                 self._load_weights(op)
                 op.layer = self._create_layer(op)
-                op.layer.use_fast_kernels = not self.reference
                 op.layer.load_param(op.param_values())
                 op.layer.load_model(op.weights())
         if self.fuse:                           # conv -> add -> relu becomes one operator
@@ -209,7 +210,7 @@ class RuntimeGraph(GraphTools):
         else:                                   # sizes known only at run time
             for op in self.operators:
                 with _operator_context(op):
-                    op.layer.prepare_for_unknown_shapes()
+                    op.layer.prepare(None)
 
     def _check_supported(self) -> None:
         registry = LayerRegisterer()
@@ -356,7 +357,7 @@ class RuntimeGraph(GraphTools):
             if not all(isinstance(d, (int, np.integer)) and d >= 0 for d in shape):
                 raise ShapeError(f"input {op.name}: a shape is a tuple of sizes >= 0, got "
                                  f"{shape}")
-        with threads.setup(self.num_threads):  # layers pack their weights: threads.setup
+        with threads.setup(self.num_threads, self.helpers):  # layers pack their weights
             shapes = self._compute_shapes(input_shapes)
         with self._plan_lock:
             if len(self._shape_plans) >= MAX_SHAPE_PLANS:      # forget the oldest input size
@@ -378,6 +379,7 @@ class RuntimeGraph(GraphTools):
                 if len(outs) != len(op.outputs):
                     raise LayerError(f"computes {len(outs)} output shapes for "
                                      f"{len(op.outputs)} outputs")
+                op.layer.prepare(in_shapes)          # pack weights for this size, now
                 values = op.layer.infer_values(in_shapes, in_values) or []
             for out, shape in zip(op.outputs, outs):
                 shapes[out.name] = tuple(int(d) for d in shape)

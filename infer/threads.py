@@ -27,8 +27,6 @@ import contextlib
 import sys
 import threading
 
-from layers.fast import workers
-
 _lock = threading.Lock()
 _pools: list | None = None       # threadpoolctl controllers of the loaded BLAS / OpenMP libraries
 _running: list[int] = []         # caps of the capped forwards running now, in every thread
@@ -63,18 +61,30 @@ def prepare() -> None:
         _thread_pools()
 
 
+def _workers(helpers: bool):
+    """The fast backend's helper threads (layers/fast/workers.py), if wanted and loaded: a
+    reference graph never imports the backend."""
+    return sys.modules.get("layers.fast.workers") if helpers else None
+
+
 @contextlib.contextmanager
-def limit(num_threads: int | None):
+def limit(num_threads: int | None, helpers: bool = True):
     """Run the body with at most ``num_threads`` threads (None: no cap). With two or more,
-    the runtime's kernels share their work with helper threads (layers/fast/workers.py),
-    which run the matrix products too: BLAS's own pool is then capped at one thread."""
+    and ``helpers``, the fast kernels share their work with helper threads
+    (layers/fast/workers.py), which run the matrix products too: BLAS's own pool is then
+    capped at one thread."""
+    workers = _workers(helpers)
+    if workers is None:
+        with _capped(num_threads, num_threads):
+            yield
+        return
     with workers.sharing(num_threads) as team:
         with _capped(num_threads, 1 if team is not None else num_threads):
             yield
 
 
 @contextlib.contextmanager
-def setup(num_threads: int | None):
+def setup(num_threads: int | None, helpers: bool = True):
     """For a graph's one-time work (building, packing weights for new input shapes): BLAS
     capped as a forward of ``num_threads`` caps it, without starting helpers.
 
@@ -82,7 +92,8 @@ def setup(num_threads: int | None):
     before they sleep, and capping the pool does not stop them. A (36, 9) @ (9, 262144)
     Winograd packing product right before a forward whose helper shares both cores left three
     busy threads on two cores: ResNet-18's first forward took 2-4x longer."""
-    wanted = workers.threads_wanted(num_threads)
+    workers = _workers(helpers)
+    wanted = workers.threads_wanted(num_threads) if workers is not None else 1
     with _capped(num_threads, 1 if wanted >= 2 else num_threads):
         yield
 

@@ -5,6 +5,7 @@ Following ncnn, a layer is configured in two separate steps and then run:
     layer.load_param(params)     # plain Python values from the param line (ncnn's ParamDict)
     layer.load_model(weights)    # numpy arrays from the bin file         (ncnn's ModelBin)
     layer.infer_shapes(shapes)   # output shapes from input shapes, before anything runs (MNN)
+    layer.prepare(shapes)        # optional: get ready for these input shapes (pack weights)
     layer.forward(inputs)        # list of arrays in -> list of arrays out
 
 A layer states its capabilities as class flags: ``one_blob_only`` (one input, one output: it
@@ -14,6 +15,9 @@ implements ``forward_one(x) -> y``), ``support_inplace`` (it can overwrite its i
 Parameters are declared once, in ``PARAMS``, as ``name -> Param``;
 ``load_param`` reads, converts and checks them all, so no layer looks values up by hand.
 A layer never sees the graph, so it can be built and run alone in a notebook cell or a test.
+The layers of layers/*.py are the reference floor: plain numpy. The fast backend
+(layers/fast/) subclasses some of them, and the graph picks the subclass when it creates the
+layer (layers/registry.py); nothing here knows that it exists.
 """
 
 from __future__ import annotations
@@ -48,9 +52,6 @@ class Layer:
     support_inplace: ClassVar[bool] = False
     support_forward_into: ClassVar[bool] = False  # can write into given arrays: forward_into
     pnnx_types: ClassVar[tuple[str, ...]] = ()
-    # The graph sets this per layer: False selects the numpy reference kernels (the oracle),
-    # True lets a layer use its fast (numba / prepacked) kernels where it has them.
-    use_fast_kernels: bool = True
     # How many outputs the operator has in the param file, set by the graph (pnnx drops unused
     # trailing outputs: ``torch.max(x, 1)[0]`` is written with one output). None: torch's count.
     num_outputs: int | None = None
@@ -93,10 +94,12 @@ class Layer:
     def check_weights(self) -> None:
         """Hook: raise LayerError for weights whose shapes disagree with the parameters."""
 
-    def prepare_for_unknown_shapes(self) -> None:
-        """Hook, called by RuntimeGraph.build when the input shapes are known only when the
-        graph runs (a dynamic export): do now what every input size will need, rather than
-        in the first inference. (With shapes known, infer_shape prepares for them.)"""
+    def prepare(self, input_shapes: Sequence[Shape] | None) -> None:
+        """Hook: get ready to run on inputs of these shapes (a fast layer packs its weights
+        and loads its kernels here), called by the graph after it has planned the shapes,
+        so that the work is done at build rather than in the first inference. ``None``:
+        the shapes are known only when the graph runs (a dynamic export). The reference
+        layers need nothing."""
 
     # ----- shapes ---------------------------------------------------------------------------
     def infer_shapes(self, input_shapes: Sequence[Shape]) -> list[Shape]:

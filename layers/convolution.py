@@ -6,11 +6,12 @@ pnnx writes ``F.conv2d`` with constant weights as an ``nn.Conv2d`` line (with @w
 an ``F.conv2d`` line is left only when the weight is computed in the graph, and then the
 weight and optional bias arrive as the 2nd and 3rd inputs ($weight, $bias), not as attributes.
 
-Two implementations of the same maths: ``kernels.conv2d`` (numpy, the reference) and, when
-``use_fast_kernels`` is on, ``layers.fast`` (depthwise numba kernel, Winograd, im2col + BLAS,
-weights packed once). infer/fusion.py may fold into an nn.Conv2d the zero padding before it
-and the residual add and activation after it (``fuse_padding`` / ``fuse_residual`` /
-``fuse_activation``); both implementations then compute the fused result.
+The maths is ``kernels.conv2d`` (numpy). The fast backend subclasses these layers
+(layers/fast/layers.py: packed weights, Winograd, register tiles) and the graph uses its
+subclass unless it is built with ``reference=True``. infer/fusion.py may fold into an
+nn.Conv2d the zero padding before it and the residual add and activation after it
+(``fuse_padding`` / ``fuse_residual`` / ``fuse_activation``); the layer then computes the
+fused result: here one numpy step at a time, in the fast subclass in one pass.
 
 A 1-D layer is its 2-D layer over a height of 1: an (N, C, L) input runs as (N, C, 1, L), a
 kernel k as (1, k), stride s as (1, s), padding p as (0, p). Its 1-D parameters are read by
@@ -26,8 +27,6 @@ import numpy as np
 from layers import kernels
 from layers.base import (Layer, Param, Shape, as_bool, as_int, as_str, as_tuple, at_least,
                          bias_is_an_input, check_bias_flag, expect_shape, split_weight_inputs)
-from layers.fast.conv import PackedConv2d
-from layers.fast.epilogue import IDENTITY, Activation, activation_of
 from layers.kernels import conv_transpose2d_output_shape
 from layers.registry import register_layer
 from parser.errors import LayerError, ShapeError
@@ -114,12 +113,6 @@ class _ConvGeometry(Layer):
                                            self.dilation, self.groups)
 
     def _conv(self, x: np.ndarray, weight: np.ndarray, bias: np.ndarray | None) -> np.ndarray:
-        if self.use_fast_kernels and x.ndim == weight.ndim == 4:
-            # weights change from call to call: no Winograd (its packing costs a convolution)
-            packed = PackedConv2d(weight, bias, self.stride, self.dilation, self.groups,
-                                  winograd=False)
-            out_hw = self._output_shape(x.shape, weight.shape)[2:]
-            return packed.run(x, self._pads(weight.shape[2:]), out_hw, IDENTITY)
         return kernels.conv2d(x, weight, bias, self.stride, self.padding, self.dilation,
                               self.groups)
 
@@ -181,30 +174,16 @@ class Conv2d(LearnedWeights, _ConvGeometry):
     circular), then convolves without padding.
     """
 
-    support_forward_into = True          # forward_into: the fast kernels fill the buffer
-
     PARAMS = learned_conv_params(2, _ConvGeometry.PARAMS)
 
     def check_params(self) -> None:
         super().check_params()
         self.check_learned_params()
 
-    def load_model(self, weights: dict[str, np.ndarray]) -> None:
-        super().load_model(weights)
-        self.packed = PackedConv2d(self.weight, self.bias, self.stride, self.dilation,
-                                   self.groups)
-        if self.use_fast_kernels:
-            self.packed.load_candidate_kernels()
-
-    def prepare_for_unknown_shapes(self) -> None:
-        if self.use_fast_kernels:
-            self.packed.prepare_for_any_size()
-
     # ----- fusion (infer/fusion.py): what this convolution also computes ------------------
     fused_padding: tuple[int, int, int, int] = (0, 0, 0, 0)   # (left, right, top, bottom)
     fused_residual: bool = False         # a second input, added before the activation
     fused_activation: Layer | None = None
-    _geometries: dict | None = None      # _fast_geometry's, by input shape (fusion resets it)
 
     def fuse_padding(self, left: int, right: int, top: int, bottom: int) -> None:
         """Zero-pad the input first (an nn.ZeroPad2d folded in); needs padding_mode zeros."""
@@ -212,25 +191,21 @@ class Conv2d(LearnedWeights, _ConvGeometry):
             raise LayerError("only zero padding >= 0 folds into a zero-padded convolution")
         old = self.fused_padding
         self.fused_padding = (old[0] + left, old[1] + right, old[2] + top, old[3] + bottom)
-        self._geometries = None
 
     def fuse_residual(self) -> None:
         """Take a second input (N, C_out, Ho, Wo) and add it to the output (a residual add)."""
         self.fused_residual, self.one_blob_only = True, False
+
+    def can_fuse_activation(self, layer: Layer) -> bool:
+        """Whether ``fuse_activation(layer)`` pays: an elementwise layer that runs in place
+        (the fast subclass narrows this to the activations its kernels apply)."""
+        return layer.support_inplace and layer.one_blob_only and self.fused_activation is None
 
     def fuse_activation(self, layer: Layer) -> None:
         """Apply an elementwise in-place activation layer to the output."""
         if not layer.support_inplace or self.fused_activation is not None:
             raise LayerError(f"cannot fuse {type(layer).__name__} into this convolution")
         self.fused_activation = layer
-        self._geometries = None
-
-    @property
-    def fused_kernel_activation(self) -> Activation | None:
-        """The fused activation as the fast kernels take it (None: none they know)."""
-        if self.fused_activation is None:
-            return IDENTITY
-        return activation_of(self.fused_activation)
 
     # ----- shapes ---------------------------------------------------------------------------
     def _padded_shape(self, shape: Shape) -> Shape:
@@ -240,10 +215,7 @@ class Conv2d(LearnedWeights, _ConvGeometry):
         return (*shape[:-2], shape[-2] + top + bottom, shape[-1] + left + right)
 
     def infer_shape(self, shape: Shape) -> Shape:
-        out = self._output_shape(self._padded_shape(shape), self.weight_shape)
-        if self.use_fast_kernels:                  # pack the weights this size needs, now
-            self.packed.prepare(out[0], out[2:])
-        return out
+        return self._output_shape(self._padded_shape(shape), self.weight_shape)
 
     def infer_shapes(self, input_shapes: Sequence[Shape]) -> list[Shape]:
         expected = 2 if self.fused_residual else 1
@@ -264,11 +236,6 @@ class Conv2d(LearnedWeights, _ConvGeometry):
         return self._forward(x, None)
 
     def _forward(self, x: np.ndarray, residual: np.ndarray | None) -> np.ndarray:
-        if self.use_fast_kernels:
-            return self._forward_fast(x, residual)
-        return self._forward_reference(x, residual)
-
-    def _forward_reference(self, x: np.ndarray, residual: np.ndarray | None) -> np.ndarray:
         """kernels.pad, kernels.conv2d, + residual, activation: one numpy step at a time."""
         if any(self.fused_padding):
             x = kernels.pad(x, self.fused_padding)
@@ -283,78 +250,13 @@ class Conv2d(LearnedWeights, _ConvGeometry):
         return self._finish(y, residual)
 
     def _finish(self, y: np.ndarray, residual: np.ndarray | None) -> np.ndarray:
-        """The fused tail done by numpy and the activation layer itself."""
+        """The fused tail: the residual added (broadcasting as torch's add does), then the
+        activation layer run in place."""
         if residual is not None:
-            y = np.add(y, residual, dtype=np.float32)     # broadcasts as torch's add does
+            y = np.add(y, residual, dtype=np.float32)
         if self.fused_activation is not None:
             self.fused_activation.forward_inplace(y)
         return y
-
-    def forward_into(self, inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray]) -> None:
-        """The fast kernels write straight into the memory plan's buffer; any other path
-        computes a new array and copies it over."""
-        x, residual = inputs[0], (inputs[1] if self.fused_residual else None)
-        out = outputs[0]
-        if self.use_fast_kernels and x.ndim == 4 and out.dtype == np.float32:
-            y = self._forward_fast(x, residual, out)
-        else:                                      # Conv1d, (C, H, W) inputs, the reference
-            y = self.forward(list(inputs))[0]
-        if y is not out:
-            np.copyto(out, y)
-
-    def _forward_fast(self, x: np.ndarray, residual: np.ndarray | None,
-                      out: np.ndarray | None = None) -> np.ndarray:
-        """The packed kernels, with padding, bias, residual and activation fused in; into
-        ``out`` where the kernels compute the whole result."""
-        if x.ndim != 4:                            # (C, H, W): the reference explains why not
-            return self._forward_reference(x, residual)
-        pre_pad, pads, out_hw, activation = self._fast_geometry(x.shape)
-        if pre_pad is not None:                    # reflect, replicate or circular first
-            x = kernels.pad(x, pre_pad, mode=self.padding_mode)
-        if residual is not None and residual.shape != (x.shape[0], self.out_channels, *out_hw):
-            residual_in_kernel = None                      # broadcasting: numpy does the add
-        else:
-            residual_in_kernel = residual
-        if activation is None or (residual is not None and residual_in_kernel is None):
-            y = self.packed.run(x, pads, out_hw, IDENTITY)
-            return self._finish(y, residual)
-        if out is not None and out.shape != (x.shape[0], self.out_channels, *out_hw):
-            out = None
-        return self.packed.run(x, pads, out_hw, activation, residual_in_kernel, out)
-
-    def _fast_geometry(self, x_shape: Shape) -> tuple:
-        """(pre_pad, pads, out_hw, activation) for inputs of ``x_shape``, worked out once per
-        shape (a forward asks the same every time): pre_pad is the (left, right, top, bottom)
-        padding that kernels.pad adds first for a padding_mode other than zeros (else None),
-        pads the zeros (top, bottom, left, right) the kernels add, fused padding included,
-        out_hw (Ho, Wo), activation the fused activation as the kernels take it (None if they
-        cannot)."""
-        if self._geometries is None:
-            self._geometries = {}
-        geometry = self._geometries.get(x_shape)
-        if geometry is None:
-            top, bottom, left, right = self._pads(self.kernel_size)
-            pre_pad = None
-            if self.padding_mode != "zeros":
-                pre_pad = (left, right, top, bottom)
-                x_shape_padded = (*x_shape[:2], x_shape[2] + top + bottom,
-                                  x_shape[3] + left + right)
-                top = bottom = left = right = 0
-            else:
-                x_shape_padded = x_shape
-            fl, fr, ft, fb = self.fused_padding
-            pads = (top + ft, bottom + fb, left + fl, right + fr)
-            geometry = (pre_pad, pads, self._out_hw(x_shape_padded, pads),
-                        self.fused_kernel_activation)
-            self._geometries[x_shape] = geometry
-        return geometry
-
-    def _out_hw(self, x_shape: Shape, pads: tuple[int, int, int, int]) -> tuple[int, int]:
-        """(Ho, Wo) of the convolution over x padded by pads (top, bottom, left, right)."""
-        top, bottom, left, right = pads
-        padded = (*x_shape[:2], x_shape[2] + top + bottom, x_shape[3] + left + right)
-        return kernels.conv2d_output_shape(padded, self.weight_shape, self.stride, 0,
-                                           self.dilation, self.groups)[2:]
 
 
 def _broadcast(shape: Shape, other: Shape) -> Shape:

@@ -18,7 +18,7 @@ import numpy as np
 from layers.base import (AN_INPUT, Layer, NamedArgumentLayer, Param, Shape, as_bool, as_float,
                          as_str, bind_inputs, optional, or_input)
 from layers.expression import FLOAT, INT, TORCH_DTYPES, category, result_dtype, sign
-from layers.fast.special import erfc
+from layers.kernels import erfc
 from layers.registry import register_layer
 from parser.errors import LayerError, ShapeError
 

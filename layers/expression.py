@@ -26,7 +26,7 @@ What the values are, following torch:
   cast to float32 / int64 / bool / ... (``TORCH_DTYPES``). ``None`` (an absent optional
   argument, e.g. the dtype of ``aten::prod``) evaluates to None, and leaves the layer as a 0-d
   object array holding None; it is no operand of any function.
-- erf is exact (libm's erf, a numba kernel: layers/fast/special.py), as torch's.
+- erf is exact (scipy.special.erf: layers/kernels.py), as torch's.
 - NaN and inf come out silently, as in torch (numpy's warnings are switched off).
 """
 
@@ -38,7 +38,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from layers.base import Layer, Param, Shape, as_str, normalize_dim
-from layers.fast.special import erf
+from layers.kernels import erf
 from layers.registry import register_layer
 from parser.errors import ExpressionError, ShapeError
 from parser.expression import (ARITY, CAST_FUNCTIONS, Call, Constant, ListExpr, Node, OperandRef, children,

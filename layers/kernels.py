@@ -7,8 +7,8 @@ same defaults, so a notebook can put them side by side::
     y = kernels.conv2d(x, w, b, stride=2, padding=1)       # == F.conv2d(x, w, b, 2, 1)
 
 These are the *reference* implementations, the oracle: simple numpy, float32 in, float32 out,
-BLAS doing the heavy lifting through ``np.matmul``. A faster implementation (numba) of a kernel
-lives in its own module under the same name and signature, and is tested against this one.
+BLAS doing the heavy lifting through ``np.matmul``. The fast backend (layers/fast/) computes
+some of them faster, and its tests compare it with these.
 
 Two ideas carry every windowed op (convolution, pooling):
 
@@ -33,6 +33,22 @@ from numpy.lib.stride_tricks import sliding_window_view
 from parser.errors import LayerError, ShapeError
 
 Pair = tuple[int, int]
+
+
+def erf(x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """erf(x) = 2/sqrt(pi) * integral from 0 to x of exp(-t^2) dt, elementwise, in x's float
+    dtype (scipy.special.erf, accurate to the last bit as torch's; numpy has no erf)."""
+    from scipy import special        # on first use: a large package that few models need
+
+    return special.erf(x, out=out)
+
+
+def erfc(x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """erfc(x) = 1 - erf(x), computed directly so that a large x keeps its digits (1 - erf(5)
+    is 0 in float32; erfc(5) is 1.5e-12)."""
+    from scipy import special
+
+    return special.erfc(x, out=out)
 
 
 def _pair(value: int | Sequence[int]) -> Pair:

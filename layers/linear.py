@@ -17,7 +17,6 @@ import numpy as np
 from layers import kernels
 from layers.base import (Layer, Param, Shape, as_bool, as_float, as_int, as_str, at_least,
                          bias_is_an_input, check_bias_flag, expect_shape, split_weight_inputs)
-from layers.fast import workers
 from layers.registry import register_layer
 from parser.errors import LayerError, ShapeError
 
@@ -66,38 +65,24 @@ class Linear(Layer):
     # fusion (infer/fusion.py): an elementwise activation applied to the output
     fused_activation: Layer | None = None
 
+    def can_fuse_activation(self, layer: Layer) -> bool:
+        """Whether ``fuse_activation(layer)`` pays: an elementwise layer that runs in place."""
+        return layer.support_inplace and layer.one_blob_only and self.fused_activation is None
+
     def fuse_activation(self, layer: Layer) -> None:
         if not layer.support_inplace or self.fused_activation is not None:
             raise LayerError(f"cannot fuse {type(layer).__name__} into this linear layer")
         self.fused_activation = layer
 
     def forward_one(self, x: np.ndarray) -> np.ndarray:
-        if self.use_fast_kernels and x.ndim >= 1 and x.dtype == np.float32:
-            y = self._forward_fast(x)
-        else:
-            y = kernels.linear(x, self.weight, self.bias)
+        y = self._linear(x)
         if self.fused_activation is not None:
             self.fused_activation.forward_inplace(y)
         return y
 
-    def _forward_fast(self, x: np.ndarray) -> np.ndarray:
-        """One GEMM into a fresh output, then the bias in place: x (M, in) @ weight.T (in, out),
-        the weight read as stored (BLAS takes the transpose as a flag, no copy)."""
-        rows = x.reshape(-1, self.in_features)                  # (M, in)
-        y = np.empty((rows.shape[0], self.out_features), np.float32)
-        team = workers.current()                                # helper threads, if any
-        if team is not None and _kernel_ready(rows) and _kernel_ready(self.weight):
-            team.matmul(rows[None], self.weight[None], y[None], transposed=True)
-        else:
-            np.matmul(rows, self.weight.T, out=y)
-        if self.bias is not None:
-            y += self.bias
-        return y.reshape(*x.shape[:-1], self.out_features)
-
-
-def _kernel_ready(a: np.ndarray) -> bool:
-    """float32, C-contiguous and aligned: what the shared kernels take as they are."""
-    return a.dtype == np.float32 and a.flags.c_contiguous and a.flags.aligned
+    def _linear(self, x: np.ndarray) -> np.ndarray:
+        """x @ weight.T + bias (the fast subclass shares the product between threads)."""
+        return kernels.linear(x, self.weight, self.bias)
 
 
 @register_layer("F.linear")

@@ -17,7 +17,6 @@ from layers import kernels
 from layers.base import (ArgumentInputLayer, Layer, Param, Shape, as_bool, as_float, as_int,
                          as_tuple, at_least, param_or_input)
 from layers.convolution import lifted
-from layers.fast import pool as fast_pool
 from layers.registry import register_layer
 from parser.errors import LayerError, ShapeError
 
@@ -128,19 +127,10 @@ class MaxPool2d(_Pool):
     def n_outputs(self) -> int:
         return 2 if self.return_indices else 1
 
-    def load_param(self, params: dict) -> None:
-        super().load_param(params)
-        if self.use_fast_kernels and not self.return_indices:
-            fast_pool.load_kernel()                # at build, not in the first inference
-
     def _pool(self, x: np.ndarray) -> list[np.ndarray]:
         geometry = (self.kernel_size, self.stride, self.padding, self.dilation, self.ceil_mode)
         if self.return_indices:
             return list(kernels.max_pool2d_with_indices(x, *geometry))
-        if self.use_fast_kernels and x.ndim == 4 and x.dtype == np.float32:
-            out_hw = kernels.pool2d_output_shape(x.shape, *geometry)[-2:]
-            return [fast_pool.max_pool2d(x, self.kernel_size, self.stride, self.padding,
-                                         self.dilation, out_hw)]
         return [kernels.max_pool2d(x, *geometry)]
 
 
@@ -254,9 +244,7 @@ class _AtenPool(ArgumentInputLayer):
         return self._configured(input_values).infer_shapes(input_shapes[:1])
 
     def forward(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
-        pool = self._configured(inputs)
-        pool.use_fast_kernels = self.use_fast_kernels
-        return pool.forward(inputs[:1])
+        return self._configured(inputs).forward(inputs[:1])
 
 
 @register_layer("aten::max_pool2d")

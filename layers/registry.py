@@ -1,14 +1,23 @@
-"""LayerRegisterer: the one table from pnnx operator type names to layer classes.
+"""LayerRegisterer: the table from pnnx operator type names to layer classes, on two floors.
 
 Layers join it by themselves when their module is imported (KuiperInfer's LayerRegistererWrapper,
 ncnn's layer_registry): ``@register_layer("nn.ReLU", "F.relu")`` above a class is all it takes.
-A type name may be taken once; asking for an unknown type names the closest known ones.
+
+    reference floor   @register_layer          the numpy layers of layers/*.py (the oracle)
+    fast floor        @register_fast_layer     subclasses in the fast backend (layers/fast/),
+                                               as ncnn's x86 layers override its generic ones
+
+A type name may be taken once on each floor, and a fast layer must subclass the reference
+layer of its type (so it takes the same parameters and weights). ``layer_class(type,
+fast=True)`` gives the fast layer where one is registered, else the reference one; asking for
+an unknown type names the closest known ones. This module never imports the fast backend:
+its layers appear here once something (RuntimeGraph.build) has imported ``layers.fast``.
 """
 
 from __future__ import annotations
 
 import difflib
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Callable, Iterable
 
 from parser.errors import RegistryError, UnsupportedOperatorError
 
@@ -25,7 +34,11 @@ class LayerRegisterer:
         if cls._instance is None:
             cls._instance = super().__new__(cls)
             cls._instance._creators = {}
+            cls._instance._fast = {}
         return cls._instance
+
+    _creators: dict[str, type["Layer"]]     # reference floor
+    _fast: dict[str, type["Layer"]]         # fast floor: overrides of reference layers
 
     def register(self, type_name: str, layer_class: type["Layer"]) -> None:
         """Serve ``type_name`` with ``layer_class``; a name already taken is an error."""
@@ -36,29 +49,57 @@ class LayerRegisterer:
                 f"{taken.__module__}.{taken.__qualname__}")
         self._creators[type_name] = layer_class
 
+    def register_fast(self, type_name: str, layer_class: type["Layer"]) -> None:
+        """Serve ``type_name`` on the fast floor with ``layer_class``, a subclass of the
+        reference layer registered for it; a fast name already taken is an error."""
+        reference = self.layer_class(type_name)
+        if not issubclass(layer_class, reference):
+            raise RegistryError(
+                f"fast layer {layer_class.__qualname__} for {type_name!r} must subclass its "
+                f"reference layer {reference.__module__}.{reference.__qualname__}")
+        if type_name in self._fast:
+            taken = self._fast[type_name]
+            raise RegistryError(
+                f"fast layer type {type_name!r} is already registered by "
+                f"{taken.__module__}.{taken.__qualname__}")
+        self._fast[type_name] = layer_class
+
     def unregister(self, type_name: str) -> None:
-        """Forget ``type_name`` (for tests and notebooks that re-run a registration cell)."""
+        """Forget ``type_name`` on both floors (for tests and notebooks that re-run a
+        registration cell)."""
         self._creators.pop(type_name, None)
+        self._fast.pop(type_name, None)
+
+    def unregister_fast(self, type_name: str) -> None:
+        """Forget the fast layer of ``type_name``; its reference layer serves it again."""
+        self._fast.pop(type_name, None)
 
     def has(self, type_name: str) -> bool:
         return type_name in self._creators
 
-    def layer_class(self, type_name: str) -> type["Layer"]:
-        """The class serving ``type_name``; an unknown name raises with the closest known names."""
+    def layer_class(self, type_name: str, fast: bool = False) -> type["Layer"]:
+        """The class serving ``type_name``: with ``fast``, its fast layer if one is registered;
+        else its reference layer. An unknown name raises with the closest known names."""
+        if fast and type_name in self._fast:
+            return self._fast[type_name]
         try:
             return self._creators[type_name]
         except KeyError:
             raise UnsupportedOperatorError(unsupported_message(type_name, self._creators)) from None
 
-    def create(self, type_name: str, name: str = "") -> "Layer":
-        """A new, unconfigured layer instance for one operator."""
-        layer = self.layer_class(type_name)()
+    def create(self, type_name: str, name: str = "", fast: bool = False) -> "Layer":
+        """A new, unconfigured layer instance for one operator (see ``layer_class``)."""
+        layer = self.layer_class(type_name, fast)()
         layer.name, layer.type = name, type_name
         return layer
 
     def types(self) -> list[str]:
         """Every registered pnnx type name, sorted."""
         return sorted(self._creators)
+
+    def fast_types(self) -> list[str]:
+        """The type names that have a fast layer (once the fast backend is imported), sorted."""
+        return sorted(self._fast)
 
     def __contains__(self, type_name: str) -> bool:
         return type_name in self._creators
@@ -67,7 +108,7 @@ class LayerRegisterer:
         return len(self._creators)
 
 
-def unsupported_message(type_name: str, known) -> str:
+def unsupported_message(type_name: str, known: Iterable[str]) -> str:
     close = difflib.get_close_matches(type_name, list(known), n=3, cutoff=0.6)
     hint = f"; closest registered types: {', '.join(close)}" if close else ""
     return f"no layer is registered for operator type {type_name!r}{hint}"
@@ -84,6 +125,21 @@ def register_layer(*type_names: str) -> Callable[[type["Layer"]], type["Layer"]]
             registry.register(type_name, layer_class)
         # the class's own names only: a subclass of a registered layer does not inherit them
         layer_class.pnnx_types = tuple(layer_class.__dict__.get("pnnx_types", ())) + type_names
+        return layer_class
+
+    return decorate
+
+
+def register_fast_layer(*type_names: str) -> Callable[[type["Layer"]], type["Layer"]]:
+    """Class decorator of the fast backend: serve these pnnx type names on the fast floor with
+    a subclass of their reference layer (``LayerRegisterer.register_fast``)."""
+    if not type_names:
+        raise RegistryError("register_fast_layer needs at least one pnnx type name")
+
+    def decorate(layer_class: type["Layer"]) -> type["Layer"]:
+        registry = LayerRegisterer()
+        for type_name in type_names:
+            registry.register_fast(type_name, layer_class)
         return layer_class
 
     return decorate

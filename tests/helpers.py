@@ -1,5 +1,6 @@
 """The helper every layer test uses: build a layer from (params, weights) as the graph does,
-run it on random float32 inputs, and compare it with the torch function on the same data.
+run it on random float32 inputs, and compare it with the torch function on the same data, on
+both floors: the reference layer and, where the fast backend has one, the fast layer.
 
     conv, weights = torch_module(nn.Conv2d, **params)        # torch's layer and its weights
     check_layer("nn.Conv2d", conv, [(2, 3, 9, 9)], params, weights)
@@ -13,6 +14,7 @@ import numpy as np
 import torch
 
 import layers  # noqa: F401  (registers every layer)
+import layers.fast  # noqa: F401  (registers the fast layers)
 from layers import LayerRegisterer
 from layers.base import Layer
 
@@ -42,10 +44,11 @@ def torch_module(module_class: type[torch.nn.Module], **params: Any
 
 
 def make_layer(type_name: str, params: dict[str, Any] | None = None,
-               weights: dict[str, np.ndarray] | None = None) -> Layer:
-    """The layer registered for ``type_name``, configured as the graph does it: load_param,
-    then load_model with read-only float32 weights (a layer must never write into them)."""
-    layer = LayerRegisterer().create(type_name, "test")
+               weights: dict[str, np.ndarray] | None = None, *, fast: bool = False) -> Layer:
+    """The layer registered for ``type_name`` (with ``fast``, its fast layer if it has one),
+    configured as the graph does it: load_param, then load_model with read-only float32
+    weights (a layer must never write into them)."""
+    layer = LayerRegisterer().create(type_name, "test", fast=fast)
     layer.load_param(dict(params or {}))
     frozen = {}
     for key, value in (weights or {}).items():
@@ -67,20 +70,34 @@ def check_layer(type_name: str, torch_fn: Callable[..., Any],
     * the outputs have torch's dtypes (float32 for float32 inputs; bool, int64 ... where torch
       gives those) and are close to torch's values;
     * the inputs are left untouched;
-    * a ``support_inplace`` layer's ``forward_inplace`` gives the same values.
+    * a ``support_inplace`` layer's ``forward_inplace`` gives the same values;
 
-    Returns the layer's outputs.
+    for the reference layer and, if ``type_name`` has one, the fast layer (which must also
+    agree with the reference). Returns the outputs of the layer a graph runs (fast if any).
     """
     arrays = [rand(*item) if isinstance(item, tuple) else np.asarray(item) for item in inputs]
-    originals = [a.copy() for a in arrays]
-    layer = make_layer(type_name, params, weights)
-
-    shapes = layer.infer_shapes([a.shape for a in arrays])
-    outputs = layer.forward(arrays)
     expected = torch_fn(*(torch.from_numpy(a.copy()) for a in arrays))
     if isinstance(expected, torch.Tensor):
         expected = [expected]
     expected = [e.detach().numpy() for e in expected]
+    outputs = _check_floor(make_layer(type_name, params, weights), arrays, expected, atol, rtol)
+    if type_name in LayerRegisterer().fast_types():
+        reference = outputs
+        outputs = _check_floor(make_layer(type_name, params, weights, fast=True), arrays,
+                               expected, atol, rtol)
+        for fast_out, ref_out in zip(outputs, reference):
+            np.testing.assert_allclose(fast_out, ref_out, atol=atol, rtol=rtol,
+                                       err_msg="the fast layer departs from the reference")
+    return outputs
+
+
+def _check_floor(layer: Layer, arrays: list[np.ndarray], expected: list[np.ndarray],
+                 atol: float, rtol: float) -> list[np.ndarray]:
+    """check_layer's checks for one layer (reference or fast); its outputs."""
+    originals = [a.copy() for a in arrays]
+    shapes = layer.infer_shapes([a.shape for a in arrays])
+    layer.prepare([a.shape for a in arrays])
+    outputs = layer.forward(arrays)
 
     assert len(outputs) == len(expected) == len(shapes)
     for out, shape, want in zip(outputs, shapes, expected):

@@ -489,8 +489,9 @@ class PreparingScale(Scale):
 
     prepared = 0
 
-    def prepare_for_unknown_shapes(self):
-        type(self).prepared += 1
+    def prepare(self, input_shapes):
+        if input_shapes is None:
+            type(self).prepared += 1
 
 
 @pytest.mark.parametrize("shape, calls", [("(1,4,3,3)", 0), ("(?,4,?,?)", 1)])

@@ -22,7 +22,6 @@ from layers.fast.epilogue import CLAMP, SILU, Activation, bias_residual_activati
 from layers.fast.gemm import gemm_conv2d, pack_gemm_weight
 from layers.fast.pointwise_transposed import pack_panels, pointwise_transposed_conv2d
 from layers.fast.pool import max_pool2d
-from layers.fast.special import erf, erfc
 from layers.fast.winograd import pack_winograd_weight, winograd_conv2d
 from layers.fast.winograd_f2 import pack_winograd_f2_weight, winograd_f2_conv2d
 from parser.errors import InferError
@@ -88,8 +87,6 @@ def conv_runs():
     yield lambda: bias_residual_activation(rand(2, 7, 11, 9, seed=5), bias, residual,
                                            Activation(SILU))
     yield lambda: max_pool2d(rand(2, 3, 9, 8), (3, 3), (2, 2), (1, 1), (1, 1), (5, 4))
-    yield lambda: erf(rand(4, 33) * 3)
-    yield lambda: erfc(rand(4, 33).astype(np.float64) * 3)
 
 
 def transposed(panels, x, bias, residual):

@@ -304,8 +304,7 @@ def test_nan_and_inf_propagate_as_torch(case, fast):
     type_name, params, weights, torch_fn = SPECIAL_CASES[case]
     shape = (2, 4, 3, 9) if type_name == "nn.Linear" else (2, 4, 7, 9)
     x = with_specials(shape)
-    layer = make_layer(type_name, params, weights)
-    layer.use_fast_kernels = fast
+    layer = make_layer(type_name, params, weights, fast=fast)
     with np.errstate(all="ignore"):                  # as RuntimeGraph.forward runs layers
         (y,) = layer.forward([x.copy()])
     with torch.no_grad():

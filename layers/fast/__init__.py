@@ -37,5 +37,6 @@ the products on BLAS's own threads.
 """
 
 from layers.fast.backend import start
+import layers.fast.layers  # noqa: E402,F401  (registers the fast layers)
 
 __all__ = ["start"]

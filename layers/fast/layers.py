@@ -1,0 +1,224 @@
+"""The fast floor: subclasses of reference layers that run this package's kernels.
+
+Each class overrides one reference layer of layers/*.py, as ncnn's x86 layers override its
+generic ones, and is registered for the same pnnx types with ``@register_fast_layer``; the
+graph creates it unless it is built with ``reference=True``. A fast layer takes the same
+parameters and weights as its reference layer and computes the same result (the tests compare
+the two); where its kernels do not apply (an unbatched input, a float64 array, indices asked
+for) it hands over to the reference code with ``super()``.
+
+    FastConv2d            nn.Conv2d: packed weights, kernel chosen per input size (conv.py);
+                          fused padding, residual and activation applied in the kernels
+    FastConv1d            nn.Conv1d: FastConv2d over a height of 1
+    FastFunctionalConv2d  F.conv2d / F.conv1d, weights as inputs: packed on every call
+    FastLinear            nn.Linear: the product shared with the helper threads (workers.py)
+    FastMaxPool2d         nn.MaxPool2d / nn.MaxPool1d / aten::max_pool2d: pool.py's kernel
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+from layers import kernels
+from layers.base import Layer, Shape
+from layers.convolution import Conv1d, Conv2d, FunctionalConv1d, FunctionalConv2d, lift_shape
+from layers.fast import pool, workers
+from layers.fast.conv import PackedConv2d
+from layers.fast.epilogue import IDENTITY, Activation, activation_of
+from layers.linear import Linear
+from layers.pooling import AtenMaxPool2d, MaxPool1d, MaxPool2d
+from layers.registry import register_fast_layer
+
+Pads = tuple[int, int, int, int]
+
+
+@register_fast_layer("nn.Conv2d")
+class FastConv2d(Conv2d):
+    """nn.Conv2d on the packed kernels: x (N, C_in, H, W) float32 -> (N, C_out, Ho, Wo), with
+    the fused zero padding, residual add and activation done inside the kernel's pass over the
+    output. The weights are packed for the algorithm each input size takes (``prepare``)."""
+
+    support_forward_into = True          # the kernels write into the memory plan's buffer
+
+    def load_model(self, weights: dict[str, np.ndarray]) -> None:
+        super().load_model(weights)
+        self.packed = PackedConv2d(self.weight, self.bias, self.stride, self.dilation,
+                                   self.groups)
+        self.packed.load_candidate_kernels()
+        self._geometries: dict[Shape, tuple] = {}
+
+    def prepare(self, input_shapes: Sequence[Shape] | None) -> None:
+        """Pack the weights for the algorithm these shapes take (or, with shapes known only
+        at run time, what any size is likely to need)."""
+        if input_shapes is None:
+            self.packed.prepare_for_any_size()
+            return
+        x_shape = self._kernel_shape(tuple(input_shapes[0]))
+        if len(x_shape) == 4:
+            _, _, out_hw, _ = self._geometry(x_shape)
+            self.packed.prepare(x_shape[0], out_hw)
+
+    def _kernel_shape(self, shape: Shape) -> Shape:
+        """The input's shape as the 2-D kernels see it."""
+        return shape
+
+    # ----- fusion: what the kernels can apply themselves ---------------------------------
+    def can_fuse_activation(self, layer: Layer) -> bool:
+        return super().can_fuse_activation(layer) and activation_of(layer) is not None
+
+    def fuse_padding(self, left: int, right: int, top: int, bottom: int) -> None:
+        super().fuse_padding(left, right, top, bottom)
+        self._geometries = {}
+
+    def fuse_activation(self, layer: Layer) -> None:
+        super().fuse_activation(layer)
+        self._geometries = {}
+
+    # ----- running --------------------------------------------------------------------------
+    def _forward(self, x: np.ndarray, residual: np.ndarray | None) -> np.ndarray:
+        if x.ndim != 4:                            # (C, H, W): the reference explains why not
+            return super()._forward(x, residual)
+        return self._forward_fast(x, residual)
+
+    def forward_into(self, inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray]) -> None:
+        """The kernels write straight into ``outputs[0]``; any other path computes a new array
+        and copies it over."""
+        x, residual = inputs[0], (inputs[1] if self.fused_residual else None)
+        out = outputs[0]
+        if x.ndim == 4 and out.dtype == np.float32:
+            y = self._forward_fast(x, residual, out)
+        else:                                      # Conv1d's (N, C, L), (C, H, W) inputs
+            y = self.forward(list(inputs))[0]
+        if y is not out:
+            np.copyto(out, y)
+
+    def _forward_fast(self, x: np.ndarray, residual: np.ndarray | None,
+                      out: np.ndarray | None = None) -> np.ndarray:
+        """The packed kernels, with padding, bias, residual and activation fused in; into
+        ``out`` where the kernels compute the whole result."""
+        pre_pad, pads, out_hw, activation = self._geometry(x.shape)
+        if pre_pad is not None:                    # reflect, replicate or circular first
+            x = kernels.pad(x, pre_pad, mode=self.padding_mode)
+        full = (x.shape[0], self.out_channels, *out_hw)
+        broadcast = residual is not None and residual.shape != full   # numpy adds it
+        if activation is None or broadcast:
+            return self._finish(self.packed.run(x, pads, out_hw, IDENTITY), residual)
+        if out is not None and out.shape != full:
+            out = None
+        return self.packed.run(x, pads, out_hw, activation, residual, out)
+
+    def _geometry(self, x_shape: Shape) -> tuple[Pads | None, Pads, tuple[int, int],
+                                                  Activation | None]:
+        """(pre_pad, pads, out_hw, activation) for inputs of ``x_shape``, worked out once per
+        shape: pre_pad is the (left, right, top, bottom) padding kernels.pad adds first for a
+        padding_mode other than zeros (else None); pads the zeros (top, bottom, left, right)
+        the kernels add, fused padding included; out_hw (Ho, Wo); activation the fused
+        activation as the kernels take it (None if they cannot)."""
+        key = x_shape
+        geometry = self._geometries.get(key)
+        if geometry is None:
+            top, bottom, left, right = self._pads(self.kernel_size)
+            pre_pad = None
+            if self.padding_mode != "zeros":
+                pre_pad = (left, right, top, bottom)
+                x_shape = (*x_shape[:2], x_shape[2] + top + bottom, x_shape[3] + left + right)
+                top = bottom = left = right = 0
+            fl, fr, ft, fb = self.fused_padding
+            pads = (top + ft, bottom + fb, left + fl, right + fr)
+            padded = (*x_shape[:2], x_shape[2] + pads[0] + pads[1],
+                      x_shape[3] + pads[2] + pads[3])
+            out_hw = kernels.conv2d_output_shape(padded, self.weight_shape, self.stride, 0,
+                                                 self.dilation, self.groups)[2:]
+            activation = (IDENTITY if self.fused_activation is None
+                          else activation_of(self.fused_activation))
+            geometry = (pre_pad, pads, out_hw, activation)
+            self._geometries[key] = geometry
+        return geometry
+
+
+@register_fast_layer("nn.Conv1d")
+class FastConv1d(Conv1d, FastConv2d):
+    """nn.Conv1d: Conv1d lifts (N, C, L) to (N, C, 1, L) and FastConv2d runs it."""
+
+    def _kernel_shape(self, shape: Shape) -> Shape:
+        return lift_shape(shape)
+
+
+@register_fast_layer("F.conv2d")
+class FastFunctionalConv2d(FunctionalConv2d):
+    """F.conv2d with the weight as an input: it may change from call to call, so it is packed
+    on every call, and never for Winograd (whose packing costs as much as a convolution)."""
+
+    def _conv(self, x: np.ndarray, weight: np.ndarray, bias: np.ndarray | None) -> np.ndarray:
+        if x.ndim != 4 or weight.ndim != 4:
+            return super()._conv(x, weight, bias)
+        packed = PackedConv2d(weight, bias, self.stride, self.dilation, self.groups,
+                              winograd=False)
+        out_hw = self._output_shape(x.shape, weight.shape)[2:]
+        return packed.run(x, self._pads(weight.shape[2:]), out_hw, IDENTITY)
+
+
+@register_fast_layer("F.conv1d")
+class FastFunctionalConv1d(FunctionalConv1d, FastFunctionalConv2d):
+    """F.conv1d: FunctionalConv1d lifts to 2-D and FastFunctionalConv2d runs it."""
+
+
+@register_fast_layer("nn.Linear")
+class FastLinear(Linear):
+    """nn.Linear: one product x (M, in) @ weight.T (in, out) into a fresh output, the weight
+    read as stored (BLAS takes the transpose as a flag), shared with the helper threads when
+    a forward has them; then the bias in place."""
+
+    def can_fuse_activation(self, layer: Layer) -> bool:
+        return super().can_fuse_activation(layer) and activation_of(layer) is not None
+
+    def _linear(self, x: np.ndarray) -> np.ndarray:
+        if x.ndim < 1 or x.dtype != np.float32:
+            return super()._linear(x)
+        rows = x.reshape(-1, self.in_features)                  # (M, in)
+        y = np.empty((rows.shape[0], self.out_features), np.float32)
+        team = workers.current()
+        if team is not None and _kernel_ready(rows) and _kernel_ready(self.weight):
+            team.matmul(rows[None], self.weight[None], y[None], transposed=True)
+        else:
+            np.matmul(rows, self.weight.T, out=y)
+        if self.bias is not None:
+            y += self.bias
+        return y.reshape(*x.shape[:-1], self.out_features)
+
+
+def _kernel_ready(a: np.ndarray) -> bool:
+    """float32, C-contiguous and aligned: what the shared kernels take as they are."""
+    return a.dtype == np.float32 and a.flags.c_contiguous and a.flags.aligned
+
+
+@register_fast_layer("nn.MaxPool2d", "F.max_pool2d")
+class FastMaxPool2d(MaxPool2d):
+    """Max pooling of (N, C, H, W) float32 by the separable kernel (pool.py): rows, then
+    columns. With ``return_indices`` the reference computes the indices too."""
+
+    def prepare(self, input_shapes: Sequence[Shape] | None) -> None:
+        if not self.return_indices:
+            pool.load_kernel()                     # at build, not in the first inference
+
+    def _pool(self, x: np.ndarray) -> list[np.ndarray]:
+        if self.return_indices or x.ndim != 4 or x.dtype != np.float32:
+            return super()._pool(x)
+        geometry = (self.kernel_size, self.stride, self.padding, self.dilation, self.ceil_mode)
+        out_hw = kernels.pool2d_output_shape(x.shape, *geometry)[-2:]
+        return [pool.max_pool2d(x, self.kernel_size, self.stride, self.padding,
+                                self.dilation, out_hw)]
+
+
+@register_fast_layer("nn.MaxPool1d", "F.max_pool1d")
+class FastMaxPool1d(MaxPool1d, FastMaxPool2d):
+    """nn.MaxPool1d: MaxPool1d lifts (N, C, L) to (N, C, 1, L) and FastMaxPool2d pools it."""
+
+
+@register_fast_layer("aten::max_pool2d")
+class FastAtenMaxPool2d(AtenMaxPool2d):
+    """aten::max_pool2d: its arguments configure a FastMaxPool2d."""
+
+    POOL = FastMaxPool2d
