@@ -50,8 +50,8 @@ class RuntimeOperand:
     name: str
     shape: tuple[int | None, ...] | None = None   # as annotated in the param file; None = dynamic
     dtype: str | None = None
-    producer: "RuntimeOperator | None" = None
-    consumers: list["RuntimeOperator"] = field(default_factory=list)
+    producer: RuntimeOperator | None = None
+    consumers: list[RuntimeOperator] = field(default_factory=list)
 
     def __repr__(self) -> str:
         shape = "?" if self.shape is None else "(" + ",".join(
@@ -93,8 +93,9 @@ class RuntimeOperator:
         return {key: p.value for key, p in self.params.items()}
 
     def weights(self) -> dict[str, np.ndarray]:
-        """The weights as numpy arrays, as a layer's load_model takes them."""
-        return {key: a.data for key, a in self.attrs.items()}
+        """The weights as numpy arrays, as a layer's load_model takes them (those read from the
+        bin file: all of them once the graph is built)."""
+        return {key: a.data for key, a in self.attrs.items() if a.data is not None}
 
     def __repr__(self) -> str:
         ins = ",".join(o.name for o in self.inputs)

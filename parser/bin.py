@@ -17,8 +17,9 @@ Layout of one entry, and how a zero-copy view finds its bytes::
     30+n+m  size  the array bytes           <- np.frombuffer(mmap, offset=30+n+m)
 
 The central directory at the end of the file (read with ``zipfile``) lists every entry with the
-offset of its local header, its size and the CRC-32 of its bytes. ``PnnxBin`` memory-maps the file read-only and hands out numpy views
-straight over the mapping: nothing is copied, and the OS pages weights in as they are used.
+offset of its local header, its size and the CRC-32 of its bytes. ``PnnxBin`` memory-maps the
+file read-only and hands out numpy views straight over the mapping: nothing is copied, and the
+OS pages weights in as they are used.
 
 An entry name that appears twice and an encrypted entry are refused when the file is opened.
 A damaged file never loads silently: an entry is checked before its first view is handed out
@@ -116,7 +117,7 @@ class PnnxBin:
     ``close()``: the mapping is released when the last of them is garbage-collected.
     """
 
-    def __init__(self, path):
+    def __init__(self, path: str | os.PathLike[str]):
         self.path = str(path)
         self._mm: mmap.mmap | None = None
         self._verified: set[str] = set()           # entries whose CRC-32 has been checked
@@ -164,7 +165,7 @@ class PnnxBin:
     def _locate(self, info: zipfile.ZipInfo) -> _Entry:
         """The entry's data offset: local header offset + 30 + name length + extra length."""
         header = info.header_offset
-        mm = self._mm
+        mm = self._mapped
         if (header < 0 or header + _LOCAL_HEADER_SIZE > len(mm)
                 or mm[header:header + 4] != _LOCAL_HEADER):
             raise BinFileError("damaged zip archive: no local file header where the central "
@@ -192,7 +193,7 @@ class PnnxBin:
         """Every entry name, in archive order (``"<op name>.<attr name>"``)."""
         return list(self._entries)
 
-    def __contains__(self, key) -> bool:
+    def __contains__(self, key: object) -> bool:
         return key in self._entries
 
     def __len__(self) -> int:
@@ -214,7 +215,7 @@ class PnnxBin:
             raise BinFileError(f"the entry holds {entry.size} bytes but shape {shape} x {dtype} "
                                f"needs {expected}", path=self.path, entry=key)
         stored, per_element = _STORED.get(dtype, (DTYPES[dtype], 1))
-        raw = np.frombuffer(self._mm, dtype=stored, count=count * per_element,
+        raw = np.frombuffer(self._mapped, dtype=stored, count=count * per_element,
                             offset=entry.offset)
         if dtype in _WIDEN:
             raw = _WIDEN[dtype](raw)
@@ -226,7 +227,14 @@ class PnnxBin:
         its memory. Views of the entry stay valid; reading one brings the pages back from the
         file."""
         entry = self._entry(key)
-        _drop_pages(self._mm, entry.offset, entry.size)
+        _drop_pages(self._mapped, entry.offset, entry.size)
+
+    @property
+    def _mapped(self) -> mmap.mmap:
+        """The mapping, while the file is open (``_entry`` has refused a closed one already)."""
+        if self._mm is None:
+            raise BinFileError("the file is closed", path=self.path)
+        return self._mm
 
     def _entry(self, key: str) -> _Entry:
         """The index record of ``key``; a missing or compressed entry is a BinFileError."""
@@ -269,10 +277,10 @@ class PnnxBin:
                 pass  # views are alive; the mapping goes when they do
             self._mm = None
 
-    def __enter__(self) -> "PnnxBin":
+    def __enter__(self) -> PnnxBin:
         return self
 
-    def __exit__(self, *exc_info) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.close()
 
     def __repr__(self) -> str:

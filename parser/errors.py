@@ -34,7 +34,7 @@ class InferError(Exception):
         self.message = message
         self.operator = operator
 
-    def with_operator(self, operator: str) -> "InferError":
+    def with_operator(self, operator: str) -> InferError:
         """Attach the operator ("type name") this error happened in, unless one is already set."""
         if self.operator is None:
             self.operator = operator

@@ -33,7 +33,7 @@ from __future__ import annotations
 import difflib
 import re
 from dataclasses import dataclass, field
-from typing import Union
+from typing import Union, cast
 
 from parser.errors import ExpressionError
 
@@ -103,8 +103,9 @@ def tokenize(expr: str) -> list[Token]:
         if match is None:
             raise ExpressionError(f"unexpected character {expr[position]!r}",
                                   expression=expr, position=position)
-        if match.lastgroup != "space":
-            tokens.append(Token(match.lastgroup, match.group(), position))
+        kind = cast(str, match.lastgroup)      # every alternative of _TOKEN_RE is named
+        if kind != "space":
+            tokens.append(Token(kind, match.group(), position))
         position = match.end()
     return tokens
 
@@ -134,7 +135,7 @@ class Call:
     """``name(args...)``: one of the functions in ARITY, with its arguments."""
 
     name: str
-    args: tuple["Node", ...]
+    args: tuple[Node, ...]
     position: int = field(default=-1, compare=False)
 
 
@@ -142,7 +143,7 @@ class Call:
 class ListExpr:
     """``[a,b,...]``: a list of scalars, e.g. the shape argument of a dynamic view/reshape."""
 
-    items: tuple["Node", ...]
+    items: tuple[Node, ...]
     position: int = field(default=-1, compare=False)
 
 
@@ -157,8 +158,8 @@ def parse_expression(expr: str) -> Node:
     if not parser.tokens:
         raise ExpressionError("empty expression", expression=expr, position=0)
     node = parser.node()
-    if parser.peek() is not None:
-        token = parser.peek()
+    token = parser.peek()
+    if token is not None:
         raise ExpressionError(f"unexpected {token.text!r} after the end of the expression",
                               expression=expr, position=token.position)
     return node

@@ -5,7 +5,7 @@ A param file written by pnnx looks like this::
     7767517
     4 4
     pnnx.Input      pnnx_input_0   0 1 0 #0=(1,3,?,?)f32
-    nn.Conv2d       conv           1 1 0 1 bias=True kernel_size=(3,3) stride=(1,1) @weight=(8,3,3,3)f32 @bias=(8)f32 #1=(1,8,?,?)f32
+    nn.Conv2d       conv           1 1 0 1 kernel_size=(3,3) @weight=(8,3,3,3)f32 @bias=(8)f32
     pnnx.Expression pnnx_expr_0    2 1 1 0 2 expr=add(@0,mul(@1,2.0)) #2=(1,8,?,?)f32
     pnnx.Output     pnnx_output_0  1 0 2
 
@@ -37,7 +37,9 @@ from __future__ import annotations
 import enum
 import re
 from dataclasses import dataclass, field
+from os import PathLike
 from pathlib import Path
+from typing import Any, Literal, overload
 
 from parser.errors import ParamFileError
 
@@ -74,7 +76,7 @@ class Parameter:
     """
 
     type: ParamType
-    value: object
+    value: Any                # its Python type follows ``type`` (see above)
 
 
 @dataclass(frozen=True)
@@ -110,7 +112,7 @@ class OperatorRecord:
     outputs: list[str]
     params: dict[str, Parameter] = field(default_factory=dict)
     attrs: dict[str, AttributeInfo] = field(default_factory=dict)
-    input_names: list[str] = field(default_factory=list)  # input_names[i] names inputs[i]; '' if none
+    input_names: list[str] = field(default_factory=list)  # input_names[i] names inputs[i], or ''
     line: int = 0                                          # 1-based line number in the file
 
 
@@ -125,7 +127,7 @@ class ParamGraph:
 
 # ----- reading a file ---------------------------------------------------------------------------
 
-def read_param(path) -> ParamGraph:
+def read_param(path: str | PathLike[str]) -> ParamGraph:
     """Read and parse a .pnnx.param file. A binary or non-UTF-8 file is a ParamFileError."""
     path = str(path)
     try:
@@ -260,8 +262,8 @@ def _apply_key_value(record: OperatorRecord, item: str,
     elif kind == "#":
         if bare not in record.inputs and bare not in record.outputs:
             raise ValueError(f"operand {bare!r} is not an input or output of this operator")
-        shape, dtype = _parse_shape_dtype(value, allow_dynamic=True)
-        operands[bare] = OperandInfo(bare, shape, None if dtype == NULL_DTYPE else dtype)
+        dims, dtype = _parse_shape_dtype(value, allow_dynamic=True)
+        operands[bare] = OperandInfo(bare, dims, None if dtype == NULL_DTYPE else dtype)
     elif key == "expr":
         record.params[key] = Parameter(ParamType.STRING, value)  # parsed by parser.expression
     else:
@@ -271,7 +273,15 @@ def _apply_key_value(record: OperatorRecord, item: str,
 _SHAPE_DTYPE = re.compile(r"\((?P<dims>[^()]*)\)(?P<dtype>\w*)")
 
 
-def _parse_shape_dtype(text: str, allow_dynamic: bool) -> tuple[tuple, str]:
+@overload
+def _parse_shape_dtype(text: str, allow_dynamic: Literal[False]) -> tuple[tuple[int, ...], str]: ...
+
+
+@overload
+def _parse_shape_dtype(text: str, allow_dynamic: bool) -> tuple[tuple[int | None, ...], str]: ...
+
+
+def _parse_shape_dtype(text: str, allow_dynamic: bool) -> tuple[tuple[int | None, ...], str]:
     """``(1,3,?,?)f32`` -> ``((1, 3, None, None), "f32")``; ValueError if malformed.
 
     ``?`` and symbolic ``%name`` dims become None (only where ``allow_dynamic``)."""
@@ -282,7 +292,7 @@ def _parse_shape_dtype(text: str, allow_dynamic: bool) -> tuple[tuple, str]:
     if dtype not in DTYPE_NAMES and dtype != NULL_DTYPE:
         raise ValueError(f"unknown dtype {dtype!r} (pnnx dtypes: {' '.join(DTYPE_NAMES)})")
     dims = match["dims"].split(",") if match["dims"] else []
-    shape = []
+    shape: list[int | None] = []
     for dim in dims:
         if allow_dynamic and (dim == "?" or dim.startswith("%")):
             shape.append(None)
