@@ -241,12 +241,12 @@ def test_a_convolution_loads_the_kernels_it_may_run_when_it_is_loaded(monkeypatc
     loaded = []
     monkeypatch.setattr(fast_conv, "load_kernels", loaded.append)
     make_layer("nn.Conv2d", dict(in_channels=4, out_channels=4, kernel_size=(3, 3), bias=True),
-               {"weight": rand(4, 4, 3, 3), "bias": rand(4)})
+               {"weight": rand(4, 4, 3, 3), "bias": rand(4)}, fast=True)
     assert sorted(loaded) == ["gemm", "winograd", "winograd_f2"]
     loaded.clear()
     make_layer("nn.Conv2d", dict(in_channels=4, out_channels=4, kernel_size=(3, 3), groups=4,
-                                 bias=False), {"weight": rand(4, 1, 3, 3)})
-    assert loaded == ["depthwise", "depthwise_channels_last"]
+                                 bias=False), {"weight": rand(4, 1, 3, 3)}, fast=True)
+    assert sorted(loaded) == ["depthwise", "depthwise_channels_last"]
 
 
 def test_the_winograd_variant_follows_the_tiles_and_the_weights():
@@ -406,7 +406,6 @@ def test_conv2d_layer_fast_and_reference_paths_agree_with_torch(params, batch):
     x = rand(batch, params["in_channels"], 20, 18)
     fast = check_layer("nn.Conv2d", conv, [x], params, weights)[0]
     layer = make_layer("nn.Conv2d", params, weights)
-    layer.use_fast_kernels = False
     np.testing.assert_allclose(fast, layer.forward([x])[0], atol=1e-4, rtol=1e-4)
 
 
@@ -424,7 +423,6 @@ def test_linear_fast_path_matches_reference_and_torch(shape):
     x = rand(*shape)
     fast = check_layer("nn.Linear", fc, [x], params, weights)[0]
     layer = make_layer("nn.Linear", params, weights)
-    layer.use_fast_kernels = False
     np.testing.assert_allclose(fast, layer.forward([x])[0], atol=1e-5, rtol=1e-5)
 
 
@@ -453,10 +451,9 @@ def test_max_pool_fast_path_matches_reference_and_torch(case, nan_every):
         x.reshape(-1)[:: nan_every] = np.nan
     params = dict(kernel_size=kernel, stride=stride, padding=padding, dilation=dilation,
                   ceil_mode=ceil_mode)
-    fast_layer = make_layer("nn.MaxPool2d", params)
-    assert fast_layer.use_fast_kernels
+    fast_layer = make_layer("nn.MaxPool2d", params, fast=True)
     reference_layer = make_layer("nn.MaxPool2d", params)
-    reference_layer.use_fast_kernels = False
+    assert type(fast_layer) is not type(reference_layer)
     got, want = fast_layer.forward([x])[0], reference_layer.forward([x])[0]
     torch_y = F.max_pool2d(torch.from_numpy(x), kernel, stride, padding, dilation,
                            ceil_mode).numpy()
@@ -468,10 +465,10 @@ def test_max_pool_fast_path_matches_reference_and_torch(case, nan_every):
 def test_a_dynamic_graph_packs_at_build_what_any_size_will_need(monkeypatch):
     """Shapes unknown at build: a convolution whose F(4x4) packing would be too large runs
     F(2x2) at any size worth it, so that packing is made at build; others wait for a size."""
-    from layers.fast import conv as fast_conv
+    from layers.fast import algorithms
 
-    monkeypatch.setattr(fast_conv, "WINOGRAD_MAX_PACKED", 36 * 8 * 8 * 4 - 1)
-    monkeypatch.setattr(fast_conv, "WINOGRAD_F2_LARGE", 16 * 8 * 12 * 4 - 1)
+    monkeypatch.setattr(algorithms, "WINOGRAD_MAX_PACKED", 36 * 8 * 8 * 4 - 1)
+    monkeypatch.setattr(algorithms, "WINOGRAD_F2_LARGE", 16 * 8 * 12 * 4 - 1)
     huge, big, small = (PackedConv2d(rand(8, c, 3, 3), None, (1, 1), (1, 1), 1)
                         for c in (12, 8, 4))
     for packed in (huge, big, small):

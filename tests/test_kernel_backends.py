@@ -63,9 +63,9 @@ def depthwise_runs():
         weight = rand(6, k, k, seed=1)
         if uses_channels_last(6, 6, (k, k), (stride, stride), (out, out)):
             weight = pack_channel_blocks(weight)
-        yield lambda: depthwise_conv2d(rand(2, 6, size, size), weight,
-                                       rand(6, seed=2), (stride, stride), (pad,) * 4, (1, 1),
-                                       (out, out), Activation(CLAMP, 0.0, 6.0))
+        yield lambda size=size, weight=weight, stride=stride, pad=pad, out=out: (
+            depthwise_conv2d(rand(2, 6, size, size), weight, rand(6, seed=2), (stride, stride),
+                             (pad,) * 4, (1, 1), (out, out), Activation(CLAMP, 0.0, 6.0)))
 
 
 def conv_runs():

@@ -3,13 +3,13 @@
     python -m layers.fast.aot           # build them now (RuntimeGraph.build does it if needed)
 
 numba's ``pycc`` compiles each exported kernel (layers/fast/backend.py) for its one
-signature, for this machine's CPU, and links it with numba's small C runtime into
+signature, for the host CPU, and links it with numba's small C runtime into
 ``kernels_<key>_<part>.<ext>``. ``key`` hashes everything the machine code depends on: the
 sources of the kernels, the numba, numpy and Python versions, the CPU and the width of the
 register tiles (layers/fast/simd.py's LANES, which PNNX_INFER_LANES may set); a change to any
-of them makes new modules, built the next time a graph is built (40-70 s on two cores, once).
-The kernels are dealt into PARTS modules, compiled by as many child processes side by side:
-numba's compiler is single-threaded, and this machine has two cores. The children keep
+of them makes new modules, built the next time a graph is built (about a minute, once).
+The kernels are dealt into PARTS modules, compiled by as many child processes side by side
+(numba's compiler is single-threaded), jobs._work alone in one of them. The children keep
 numba and LLVM out of the process that asked; a file lock makes processes starting
 together build once.
 
@@ -242,8 +242,8 @@ def _kernel_sources() -> list[Path]:
 
 def _version(package: str) -> str:
     """The installed version of ``package``, from the name of its dist-info folder beside it
-    (importing importlib.metadata alone takes ~30 ms, a third of a model's load); from
-    importlib.metadata where there is no such folder."""
+    (cheaper than importing importlib.metadata); from importlib.metadata where there is no
+    such folder."""
     spec = importlib.util.find_spec(package)
     if spec is None or not spec.origin:
         return "none"

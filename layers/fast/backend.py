@@ -6,13 +6,14 @@ Every kernel in layers/fast is an ordinary Python function marked with ``@kernel
     def _max_pool2d(x, y, kh, kw): ...
 
 Until the kernels are started (``start``, which RuntimeGraph.build calls), the module-level
-name holds a ``Declared`` placeholder. Starting replaces it, in every module of layers.fast
-that names it, with its compiled form, taken from one of two back ends:
+name holds a ``Declared`` placeholder. Starting imports every module of layers.fast that
+declares kernels and replaces each placeholder, in every module that names it, with its
+compiled form, taken from one of two back ends:
 
 * **ahead of time** (the default): the ``exported`` kernels (the ones Python calls) are
   compiled once per machine, with numba's ``pycc``, into CPython extension modules kept on
   disk (layers/fast/aot.py). A process that finds them imports them like any extension:
-  numba and LLVM are never imported, which saves ~0.3 s and ~135 MiB per process. Each call
+  numba and LLVM are never imported, which saves their import time and memory. Each call
   checks its array arguments first (dtype, dimensions, C order, alignment), because the
   compiled code trusts them.
 * **just in time**: ``numba.njit(cache=True, **options)`` on every kernel, compiled on first
@@ -27,9 +28,13 @@ nogil) either way, and tests/test_kernel_backends.py checks that they agree bit 
 from __future__ import annotations
 
 import functools
+import importlib
 import os
+import pkgutil
+import re
 import sys
 import threading
+from pathlib import Path
 from typing import Callable
 
 import numpy as np
@@ -161,9 +166,9 @@ def _stale_with_any_source() -> None:
     """Make numba's disk cache of the kernels stale whenever any kernel source changes.
 
     numba keeps a function's compiled code until that function's own file changes; it does
-    not look at the files of the kernels and intrinsics the function calls. An edit to
-    simd.py (the tile width) left pointwise.py's kernels compiled the old way, in this mode
-    and in the modules built ahead of time (whose builder compiles through this cache).
+    not look at the files of the kernels and intrinsics the function calls (an edit to
+    simd.py would leave pointwise.py's kernels compiled the old way, in this mode and in the
+    modules built ahead of time, whose builder compiles through this cache).
     Here the kernels' cache entries carry aot.key() instead, a hash of every kernel source
     (and of the CPU and versions). numba offers no switch for this: a cache locator of our
     own goes first in its list, for layers.fast's functions only, and finds the same place
@@ -231,7 +236,7 @@ def _checked(declared: Declared, function: Callable) -> Callable:
     arrays = [(i, np.dtype(t[:t.index("[")]), t.count(",") + 1)
               for i, t in enumerate(declared.exported) if "[" in t]
 
-    def call(*args):                           # ~0.4 us per array checked
+    def call(*args):
         for index, dtype, ndim in arrays:
             a = args[index]
             if not (isinstance(a, np.ndarray) and a.dtype == dtype and a.ndim == ndim
@@ -248,10 +253,26 @@ def _checked(declared: Declared, function: Callable) -> Callable:
 
 
 def _import_kernel_modules() -> None:
-    """Import every module that declares kernels (so that all are declared)."""
-    from layers.fast import (atomics, depthwise, epilogue, gemm, jobs, phases,  # noqa
-                             pointwise, pointwise_transposed, pool, simd, special, winograd,
-                             winograd_f2)
+    """Import every module of layers.fast that declares kernels or intrinsics (a line that
+    starts with ``@kernel`` or ``@intrinsic``), so that all are declared: a new kernel module
+    needs no entry anywhere. The others (this one, aot, conv, the layers) are left alone."""
+    for name in _kernel_module_names():
+        importlib.import_module(f"layers.fast.{name}")
+
+
+@functools.cache
+def _kernel_module_names() -> tuple[str, ...]:
+    import layers.fast
+
+    names = []
+    for module in pkgutil.iter_modules(layers.fast.__path__):
+        path = Path(layers.fast.__path__[0]) / f"{module.name}.py"
+        if path.exists() and _DECLARES.search(path.read_text(encoding="utf-8")):
+            names.append(module.name)
+    return tuple(sorted(names))
+
+
+_DECLARES = re.compile(r"^@(kernel|intrinsic)\b", re.MULTILINE)
 
 
 def _kernel_modules() -> list:

@@ -1,48 +1,27 @@
-"""Depthwise convolution (groups == C_in, one input channel per group) as a numba kernel.
+"""Depthwise convolution (groups == C_in, one input channel per group) as numba kernels.
 
-Each output channel o reads one input channel c = o // m (m = C_out / C_in, the channel
-multiplier) through its own kh x kw filter::
+Output channel o reads input channel c = o // m (m = C_out / C_in) through its own filter::
 
-    y[n, o, oh, ow] = bias[o] + sum_{i, j} w[o, i, j] * x[n, c, oh*sh + i*dh - top, ow*sw + j*dw - left]
+    y[n, o, oh, ow] = bias[o] + sum_{i, j} w[o, i, j]
+                                * x[n, c, oh*sh + i*dh - top, ow*sw + j*dw - left]
 
-There is almost no arithmetic per byte, so a GEMM does not help; what matters is reading each
-input plane from cache and keeping the inner loops long, branch-free and unit-stride.
+Plane by plane (``_depthwise``, weight (C_out, kh, kw)): each (n, c) input plane is copied
+into its masked stride phases (layers/fast/phases.py), in which every tap reads a plain
+window; a whole output plane is then one long loop over t = oh*R + ow, adding the taps
+(3x3: all 9 in one pass, the weights in locals; 5x5: one kernel column per pass; others: a
+tap per pass) and keeping each kernel column's sum only where that column lies in the
+image (``column_ok``, a select, so an Inf next door does not become NaN). With R == Wo
+("same" padding) the loop writes the output plane in place; otherwise rows of R values, of
+which the first Wo are copied out. The activation then runs over the whole plane.
 
-* **Masked phases** (``phase_layout`` in layers/fast/phases.py). The kernel copies one
-  (n, c) plane into a small buffer (a few KB, in cache), split into sh * sw stride phases
-  with zero rows above and below, in which every tap reads a plain, unstrided window,
-  whatever the stride and dilation. With stride 1 that buffer is the plane itself: one
-  plain copy.
-* **Whole planes.** Flatten a phase (rows of R >= Wo values) row by row. Output (oh, ow) of
-  tap (i, j) reads flat element ``tap_start[i, j] + t`` with ``t = oh*R + ow``, so the
-  whole plane is ONE long loop over t of ``y[t] = bias + sum_taps w * phase[start + t]``
-  instead of Ho short loops. A window that reaches past the left or right edge reads the
-  neighbouring row there, not zeros: each kernel column's sum is kept only where that
-  column lies in the image (``column_ok``, a select). When R == Wo (any "same" padding)
-  the loop writes the output plane in place; otherwise it fills wide rows of R values, of
-  which the first Wo of each are copied out.
-* **Few passes.** A 3x3 kernel adds all its taps in the same loop, the weights held in
-  locals, so each output is written once, with fused multiply-adds; a 5x5 kernel adds one
-  kernel column (5 taps) per pass: its 25 weights and 25 streams in one loop did not fit in
-  the 16 vector registers of an AVX2 machine and were reloaded from the stack for every 8
-  outputs (one pass per column: 20-27% faster, the same sums in the same order); other sizes
-  add one tap per pass. Each is a function of its own, called once per plane, not inlined:
-  inlined into the plane loop (beside the other sizes) the compiler kept fewer of its
-  pointers in registers, and a 14 x 14 plane took 1.4x longer.
-The activation then runs over the whole plane (one long loop). Against padded phases (rows
-of Wo + the padding, copied in row by row and the outputs copied out row by row) this is
-1.3-2.5x faster on stride-1 layers (most on 14 x 14 planes), 5-10% on strided ones.
+Channels last (``_depthwise_channels_last``, weight packed by ``pack_channel_blocks`` as
+(ceil(C / 128), kh, kw, 128)): for small outputs (``uses_channels_last``: 3x3 or 5x5,
+C_out == C_in, at most CHANNELS_LAST_MAX_OUTPUTS outputs a plane, 4x as many strided), the
+image is transposed block of CHANNEL_BLOCK channels by block into a zero-padded
+(PH, PW, block) buffer, and every output pixel is one loop over the block's channels.
 
-**Small planes** (at most 16 outputs per plane, or 64 with a stride: 4 x 4, or the 7 x 7
-outputs of a stride-2 layer): one plane's loop is too short for its set-up to pay off, so
-the image is transposed channels last and every output pixel is one loop over the channels
-with all its taps (``_depthwise_channels_last``; 3x3 and 5x5, one output channel per input
-channel). It works on blocks of CHANNEL_BLOCK channels: a block's (PH, PW, 128) padded
-image, its taps (packed once, ``pack_channel_blocks``) and its outputs stay in the core's
-caches, where all the channels at once did not (1152 channels x 25 taps is 115 KB of
-weights alone). Since the plane kernel works on masked phases, it is the faster one on 7 x 7
-planes too (EfficientNet-Lite0's 1152-channel layers: 0.06 against 0.08 ms for the 3x3 on
-two threads) and on 28 -> 14 strided layers (240 channels: 0.06 against 0.11 ms).
+Both give every output's sum in a fixed order, whatever the thread that computes it; the
+``*_planes`` and ``*_blocks`` range kernels do a share of the units for jobs.py.
 """
 
 from __future__ import annotations
@@ -281,9 +260,8 @@ def depthwise_blocks(x, blocks, bias, y, stride_h, stride_w, dil_h, dil_w, top, 
                 dst[p] = pixels[p, c]
 
 
-CHANNELS_LAST_MAX_OUTPUTS = 16     # outputs per plane; with stride > 1, 4x as many (measured)
-CHANNEL_BLOCK = 128                # channels per block of the channels-last kernel (measured:
-                                   # 16 and 32 pay more per pixel than they save in cache)
+CHANNELS_LAST_MAX_OUTPUTS = 16     # channels last up to this many outputs a plane (x4 strided)
+CHANNEL_BLOCK = 128                # channels per block of the channels-last kernel
 
 
 def uses_channels_last(c_in: int, c_out: int, kernel: tuple[int, int],

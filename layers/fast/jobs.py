@@ -1,32 +1,35 @@
 """One kernel call shared between the calling thread and helper threads, without locks.
 
 A job is a kernel call whose work is a list of ``units`` (output planes, blocks of channels,
-products of a stack): it is cut into ``chunks`` ranges of consecutive units, and every thread
-takes the next chunk nobody has taken until none is left, so a thread that runs late (or a
-helper that is asleep) simply takes fewer. The calling thread publishes the job, takes chunks
-like the helpers, and returns once every chunk is done.
-
-Everything the threads share lives in three small arrays, written and read with atomics
-(layers/fast/atomics.py):
+products of a stack), cut into ``chunks`` ranges of consecutive units. Every thread takes
+the next chunk nobody has taken until none is left, so a thread that runs late takes fewer;
+the calling thread publishes the job, takes chunks like the helpers, and returns once every
+chunk is done. What the threads share lives in three small arrays, read and written with
+atomics (layers/fast/atomics.py)::
 
     control (int64)  TICKET = job << 40 | chunks << 20 | next chunk to take
-                     DONE   chunks of this job finished;  STOP  1: the helpers return
-    record  (int64)  KIND, UNITS, arrays as address + shape, integer arguments
-    reals (float64)  floating-point arguments
+                     DONE: chunks of this job finished;  STOP: 1 when the helpers return
+    record  (int64)  KIND, UNITS, then each kind's fields: arrays (address and shape, at the
+                     slots ARRAYS[field]) and integers (at their own slots)
+    reals (float64)  ACT_A, ACT_B: the activation's two parameters
 
-A thread takes chunk ``next`` by a compare-and-swap of TICKET to ``next + 1``: it fails if
-another thread took it first, or if the ticket now belongs to another job. The record is
-written before the ticket is published and not touched until every chunk is done, so a
-thread that holds a chunk reads the right arguments. Python (layers/fast/workers.py) fills
-the record with a job's entry (``_depthwise_job`` ...), then runs it with ``_work``, which
-is also the helpers' loop.
+A thread takes chunk ``next`` by a compare-and-swap of TICKET to ``next + 1``, which fails if
+another thread took it first or the ticket now belongs to another job. The record is written
+before the ticket is published and not touched until every chunk is done, so a thread that
+holds a chunk reads its job's arguments.
+
+Each kind of job declares its fields once, by name (``array_fields``, ``int_fields``: plain
+module-level ints, which numba reads as constants). A compiled writer (``_depthwise_job``
+...) fills the record by those names, ``_run_units`` reads them back and calls the kind's
+range kernel, and ``_work`` runs the job (it is also the helpers' loop). Python calls a
+writer and then ``_work`` through ``workers.Team.share``.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-# kernel modules as modules: some of them (gemm, winograd) import this one through workers.py
+# kernel modules as modules: some of them import this one (through workers.py)
 from layers.fast import (depthwise, epilogue, gemm, pointwise, pointwise_transposed, winograd,
                          winograd_f2)
 from layers.fast.atomics import (NO_TRANS, TRANS, add, compare_swap, float_array, load, pause,
@@ -38,16 +41,65 @@ CONTROL_SIZE = 24
 FIELD = 1 << 20                      # chunks and next chunk: 20 bits each in the ticket
 
 KIND, UNITS = 0, 1                   # record's slots
-ARRAYS = np.array((2, 7, 12, 17, 22, 27))   # address, then up to four sizes (an array, so
-                                            # that its items are run-time ints: see _work)
-INTS = 32                            # the integer arguments from here
-RECORD_SIZE, REALS_SIZE = 64, 4
+ARRAYS = np.array((2, 7, 12, 17, 22, 27))   # array field i: address at ARRAYS[i], then up to
+                                            # four sizes (an array, so that a slot read from
+                                            # it is a run-time int: see _work)
+INTS = 32                            # integer fields from this slot on
+RECORD_SIZE = 64
+ACT_A, ACT_B = 0, 1                  # reals' slots: the activation's parameters (every kind)
+REALS_SIZE = 4
 
-DEPTHWISE, DEPTHWISE_BLOCKS, EPILOGUE, GEMM, IM2COL = 1, 2, 3, 4, 5      # kinds
+
+def array_fields(count: int) -> tuple[int, ...]:
+    """The indices into ARRAYS of a kind's ``count`` array fields."""
+    if count > len(ARRAYS):
+        raise ValueError(f"a job has at most {len(ARRAYS)} arrays, not {count}")
+    return tuple(range(count))
+
+
+def int_fields(count: int) -> tuple[int, ...]:
+    """The record slots of a kind's ``count`` integer fields."""
+    if INTS + count > RECORD_SIZE:
+        raise ValueError(f"a job has at most {RECORD_SIZE - INTS} integers, not {count}")
+    return tuple(range(INTS, INTS + count))
+
+
+# ----- the kinds of job and their fields ---------------------------------------------------
+DEPTHWISE, DEPTHWISE_BLOCKS, EPILOGUE, GEMM, IM2COL = 1, 2, 3, 4, 5
 WINOGRAD_IN, WINOGRAD_OUT, WINOGRAD_F2_IN, WINOGRAD_F2_OUT, POINTWISE = 6, 7, 8, 9, 10
 POINTWISE_TRANSPOSED = 11
-BY_PRODUCT, BY_ROWS, BY_COLUMNS = 0, 1, 2                      # how GEMM units are cut
-ALIGN = 16                           # GEMM row and column cuts: multiples of this
+
+# DEPTHWISE, DEPTHWISE_BLOCKS: depthwise.depthwise_planes / depthwise_blocks
+DW_X, DW_WEIGHT, DW_BIAS, DW_Y = array_fields(4)
+DW_STRIDE_H, DW_STRIDE_W, DW_DIL_H, DW_DIL_W, DW_TOP, DW_LEFT, DW_CODE = int_fields(7)
+
+# EPILOGUE: epilogue.finish_rows
+EP_Y, EP_BIAS, EP_RESIDUAL = array_fields(3)
+EP_CODE, = int_fields(1)
+
+# GEMM: a stack of products C[t] = A[t] @ B[t] by BLAS, cut as GEMM_CUT says (_gemm_unit)
+GEMM_A, GEMM_B, GEMM_C = array_fields(3)
+(GEMM_FUNCTION, GEMM_M, GEMM_N, GEMM_K, GEMM_STRIDE_A, GEMM_STRIDE_B, GEMM_STRIDE_C, GEMM_CUT,
+ GEMM_PARTS, GEMM_TRANSPOSED, GEMM_GEMV) = int_fields(11)
+BY_PRODUCT, BY_ROWS, BY_COLUMNS = 0, 1, 2        # GEMM_CUT: how a product's units are cut
+ALIGN = 16                                       # row and column cuts: multiples of this
+
+# POINTWISE, POINTWISE_TRANSPOSED: pointwise.pointwise_blocks / transposed_units
+PW_WEIGHT, PW_X, PW_BIAS, PW_RESIDUAL, PW_Y, PW_SPACE = array_fields(6)
+PW_CODE, = int_fields(1)
+
+# IM2COL: gemm.im2col_channels
+IC_X, IC_COLS = array_fields(2)
+(IC_KH, IC_KW, IC_STRIDE_H, IC_STRIDE_W, IC_DIL_H, IC_DIL_W, IC_TOP, IC_LEFT, IC_OUT_H,
+ IC_OUT_W) = int_fields(10)
+
+# WINOGRAD_IN, WINOGRAD_F2_IN: winograd.input_planes / winograd_f2.input_planes_f2
+WI_X, WI_V = array_fields(2)
+WI_TOP, WI_LEFT, WI_TILES_H, WI_TILES_W = int_fields(4)
+
+# WINOGRAD_OUT, WINOGRAD_F2_OUT: winograd.output_planes / winograd_f2.output_planes_f2
+WO_M, WO_Y, WO_BIAS, WO_RESIDUAL = array_fields(4)
+WO_TILES_H, WO_TILES_W, WO_CODE = int_fields(3)
 
 CONTROL, RECORD, REALS = array(1, "i8"), array(1, "i8"), array(1, "f8")
 
@@ -60,15 +112,15 @@ def _work(control, record, reals, chunks, idle_polls):
     helper's loop: take chunks of whatever job is published; return after ``idle_polls``
     polls without work, or when STOP is set.
 
-    What compiling it costs (~30 s, in a module of its own: layers/fast/aot.py). Every
-    kernel a chunk may run is linked into this function, and numba optimizes all of that
-    again for each function that calls another. So there is one entry; ``_take_one``,
-    ``_run_units`` and ``_gemm_unit`` are inlined into it (numba's inline="always") rather
-    than being three more levels that each re-optimize every kernel; and everything is
-    called with run-time ints, never literals, since numba compiles a function again for
-    each literal argument: the exported kernels call the range kernels with np.int64(0) as
-    their start (not 0) to share one compiled version with the calls here, and the record's
-    array slots (ARRAYS) are an array's items. The three measures took it from 55 to 33 s."""
+    Every kernel a chunk may run is linked into this function, and numba optimizes all of
+    it again for each function that calls another, so compiling it is the longest part of
+    the build (a module of its own: layers/fast/aot.py). Hence one entry: ``_take_one``,
+    ``_run_units`` and ``_gemm_unit`` are inlined into it (inline="always") rather than
+    being more levels that each re-optimize every kernel. And every kernel is called with
+    run-time ints, never literals, since numba compiles a function again for each literal
+    argument: the exported kernels call the range kernels with np.int64(0) as their start
+    (not 0) to share one compiled version with the calls here, array slots are read from
+    ARRAYS (an array's items), and integer fields are read from the record."""
     if chunks > 0:
         chunks = max(1, min(chunks, record[UNITS], FIELD - 1))
         job = (load(control, TICKET) // (FIELD * FIELD) + 1) % (1 << 23)
@@ -142,57 +194,62 @@ def _get4(record, slot):
 def _run_units(record, reals, chunk, first, last):
     """Units first .. last - 1 of the job in ``record``, chunk ``chunk`` of it (a job that
     needs work space has one row of it per chunk)."""
-    kind, i, a = record[KIND], INTS, ARRAYS
+    kind, a = record[KIND], ARRAYS
+    act_a, act_b = reals[ACT_A], reals[ACT_B]
     if kind == DEPTHWISE or kind == DEPTHWISE_BLOCKS:
-        x, bias, y = _get4(record, a[0]), _get1(record, a[2]), _get4(record, a[3])
+        x, bias, y = _get4(record, a[DW_X]), _get1(record, a[DW_BIAS]), _get4(record, a[DW_Y])
         if kind == DEPTHWISE:
             depthwise.depthwise_planes(
-                x, _get3(record, a[1]), bias, y, record[i], record[i + 1], record[i + 2],
-                record[i + 3], record[i + 4], record[i + 5], record[i + 6], reals[0], reals[1],
-                first, last)
+                x, _get3(record, a[DW_WEIGHT]), bias, y, record[DW_STRIDE_H],
+                record[DW_STRIDE_W], record[DW_DIL_H], record[DW_DIL_W], record[DW_TOP],
+                record[DW_LEFT], record[DW_CODE], act_a, act_b, first, last)
         else:
             depthwise.depthwise_blocks(
-                x, _get4(record, a[1]), bias, y, record[i], record[i + 1], record[i + 2],
-                record[i + 3], record[i + 4], record[i + 5], record[i + 6], reals[0], reals[1],
-                first, last)
+                x, _get4(record, a[DW_WEIGHT]), bias, y, record[DW_STRIDE_H],
+                record[DW_STRIDE_W], record[DW_DIL_H], record[DW_DIL_W], record[DW_TOP],
+                record[DW_LEFT], record[DW_CODE], act_a, act_b, first, last)
     elif kind == EPILOGUE:
-        epilogue.finish_rows(_get3(record, a[0]), _get1(record, a[1]), _get3(record, a[2]),
-                             record[i], reals[0], reals[1], first, last)
+        epilogue.finish_rows(_get3(record, a[EP_Y]), _get1(record, a[EP_BIAS]),
+                             _get3(record, a[EP_RESIDUAL]), record[EP_CODE], act_a, act_b,
+                             first, last)
     elif kind == GEMM:
         for unit in range(first, last):
-            _gemm_unit(record, reals, unit)
-    elif kind == POINTWISE:
-        pointwise.pointwise_blocks(_get3(record, a[0]), _get3(record, a[1]),
-                                   _get1(record, a[2]), _get3(record, a[3]),
-                                   _get3(record, a[4]), _get2(record, a[5])[chunk], record[i],
-                                   reals[0], reals[1], first, last)
-    elif kind == POINTWISE_TRANSPOSED:
-        pointwise_transposed.transposed_units(
-            _get3(record, a[0]), _get3(record, a[1]), _get1(record, a[2]), _get3(record, a[3]),
-            _get3(record, a[4]), _get2(record, a[5])[chunk], record[i], reals[0], reals[1],
-            first, last)
+            _gemm_unit(record, unit)
+    elif kind == POINTWISE or kind == POINTWISE_TRANSPOSED:
+        weight, x, bias = (_get3(record, a[PW_WEIGHT]), _get3(record, a[PW_X]),
+                           _get1(record, a[PW_BIAS]))
+        residual, y = _get3(record, a[PW_RESIDUAL]), _get3(record, a[PW_Y])
+        space = _get2(record, a[PW_SPACE])[chunk]
+        if kind == POINTWISE:
+            pointwise.pointwise_blocks(weight, x, bias, residual, y, space, record[PW_CODE],
+                                       act_a, act_b, first, last)
+        else:
+            pointwise_transposed.transposed_units(weight, x, bias, residual, y, space,
+                                                  record[PW_CODE], act_a, act_b, first, last)
     elif kind == IM2COL:
-        gemm.im2col_channels(_get3(record, a[0]), _get2(record, a[1]), record[i],
-                             record[i + 1], record[i + 2], record[i + 3], record[i + 4],
-                             record[i + 5], record[i + 6], record[i + 7], record[i + 8],
-                             record[i + 9], first, last)
+        gemm.im2col_channels(_get3(record, a[IC_X]), _get2(record, a[IC_COLS]), record[IC_KH],
+                             record[IC_KW], record[IC_STRIDE_H], record[IC_STRIDE_W],
+                             record[IC_DIL_H], record[IC_DIL_W], record[IC_TOP],
+                             record[IC_LEFT], record[IC_OUT_H], record[IC_OUT_W], first, last)
     elif kind == WINOGRAD_IN or kind == WINOGRAD_F2_IN:
-        x, v = _get4(record, a[0]), _get3(record, a[1])
+        x, v = _get4(record, a[WI_X]), _get3(record, a[WI_V])
         if kind == WINOGRAD_IN:
-            winograd.input_planes(x, v, record[i], record[i + 1], record[i + 2],
-                                  record[i + 3], first, last)
+            winograd.input_planes(x, v, record[WI_TOP], record[WI_LEFT], record[WI_TILES_H],
+                                  record[WI_TILES_W], first, last)
         else:
-            winograd_f2.input_planes_f2(x, v, record[i], record[i + 1], record[i + 2],
-                                        record[i + 3], first, last)
+            winograd_f2.input_planes_f2(x, v, record[WI_TOP], record[WI_LEFT],
+                                        record[WI_TILES_H], record[WI_TILES_W], first, last)
     elif kind == WINOGRAD_OUT or kind == WINOGRAD_F2_OUT:
-        m, y, bias, residual = (_get3(record, a[0]), _get4(record, a[1]), _get1(record, a[2]),
-                                _get4(record, a[3]))
+        m, y = _get3(record, a[WO_M]), _get4(record, a[WO_Y])
+        bias, residual = _get1(record, a[WO_BIAS]), _get4(record, a[WO_RESIDUAL])
         if kind == WINOGRAD_OUT:
-            winograd.output_planes(m, y, bias, residual, record[i], record[i + 1],
-                                   record[i + 2], reals[0], reals[1], first, last)
+            winograd.output_planes(m, y, bias, residual, record[WO_TILES_H],
+                                   record[WO_TILES_W], record[WO_CODE], act_a, act_b, first,
+                                   last)
         else:
-            winograd_f2.output_planes_f2(m, y, bias, residual, record[i], record[i + 1],
-                                         record[i + 2], reals[0], reals[1], first, last)
+            winograd_f2.output_planes_f2(m, y, bias, residual, record[WO_TILES_H],
+                                         record[WO_TILES_W], record[WO_CODE], act_a, act_b,
+                                         first, last)
 
 
 @kernel(nogil=True)
@@ -204,16 +261,16 @@ def _cut(size, part, parts):
 
 
 @kernel(inline="always")
-def _gemm_unit(record, reals, unit):
+def _gemm_unit(record, unit):
     """One unit of a stack of products C[t] = A[t] @ B[t] (A (M, K), B (K, N) or, transposed,
     (N, K), C (M, N), C-contiguous, t-th at t * stride floats; a stride of 0 reuses one
     matrix): the whole product t, or a band of its rows or columns. With a GEMV pointer
     (products of one row, M = 1, or one column, N = 1) each band is a matrix-vector product,
     as numpy computes those (the same kernel, so the same rounding)."""
-    i = INTS
-    function, m, n, k = record[i], record[i + 1], record[i + 2], record[i + 3]
-    stride_a, stride_b, stride_c = record[i + 4], record[i + 5], record[i + 6]
-    cut, parts, transposed, gemv = record[i + 7], record[i + 8], record[i + 9], record[i + 10]
+    function, m, n, k = record[GEMM_FUNCTION], record[GEMM_M], record[GEMM_N], record[GEMM_K]
+    stride_a, stride_b = record[GEMM_STRIDE_A], record[GEMM_STRIDE_B]
+    stride_c, cut, parts = record[GEMM_STRIDE_C], record[GEMM_CUT], record[GEMM_PARTS]
+    transposed, gemv = record[GEMM_TRANSPOSED], record[GEMM_GEMV]
     t, part = unit // parts, unit % parts
     row0, row1, col0, col1 = 0, m, 0, n
     if cut == BY_ROWS:
@@ -222,7 +279,8 @@ def _gemm_unit(record, reals, unit):
         col0, col1 = _cut(n, part, parts), _cut(n, part + 1, parts)
     if row1 <= row0 or col1 <= col0:
         return
-    a, b, c = record[ARRAYS[0]], record[ARRAYS[1]], record[ARRAYS[2]]
+    a, b = record[ARRAYS[GEMM_A]], record[ARRAYS[GEMM_B]]
+    c = record[ARRAYS[GEMM_C]]
     a_first = a + 4 * (t * stride_a + row0 * k)       # row row0 of A
     ldb = k if transposed else n                      # B's row stride
     b_first = b + 4 * (t * stride_b + (col0 * k if transposed else col0))   # column col0
@@ -238,142 +296,144 @@ def _gemm_unit(record, reals, unit):
               a_first, k, b_first, ldb, c_first, n)
 
 
-# ----- the jobs: each fills the record, then _work runs it ---------------------------------
+# ----- the writers: each fills the record with one job, by its fields' names --------------
 @kernel(nogil=True, exported=(RECORD, REALS, array(4), array(3), array(1), array(4),
                               *[INT] * 7, FLOAT, FLOAT))
 def _depthwise_job(record, reals, x, weight, bias, y, stride_h, stride_w, dil_h, dil_w,
-                   top, left, code, a, b):
-    """The job of depthwise._depthwise (units: output planes)."""
+                   top, left, code, act_a, act_b):
+    """DEPTHWISE, as depthwise._depthwise (units: output planes)."""
     _depthwise_record(record, reals, DEPTHWISE, x, bias, y, y.shape[0] * y.shape[1], stride_h,
-                      stride_w, dil_h, dil_w, top, left, code, a, b)
-    _put(record, ARRAYS[1], weight)
+                      stride_w, dil_h, dil_w, top, left, code, act_a, act_b)
+    _put(record, ARRAYS[DW_WEIGHT], weight)
 
 
 @kernel(nogil=True, exported=(RECORD, REALS, array(4), array(4), array(1), array(4),
                               *[INT] * 7, FLOAT, FLOAT))
 def _depthwise_blocks_job(record, reals, x, blocks, bias, y, stride_h, stride_w, dil_h,
-                          dil_w, top, left, code, a, b):
-    """The job of depthwise._depthwise_channels_last (units: blocks of channels of each
-    image)."""
+                          dil_w, top, left, code, act_a, act_b):
+    """DEPTHWISE_BLOCKS, as depthwise._depthwise_channels_last (units: blocks of channels of
+    each image)."""
     _depthwise_record(record, reals, DEPTHWISE_BLOCKS, x, bias, y,
                       x.shape[0] * blocks.shape[0], stride_h, stride_w, dil_h, dil_w, top,
-                      left, code, a, b)
-    _put(record, ARRAYS[1], blocks)
+                      left, code, act_a, act_b)
+    _put(record, ARRAYS[DW_WEIGHT], blocks)
 
 
 @kernel(inline="always")
 def _depthwise_record(record, reals, kind, x, bias, y, units, stride_h, stride_w, dil_h, dil_w,
-                      top, left, code, a, b):
+                      top, left, code, act_a, act_b):
     record[KIND], record[UNITS] = kind, units
-    _put(record, ARRAYS[0], x)
-    _put(record, ARRAYS[2], bias)
-    _put(record, ARRAYS[3], y)
-    i = INTS
-    record[i], record[i + 1], record[i + 2], record[i + 3] = stride_h, stride_w, dil_h, dil_w
-    record[i + 4], record[i + 5], record[i + 6] = top, left, code
-    reals[0], reals[1] = a, b
+    _put(record, ARRAYS[DW_X], x)
+    _put(record, ARRAYS[DW_BIAS], bias)
+    _put(record, ARRAYS[DW_Y], y)
+    record[DW_STRIDE_H], record[DW_STRIDE_W] = stride_h, stride_w
+    record[DW_DIL_H], record[DW_DIL_W] = dil_h, dil_w
+    record[DW_TOP], record[DW_LEFT], record[DW_CODE] = top, left, code
+    reals[ACT_A], reals[ACT_B] = act_a, act_b
 
 
 @kernel(nogil=True, exported=(RECORD, REALS, array(3), array(1), array(3), INT, FLOAT,
                               FLOAT))
-def _epilogue_job(record, reals, y, bias, residual, code, a, b):
-    """The job of epilogue._bias_residual_activation (units: rows (n, c))."""
+def _epilogue_job(record, reals, y, bias, residual, code, act_a, act_b):
+    """EPILOGUE, as epilogue._bias_residual_activation (units: rows (n, c))."""
     record[KIND], record[UNITS] = EPILOGUE, y.shape[0] * y.shape[1]
-    _put(record, ARRAYS[0], y)
-    _put(record, ARRAYS[1], bias)
-    _put(record, ARRAYS[2], residual)
-    record[INTS] = code
-    reals[0], reals[1] = a, b
+    _put(record, ARRAYS[EP_Y], y)
+    _put(record, ARRAYS[EP_BIAS], bias)
+    _put(record, ARRAYS[EP_RESIDUAL], residual)
+    record[EP_CODE] = code
+    reals[ACT_A], reals[ACT_B] = act_a, act_b
 
 
 @kernel(nogil=True, exported=(RECORD, REALS, INT, INT, array(3), array(3), array(3), INT, INT,
                               INT))
 def _gemm_job(record, reals, function, gemv, a, b, c, cut, parts, transposed):
-    """The job c[t] = a[t or 0] @ b[t] for every t (b[t].T if ``transposed``): units are the
+    """GEMM: c[t] = a[t or 0] @ b[t] for every t (b[t].T if ``transposed``): units are the
     products, or ``parts`` bands of each (``cut``) when there are few. ``function``:
     cblas_sgemm's address; ``gemv``: cblas_sgemv's for products of one row or one column,
     else 0."""
     products, m, n = c.shape
+    k = a.shape[2]
     record[KIND], record[UNITS] = GEMM, products * parts
-    _put(record, ARRAYS[0], a)
-    _put(record, ARRAYS[1], b)
-    _put(record, ARRAYS[2], c)
-    i = INTS
-    record[i], record[i + 1], record[i + 2], record[i + 3] = function, m, n, a.shape[2]
-    record[i + 4] = m * a.shape[2] if a.shape[0] > 1 else 0
-    record[i + 5], record[i + 6] = b.shape[1] * b.shape[2], m * n
-    record[i + 7], record[i + 8], record[i + 9], record[i + 10] = cut, parts, transposed, gemv
+    _put(record, ARRAYS[GEMM_A], a)
+    _put(record, ARRAYS[GEMM_B], b)
+    _put(record, ARRAYS[GEMM_C], c)
+    record[GEMM_FUNCTION], record[GEMM_M], record[GEMM_N], record[GEMM_K] = function, m, n, k
+    record[GEMM_STRIDE_A] = m * k if a.shape[0] > 1 else 0
+    record[GEMM_STRIDE_B], record[GEMM_STRIDE_C] = b.shape[1] * b.shape[2], m * n
+    record[GEMM_CUT], record[GEMM_PARTS] = cut, parts
+    record[GEMM_TRANSPOSED], record[GEMM_GEMV] = transposed, gemv
 
 
 @kernel(nogil=True, exported=(RECORD, REALS, array(3), array(3), array(1), array(3),
                               array(3), array(2), INT, FLOAT, FLOAT))
-def _pointwise_job(record, reals, weight, x, bias, residual, y, space, code, a, b):
-    """The job of pointwise._pointwise (units: blocks of channels by pixels; ``space``: a
+def _pointwise_job(record, reals, weight, x, bias, residual, y, space, code, act_a, act_b):
+    """POINTWISE, as pointwise._pointwise (units: blocks of channels by pixels; ``space``: a
     row of work space per chunk)."""
     _pointwise_record(record, reals, POINTWISE,
                       pointwise.block_count(x.shape[1], weight.shape[1], x.shape[0], x.shape[2]),
-                      weight, x, bias, residual, y, space, code, a, b)
+                      weight, x, bias, residual, y, space, code, act_a, act_b)
 
 
 @kernel(nogil=True, exported=(RECORD, REALS, array(3), array(3), array(1), array(3),
                               array(3), array(2), INT, FLOAT, FLOAT))
-def _pointwise_transposed_job(record, reals, panels, x, bias, residual, y, space, code, a, b):
-    """The job of pointwise_transposed._pointwise_transposed (units: bands of pixels by
-    panels of channels; ``space``: a row of work space per chunk)."""
+def _pointwise_transposed_job(record, reals, panels, x, bias, residual, y, space, code, act_a,
+                              act_b):
+    """POINTWISE_TRANSPOSED, as pointwise_transposed._pointwise_transposed (units: bands of
+    pixels by panels of channels; ``space``: a row of work space per chunk)."""
     _pointwise_record(record, reals, POINTWISE_TRANSPOSED,
                       pointwise_transposed.unit_count(x.shape[0], panels.shape[0], x.shape[2]),
-                      panels, x, bias, residual, y, space, code, a, b)
+                      panels, x, bias, residual, y, space, code, act_a, act_b)
 
 
 @kernel(inline="always")
-def _pointwise_record(record, reals, kind, units, weight, x, bias, residual, y, space, code, a,
-                      b):
+def _pointwise_record(record, reals, kind, units, weight, x, bias, residual, y, space, code,
+                      act_a, act_b):
     record[KIND], record[UNITS] = kind, units
-    _put(record, ARRAYS[0], weight)
-    _put(record, ARRAYS[1], x)
-    _put(record, ARRAYS[2], bias)
-    _put(record, ARRAYS[3], residual)
-    _put(record, ARRAYS[4], y)
-    _put(record, ARRAYS[5], space)
-    record[INTS] = code
-    reals[0], reals[1] = a, b
+    _put(record, ARRAYS[PW_WEIGHT], weight)
+    _put(record, ARRAYS[PW_X], x)
+    _put(record, ARRAYS[PW_BIAS], bias)
+    _put(record, ARRAYS[PW_RESIDUAL], residual)
+    _put(record, ARRAYS[PW_Y], y)
+    _put(record, ARRAYS[PW_SPACE], space)
+    record[PW_CODE] = code
+    reals[ACT_A], reals[ACT_B] = act_a, act_b
 
 
 @kernel(nogil=True, exported=(RECORD, REALS, array(3), array(2), *[INT] * 10))
 def _im2col_job(record, reals, x, cols, kh, kw, stride_h, stride_w, dil_h, dil_w, top,
                 left, out_h, out_w):
-    """The job of gemm._im2col (units: input channels)."""
+    """IM2COL, as gemm._im2col (units: input channels)."""
     record[KIND], record[UNITS] = IM2COL, x.shape[0]
-    _put(record, ARRAYS[0], x)
-    _put(record, ARRAYS[1], cols)
-    i = INTS
-    record[i], record[i + 1], record[i + 2], record[i + 3] = kh, kw, stride_h, stride_w
-    record[i + 4], record[i + 5], record[i + 6], record[i + 7] = dil_h, dil_w, top, left
-    record[i + 8], record[i + 9] = out_h, out_w
+    _put(record, ARRAYS[IC_X], x)
+    _put(record, ARRAYS[IC_COLS], cols)
+    record[IC_KH], record[IC_KW], record[IC_STRIDE_H], record[IC_STRIDE_W] = (
+        kh, kw, stride_h, stride_w)
+    record[IC_DIL_H], record[IC_DIL_W], record[IC_TOP], record[IC_LEFT] = (
+        dil_h, dil_w, top, left)
+    record[IC_OUT_H], record[IC_OUT_W] = out_h, out_w
 
 
 @kernel(nogil=True, exported=(RECORD, REALS, INT, array(4), array(3), *[INT] * 4))
 def _winograd_input_job(record, reals, kind, x, v, top, left, tiles_h, tiles_w):
-    """The job of a Winograd input transform (``kind``: WINOGRAD_IN or WINOGRAD_F2_IN;
-    units: input planes)."""
+    """WINOGRAD_IN or WINOGRAD_F2_IN (``kind``), as a Winograd input transform (units: input
+    planes)."""
     record[KIND], record[UNITS] = kind, x.shape[0] * x.shape[1]
-    _put(record, ARRAYS[0], x)
-    _put(record, ARRAYS[1], v)
-    i = INTS
-    record[i], record[i + 1], record[i + 2], record[i + 3] = top, left, tiles_h, tiles_w
+    _put(record, ARRAYS[WI_X], x)
+    _put(record, ARRAYS[WI_V], v)
+    record[WI_TOP], record[WI_LEFT] = top, left
+    record[WI_TILES_H], record[WI_TILES_W] = tiles_h, tiles_w
 
 
 @kernel(nogil=True, exported=(RECORD, REALS, INT, array(3), array(4), array(1),
                               array(4), *[INT] * 3, FLOAT, FLOAT))
 def _winograd_output_job(record, reals, kind, m, y, bias, residual, tiles_h, tiles_w,
-                         code, a, b):
-    """The job of a Winograd output transform (``kind``: WINOGRAD_OUT or WINOGRAD_F2_OUT;
-    units: output planes)."""
+                         code, act_a, act_b):
+    """WINOGRAD_OUT or WINOGRAD_F2_OUT (``kind``), as a Winograd output transform (units:
+    output planes)."""
     record[KIND], record[UNITS] = kind, y.shape[0] * y.shape[1]
-    _put(record, ARRAYS[0], m)
-    _put(record, ARRAYS[1], y)
-    _put(record, ARRAYS[2], bias)
-    _put(record, ARRAYS[3], residual)
-    i = INTS
-    record[i], record[i + 1], record[i + 2] = tiles_h, tiles_w, code
-    reals[0], reals[1] = a, b
+    _put(record, ARRAYS[WO_M], m)
+    _put(record, ARRAYS[WO_Y], y)
+    _put(record, ARRAYS[WO_BIAS], bias)
+    _put(record, ARRAYS[WO_RESIDUAL], residual)
+    record[WO_TILES_H], record[WO_TILES_W], record[WO_CODE] = tiles_h, tiles_w, code
+    reals[ACT_A], reals[ACT_B] = act_a, act_b

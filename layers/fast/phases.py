@@ -104,11 +104,10 @@ def phase_targets(height, width, row_len, first_row, phase_size, stride_h, strid
     """Where each value of an image plane goes in its phases (``phase_layout``), for
     split_plane: image row r to row phase r % sh, buffer row first_row + r // sh; column c to
     column phase c % sw, at c // sw. Worked out once per call, for narrow planes only (rows
-    of fewer than SCATTER_MAX_WIDTH values, and not the plane itself: stride 1, rows of W):
-    split row by row, a 14 x 14 plane took ~1400 cycles into four phases (each row's views
-    and short loops cost more than its copies), and one loop over this map a third of that.
-    Wider rows split row by row run faster (their loops are long and vectorised): for them,
-    and for the plane itself, no values."""
+    of fewer than SCATTER_MAX_WIDTH values, and not the plane itself: stride 1, rows of W),
+    where one loop over this map beats short loops row by row. Wider rows are split row by
+    row (their loops are long and vectorised): for them, and for the plane itself, no
+    values."""
     if (stride_h == 1 and stride_w == 1 and row_len == width) or width >= SCATTER_MAX_WIDTH:
         return np.empty(0, np.int64)
     targets = np.empty(height * width, np.int64)

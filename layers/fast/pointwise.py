@@ -4,55 +4,24 @@ Such a convolution is one matrix product per image, on the image as it lies in m
 
     y[n] (C_out, H*W) = activation(weight (C_out, C_in) @ x[n] (C_in, H*W) + bias + residual)
 
-and in a network like EfficientNet or MobileNet it is most of the work. BLAS computes it by
-first copying both matrices into its own blocked layouts (on every call) and leaves the
-bias, residual and activation for a second pass over y. Here each block of 6 output
-channels by 32 pixels (16 on an AVX2 machine: simd.COLUMNS) is summed in vector registers
-over C_in (layers/fast/simd.py) and written once, finished: ReLU and ReLU6 are clamps in
-the registers; other activations run on the block's rows right after it is written, while
-they are in cache. The weight is read as it is (one value per row and k).
+Each block of ROWS output channels by COLUMNS pixels (simd.py: 6 x 2 vectors) is summed in
+vector registers over C_in and written once, finished: ReLU and ReLU6 are clamps in the
+registers, other activations run on the block's rows right after it is written. The weight
+is read as it is; ``weight`` may also be a stack (N, C_out, C_in), one matrix per image
+(Winograd's products).
 
-Work is cut into bands of pixels, at most X_BLOCK floats of x each (``block_width``), and
-each band into blocks of 6 channels, so that a band of x stays in cache while every block of
-channels reads it. A long sum (C_in > K_BLOCK: im2col's K = 9 C_in) is taken in slices of
-K_BLOCK channels: every block adds one slice, stores its partial sums, and the next slice
-carries on from them (``tile_load``; the epilogue comes with the last), so that the weights
-are read once, not once per band (ResNet-18's 512-channel 3x3 at 7x7: 8.9 -> 6.5 ms). A
-partial sum is stored as the float32 the registers hold: the result has the same bits as
-one chain. The same kernel runs Winograd's products, with a weight matrix per "image"
-(``weight`` (N, C_out, C_in)).
+Work is cut into bands of pixels of at most X_BLOCK floats of x (``block_width``), each band
+into blocks of ROWS channels, so that a band of x stays in cache while every block reads it.
+A sum over more than K_BLOCK channels is taken in slices: each slice's partial sums are
+stored as the float32 the registers hold and the next slice carries on from them
+(``tile_load``), so the result has the bits of one chain. A widening convolution
+(C_out >= C_in) first copies its band of x into the chunk's work space (``space``); a
+narrowing one reads x in place.
 
-A widening convolution (C_out >= C_in: EfficientNet's expansions) first copies its band of x
-into the chunk's work space: x is small there and read C_out / 6 times, and reading it in
-place ran 8-18x slower for some placements of x and y in memory (both in fresh neighbouring
-allocations: 9 ms against 0.5 for 96 x 16 x 12544, on an AVX-512 AMD machine); with the
-copy, every placement tried ran at the same speed. A narrowing one reads x in place: its x
-is the large operand, and the copy cost more than it saved (no such slowdown showed in its
-placements).
-
-The last tile of a band is usually partial (49 pixels: three tiles of 16 and one of 1). Its
-rows of x are still read as whole vectors wherever the array goes on (the lanes past the
-band hold the next pixels or the next row of x, or a packed band's padding): those lanes
-are summed and never stored, as the lanes of any column are independent. Only at the very
-end of x does a masked load read less. Masked loads on every k cost the edge tile twice a
-whole one's time on AVX2, whose 16 registers leave no room to keep the mask (EfficientNet's
-1152 -> 192 channels at 7x7, two threads: 0.60 -> 0.43 ms; the whole forward at batch 1:
-24.5 -> 20.8 ms on the AVX2 machine). Every tile but that last one runs a k loop whose
-vectors are whole by a constant count, so the compiler drops the check for a part (3-5% on
-widening layers with few input channels: 16 -> 96 channels at 112x112, 1.62 -> 1.53 ms on
-one thread).
-
-Measured in whole EfficientNet-Lite0 forwards at batch 1 on two threads, on the AVX-512
-machine (each 1x1 layer against OpenBLAS plus the fused epilogue, alternated forward by
-forward): 1.2-1.6x faster at 112x112 to 28x28, even at 14x14 and 7x7 (where 196 and 49
-pixels fill 87% and 77% of the lanes of their 32-pixel blocks), 0.89x for 672 -> 112
-channels at 14x14; the forward 8.26 -> 7.75 ms. On an AVX2 machine (AMD Zen, 6 x 16 tiles)
-the layers from 112x112 to 28x28 are as fast as OpenBLAS or faster, but the 7x7 ones took
-1.15-1.3x OpenBLAS's time alone (0.43 against 0.34-0.38 ms; 49 pixels fill 77% of four
-16-pixel blocks): they run transposed now, pixels in the tiles' rows and channels in their
-lanes (layers/fast/pointwise_transposed.py, the same bits). Each value of y is the same
-chain of fused multiply-adds wherever its block falls, so the result does not depend on how
-many threads share the work.
+A band's last tile is usually partial: its rows of x are still read as whole vectors where
+the array goes on (those lanes are summed and never stored); only at the very end of x does
+a masked load read less. Each value of y is the same chain of fused multiply-adds wherever
+its block falls, so the result does not depend on how many threads share the work.
 """
 
 from __future__ import annotations

@@ -1,40 +1,22 @@
-"""1x1 convolution on small images: the product of pointwise.py turned around, output
-channels in the vector lanes and pixels in the rows of the register tile.
-
-pointwise.py's tiles are ROWS output channels by COLUMNS pixels, so an image of L pixels
-fills ceil(L / COLUMNS) tiles per 6 channels. That suits large images; a 7x7 one (49
-pixels) fills 77% of four 16-pixel tiles on an AVX2 machine, and EfficientNet-Lite0 spends
-more time in its 7x7 1x1 layers than in any other size. Transposed, the same product is::
+"""1x1 convolution on small images: pointwise.py's product turned around, output channels in
+the vector lanes and pixels in the rows of the register tile::
 
     y[n].T (L, C_out) = x[n].T (L, C_in) @ weight.T (C_in, C_out)
 
-and its tiles are ROWS pixels by COLUMNS output channels: 49 pixels fill 91% of nine
-6-pixel tiles, and C_out is a multiple of COLUMNS in most networks (192, 320, 1152, 1280
-are). Per k a tile broadcasts 6 neighbouring pixels of row k of x (x[n, k, p0:p0+6], one
-cache line) and reads COLUMNS weights, so the weight is packed once, at build, as panels of
-COLUMNS output channels (``pack_panels``)::
+Its tiles are ROWS pixels by COLUMNS output channels, which fill more lanes than pointwise.py's
+ROWS channels by COLUMNS pixels when images are small (49 pixels in 6-pixel rows against
+16-pixel vectors) and C_out is a multiple of COLUMNS, as in most networks
+(``transposed_pays`` says when). The weight is packed once as panels of COLUMNS output
+channels (``pack_panels``)::
 
     panels[q, k, j] = weight[q * COLUMNS + j, k]          (P, C_in, COLUMNS), zero padded
 
-one contiguous stream per panel where the untransposed kernel reads 6 rows of the weight.
-Each value of y is the same chain of fused multiply-adds over k = 0 .. C_in - 1 as in
-pointwise.py (the product x w, rounded once, is w x), then + bias, + residual and the
-activation in the same order: the two kernels give the same bits, and so does any number of
-threads.
-
-The tile's rows are pixels, but y is (C_out, L): a finished tile is stored as it is into a
-small work space (a band of pixels by COLUMNS channels), and the epilogue writes the band
-into y transposed, adding bias and residual and applying the activation on the way. A long
-sum over C_in is taken in slices of K_BLOCK channels, as in pointwise.py, whose partial sums
-stay in the work space (so a panel's slice of weights, K_BLOCK x COLUMNS floats, is read from
-the nearest cache by every tile of pixels).
-
-Measured on an AVX2 machine (AMD Zen, 6 x 16 tiles), in EfficientNet-Lite0 forwards at
-batch 1 on two threads: 1152 -> 192 channels at 7x7 0.39-0.40 ms against 0.53-0.61
-untransposed (onnxruntime: 0.34), 192 -> 1152 0.43-0.44 against 0.55-0.65 (0.33), 320 ->
-1280 0.75 against 0.90; the forward's operators 21.5 -> 19.7 ms. At 14x14 (196 pixels fill
-94% of 16-pixel tiles) the two kernels ran as fast as each other, so ``transposed_pays``
-asks for 10% more of the lanes filled.
+A finished tile is stored into a small work space (a band of at most BAND pixels by COLUMNS
+channels), and the epilogue writes the band into y (C_out, L) transposed, adding bias and
+residual and applying the activation on the way. A sum over more than K_BLOCK channels is
+taken in slices whose partial sums stay in the work space. Each value of y is the same
+chain of fused multiply-adds over k as in pointwise.py, then bias, residual and activation
+in the same order: the two kernels give the same bits, on any number of threads.
 """
 
 from __future__ import annotations
@@ -59,10 +41,8 @@ def lanes_filled(size: int, width: int) -> float:
 def transposed_pays(length: int, c_out: int) -> bool:
     """Whether a 1x1 convolution with images of ``length`` pixels should run transposed: small
     images (one band of pixels at most) whose tiles fill at least MORE_FILLED more of their
-    lanes that way (7x7: 0.91 against 0.77). On large images the epilogue, a transposition of
-    y one value at a time, costs more than the lanes save: 32 -> 16 channels at 112x112 (16
-    channels fill 16-channel tiles, 89% of 6-channel ones) took 0.88 ms transposed against
-    0.48 upright on one thread."""
+    lanes that way (7x7 in 16-pixel vectors: 0.91 against 0.77). On large images the
+    epilogue, a transposition of y one value at a time, costs more than the lanes save."""
     transposed = lanes_filled(length, ROWS) * lanes_filled(c_out, COLUMNS)
     upright = lanes_filled(length, COLUMNS) * lanes_filled(c_out, ROWS)
     return length <= BAND and transposed >= upright + MORE_FILLED

@@ -3,15 +3,14 @@
     y[n, c, oh, ow] = max_{i, j} x[n, c, oh*sh + i*dh - top, ow*sw + j*dw - left]
 
 with positions outside the image ignored (torch pads with -inf) and NaN winning, as in torch.
+x (N, C, H, W) and y (N, C, Ho, Wo) are C-contiguous float32.
 
-Max is separable: for each output row, first the max of its kh input rows over the whole width
-(unit stride, vectorised; the usual 3 rows in one pass), into a row buffer with -inf on both
-sides; then each output takes the max of its kw taps along that row. That second pass reads
-with a stride, which the compiler does not vectorise: for the common 2x2 and 3x3 windows with
-stride 2 (ResNet's stem, VGG, U-Net) the row is first split into its even and odd columns
-(``phases.split_row``, as strided convolutions split their rows), and the maxima are taken
-over those at unit stride (ResNet-18's stem pooling: 0.36 -> 0.2 ms). The reference,
-``kernels.max_pool2d``, pads the whole input and takes kh*kw strided maxima over it.
+Max is separable: for each output row, first the max of its kh input rows over the whole
+width (unit stride; the usual 3 rows in one pass), into a row buffer with -inf on both sides;
+then each output takes the max of its kw taps along that row. For 2x2 and 3x3 windows with
+stride 2 the row is first split into its even and odd columns (``phases.split_row``), so
+that the second pass reads at unit stride too. The reference, ``kernels.max_pool2d``, pads
+the whole input and takes kh*kw strided maxima over it.
 """
 
 from __future__ import annotations

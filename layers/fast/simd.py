@@ -7,16 +7,13 @@ values of A::
     for k in range(K):                                          # ROWS x COLUMNS block of C
         tile[r, :] += A[m0 + r, k] * B[k, n0 : n0 + COLUMNS]    for every r < ROWS
 
-ROWS = 6 rows of two vectors each make 12 vector accumulators: each k is 2 vector loads of
+ROWS = 6 rows of VECTORS = 2 vectors make 12 vector accumulators: each k is 2 vector loads of
 B, 6 broadcasts of A and 12 fused multiply-adds, and C is written once, at the end. A vector
-is as wide as the CPU's registers (``LANES``): 16 floats with AVX-512 (32 registers), so a
-tile is 6 x 32; 8 floats elsewhere (AVX2 has 16 registers of 8: 12 accumulators, 2 rows of B
-and a broadcast fill 15 of them), so 6 x 16. Tiles of 16-float vectors on an AVX2 machine
-made each half a register pair: 24 accumulators in 16 registers spilled to memory on every
-k, and the 1x1 layers ran 2-3x slower than onnxruntime's. numba cannot keep an array in
-registers (its arrays live in memory), so the block is a value of its own type, an LLVM
-array of 12 ``<LANES x float>`` vectors that the compiler keeps in registers, and three
-intrinsics work on it::
+holds ``LANES`` floats: 16 with AVX-512 (32 registers), else 8 (AVX2's 16 registers hold the
+12 accumulators, 2 rows of B and a broadcast), so a tile is 6 x 32 or 6 x 16; wider vectors
+than the registers would spill the accumulators to memory on every k. numba's arrays live in
+memory, so the block is a value of its own type, an LLVM array of 12 ``<LANES x float>``
+vectors that the compiler keeps in registers, and three intrinsics work on it::
 
     tile = tile_zero()                                    # or tile_load(c, ...): carry on
     tile = tile_fma(tile, a, a_first, a_step, rows, b, b_first, count)
@@ -24,13 +21,12 @@ intrinsics work on it::
 
 Edges: only ``count`` columns and ``rows`` rows are real. A whole vector of B or C is read or
 written with a plain load or store, a part of one with a masked one (nothing past ``count``
-is touched), and a vector with no real lane not at all. Masked everywhere, a 1x1 layer ran
-up to 15x slower for some addresses of its arrays on this AMD machine (masked stores of whole
-vectors; masked loads with every lane off, at addresses past the end of an empty array).
-The rows past ``rows`` read A's last real row again and are not stored. Each value of C is
-the same chain of fused multiply-adds over k = 0 .. K-1 wherever its block starts, so a
-product cut differently (over more threads) gives the same bits. LLVM lowers the vectors to
-what the CPU has, since aot.py compiles for this CPU (and its key includes LANES).
+is touched), and a vector with no real lane not at all (masking whole vectors too is slow for
+some addresses). The rows past ``rows`` read A's last real row again and are not stored.
+Each value of C is the same chain of fused multiply-adds over k = 0 .. K-1 wherever its
+block starts, so a product cut differently (over more threads) gives the same bits. LLVM
+lowers the vectors to what the CPU has, since aot.py compiles for the host CPU (and its key
+includes LANES).
 """
 
 from __future__ import annotations

@@ -57,9 +57,8 @@ def pack_winograd_weight(weight: np.ndarray) -> np.ndarray:
     k = 6 r + s is a matrix over (output, input) channels.
 
     U[(r, s)] = sum_ij G[r, i] g[i, j] G[s, j] is one GEMM with the Kronecker product of G,
-    (36, 9) @ (9, O*C), written straight in U's layout. In float32 it is 10x faster than
-    in float64 and differs by about one rounding (1e-7 of U's values), far below the
-    products' own rounding; a dynamic export packs in its first inference."""
+    (36, 9) @ (9, O*C), written straight in U's layout, in float32 (about one rounding,
+    1e-7 of U's values, from float64's result: far below the products' own rounding)."""
     return transform_filters(weight, GG_T_32)
 
 
@@ -67,9 +66,8 @@ def transform_filters(weight: np.ndarray, gg_t: np.ndarray) -> np.ndarray:
     """(C_out, C_in, 3, 3) -> (P, C_out, C_in): every 3x3 filter g through gg_t (9, P), the
     transposed Kronecker product of a Winograd G (here and in winograd_f2.py). The product
     (P, 9) @ (9, O*C) runs in register tiles (pointwise.py), shared with helper threads at
-    build as in a forward (a 512-channel F(2x2) packing takes 15-35 ms on one thread), with
-    the same bits either way: BLAS cut into bands rounded U differently on an AMD Zen
-    machine (OpenBLAS picks its kernel by the size), and the convolution's result with it."""
+    build as in a forward, with the same bits either way (BLAS cut into bands may round
+    differently, as OpenBLAS picks its kernel by the size)."""
     c_out, c_in = weight.shape[:2]
     filters = np.ascontiguousarray(weight.reshape(c_out * c_in, 9).T, np.float32)  # (9, O*C)
     taps = gg_t.shape[1]

@@ -1,31 +1,23 @@
-"""Helper threads that share each kernel's work with the thread running the forward.
+"""Helper threads that share each kernel call with the thread running the forward.
 
-    with workers.sharing(2):               # what RuntimeGraph.forward does (infer/threads.py)
+    with workers.sharing(2):               # what a forward capped at 2 threads does
         workers.current()                  # the Team: kernels called now cut their work
                                            # into chunks for 2 threads (layers/fast/jobs.py)
 
-Why not numba's or OpenBLAS's thread pools. A kernel alone splits well over two cores, but
-a forward is ~100 kernel calls of 0.05-0.3 ms, alternating numba kernels with BLAS products:
+One Team does all the sharing: its helpers spin in compiled code, without the GIL, while a
+forward runs, and take chunks of every kernel call, matrix products included, which each
+thread runs on its band through numpy's OpenBLAS (``cblas_sgemm``, or ``cblas_sgemv`` for a
+product of one row or one column, as numpy does) with OpenBLAS's own threads capped at one.
+Two thread pools taking turns on the same cores (numba's and OpenBLAS's) fight over them,
+and a helper that sleeps or comes back to Python between calls costs more to wake than half
+a small kernel; so one team spins through a forward, spins a little after it (the next one
+often follows), then sleeps until the next forward. The calling thread never waits for a
+chunk nobody has taken: it takes those itself, so a helper slow to wake only means less help.
 
-* a helper that sleeps between calls must be woken, which costs ~50 us on these virtual
-  machines, as much as half of a small kernel;
-* OpenBLAS's own worker spins after each product, so a second pool (numba's OpenMP threads,
-  or a helper spinning beside it) fights it for the second core: 2 ms kernels took 500 ms;
-* a helper that comes back to Python between calls waits for the GIL (~30-50 us).
-
-So one team does everything: its helpers spin (in compiled code, without the GIL) while a
-forward runs, take chunks of every kernel call, including the matrix products, which they
-run through the same OpenBLAS with its own threads capped at one (each thread calls
-``cblas_sgemm`` on a band of the product, or ``cblas_sgemv`` for a product of one row or
-one column, as numpy does). After a forward they spin a little longer (the
-next one often follows) and then sleep until the next forward starts. The calling thread
-never waits for a chunk nobody has taken: it takes those itself, so a helper that is slow to
-wake only means less help. Measured here, a depthwise layer cut in two this way runs 1.9-2x
-faster than on one thread; through a helper that needs the GIL, 1.05-1.55x.
-
-One forward at a time uses a team (another thread's forward, meanwhile, runs on one
-thread). Without numpy's OpenBLAS (its 64-bit ``cblas_sgemm``) there is no team, and the
-kernels run as before: serial numba, BLAS on its own threads.
+Invariants: one forward at a time uses a team (another thread's forward meanwhile runs on
+one thread); a kernel gives the same bits whichever thread runs which chunk. Without numpy's
+OpenBLAS (its 64-bit ``cblas_sgemm``) there is no team: the numba kernels run on the calling
+thread and the products on BLAS's own threads.
 """
 
 from __future__ import annotations
@@ -91,74 +83,68 @@ class Team:
         for helper in self.helpers:
             helper.join(timeout=1.0)
 
-    # ---- the jobs: each fills the record, then runs it --------------------------------
-    def _run(self, chunks: int) -> None:
-        """Run the job in the record in ``chunks`` chunks, with the helpers."""
+    # ---- the jobs: each fills the record (a writer of jobs.py), then runs it ----------
+    def _share(self, job, chunks: int, *arguments) -> None:
+        """Fill the record with ``job(record, reals, *arguments)`` and run it in ``chunks``
+        chunks, with the helpers."""
+        job(self.record, self.reals, *arguments)
         self._work(self.control, self.record, self.reals, chunks, 0)
 
     def depthwise(self, x: np.ndarray, weight: np.ndarray, bias: np.ndarray, y: np.ndarray,
                   stride, dilation, pads, activation: Activation) -> None:
-        """layers/fast/depthwise.py's kernels (as depthwise_conv2d calls them), shared."""
-        # planes: one chunk per thread (more cost more in set-up than they save in
-        # balance, measured); blocks of channels: one chunk each
+        """layers/fast/depthwise.py's kernels (as depthwise_conv2d calls them), shared:
+        planes in one chunk per thread, blocks of channels one chunk each."""
         if weight.ndim == 3:
             job, chunks = jobs._depthwise_job, self.threads
         else:
             job, chunks = jobs._depthwise_blocks_job, x.shape[0] * weight.shape[0]
-        job(self.record, self.reals, x, weight, bias, y, stride[0], stride[1], dilation[0],
-            dilation[1], pads[0], pads[2], activation.code, activation.a, activation.b)
-        self._run(chunks)
+        self._share(job, chunks, x, weight, bias, y, stride[0], stride[1], dilation[0],
+                    dilation[1], pads[0], pads[2], activation.code, activation.a, activation.b)
 
     def im2col(self, x: np.ndarray, cols: np.ndarray, kernel, stride, dilation, pads,
                out_hw) -> None:
         """gemm._im2col (one image), shared."""
-        jobs._im2col_job(self.record, self.reals, x, cols, kernel[0], kernel[1], stride[0],
-                         stride[1], dilation[0], dilation[1], pads[0], pads[2], out_hw[0],
-                         out_hw[1])
-        self._run(self.threads)
+        self._share(jobs._im2col_job, self.threads, x, cols, kernel[0], kernel[1], stride[0],
+                    stride[1], dilation[0], dilation[1], pads[0], pads[2], out_hw[0],
+                    out_hw[1])
 
     def winograd_input(self, f2: bool, x: np.ndarray, v: np.ndarray, top: int, left: int,
                        tiles_h: int, tiles_w: int) -> None:
         """A Winograd input transform (F(2x2)'s if ``f2``, else F(4x4)'s), shared."""
         kind = jobs.WINOGRAD_F2_IN if f2 else jobs.WINOGRAD_IN
-        jobs._winograd_input_job(self.record, self.reals, kind, x, v, top, left, tiles_h,
-                                 tiles_w)
-        self._run(self.threads)
+        self._share(jobs._winograd_input_job, self.threads, kind, x, v, top, left, tiles_h,
+                    tiles_w)
 
     def winograd_output(self, f2: bool, m: np.ndarray, y: np.ndarray, bias: np.ndarray,
                         residual: np.ndarray, tiles_h: int, tiles_w: int,
                         activation: Activation) -> None:
         """A Winograd output transform, shared (bias and residual: empty arrays for none)."""
         kind = jobs.WINOGRAD_F2_OUT if f2 else jobs.WINOGRAD_OUT
-        jobs._winograd_output_job(self.record, self.reals, kind, m, y, bias, residual, tiles_h,
-                                  tiles_w, activation.code, activation.a, activation.b)
-        self._run(self.threads)
+        self._share(jobs._winograd_output_job, self.threads, kind, m, y, bias, residual,
+                    tiles_h, tiles_w, activation.code, activation.a, activation.b)
 
     def pointwise(self, weight: np.ndarray, x: np.ndarray, bias: np.ndarray,
                   residual: np.ndarray, y: np.ndarray, space: np.ndarray,
                   activation: Activation) -> None:
         """pointwise._pointwise, shared (a bias of zeros, a residual of no values for none;
         ``space``: a row of work space per thread)."""
-        jobs._pointwise_job(self.record, self.reals, weight, x, bias, residual, y, space,
-                            activation.code, activation.a, activation.b)
-        self._run(self.threads)
+        self._share(jobs._pointwise_job, self.threads, weight, x, bias, residual, y, space,
+                    activation.code, activation.a, activation.b)
 
     def pointwise_transposed(self, panels: np.ndarray, x: np.ndarray, bias: np.ndarray,
                              residual: np.ndarray, y: np.ndarray, space: np.ndarray,
                              activation: Activation) -> None:
         """pointwise_transposed._pointwise_transposed, shared (as ``pointwise``)."""
-        jobs._pointwise_transposed_job(self.record, self.reals, panels, x, bias, residual, y,
-                                       space, activation.code, activation.a, activation.b)
-        self._run(self.threads)
+        self._share(jobs._pointwise_transposed_job, self.threads, panels, x, bias, residual, y,
+                    space, activation.code, activation.a, activation.b)
 
     def finish(self, y: np.ndarray, bias: np.ndarray | None, residual: np.ndarray | None,
                activation: Activation) -> None:
         """epilogue.bias_residual_activation, shared."""
         if nothing_to_finish(bias, residual, activation):
             return
-        jobs._epilogue_job(self.record, self.reals, *epilogue_operands(y, bias, residual),
-                           activation.code, activation.a, activation.b)
-        self._run(self.threads)
+        self._share(jobs._epilogue_job, self.threads, *epilogue_operands(y, bias, residual),
+                    activation.code, activation.a, activation.b)
 
     def matmul(self, a: np.ndarray, b: np.ndarray, out: np.ndarray,
                transposed: bool = False) -> None:
@@ -181,13 +167,11 @@ class Team:
         cut, parts = jobs.BY_PRODUCT, 1
         if (products < 2 * self.threads and m * n * k >= MIN_GEMM_WORK
                 and not (m == 1 and not transposed)):
-            # wide products by columns (measured: ResNet's stem, 64 x 12544, 1.66 ms by
-            # columns, 2.07 by rows), the others the way they cut more evenly
+            # wide products by bands of columns, the others the way they cut more evenly
             parts = self.threads
             cut = _cut_kind(m, n, parts)
-        jobs._gemm_job(self.record, self.reals, self.blas.sgemm, gemv, a, b, out, cut, parts,
-                       int(transposed))
-        self._run(products * parts)
+        self._share(jobs._gemm_job, products * parts, self.blas.sgemm, gemv, a, b, out, cut,
+                    parts, int(transposed))
 
 
 @functools.lru_cache(maxsize=4096)

@@ -1,0 +1,308 @@
+"""The table of convolution algorithms of the fast backend, in the order they are preferred.
+
+Each entry (``Algorithm``) is one way to compute a convolution, declared once by its parts:
+
+    fits(conv) -> bool                    it computes this convolution (kernel, stride, groups)
+    pays(conv, batch, out_hw) -> bool     it is the one to run at this size (None: always)
+    pack(conv) -> array                   the weight in the layout its kernels read
+    make_call(conv, pads, out_hw, activation) -> call (x, residual, y) that writes y
+    warm()                                one tiny call that loads its compiled kernels
+
+A convolution of ``batch`` images of ``out_hw`` outputs runs the first entry that fits and
+pays (``choose``); ``conv`` is a PackedConv2d (layers/fast/conv.py), which keeps each
+packing and each call. The rules, in order:
+
+    depthwise_channels_last  depthwise 3x3 or 5x5, C_out == C_in, at most 16 outputs a
+                             plane (64 strided): channels last, by blocks of channels
+    depthwise                groups == C_in > 1, one input channel per group: plane by plane
+    pointwise_transposed     1x1, stride 1, groups 1, on images small enough that channels
+                             in the vector lanes fill MORE_FILLED more of them
+    winograd                 3x3, stride 1, dilation 1, groups 1: F(4x4, 3x3), from
+                             WINOGRAD_MIN_TILES 4x4 tiles, if its packing fits WINOGRAD_MAX_PACKED
+    winograd_f2              the same convolutions: F(2x2, 3x3), from WINOGRAD_F2_MIN_TILES
+                             2x2 tiles (WINOGRAD_F2_LARGE_MIN_TILES if it packs more than
+                             WINOGRAD_F2_LARGE bytes)
+    gemm                     any convolution: 1x1 in register tiles, k x k through im2col
+
+Winograd's transforms add and subtract a whole tile's inputs, so an Inf or NaN would spread
+over the tile (inf - inf) where torch keeps it in the windows that read it: an input that is
+not all finite (its dot product with itself is not finite, which also catches values whose
+squares overflow) runs im2col instead. A padded 1x1 convolution runs im2col too.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from typing import Callable, Protocol
+
+import numpy as np
+
+from layers.fast import workers
+from layers.fast.depthwise import depthwise_conv2d, pack_channel_blocks, uses_channels_last
+from layers.fast.epilogue import IDENTITY, NO_ARRAY, Activation, bias_residual_activation
+from layers.fast.gemm import gemm_conv2d, pack_gemm_weight
+from layers.fast.pointwise_transposed import (pack_panels, pointwise_transposed_conv2d,
+                                              transposed_pays)
+from layers.fast.winograd import TAPS, TILE, pack_winograd_weight, winograd_conv2d
+from layers.fast.winograd_f2 import TAPS as TAPS_F2
+from layers.fast.winograd_f2 import TILE as TILE_F2
+from layers.fast.winograd_f2 import pack_winograd_f2_weight, winograd_f2_conv2d
+
+Pair = tuple[int, int]
+Pads = tuple[int, int, int, int]                   # (top, bottom, left, right)
+Call = Callable[[np.ndarray, "np.ndarray | None", np.ndarray], None]   # (x, residual, y)
+
+WINOGRAD_MIN_TILES = 16                  # F(4x4): at least this many 4x4 tiles (all images)
+WINOGRAD_MAX_PACKED = 16 * 2 ** 20       # F(4x4): at most this many bytes of packed weights
+WINOGRAD_F2_MIN_TILES = 16               # F(2x2): at least this many 2x2 tiles
+WINOGRAD_F2_LARGE = 8 * 2 ** 20          # F(2x2) packings of more bytes than this ...
+WINOGRAD_F2_LARGE_MIN_TILES = 64         # ... need this many tiles (4 images of 7x7)
+
+
+class Convolution(Protocol):
+    """What the table reads of a convolution (layers/fast/conv.py's PackedConv2d)."""
+
+    weight: np.ndarray                   # (C_out, C_in / groups, kh, kw)
+    bias: np.ndarray | None              # (C_out,) float32
+    c_in: int
+    c_out: int
+    kernel: Pair
+    stride: Pair
+    dilation: Pair
+    groups: int
+    depthwise: bool                      # groups == C_in > 1, one input channel per group
+    pointwise: bool                      # 1x1, stride 1, groups 1
+    winograd_ok: bool                    # 3x3, stride 1, dilation 1, groups 1, Winograd allowed
+
+    def packed(self, algorithm: str) -> np.ndarray: ...
+
+
+@dataclass(frozen=True)
+class Algorithm:
+    """One way to compute a convolution (the module docstring lists the parts)."""
+
+    name: str
+    fits: Callable[[Convolution], bool]
+    pack: Callable[[Convolution], np.ndarray]
+    make_call: Callable[[Convolution, Pads, Pair, Activation], Call]
+    warm: Callable[[], None]
+    pays: Callable[[Convolution, int, Pair], bool] | None = None
+    releases_weight: bool = False        # packing gives back the pages of the mapped weight
+    pack_at_build: Callable[[Convolution], bool] | None = None   # for shapes known late
+
+    def applies(self, conv: Convolution, batch: int, out_hw: Pair) -> bool:
+        """Whether ``conv`` runs this algorithm on ``batch`` images of ``out_hw`` outputs,
+        unless an entry before it in ALGORITHMS applies."""
+        return self.fits(conv) and (self.pays is None or self.pays(conv, batch, out_hw))
+
+
+# ----- depthwise: layers/fast/depthwise.py -------------------------------------------------
+def _is_depthwise(conv: Convolution) -> bool:
+    return conv.depthwise
+
+
+def _few_outputs(conv: Convolution, batch: int, out_hw: Pair) -> bool:
+    return uses_channels_last(conv.c_in, conv.c_out, conv.kernel, conv.stride, out_hw)
+
+
+def _depthwise_filters(conv: Convolution) -> np.ndarray:
+    """(C_out, 1, kh, kw) -> (C_out, kh, kw) float32."""
+    return np.array(conv.weight.reshape(conv.c_out, *conv.kernel), np.float32)
+
+
+def _channel_blocks(conv: Convolution) -> np.ndarray:
+    return pack_channel_blocks(conv.weight.reshape(conv.c_out, *conv.kernel))
+
+
+def _depthwise_call(name: str) -> Callable[[Convolution, Pads, Pair, Activation], Call]:
+    """make_call of either depthwise algorithm (the packed weight's shape picks the kernel)."""
+    def make_call(conv: Convolution, pads: Pads, out_hw: Pair, activation: Activation) -> Call:
+        weight, bias, stride, dilation = conv.packed(name), conv.bias, conv.stride, conv.dilation
+
+        def depthwise(x, residual, y):
+            own = activation if residual is None else IDENTITY
+            team = workers.current()
+            if team is None:
+                depthwise_conv2d(x, weight, bias, stride, pads, dilation, out_hw, own, y)
+            else:                                 # shared with the helper threads
+                team.depthwise(x, weight, NO_ARRAY if bias is None else bias, y, stride,
+                               dilation, pads, own)
+            if residual is not None:              # rare (MobileNet blocks end in 1x1)
+                bias_residual_activation(y, None, residual, activation)
+        return depthwise
+    return make_call
+
+
+def _warm_depthwise(blocks: bool) -> Callable[[], None]:
+    def warm() -> None:
+        x, bias = np.zeros((1, 2, 6, 6), np.float32), np.zeros(2, np.float32)
+        weight = np.zeros((2, 3, 3), np.float32)
+        depthwise_conv2d(x, pack_channel_blocks(weight) if blocks else weight, bias, (1, 1),
+                         (1, 1, 1, 1), (1, 1), (6, 6), IDENTITY)
+    return warm
+
+
+# ----- 1x1 on small images: layers/fast/pointwise_transposed.py ----------------------------
+def _is_pointwise(conv: Convolution) -> bool:
+    return conv.pointwise
+
+
+def _lanes_fill_better(conv: Convolution, batch: int, out_hw: Pair) -> bool:
+    return transposed_pays(out_hw[0] * out_hw[1], conv.c_out)
+
+
+def _panels(conv: Convolution) -> np.ndarray:
+    return pack_panels(conv.weight.reshape(conv.c_out, conv.c_in))
+
+
+def _transposed_call(conv: Convolution, pads: Pads, out_hw: Pair,
+                     activation: Activation) -> Call:
+    if any(pads):                                 # zeros around x: not a plain product
+        return _gemm_call(conv, pads, out_hw, activation)
+    weight, bias = conv.packed("pointwise_transposed"), conv.bias
+    c_in, c_out, length = conv.c_in, conv.c_out, out_hw[0] * out_hw[1]
+
+    def transposed(x, residual, y):
+        images = x.shape[0]
+        pointwise_transposed_conv2d(weight, x.reshape(images, c_in, length), bias, residual,
+                                    activation, y.reshape(images, c_out, length))
+    return transposed
+
+
+def _warm_transposed() -> None:
+    x = np.zeros((1, 2, 36), np.float32)
+    pointwise_transposed_conv2d(pack_panels(np.zeros((2, 2), np.float32)), x,
+                                np.zeros(2, np.float32), None, IDENTITY,
+                                np.zeros((1, 2, 36), np.float32))
+
+
+# ----- Winograd F(4x4) and F(2x2): layers/fast/winograd.py, winograd_f2.py ----------------
+def _is_winograd_ok(conv: Convolution) -> bool:
+    return conv.winograd_ok
+
+
+def _tiles(batch: int, out_hw: Pair, tile: int) -> int:
+    return batch * -(-out_hw[0] // tile) * -(-out_hw[1] // tile)
+
+
+def _f4_fits(conv: Convolution) -> bool:
+    """F(4x4)'s packed weights U (36, C_out, C_in) fit WINOGRAD_MAX_PACKED."""
+    return TAPS * TAPS * conv.c_out * conv.c_in * 4 <= WINOGRAD_MAX_PACKED
+
+
+def _f2_large(conv: Convolution) -> bool:
+    """F(2x2)'s packed weights U (16, C_out, C_in) pass WINOGRAD_F2_LARGE."""
+    return TAPS_F2 * TAPS_F2 * conv.c_out * conv.c_in * 4 > WINOGRAD_F2_LARGE
+
+
+def _f4_pays(conv: Convolution, batch: int, out_hw: Pair) -> bool:
+    return _tiles(batch, out_hw, TILE) >= WINOGRAD_MIN_TILES and _f4_fits(conv)
+
+
+def _f2_pays(conv: Convolution, batch: int, out_hw: Pair) -> bool:
+    least = WINOGRAD_F2_LARGE_MIN_TILES if _f2_large(conv) else WINOGRAD_F2_MIN_TILES
+    return _tiles(batch, out_hw, TILE_F2) >= least
+
+
+def _f2_at_build(conv: Convolution) -> bool:
+    """Any size of 16 or more 2x2 tiles runs F(2x2) when F(4x4) does not fit: pack it at
+    build, unless that packing is large too (then a batch that needs it packs it)."""
+    return not _f4_fits(conv) and not _f2_large(conv)
+
+
+def _winograd_call(name: str, convolve: Callable) -> Callable[..., Call]:
+    def make_call(conv: Convolution, pads: Pads, out_hw: Pair, activation: Activation) -> Call:
+        weight, bias = conv.packed(name), conv.bias
+
+        def winograd(x, residual, y):
+            if np.isfinite(np.vdot(x, x)):
+                convolve(x, weight, bias, pads, out_hw, activation, residual, y)
+            else:   # the transforms would spread an Inf or NaN over whole tiles
+                _gemm_call(conv, pads, out_hw, activation)(x, residual, y)
+        return winograd
+    return make_call
+
+
+def _warm_winograd(pack: Callable, convolve: Callable) -> Callable[[], None]:
+    def warm() -> None:
+        x, bias = np.zeros((1, 2, 6, 6), np.float32), np.zeros(2, np.float32)
+        convolve(x, pack(np.zeros((2, 2, 3, 3), np.float32)), bias, (1, 1, 1, 1), (6, 6),
+                 IDENTITY)
+    return warm
+
+
+# ----- everything else: layers/fast/gemm.py -------------------------------------------------
+def _any(conv: Convolution) -> bool:
+    return True
+
+
+def _gemm_weight(conv: Convolution) -> np.ndarray:
+    return pack_gemm_weight(conv.weight, conv.groups)
+
+
+def _gemm_call(conv: Convolution, pads: Pads, out_hw: Pair, activation: Activation) -> Call:
+    weight, bias = conv.packed("gemm"), conv.bias
+    kernel, stride, dilation = conv.kernel, conv.stride, conv.dilation
+
+    def im2col(x, residual, y):
+        gemm_conv2d(x, weight, bias, kernel, stride, pads, dilation, out_hw, activation,
+                    residual, y)
+    return im2col
+
+
+def _warm_gemm() -> None:
+    x, bias = np.zeros((1, 2, 6, 6), np.float32), np.zeros(2, np.float32)
+    weight = pack_gemm_weight(np.zeros((2, 2, 3, 3), np.float32), 1)
+    gemm_conv2d(x, weight, bias, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), (6, 6), IDENTITY)
+
+
+# ----- the table, in the order of preference -----------------------------------------------
+ALGORITHMS: tuple[Algorithm, ...] = (
+    Algorithm("depthwise_channels_last", fits=_is_depthwise, pays=_few_outputs,
+              pack=_channel_blocks, make_call=_depthwise_call("depthwise_channels_last"),
+              warm=_warm_depthwise(blocks=True)),
+    Algorithm("depthwise", fits=_is_depthwise,
+              pack=_depthwise_filters, make_call=_depthwise_call("depthwise"),
+              warm=_warm_depthwise(blocks=False)),
+    Algorithm("pointwise_transposed", fits=_is_pointwise, pays=_lanes_fill_better,
+              pack=_panels, make_call=_transposed_call, warm=_warm_transposed,
+              releases_weight=True),
+    Algorithm("winograd", fits=_is_winograd_ok, pays=_f4_pays,
+              pack=lambda conv: pack_winograd_weight(conv.weight),
+              make_call=_winograd_call("winograd", winograd_conv2d),
+              warm=_warm_winograd(pack_winograd_weight, winograd_conv2d),
+              releases_weight=True),
+    Algorithm("winograd_f2", fits=_is_winograd_ok, pays=_f2_pays,
+              pack=lambda conv: pack_winograd_f2_weight(conv.weight),
+              make_call=_winograd_call("winograd_f2", winograd_f2_conv2d),
+              warm=_warm_winograd(pack_winograd_f2_weight, winograd_f2_conv2d),
+              releases_weight=True, pack_at_build=_f2_at_build),
+    Algorithm("gemm", fits=_any, pack=_gemm_weight, make_call=_gemm_call, warm=_warm_gemm),
+)
+BY_NAME = {algorithm.name: algorithm for algorithm in ALGORITHMS}
+
+
+def choose(conv: Convolution, batch: int, out_hw: Pair) -> Algorithm:
+    """The first algorithm of ALGORITHMS that fits ``conv`` and pays at this size."""
+    return next(a for a in ALGORITHMS if a.applies(conv, batch, out_hw))
+
+
+def candidates(conv: Convolution) -> list[Algorithm]:
+    """Every algorithm that some input size may choose for ``conv``: those that fit, in
+    order, up to the first that runs at any size."""
+    found = []
+    for algorithm in ALGORITHMS:
+        if algorithm.fits(conv):
+            found.append(algorithm)
+            if algorithm.pays is None:
+                break
+    return found
+
+
+@functools.cache
+def warm(name: str) -> None:
+    """Run algorithm ``name``'s kernels once in this process on a tiny convolution (of the
+    types of the real calls), so that they are loaded while a graph is built rather than in
+    its first inference; once per process."""
+    BY_NAME[name].warm()

@@ -1,0 +1,167 @@
+"""The table of convolution algorithms (layers/fast/algorithms.py): for every convolution and
+size it chooses what the documented rules say, loads the kernels of every algorithm a size
+may choose, and packs at build what the rules pack at build."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+from layers.fast import algorithms, jobs
+from layers.fast.algorithms import (WINOGRAD_F2_LARGE, WINOGRAD_F2_LARGE_MIN_TILES,
+                                    WINOGRAD_F2_MIN_TILES, WINOGRAD_MAX_PACKED,
+                                    WINOGRAD_MIN_TILES)
+from layers.fast.conv import PackedConv2d
+from layers.fast.depthwise import uses_channels_last
+from layers.fast.pointwise_transposed import transposed_pays
+
+
+def weight_of(shape):
+    """A weight of ``shape`` that takes no memory: the table reads only its shape."""
+    return np.lib.stride_tricks.as_strided(np.zeros(1, np.float32), shape, (0,) * len(shape))
+
+
+def conv(c_in, c_out, k, stride=1, dilation=1, groups=1, winograd=True):
+    return PackedConv2d(weight_of((c_out, c_in // groups, k, k)), None, (stride, stride),
+                        (dilation, dilation), groups, winograd)
+
+
+def documented_rule(c_in, c_out, k, stride, dilation, groups, winograd, batch, out_hw):
+    """The rules of algorithms.py's docstring, written out as one chain of ifs."""
+    if groups == c_in and c_in // groups == 1 and groups > 1:
+        if uses_channels_last(c_in, c_out, (k, k), (stride, stride), out_hw):
+            return "depthwise_channels_last"
+        return "depthwise"
+    if k == 1 and stride == 1 and groups == 1 and transposed_pays(out_hw[0] * out_hw[1], c_out):
+        return "pointwise_transposed"
+    if not (winograd and k == 3 and stride == 1 and dilation == 1 and groups == 1):
+        return "gemm"
+    tiles4 = batch * -(-out_hw[0] // 4) * -(-out_hw[1] // 4)
+    if tiles4 >= WINOGRAD_MIN_TILES and 36 * c_out * c_in * 4 <= WINOGRAD_MAX_PACKED:
+        return "winograd"
+    tiles2 = batch * -(-out_hw[0] // 2) * -(-out_hw[1] // 2)
+    large = 16 * c_out * c_in * 4 > WINOGRAD_F2_LARGE
+    if tiles2 >= (WINOGRAD_F2_LARGE_MIN_TILES if large else WINOGRAD_F2_MIN_TILES):
+        return "winograd_f2"
+    return "gemm"
+
+
+def grid():
+    """(c_in, c_out, k, stride, dilation, groups, winograd) over dense, grouped, depthwise
+    (with a channel multiplier) and 1x1 convolutions of many widths."""
+    for c, k, stride, dilation, winograd in itertools.product(
+            (3, 16, 64, 192, 256, 512, 1152), (1, 3, 5, 7), (1, 2), (1, 2), (True, False)):
+        for c_out in (c, 2 * c, 112):
+            yield c, c_out, k, stride, dilation, 1, winograd
+        if c % 2 == 0:
+            yield c, c, k, stride, dilation, 2, winograd                  # grouped
+        yield c, c, k, stride, dilation, c, winograd                      # depthwise
+        yield c, 2 * c, k, stride, dilation, c, winograd                  # multiplier 2
+
+
+SIZES = [(1, (h, w)) for h, w in ((1, 1), (4, 4), (5, 5), (7, 7), (8, 8), (12, 12), (14, 14),
+                                  (16, 16), (28, 28), (56, 56), (112, 112), (7, 9), (15, 4))]
+SIZES += [(batch, hw) for batch in (2, 4, 8, 64) for hw in ((1, 1), (4, 4), (7, 7), (14, 14))]
+
+
+def test_the_table_chooses_what_the_documented_rules_say():
+    checked = 0
+    for case in grid():
+        packed = conv(*case)
+        for batch, out_hw in SIZES:
+            assert packed.algorithm(batch, out_hw) == documented_rule(*case, batch, out_hw), \
+                (case, batch, out_hw)
+            checked += 1
+    assert checked > 10_000
+
+
+RESNET18 = [   # c_in, c_out, k, stride, out size at 224x224; batch 1, batch 8
+    (3, 64, 7, 2, 112, "gemm", "gemm"),                         # the stem
+    (64, 64, 3, 1, 56, "winograd", "winograd"),
+    (64, 128, 3, 2, 28, "gemm", "gemm"),                        # strided
+    (64, 128, 1, 2, 28, "gemm", "gemm"),                        # downsample
+    (128, 128, 3, 1, 28, "winograd", "winograd"),
+    (256, 256, 3, 1, 14, "winograd", "winograd"),               # 16 tiles of 4x4
+    (512, 512, 3, 1, 7, "gemm", "winograd_f2"),                 # F(2x2) packs 16 MiB
+]
+EFFICIENTNET_LITE0 = [   # c_in, c_out, k, stride, groups, out size at 224x224; batch 1, 8
+    (3, 32, 3, 2, 1, 112, "gemm", "gemm"),                      # the stem
+    (32, 32, 3, 1, 32, 112, "depthwise", "depthwise"),
+    (32, 16, 1, 1, 1, 112, "gemm", "gemm"),                     # 1x1, a large image
+    (144, 144, 5, 2, 144, 28, "depthwise", "depthwise"),
+    (240, 240, 3, 2, 240, 14, "depthwise", "depthwise"),
+    (672, 672, 5, 2, 672, 7, "depthwise_channels_last", "depthwise_channels_last"),
+    (1152, 1152, 5, 1, 1152, 7, "depthwise", "depthwise"),
+    (672, 112, 1, 1, 1, 14, "gemm", "gemm"),
+    (1152, 192, 1, 1, 1, 7, "pointwise_transposed", "pointwise_transposed"),
+    (192, 1152, 1, 1, 1, 7, "pointwise_transposed", "pointwise_transposed"),
+]
+
+
+@pytest.mark.parametrize("case", RESNET18, ids=[f"{c[0]}-{c[1]} {c[2]}x{c[2]} s{c[3]} at {c[4]}"
+                                                for c in RESNET18])
+def test_resnet18s_convolutions(case):
+    c_in, c_out, k, stride, size, at_1, at_8 = case
+    packed = conv(c_in, c_out, k, stride)
+    assert packed.algorithm(1, (size, size)) == at_1
+    assert packed.algorithm(8, (size, size)) == at_8
+
+
+@pytest.mark.parametrize("case", EFFICIENTNET_LITE0,
+                         ids=[f"{c[0]}-{c[1]} {c[2]}x{c[2]} s{c[3]} g{c[4]} at {c[5]}"
+                              for c in EFFICIENTNET_LITE0])
+def test_efficientnet_lite0s_convolutions(case):
+    c_in, c_out, k, stride, groups, size, at_1, at_8 = case
+    packed = conv(c_in, c_out, k, stride, groups=groups)
+    assert packed.algorithm(1, (size, size)) == at_1
+    assert packed.algorithm(8, (size, size)) == at_8
+
+
+def test_the_candidates_are_every_algorithm_some_size_may_choose():
+    """load_candidate_kernels loads these: what any size may run, nothing more."""
+    for case in grid():
+        packed = conv(*case)
+        chosen = {packed.algorithm(batch, hw) for batch, hw in SIZES}
+        candidates = [a.name for a in algorithms.candidates(packed)]
+        assert chosen <= set(candidates), case
+        c_in, c_out, k, stride, dilation, groups, winograd = case
+        if groups == c_in > 1:
+            assert sorted(candidates) == ["depthwise", "depthwise_channels_last"]
+        else:
+            assert candidates[-1] == "gemm"
+            assert ("pointwise_transposed" in candidates) == packed.pointwise
+            assert ("winograd" in candidates) == ("winograd_f2" in candidates) \
+                == packed.winograd_ok
+
+
+def test_only_an_f2_packing_that_fits_where_f4_does_not_is_made_at_build():
+    packs = []
+    for c_in, c_out in ((64, 64), (256, 512), (512, 512), (256, 256)):
+        packed = conv(c_in, c_out, 3)
+        chosen = [a.name for a in algorithms.candidates(packed)
+                  if a.pack_at_build is not None and a.pack_at_build(packed)]
+        packs.append(chosen)
+    assert packs == [[], ["winograd_f2"], [], []]
+
+
+def test_every_algorithm_is_declared_once_with_every_part():
+    names = [a.name for a in algorithms.ALGORITHMS]
+    assert len(set(names)) == len(names) and names[-1] == "gemm"
+    assert algorithms.ALGORITHMS[-1].pays is None                  # the fallback always runs
+    for algorithm in algorithms.ALGORITHMS:
+        assert callable(algorithm.fits) and callable(algorithm.pack)
+        assert callable(algorithm.make_call) and callable(algorithm.warm)
+
+
+def test_job_fields_stay_inside_the_record():
+    int_slots = [v for k, v in vars(jobs).items()
+                 if k.isupper() and isinstance(v, int) and k.startswith(
+                     ("DW_", "EP_", "GEMM_", "PW_", "IC_", "WI_", "WO_"))]
+    assert int_slots and all(0 <= v < max(jobs.RECORD_SIZE, len(jobs.ARRAYS)) for v in int_slots)
+    assert jobs.ARRAYS[-1] + 5 <= jobs.INTS                 # address + 4 sizes before the ints
+    with pytest.raises(ValueError):
+        jobs.int_fields(jobs.RECORD_SIZE - jobs.INTS + 1)
+    with pytest.raises(ValueError):
+        jobs.array_fields(len(jobs.ARRAYS) + 1)
