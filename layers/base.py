@@ -12,8 +12,10 @@ A layer states its capabilities as class flags: ``one_blob_only`` (one input, on
 implements ``forward_one(x) -> y``), ``support_inplace`` (it can overwrite its input:
 ``forward_inplace(x)``) and ``support_forward_into`` (it can write into given output arrays:
 ``forward_into(inputs, outputs)``, so the graph's memory plan can reuse buffers).
-Parameters are declared once, in ``PARAMS``, as ``name -> Param``;
-``load_param`` reads, converts and checks them all, so no layer looks values up by hand.
+Parameters are declared once, as class attributes ``stride = Param(1, at_least(1, as_tuple(2)))``
+(typed by their converter, so the type checker knows ``self.stride``); the class's ``PARAMS``
+collects them, and ``load_param`` reads, converts and checks them all, so no layer looks values
+up by hand.
 A layer never sees the graph, so it can be built and run alone in a notebook cell or a test.
 The layers of layers/*.py are the reference floor: plain numpy. The fast backend
 (layers/fast/) subclasses some of them, and the graph picks the subclass when it creates the
@@ -22,8 +24,8 @@ layer (layers/registry.py); nothing here knows that it exists.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Callable, ClassVar, Sequence
+from typing import (TYPE_CHECKING, Any, Callable, ClassVar, Generic, Literal, Sequence, TypeVar,
+                    overload)
 
 import numpy as np
 
@@ -31,30 +33,97 @@ from parser.errors import LayerError, ShapeError
 
 Shape = tuple[int, ...]
 
-REQUIRED = object()  # marker: a parameter with no default
+T = TypeVar("T")
+
+REQUIRED: Any = object()  # marker: a parameter with no default
 
 
-@dataclass(frozen=True)
-class Param:
-    """Declaration of one parameter: its default and a converter that checks and normalises it."""
+class Param(Generic[T]):
+    """Declaration of one parameter: its default and a converter that checks and normalises it.
 
-    default: Any = REQUIRED
-    convert: Callable[[Any], Any] | None = None
+    Declared as a class attribute of a layer, ``stride = Param(1, at_least(1, as_tuple(2)))``;
+    ``T`` is what the converter returns, so ``self.stride`` has that type for the type checker.
+    At run time it is a non-data descriptor: reading the attribute on the class gives the
+    declaration, and on a layer raises AttributeError until ``load_param`` stores the value in
+    the instance, which is then read as any attribute is.
+    """
+
+    # T is what the converter returns; the default goes through it too, unless it is None
+    # (None is never converted: then T includes None). Without a converter, T is the default's.
+    @overload
+    def __init__(self: Param[T | None], default: None, convert: Callable[[Any], T]) -> None: ...
+    @overload
+    def __init__(self, default: Any = REQUIRED, *, convert: Callable[[Any], T]) -> None: ...
+    @overload
+    def __init__(self, default: Any, convert: Callable[[Any], T]) -> None: ...
+    @overload
+    def __init__(self, default: T) -> None: ...
+    def __init__(self, default: Any = REQUIRED, convert: Callable[[Any], Any] | None = None
+                 ) -> None:
+        self.default, self.convert, self.name = default, convert, ""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    @overload
+    def __get__(self, obj: None, owner: type) -> Param[T]: ...
+    @overload
+    def __get__(self, obj: object, owner: type) -> T: ...
+    def __get__(self, obj: object | None, owner: type) -> Param[T] | T:
+        if obj is None:
+            return self
+        raise AttributeError(f"parameter {self.name!r} of {owner.__name__} is not loaded yet "
+                             f"(load_param)")
+
+    if TYPE_CHECKING:       # a non-data descriptor at run time: load_param's value wins
+        def __set__(self, obj: object, value: T) -> None: ...
+
+    def __repr__(self) -> str:
+        default = "REQUIRED" if self.default is REQUIRED else repr(self.default)
+        convert = getattr(self.convert, "__qualname__", self.convert)
+        return f"Param({default}, {convert})"
+
+
+def collect_params(cls: type) -> dict[str, Param[Any]]:
+    """The parameters of a layer class, in MRO order, base first: the Param class attributes of
+    the class and its bases, as attribute lookup finds them. A subclass's Param overrides its
+    base's in place; a plain class attribute of the same name (``padding = (0, 0)``) makes it a
+    constant, no longer a parameter. A class that lists ``PARAMS = {name: Param(...)}`` in its
+    body (the dict form) starts over from that dict, as it always has: its list is complete."""
+    params: dict[str, Param[Any]] = {}
+    for klass in reversed(cls.__mro__):
+        listed = vars(klass).get("_listed_params")
+        if listed is not None:
+            params = dict(listed)
+        for name, value in vars(klass).items():
+            if isinstance(value, Param):
+                params[name] = value
+            elif name in params and not (listed and name in listed):
+                del params[name]
+    return params
 
 
 class Layer:
-    """Base of every operator. Subclasses set PARAMS / WEIGHTS and override the forward they need."""
+    """Base of every operator. Subclasses declare Param attributes and WEIGHTS and override the
+    forward they need."""
 
-    PARAMS: ClassVar[dict[str, Param]] = {}
+    PARAMS: ClassVar[dict[str, Param[Any]]] = {}  # name -> Param, built by __init_subclass__
+    _listed_params: ClassVar[dict[str, Param[Any]] | None] = None   # the dict form's PARAMS
     WEIGHTS: ClassVar[tuple[str, ...]] = ()       # attribute names load_model requires
     OPTIONAL_WEIGHTS: ClassVar[tuple[str, ...]] = ()
-    one_blob_only: ClassVar[bool] = True
+    one_blob_only: bool = True                    # a class flag (fusion may change one layer's)
     support_inplace: ClassVar[bool] = False
     support_forward_into: ClassVar[bool] = False  # can write into given arrays: forward_into
     pnnx_types: ClassVar[tuple[str, ...]] = ()
     # How many outputs the operator has in the param file, set by the graph (pnnx drops unused
     # trailing outputs: ``torch.max(x, 1)[0]`` is written with one output). None: torch's count.
     num_outputs: int | None = None
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "PARAMS" in vars(cls):               # the dict form, written in the class body
+            cls._listed_params = dict(vars(cls)["PARAMS"])
+        cls.PARAMS = collect_params(cls)
 
     def __init__(self, **params: Any):
         self.name = ""
@@ -205,11 +274,11 @@ def as_ints(value: Any) -> tuple[int, ...]:
     return (as_int(value),)
 
 
-def optional(convert: Callable[[Any], Any]) -> Callable[[Any], Any]:
+def optional(convert: Callable[[Any], T]) -> Callable[[Any], T | None]:
     """A converter that also lets None through (an absent optional argument, which pnnx writes
     as a ``None`` pnnx.Expression)."""
 
-    def convert_or_none(value: Any) -> Any:
+    def convert_or_none(value: Any) -> T | None:
         return None if value is None else convert(value)
 
     return convert_or_none
@@ -224,6 +293,14 @@ def optional_input(value: Any) -> Any:
     return value
 
 
+@overload
+def as_tuple(n: Literal[1]) -> Callable[[Any], tuple[int]]: ...
+@overload
+def as_tuple(n: Literal[2]) -> Callable[[Any], tuple[int, int]]: ...
+@overload
+def as_tuple(n: Literal[3]) -> Callable[[Any], tuple[int, int, int]]: ...
+@overload
+def as_tuple(n: int) -> Callable[[Any], tuple[int, ...]]: ...
 def as_tuple(n: int) -> Callable[[Any], tuple[int, ...]]:
     """Converter to an n-tuple of ints; a single int is repeated (torch's _pair / _triple)."""
 
@@ -238,11 +315,11 @@ def as_tuple(n: int) -> Callable[[Any], tuple[int, ...]]:
     return convert
 
 
-def at_least(minimum: int, convert: Callable[[Any], Any]) -> Callable[[Any], Any]:
+def at_least(minimum: int, convert: Callable[[Any], T]) -> Callable[[Any], T]:
     """Wrap a converter so every integer it returns is >= ``minimum`` (strides and kernels >= 1,
     paddings >= 0); strings and None pass through. ``Param(1, at_least(1, as_tuple(2)))``."""
 
-    def checked(value: Any) -> Any:
+    def checked(value: Any) -> T:
         result = convert(value)
         values = result if isinstance(result, tuple) else (result,)
         if any(isinstance(v, int) and v < minimum for v in values):

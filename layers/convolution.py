@@ -14,13 +14,14 @@ nn.Conv2d the zero padding before it and the residual add and activation after i
 fused result: here one numpy step at a time, in the fast subclass in one pass.
 
 A 1-D layer is its 2-D layer over a height of 1: an (N, C, L) input runs as (N, C, 1, L), a
-kernel k as (1, k), stride s as (1, s), padding p as (0, p). Its 1-D parameters are read by
-``lifted`` converters, so after ``load_param`` they hold that 2-D form.
+kernel k as (1, k), stride s as (1, s), padding p as (0, p). Its 1-D parameters (the
+``_Geometry1d`` mixin's) are read by ``lifted`` converters, so after ``load_param`` they hold
+that 2-D form.
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Sequence, overload
 
 import numpy as np
 
@@ -45,12 +46,19 @@ def as_conv_padding(value: Any, dims: int = 2) -> tuple[int, ...] | str:
     return at_least(0, as_tuple(dims))(value)
 
 
-def lifted(convert: Callable[[Any], Any], height_value: int) -> Callable[[Any], Any]:
+@overload
+def lifted(convert: Callable[[Any], tuple[int]], height_value: int
+           ) -> Callable[[Any], tuple[int, int]]: ...
+@overload
+def lifted(convert: Callable[[Any], tuple[int, ...] | str], height_value: int
+           ) -> Callable[[Any], tuple[int, ...] | str]: ...
+def lifted(convert: Callable[[Any], tuple[int, ...] | str], height_value: int
+           ) -> Callable[[Any], tuple[int, ...] | str]:
     """A 1-D parameter read as the 2-D one of a height-1 layer: ``convert`` the value to a
     1-tuple, then put ``height_value`` before it (kernel 3 -> (1, 3), padding 2 -> (0, 2)).
     Strings ('same', 'valid') are the same in 1-D and 2-D."""
 
-    def convert_lifted(value: Any) -> Any:
+    def convert_lifted(value: Any) -> tuple[int, ...] | str:
         result = convert(value)
         return result if isinstance(result, str) else (height_value, *result)
 
@@ -71,26 +79,18 @@ def lift(x: np.ndarray, what: str = "(N, C, L) input") -> np.ndarray:
     return x[:, :, None, :]
 
 
-def drop_height(x):
+@overload
+def drop_height(x: Shape) -> Shape: ...
+@overload
+def drop_height(x: np.ndarray) -> np.ndarray: ...
+def drop_height(x: Shape | np.ndarray) -> Shape | np.ndarray:
     """(N, C, 1, L) -> (N, C, L): a 2-D result (array or shape) back to 1-D."""
     return (*x[:2], x[3]) if isinstance(x, tuple) else x[:, :, 0, :]
 
 
-_GEOMETRY_1D = {
-    "stride": Param(1, lifted(at_least(1, as_tuple(1)), 1)),
-    "padding": Param(0, lifted(lambda value: as_conv_padding(value, dims=1), 0)),
-    "dilation": Param(1, lifted(at_least(1, as_tuple(1)), 1)),
-}
-
-
-def conv_geometry_params(dims: int, padding: Callable[[Any], Any]) -> dict[str, Param]:
-    """stride, padding (read by ``padding``), dilation and groups of a ``dims``-D convolution."""
-    return {
-        "stride": Param(1, at_least(1, as_tuple(dims))),
-        "padding": Param(0, padding),
-        "dilation": Param(1, at_least(1, as_tuple(dims))),
-        "groups": Param(1, at_least(1, as_int)),
-    }
+def as_conv1d_padding(value: Any) -> tuple[int, ...] | str:
+    """as_conv_padding in 1-D: 'same', 'valid', or one int (>= 0)."""
+    return as_conv_padding(value, dims=1)
 
 
 def check_same_padding(padding: Any, stride: tuple[int, ...]) -> None:
@@ -103,7 +103,10 @@ def check_same_padding(padding: Any, stride: tuple[int, ...]) -> None:
 class _ConvGeometry(Layer):
     """The parameters nn.Conv2d and F.conv2d share, and their checks."""
 
-    PARAMS = conv_geometry_params(2, as_conv_padding)
+    stride = Param(1, at_least(1, as_tuple(2)))
+    padding = Param(0, as_conv_padding)
+    dilation = Param(1, at_least(1, as_tuple(2)))
+    groups = Param(1, at_least(1, as_int))
 
     def check_params(self) -> None:
         check_same_padding(self.padding, self.stride)
@@ -118,28 +121,36 @@ class _ConvGeometry(Layer):
 
     def _pads(self, kernel: Shape) -> tuple[int, int, int, int]:
         """The zeros around the input as (top, bottom, left, right)."""
-        return kernels.conv2d_padding(self.padding, tuple(kernel), self.dilation)
+        kh, kw = kernel
+        return kernels.conv2d_padding(self.padding, (kh, kw), self.dilation)
 
 
-def learned_conv_params(dims: int, geometry: dict[str, Param]) -> dict[str, Param]:
-    """The parameters of nn.ConvNd: channels, a ``dims``-D kernel, the geometry (stride,
-    padding, dilation, groups), the bias flag and the padding mode."""
-    return {
-        "in_channels": Param(convert=at_least(1, as_int)),
-        "out_channels": Param(convert=at_least(1, as_int)),
-        "kernel_size": Param(convert=at_least(1, as_tuple(dims))),
-        **geometry,
-        "bias": Param(True, as_bool),
-        "padding_mode": Param("zeros", as_str),
-    }
+class _Geometry1d(Layer):
+    """Mixin of the 1-D convolutions: stride, padding and dilation read in 1-D, lifted to the
+    2-D form of a height-1 layer (they override the 2-D layer's)."""
+
+    stride = Param(1, lifted(at_least(1, as_tuple(1)), 1))
+    padding = Param(0, lifted(as_conv1d_padding, 0))
+    dilation = Param(1, lifted(at_least(1, as_tuple(1)), 1))
 
 
-class LearnedWeights:
-    """What nn.Conv2d and nn.Conv3d share about their weights from the bin file: @weight
-    (C_out, C_in / groups, *kernel) and an optional @bias (C_out,), and their checks."""
+class LearnedWeights(Layer):
+    """What nn.Conv2d and nn.Conv3d share: the channels, bias flag and padding mode parameters
+    (each class declares its kernel_size and mixes in its geometry: stride, padding, dilation,
+    groups), the weights from the bin file, @weight (C_out, C_in / groups, *kernel) and an
+    optional @bias (C_out,), and their checks."""
 
+    in_channels = Param(convert=at_least(1, as_int))
+    out_channels = Param(convert=at_least(1, as_int))
+    # the flag from the param line; load_model replaces it by the @bias array (or None)
+    bias: Param[Any] = Param(True, as_bool)
+    padding_mode = Param("zeros", as_str)
     WEIGHTS = ("weight",)
     OPTIONAL_WEIGHTS = ("bias",)
+    weight: np.ndarray
+    has_bias: bool
+    kernel_size: tuple[int, ...]                          # the class's, in its dims
+    groups: int                                           # the geometry's
 
     def check_learned_params(self) -> None:
         self.has_bias = self.bias      # load_model replaces the flag by the array (or None)
@@ -174,7 +185,7 @@ class Conv2d(LearnedWeights, _ConvGeometry):
     circular), then convolves without padding.
     """
 
-    PARAMS = learned_conv_params(2, _ConvGeometry.PARAMS)
+    kernel_size = Param(convert=at_least(1, as_tuple(2)))
 
     def check_params(self) -> None:
         super().check_params()
@@ -275,7 +286,7 @@ class FunctionalConv2d(_ConvGeometry):
     inputs: x (N, C_in, H, W), weight (C_out, C_in / groups, kh, kw)[, bias (C_out,)]
     """
 
-    PARAMS = {**_ConvGeometry.PARAMS, "bias": Param(None, bias_is_an_input)}
+    bias = Param(None, bias_is_an_input)
     one_blob_only = False
 
     def infer_shapes(self, input_shapes: Sequence[Shape]) -> list[Shape]:
@@ -292,17 +303,13 @@ class FunctionalConv2d(_ConvGeometry):
 # ----- 1-D convolution: the 2-D layers over a height of 1 ---------------------------------------
 
 @register_layer("nn.Conv1d")
-class Conv1d(Conv2d):
+class Conv1d(_Geometry1d, Conv2d):
     """1-D convolution, as ``torch.nn.Conv1d``: x (N, C_in, L), weight (C_out, C_in / groups, k),
     bias (C_out,) -> y (N, C_out, Lo), Lo = floor((L + 2p - d * (k - 1) - 1) / s) + 1;
     padding 'same' / 'valid' and every padding_mode as in nn.Conv2d. It runs as nn.Conv2d on
     (N, C_in, 1, L) with a (1, k) kernel."""
 
-    PARAMS = {
-        **Conv2d.PARAMS,
-        "kernel_size": Param(convert=lifted(at_least(1, as_tuple(1)), 1)),
-        **_GEOMETRY_1D,
-    }
+    kernel_size = Param(convert=lifted(at_least(1, as_tuple(1)), 1))
 
     def check_params(self) -> None:
         if self.padding is None:
@@ -326,11 +333,9 @@ class Conv1d(Conv2d):
 
 
 @register_layer("F.conv1d")
-class FunctionalConv1d(FunctionalConv2d):
+class FunctionalConv1d(_Geometry1d, FunctionalConv2d):
     """``F.conv1d(input, weight, bias)`` with the weight (and the bias, if any) as graph inputs:
     x (N, C_in, L), weight (C_out, C_in / groups, k)[, bias (C_out,)] -> (N, C_out, Lo)."""
-
-    PARAMS = {**FunctionalConv2d.PARAMS, **_GEOMETRY_1D}
 
     def infer_shapes(self, input_shapes: Sequence[Shape]) -> list[Shape]:
         x, weight, bias = split_weight_inputs(input_shapes)
@@ -349,13 +354,11 @@ class FunctionalConv1d(FunctionalConv2d):
 class _ConvTransposeGeometry(Layer):
     """The parameters nn.ConvTranspose2d and F.conv_transpose2d share, and their checks."""
 
-    PARAMS = {
-        "stride": Param(1, at_least(1, as_tuple(2))),
-        "padding": Param(0, at_least(0, as_tuple(2))),
-        "output_padding": Param(0, at_least(0, as_tuple(2))),
-        "dilation": Param(1, at_least(1, as_tuple(2))),
-        "groups": Param(1, at_least(1, as_int)),
-    }
+    stride = Param(1, at_least(1, as_tuple(2)))
+    padding = Param(0, at_least(0, as_tuple(2)))
+    output_padding = Param(0, at_least(0, as_tuple(2)))
+    dilation = Param(1, at_least(1, as_tuple(2)))
+    groups = Param(1, at_least(1, as_int))
 
     def check_params(self) -> None:
         for extra, stride, dilation in zip(self.output_padding, self.stride, self.dilation):
@@ -383,16 +386,16 @@ class ConvTranspose2d(_ConvTransposeGeometry):
     (A call with ``output_size=`` is written by pnnx as the output_padding it implies.)
     """
 
-    PARAMS = {
-        "in_channels": Param(convert=at_least(1, as_int)),
-        "out_channels": Param(convert=at_least(1, as_int)),
-        "kernel_size": Param(convert=at_least(1, as_tuple(2))),
-        **_ConvTransposeGeometry.PARAMS,
-        "bias": Param(True, as_bool),
-        "padding_mode": Param("zeros", as_str),
-    }
+    in_channels = Param(convert=at_least(1, as_int))
+    out_channels = Param(convert=at_least(1, as_int))
+    kernel_size = Param(convert=at_least(1, as_tuple(2)))
+    # the flag from the param line; load_model replaces it by the @bias array (or None)
+    bias: Param[Any] = Param(True, as_bool)
+    padding_mode = Param("zeros", as_str)
     WEIGHTS = ("weight",)
     OPTIONAL_WEIGHTS = ("bias",)
+    weight: np.ndarray
+    has_bias: bool
 
     def check_params(self) -> None:
         super().check_params()
@@ -428,7 +431,7 @@ class FunctionalConvTranspose2d(_ConvTransposeGeometry):
     graph inputs: x (N, C_in, H, W), weight (C_in, C_out / groups, kh, kw)[, bias (C_out,)].
     pnnx writes ``bias=None`` without a bias, and no bias parameter with one."""
 
-    PARAMS = {**_ConvTransposeGeometry.PARAMS, "bias": Param(None, bias_is_an_input)}
+    bias = Param(None, bias_is_an_input)
     one_blob_only = False
 
     def infer_shapes(self, input_shapes: Sequence[Shape]) -> list[Shape]:
@@ -442,25 +445,23 @@ class FunctionalConvTranspose2d(_ConvTransposeGeometry):
         return [self._conv_transpose(*split_weight_inputs(inputs))]
 
 
-_TRANSPOSE_GEOMETRY_1D = {
-    "stride": Param(1, lifted(at_least(1, as_tuple(1)), 1)),
-    "padding": Param(0, lifted(at_least(0, as_tuple(1)), 0)),
-    "output_padding": Param(0, lifted(at_least(0, as_tuple(1)), 0)),
-    "dilation": Param(1, lifted(at_least(1, as_tuple(1)), 1)),
-}
+class _TransposeGeometry1d(Layer):
+    """Mixin of the 1-D transposed convolutions: their geometry read in 1-D, lifted to the 2-D
+    form of a height-1 layer (it overrides the 2-D layer's)."""
+
+    stride = Param(1, lifted(at_least(1, as_tuple(1)), 1))
+    padding = Param(0, lifted(at_least(0, as_tuple(1)), 0))
+    output_padding = Param(0, lifted(at_least(0, as_tuple(1)), 0))
+    dilation = Param(1, lifted(at_least(1, as_tuple(1)), 1))
 
 
 @register_layer("nn.ConvTranspose1d")
-class ConvTranspose1d(ConvTranspose2d):
+class ConvTranspose1d(_TransposeGeometry1d, ConvTranspose2d):
     """1-D transposed convolution, as ``torch.nn.ConvTranspose1d``: x (N, C_in, L), weight
     (C_in, C_out / groups, k) -> (N, C_out, (L - 1) * s - 2p + d * (k - 1) + output_padding + 1).
     It runs as nn.ConvTranspose2d on (N, C_in, 1, L) with a (1, k) kernel."""
 
-    PARAMS = {
-        **ConvTranspose2d.PARAMS,
-        "kernel_size": Param(convert=lifted(at_least(1, as_tuple(1)), 1)),
-        **_TRANSPOSE_GEOMETRY_1D,
-    }
+    kernel_size = Param(convert=lifted(at_least(1, as_tuple(1)), 1))
 
     def load_model(self, weights: dict[str, np.ndarray]) -> None:
         weight = weights.get("weight")
@@ -477,11 +478,9 @@ class ConvTranspose1d(ConvTranspose2d):
 
 
 @register_layer("F.conv_transpose1d")
-class FunctionalConvTranspose1d(FunctionalConvTranspose2d):
+class FunctionalConvTranspose1d(_TransposeGeometry1d, FunctionalConvTranspose2d):
     """``F.conv_transpose1d(input, weight, bias)`` with the weight (and the bias, if any) as
     graph inputs: x (N, C_in, L), weight (C_in, C_out / groups, k)[, bias (C_out,)]."""
-
-    PARAMS = {**FunctionalConvTranspose2d.PARAMS, **_TRANSPOSE_GEOMETRY_1D}
 
     def infer_shapes(self, input_shapes: Sequence[Shape]) -> list[Shape]:
         x, weight, bias = split_weight_inputs(input_shapes)

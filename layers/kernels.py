@@ -135,7 +135,7 @@ def _spatial_size(shape: Sequence[int], out_h: int, out_w: int, pads: Sequence[i
 
 
 def conv2d_output_shape(x_shape: Sequence[int], weight_shape: Sequence[int],
-                        stride: int | Pair = 1, padding: int | Pair | str = 0,
+                        stride: int | Pair = 1, padding: int | Sequence[int] | str = 0,
                         dilation: int | Pair = 1, groups: int = 1) -> tuple[int, int, int, int]:
     """(N, C_in, H, W) input and (C_out, C_in / groups, kh, kw) weight -> (N, C_out, Ho, Wo)."""
     _check_rank(x_shape, (4,), "(N, C, H, W) input")
@@ -336,7 +336,7 @@ def _pool_prepare(x: np.ndarray, kernel_size, stride, padding, dilation, ceil_mo
 # ================================================================ convolution
 
 def conv2d(x: np.ndarray, weight: np.ndarray, bias: np.ndarray | None = None,
-           stride: int | Pair = 1, padding: int | Pair | str = 0, dilation: int | Pair = 1,
+           stride: int | Pair = 1, padding: int | Sequence[int] | str = 0, dilation: int | Pair = 1,
            groups: int = 1) -> np.ndarray:
     """``F.conv2d``: 2-D cross-correlation of an (N, C_in, H, W) input with a
     (C_out, C_in / groups, kh, kw) weight::

@@ -10,7 +10,7 @@ computed operands (``x.matmul(y)`` and ``x @ y`` are written as torch.matmul too
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -41,13 +41,14 @@ class Linear(Layer):
         y = x @ weight.T + bias      x (..., in), weight (out, in), bias (out,) -> y (..., out)
     """
 
-    PARAMS = {
-        "in_features": Param(convert=at_least(1, as_int)),
-        "out_features": Param(convert=at_least(1, as_int)),
-        "bias": Param(True, as_bool),
-    }
+    in_features = Param(convert=at_least(1, as_int))
+    out_features = Param(convert=at_least(1, as_int))
+    # the flag from the param line; load_model replaces it by the @bias array (or None)
+    bias: Param[Any] = Param(True, as_bool)
     WEIGHTS = ("weight",)
     OPTIONAL_WEIGHTS = ("bias",)
+    weight: np.ndarray
+    has_bias: bool
 
     def check_params(self) -> None:
         self.has_bias = self.bias
@@ -90,7 +91,7 @@ class FunctionalLinear(Layer):
     """``F.linear(input, weight, bias)`` with the weight (and the bias, if any) as graph inputs:
     x (..., in), weight (out, in)[, bias (out,)] -> x @ weight.T + bias (..., out)."""
 
-    PARAMS = {"bias": Param(None, bias_is_an_input)}   # pnnx writes bias=None
+    bias = Param(None, bias_is_an_input)               # pnnx writes bias=None
     one_blob_only = False
 
     def infer_shapes(self, input_shapes: Sequence[Shape]) -> list[Shape]:
@@ -195,7 +196,8 @@ class AddMM(Layer):
     ``input`` broadcasts to the result's shape; with beta = 0 it is ignored (its NaNs too).
     """
 
-    PARAMS = {"alpha": Param(1.0, as_float), "beta": Param(1.0, as_float)}
+    alpha = Param(1.0, as_float)
+    beta = Param(1.0, as_float)
     one_blob_only = False
 
     def infer_shapes(self, input_shapes: Sequence[Shape]) -> list[Shape]:
@@ -213,7 +215,8 @@ class AddMM(Layer):
         return [out_shape]
 
     def forward(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
-        return [kernels.addmm(*inputs, beta=self.beta, alpha=self.alpha)]
+        bias, a, b = inputs
+        return [kernels.addmm(bias, a, b, beta=self.beta, alpha=self.alpha)]
 
 
 def _broadcasts_to(shape: Shape, target: Shape) -> bool:
@@ -232,7 +235,7 @@ class Einsum(Layer):
     ``->`` the output has the ellipsis dims, then the subscripts used once, in alphabetical
     order. pnnx renames the subscripts (``bij,bjk->bik`` is written ``ijl,ilk->ijk``)."""
 
-    PARAMS = {"equation": Param(convert=as_str)}
+    equation = Param(convert=as_str)
     one_blob_only = False
 
     def check_params(self) -> None:

@@ -3,13 +3,13 @@ last dim of an (N, C, L) or (C, L) input and in 2-D over the last two of (N, C, 
 (C, H, W).
 
 A 1-D layer is its 2-D layer over a height of 1: the input runs as (N, C, 1, L), a kernel k
-as (1, k), stride s as (1, s), padding p as (0, p). Its 1-D parameters are read by ``lifted``
-converters, so after ``load_param`` they hold that 2-D form.
+as (1, k), stride s as (1, s), padding p as (0, p). Its 1-D parameters (the ``_Window1d``
+mixin's) are read by ``lifted`` converters, so after ``load_param`` they hold that 2-D form.
 """
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Sequence
+from typing import Any, Callable, ClassVar, Sequence, overload
 
 import numpy as np
 
@@ -39,19 +39,21 @@ class _Spatial:
     def _lift(self, x: np.ndarray) -> np.ndarray:
         return x.reshape(self._lift_shape(x.shape))
 
-    def _drop(self, y):
+    @overload
+    def _drop(self, y: Shape) -> Shape: ...
+    @overload
+    def _drop(self, y: np.ndarray) -> np.ndarray: ...
+    def _drop(self, y: Shape | np.ndarray) -> Shape | np.ndarray:
         """A 2-D result (array or shape) back to the layer's dims."""
         if self.dims == 2:
             return y
         return (*y[:-2], y[-1]) if isinstance(y, tuple) else y[..., 0, :]
 
 
-def as_pool_stride(dims: int = 2):
+def as_pool_stride(dims: int = 2) -> Callable[[Any], tuple[int, int] | None]:
     """Converter of pooling strides (each >= 1); an empty list (torch's ``stride=[]``) means
     None: the kernel size. (pnnx writes ``stride=None`` for ``F.max_pool2d(x, 2)``.)"""
-    convert = at_least(1, as_tuple(dims))
-    if dims == 1:
-        convert = lifted(convert, 1)
+    convert = at_least(1, as_tuple(2)) if dims == 2 else lifted(at_least(1, as_tuple(1)), 1)
 
     def as_stride(value: Any) -> tuple[int, int] | None:
         if isinstance(value, (list, tuple)) and len(value) == 0:
@@ -61,27 +63,19 @@ def as_pool_stride(dims: int = 2):
     return as_stride
 
 
-def _window_params(dims: int) -> dict[str, Param]:
-    """kernel_size, stride, padding and ceil_mode, in ``dims`` dims (1-D ones lifted)."""
-    if dims == 2:
-        ints = lambda minimum: at_least(minimum, as_tuple(2))            # noqa: E731
-    else:
-        ints = lambda minimum: lifted(at_least(minimum, as_tuple(1)), minimum)  # noqa: E731
-    return {
-        "kernel_size": Param(convert=ints(1)),
-        "stride": Param(None, as_pool_stride(dims)),
-        "padding": Param(0, ints(0)),
-        "ceil_mode": Param(False, as_bool),
-    }
-
-
 class _Pool(_Spatial, Layer):
     """What max and average pooling share: a window, its stride, padding and ceil_mode."""
 
-    PARAMS = _window_params(2)
-    dilation = (1, 1)                                # average pooling has no dilation
+    kernel_size = Param(convert=at_least(1, as_tuple(2)))
+    stride = Param(None, as_pool_stride(2))          # None: the kernel size (check_params)
+    padding = Param(0, at_least(0, as_tuple(2)))
+    ceil_mode = Param(False, as_bool)
+    dilation: tuple[int, int] = (1, 1)               # average pooling has no dilation
     one_blob_only = False                            # max pooling may return its indices
-    n_outputs = 1
+
+    @property
+    def n_outputs(self) -> int:
+        return 1
 
     def check_params(self) -> None:
         if self.stride is None:
@@ -105,6 +99,16 @@ class _Pool(_Spatial, Layer):
         raise NotImplementedError
 
 
+class _Window1d(Layer):
+    """Mixin of the 1-D pooling layers: the window read in 1-D, lifted to the 2-D form of a
+    height-1 layer (it overrides the 2-D layer's)."""
+
+    kernel_size = Param(convert=lifted(at_least(1, as_tuple(1)), 1))
+    stride = Param(None, as_pool_stride(1))
+    padding = Param(0, lifted(at_least(0, as_tuple(1)), 0))
+    ceil_mode = Param(False, as_bool)
+
+
 @register_layer("nn.MaxPool2d", "F.max_pool2d")
 class MaxPool2d(_Pool):
     """Max pooling, as ``torch.nn.MaxPool2d``::
@@ -117,11 +121,8 @@ class MaxPool2d(_Pool):
     int64 flat index h * W + w into the input's (H, W) plane.
     """
 
-    PARAMS = {
-        **_Pool.PARAMS,
-        "dilation": Param(1, at_least(1, as_tuple(2))),
-        "return_indices": Param(False, as_bool),
-    }
+    dilation = Param(1, at_least(1, as_tuple(2)))
+    return_indices = Param(False, as_bool)
 
     @property
     def n_outputs(self) -> int:
@@ -135,16 +136,12 @@ class MaxPool2d(_Pool):
 
 
 @register_layer("nn.MaxPool1d", "F.max_pool1d")
-class MaxPool1d(MaxPool2d):
+class MaxPool1d(_Window1d, MaxPool2d):
     """Max pooling over the last dim, as ``torch.nn.MaxPool1d``: nn.MaxPool2d over a height of
     1; the indices (``return_indices=True``) are positions along L."""
 
     dims = 1
-    PARAMS = {
-        **_window_params(1),
-        "dilation": Param(1, lifted(at_least(1, as_tuple(1)), 1)),
-        "return_indices": Param(False, as_bool),
-    }
+    dilation = Param(1, lifted(at_least(1, as_tuple(1)), 1))
 
 
 @register_layer("nn.AvgPool2d", "F.avg_pool2d")
@@ -154,22 +151,13 @@ class AvgPool2d(_Pool):
     (``count_include_pad=True``) or only the real input elements (False). With ceil_mode, a
     last window reaching past the right padding counts only up to it."""
 
-    PARAMS = {
-        **_Pool.PARAMS,
-        "count_include_pad": Param(True, as_bool),
-        "divisor_override": Param(None, at_least(1, as_int)),
-    }
+    count_include_pad = Param(True, as_bool)
+    divisor_override = Param(None, at_least(1, as_int))
 
     def _pool(self, x: np.ndarray) -> list[np.ndarray]:
         return [kernels.avg_pool2d(x, self.kernel_size, self.stride, self.padding,
                                    self.ceil_mode, self.count_include_pad,
                                    self.divisor_override)]
-
-
-def _lp_params(dims: int) -> dict[str, Param]:
-    """Power-average pooling's: the window's (no padding) and norm_type, in ``dims`` dims."""
-    params = {key: value for key, value in _window_params(dims).items() if key != "padding"}
-    return {**params, "norm_type": Param(convert=as_float)}
 
 
 @register_layer("nn.LPPool2d", "F.lp_pool2d")
@@ -179,8 +167,8 @@ class LPPool2d(_Pool):
     the average pooling of x^p times the window area (a window cut short by ceil_mode is
     scaled the same way), and a negative sum to a fractional power is NaN; no padding."""
 
-    PARAMS = _lp_params(2)
-    padding = (0, 0)
+    norm_type = Param(convert=as_float)
+    padding = (0, 0)                                 # not a parameter: no padding
 
     def _pool(self, x: np.ndarray) -> list[np.ndarray]:
         p = x.dtype.type(self.norm_type)
@@ -191,21 +179,20 @@ class LPPool2d(_Pool):
 
 
 @register_layer("nn.LPPool1d", "F.lp_pool1d")
-class LPPool1d(LPPool2d):
+class LPPool1d(_Window1d, LPPool2d):
     """Power-average pooling over the last dim, as ``torch.nn.LPPool1d``."""
 
     dims = 1
-    PARAMS = _lp_params(1)
+    padding = (0, 0)                                 # not a parameter: no padding
 
 
 @register_layer("nn.AvgPool1d", "F.avg_pool1d")
-class AvgPool1d(AvgPool2d):
+class AvgPool1d(_Window1d, AvgPool2d):
     """Average pooling over the last dim, as ``torch.nn.AvgPool1d`` (which has no
     divisor_override): nn.AvgPool2d over a height of 1."""
 
     dims = 1
-    PARAMS = {**_window_params(1), "count_include_pad": Param(True, as_bool)}
-    divisor_override = None
+    divisor_override = None                          # not a parameter
 
 
 # ----- aten::max_pool2d / aten::avg_pool2d: every argument an input --------------------------
@@ -234,7 +221,7 @@ class _AtenPool(ArgumentInputLayer):
             if value is not None:
                 params[name] = value
         key = tuple(sorted((k, str(v)) for k, v in params.items()))
-        cache = self.__dict__.setdefault("_pools", {})
+        cache: dict[tuple[tuple[str, str], ...], _Pool] = self.__dict__.setdefault("_pools", {})
         if key not in cache:
             cache[key] = self.POOL(**params)                   # LayerError for bad values
         return cache[key]
@@ -268,7 +255,7 @@ class AtenAvgPool2d(_AtenPool):
 
 # ----- adaptive pooling -------------------------------------------------------------------------
 
-def as_output_size(dims: int = 2):
+def as_output_size(dims: int = 2) -> Callable[[Any], tuple[int | None, int | None]]:
     """Converter of adaptive ``output_size``: an int, or ``dims`` entries where None keeps the
     input size. pnnx writes None as 0 (``(3, None)`` -> ``output_size=(3,0)``), so 0 means None
     here. A 1-D size is lifted to (1, size)."""
@@ -291,15 +278,19 @@ class _AdaptivePool(_Spatial, ArgumentInputLayer):
     model computes it from the input's size (``F.adaptive_avg_pool2d(x, (h // 2, w // 2))`` in
     a dynamic export), a second input."""
 
-    PARAMS = {"output_size": Param(None, as_output_size(2))}
-    n_outputs = 1
+    output_size = Param(None, as_output_size(2))
 
-    def _output_size(self, inputs) -> tuple[int | None, int | None]:
-        sizes = param_or_input(self.output_size, "output_size", inputs)
-        if isinstance(sizes, np.ndarray):                 # computed in the graph: real sizes
-            sizes = tuple(int(v) for v in sizes)
+    @property
+    def n_outputs(self) -> int:
+        return 1
+
+    def _output_size(self, inputs: Sequence[Any]) -> Sequence[int | None]:
+        value = param_or_input(self.output_size, "output_size", inputs)
+        if isinstance(value, np.ndarray):                 # computed in the graph: real sizes
+            sizes = tuple(int(v) for v in value)
             return sizes if self.dims == 2 else (1, *sizes)
-        return sizes
+        parameter: tuple[int | None, int | None] = value
+        return parameter
 
     def infer_shapes_from(self, input_shapes: Sequence[Shape],
                           input_values: Sequence[np.ndarray | None]) -> list[Shape]:
@@ -311,7 +302,7 @@ class _AdaptivePool(_Spatial, ArgumentInputLayer):
         x = self._lift(inputs[0])
         return [self._drop(y) for y in self._pool(x, self._output_size(inputs))]
 
-    def _pool(self, x: np.ndarray, output_size) -> list[np.ndarray]:
+    def _pool(self, x: np.ndarray, output_size: Sequence[int | None]) -> list[np.ndarray]:
         raise NotImplementedError
 
 
@@ -321,7 +312,7 @@ class AdaptiveAvgPool2d(_AdaptivePool):
     (Ho, Wo); output bin i along H averages rows [floor(i * H / Ho), ceil((i + 1) * H / Ho)),
     and the same along W. ``output_size=1`` is global average pooling."""
 
-    def _pool(self, x: np.ndarray, output_size) -> list[np.ndarray]:
+    def _pool(self, x: np.ndarray, output_size: Sequence[int | None]) -> list[np.ndarray]:
         return [kernels.adaptive_avg_pool2d(x, output_size)]
 
 
@@ -330,7 +321,7 @@ class AdaptiveAvgPool1d(AdaptiveAvgPool2d):
     """Adaptive average pooling over the last dim, as ``torch.nn.AdaptiveAvgPool1d``."""
 
     dims = 1
-    PARAMS = {"output_size": Param(None, as_output_size(1))}
+    output_size = Param(None, as_output_size(1))
 
 
 @register_layer("nn.AdaptiveMaxPool2d", "F.adaptive_max_pool2d")
@@ -339,16 +330,15 @@ class AdaptiveMaxPool2d(_AdaptivePool):
     (the bins of nn.AdaptiveAvgPool2d). ``return_indices=True`` adds a second output, the int64
     flat index h * W + w of each max; pnnx always writes F.adaptive_max_pool2d that way."""
 
-    PARAMS = {**_AdaptivePool.PARAMS, "return_indices": Param(False, as_bool)}
+    return_indices = Param(False, as_bool)
 
     @property
     def n_outputs(self) -> int:
         return 2 if self.return_indices else 1
 
-    def _pool(self, x: np.ndarray, output_size) -> list[np.ndarray]:
-        if self.return_indices:
-            return list(kernels.adaptive_max_pool2d(x, output_size, return_indices=True))
-        return [kernels.adaptive_max_pool2d(x, output_size)]
+    def _pool(self, x: np.ndarray, output_size: Sequence[int | None]) -> list[np.ndarray]:
+        y = kernels.adaptive_max_pool2d(x, output_size, return_indices=self.return_indices)
+        return list(y) if isinstance(y, tuple) else [y]
 
 
 @register_layer("nn.AdaptiveMaxPool1d", "F.adaptive_max_pool1d")
@@ -357,5 +347,4 @@ class AdaptiveMaxPool1d(AdaptiveMaxPool2d):
     are positions along L."""
 
     dims = 1
-    PARAMS = {"output_size": Param(None, as_output_size(1)),
-              "return_indices": Param(False, as_bool)}
+    output_size = Param(None, as_output_size(1))

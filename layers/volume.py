@@ -26,8 +26,7 @@ import numpy as np
 from layers import kernels
 from layers.base import (Layer, Param, Shape, as_bool, as_int, as_tuple, at_least,
                          bias_is_an_input, split_weight_inputs)
-from layers.convolution import (LearnedWeights, check_same_padding, conv_geometry_params,
-                                learned_conv_params)
+from layers.convolution import LearnedWeights, check_same_padding
 from layers.normalization import _BatchNorm
 from layers.registry import register_layer
 from parser.errors import LayerError, ShapeError
@@ -74,8 +73,11 @@ def _batched(shape: Shape) -> bool:
 class _Conv3dGeometry(Layer):
     """The parameters nn.Conv3d and F.conv3d share, the output shape and the convolution."""
 
-    PARAMS = conv_geometry_params(3, as_conv3d_padding)
-    padding_mode = "zeros"
+    stride = Param(1, at_least(1, as_tuple(3)))
+    padding = Param(0, as_conv3d_padding)
+    dilation = Param(1, at_least(1, as_tuple(3)))
+    groups = Param(1, at_least(1, as_int))
+    padding_mode = "zeros"                         # nn.Conv3d's is a parameter
 
     def check_params(self) -> None:
         check_same_padding(self.padding, self.stride)
@@ -128,7 +130,7 @@ class Conv3d(LearnedWeights, _Conv3dGeometry):
     weight (C_out, C_in / groups, kd, kh, kw), bias (C_out,) -> y (N, C_out, Do, Ho, Wo); the
     padding mode is zeros, reflect, replicate or circular."""
 
-    PARAMS = learned_conv_params(3, _Conv3dGeometry.PARAMS)
+    kernel_size = Param(convert=at_least(1, as_tuple(3)))
 
     def check_params(self) -> None:
         super().check_params()
@@ -147,7 +149,7 @@ class FConv3d(_Conv3dGeometry):
     """``F.conv3d(input, weight, bias)`` with the weight (and bias) computed in the graph:
     they are the 2nd and 3rd inputs."""
 
-    PARAMS = {**_Conv3dGeometry.PARAMS, "bias": Param(None, bias_is_an_input)}
+    bias = Param(None, bias_is_an_input)
     one_blob_only = False
 
     def infer_shapes(self, input_shapes: Sequence[Shape]) -> list[Shape]:
@@ -162,13 +164,11 @@ class FConv3d(_Conv3dGeometry):
 # ----- pooling ------------------------------------------------------------------------------
 
 class _Pool3d(Layer):
-    PARAMS = {
-        "kernel_size": Param(convert=at_least(1, as_tuple(3))),
-        "stride": Param(None),
-        "padding": Param(0, at_least(0, as_tuple(3))),
-        "ceil_mode": Param(False, as_bool),
-    }
-    dilation = (1, 1, 1)
+    kernel_size = Param(convert=at_least(1, as_tuple(3)))
+    stride: Param[Any] = Param(None)               # None: the kernel size (check_params)
+    padding = Param(0, at_least(0, as_tuple(3)))
+    ceil_mode = Param(False, as_bool)
+    dilation = (1, 1, 1)                           # max pooling's is a parameter
 
     def check_params(self) -> None:
         self.stride = self.kernel_size if self.stride is None else \
@@ -217,8 +217,8 @@ class MaxPool3d(_Pool3d):
     """Max pooling, as ``torch.nn.MaxPool3d`` (no return_indices): the max of each (dilated)
     window, padding never wins."""
 
-    PARAMS = {**_Pool3d.PARAMS, "dilation": Param(1, at_least(1, as_tuple(3))),
-              "return_indices": Param(False, as_bool)}
+    dilation = Param(1, at_least(1, as_tuple(3)))     # type: ignore[assignment]
+    return_indices = Param(False, as_bool)
 
     def check_params(self) -> None:
         super().check_params()
@@ -240,8 +240,8 @@ class AvgPool3d(_Pool3d):
     ``divisor_override`` or its size, counting the zero padding (``count_include_pad``) or
     only the input; a window ceil_mode adds is cut at the padding."""
 
-    PARAMS = {**_Pool3d.PARAMS, "count_include_pad": Param(True, as_bool),
-              "divisor_override": Param(None, at_least(1, as_int))}
+    count_include_pad = Param(True, as_bool)
+    divisor_override = Param(None, at_least(1, as_int))
 
     def forward_one(self, x: np.ndarray) -> np.ndarray:
         padded, out_d = self._slices(x, 0.0)
@@ -265,7 +265,7 @@ class AdaptiveAvgPool3d(Layer):
     """Adaptive average pooling to a fixed (Do, Ho, Wo), as ``torch.nn.AdaptiveAvgPool3d``
     (bins as nn.AdaptiveAvgPool2d's along each dim; None or 0 keeps that dim)."""
 
-    PARAMS = {"output_size": Param(convert=lambda v: v)}
+    output_size: Param[Any] = Param(convert=lambda v: v)
 
     def _sizes(self, shape: Shape) -> Triple:
         _batched(shape)
