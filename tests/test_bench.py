@@ -34,7 +34,7 @@ def test_quick_run_on_the_tiny_model(tmp_path, capsys):
     rows = {numbers(line)[2]: numbers(line) for line in text.splitlines()
             if line.startswith("| tiny | 2 |")}
     assert set(rows) == {"pnnx-infer", "onnxruntime", "torch"}
-    for engine, row in rows.items():
+    for row in rows.values():
         median, ratio, _, imported, load, first, _, peak, inference, diff = row[3:]
         assert float(median) > 0 and float(load) >= 0 and float(first) > 0
         assert float(peak) > float(inference) >= 0

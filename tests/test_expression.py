@@ -10,9 +10,9 @@ import torch
 from layers.expression import ExpressionLayer, evaluate, promote_types, result_dtype
 from layers.registry import LayerRegisterer
 from parser.errors import ExpressionError, LayerError, ShapeError
-from parser.expression import (ARITY, BINARY_FUNCTIONS, CAST_FUNCTIONS, UNARY_FUNCTIONS, Call, Constant,
-                               ListExpr, OperandRef, Token, operand_indices, parse_expression,
-                               to_rpn, to_text, tokenize)
+from parser.expression import (ARITY, BINARY_FUNCTIONS, CAST_FUNCTIONS, UNARY_FUNCTIONS, Call,
+                               Constant, ListExpr, OperandRef, Token, operand_indices,
+                               parse_expression, to_rpn, to_text, tokenize)
 from parser.param import read_param
 
 RNG = np.random.default_rng(0)
@@ -196,7 +196,7 @@ UNARY = {
     "tan": (torch.tan, (-1.4, 1.4), False), "tanh": (torch.tanh, (-3, 3), False),
     "trunc": (torch.trunc, (-3, 3), False),
 }
-CASTS = {"int": int, **{name: (lambda t, d=getattr(torch, name[6:]): t.to(d))
+CASTS = {"int": int, **{name: (lambda t, d=getattr(torch, name[6:]): t.to(d))  # noqa: B008
                          for name in CAST_FUNCTIONS}}
 
 # name -> (torch function, range of a, range of b, b signed)

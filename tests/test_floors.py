@@ -37,7 +37,7 @@ pnnx.Expression erf   1 1 c d expr=erf(@0)
 Tensor.reshape  flat  1 1 d e shape=(1,288)
 nn.Linear       fc    1 1 e f bias=True in_features=288 out_features=5 @weight=(5,288)f32 @bias=(5)f32
 pnnx.Output     out0  1 0 f
-"""
+"""  # noqa: E501
 
 
 @pytest.fixture(scope="module")

@@ -367,7 +367,7 @@ def test_wrong_input_shape_is_refused_before_running(tmp_path):
     nn.Conv2d   conv 1 1 a b bias=False dilation=(1,1) groups=1 in_channels=3 kernel_size=(3,3) out_channels=4 padding=(1,1) padding_mode=zeros stride=(1,1) @weight=(4,3,3,3)f32 #b=(1,4,8,8)f32
     my.Record   rec  1 1 b c
     pnnx.Output out0 1 0 c
-    """
+    """  # noqa: E501
     weights = {"conv.weight": np.ones((4, 3, 3, 3), np.float32)}
     Recorder.seen = []
     graph = build(tmp_path, text, {"my.Record": Recorder}, weights)
@@ -442,7 +442,7 @@ def test_weights_are_views_of_the_file_or_aligned_copies(tmp_path, op_name, alig
     pnnx.Input  in0  0 1 a #a=(1,3,4,4)f32
     nn.Conv2d   {op_name} 1 1 a b bias=False dilation=(1,1) groups=1 in_channels=3 kernel_size=(1,1) out_channels=2 padding=(0,0) padding_mode=zeros stride=(1,1) @weight=(2,3,1,1)f32
     pnnx.Output out0 1 0 b
-    """
+    """  # noqa: E501
     weight = np.arange(6, dtype=np.float32).reshape(2, 3, 1, 1)
     graph = build(tmp_path, text, weights={f"{op_name}.weight": weight})
     data = graph.operator(op_name).attrs["weight"].data

@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from helpers import check_export, check_layer, make_layer, rand
+from helpers import check_export, check_layer, make_layer
 from layers import LayerRegisterer
 from layers import activation as act
 from parser.errors import LayerError, ShapeError

@@ -8,7 +8,7 @@ import torch
 
 from torch import nn
 
-from helpers import check_export, check_layer, make_layer, rand
+from helpers import check_layer, make_layer, rand
 from layers import LayerRegisterer
 from layers import create as create_layers
 from parser.errors import LayerError, ShapeError

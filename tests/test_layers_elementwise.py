@@ -134,7 +134,7 @@ def test_masked_fill_matches_torch():
     for mask_shape in [SHAPE, BROADCAST, (5,)]:
         mask = rand(*mask_shape) > 0
         for value in [1.0, float("-inf"), 0]:
-            check_layer("Tensor.masked_fill", lambda t, m: t.masked_fill(m, value), [x, mask],
+            check_layer("Tensor.masked_fill", lambda t, m, v=value: t.masked_fill(m, v), [x, mask],
                         {"value": value})
     check_layer("Tensor.masked_fill", lambda t, m: t.masked_fill(m, 3), [INTS, INTS > 0],
                 {"value": 3})

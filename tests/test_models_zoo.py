@@ -12,7 +12,6 @@ once with pnnx and compared with torch within 1e-4 absolute or 1e-3 relative:
 
 from __future__ import annotations
 
-import math
 
 import numpy as np
 import pytest
@@ -110,7 +109,7 @@ class MobileNetV2(nn.Module):
     """torchvision's MobileNetV2 (Sandler et al. 2018) with a width multiplier."""
 
     SETTINGS = [(1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 3, 2), (6, 64, 4, 2), (6, 96, 3, 1),
-                (6, 160, 3, 2), (6, 320, 1, 1)]           # expand t, channels c, repeats n, stride s
+                (6, 160, 3, 2), (6, 320, 1, 1)]      # expand t, channels c, repeats n, stride s
 
     def __init__(self, num_classes: int = 10, width_mult: float = 0.35, last_channel: int = 320):
         super().__init__()
