@@ -28,6 +28,10 @@ Winograd's transforms add and subtract a whole tile's inputs, so an Inf or NaN w
 over the tile (inf - inf) where torch keeps it in the windows that read it: an input that is
 not all finite (its dot product with itself is not finite, which also catches values whose
 squares overflow) runs im2col instead. A padded 1x1 convolution runs im2col too.
+
+Winograd's packings (a product per filter) are shared with the helper threads
+(``workers.sharing``), at build as in a forward: the kernel modules below this one only
+share what their caller shares (layers/fast/team.py).
 """
 
 from __future__ import annotations
@@ -211,6 +215,15 @@ def _f2_at_build(conv: Convolution) -> bool:
     return not _f4_fits(conv) and not _f2_large(conv)
 
 
+def _on_every_core(pack: Callable) -> Callable[[Convolution], np.ndarray]:
+    """A Winograd packing of conv's weight (a product per filter, winograd.transform_filters)
+    shared with the helper threads, at build too: on every core (the same bits)."""
+    def pack_shared(conv: Convolution) -> np.ndarray:
+        with workers.sharing(None):
+            return pack(conv.weight)
+    return pack_shared
+
+
 def _winograd_call(name: str, convolve: Callable) -> Callable[..., Call]:
     def make_call(conv: Convolution, pads: Pads, out_hw: Pair, activation: Activation) -> Call:
         weight, bias = conv.packed(name), conv.bias
@@ -269,12 +282,12 @@ ALGORITHMS: tuple[Algorithm, ...] = (
               pack=_panels, make_call=_transposed_call, warm=_warm_transposed,
               releases_weight=True),
     Algorithm("winograd", fits=_is_winograd_ok, pays=_f4_pays,
-              pack=lambda conv: pack_winograd_weight(conv.weight),
+              pack=_on_every_core(pack_winograd_weight),
               make_call=_winograd_call("winograd", winograd_conv2d),
               warm=_warm_winograd(pack_winograd_weight, winograd_conv2d),
               releases_weight=True),
     Algorithm("winograd_f2", fits=_is_winograd_ok, pays=_f2_pays,
-              pack=lambda conv: pack_winograd_f2_weight(conv.weight),
+              pack=_on_every_core(pack_winograd_f2_weight),
               make_call=_winograd_call("winograd_f2", winograd_f2_conv2d),
               warm=_warm_winograd(pack_winograd_f2_weight, winograd_f2_conv2d),
               releases_weight=True, pack_at_build=_f2_at_build),

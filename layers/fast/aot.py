@@ -2,8 +2,8 @@
 
     python -m layers.fast.aot           # build them now (RuntimeGraph.build does it if needed)
 
-numba's ``pycc`` compiles each exported kernel (layers/fast/backend.py) for its one
-signature, for the host CPU, and links it with numba's small C runtime into
+numba's ``pycc`` compiles each exported kernel (layers/fast/kernel.py, found by binding.py)
+for its one signature, for the host CPU, and links it with numba's small C runtime into
 ``kernels_<key>_<part>.<ext>``. ``key`` hashes everything the machine code depends on: the
 sources of the kernels, the numba, numpy and Python versions, the CPU and the width of the
 register tiles (layers/fast/simd.py's LANES, which PNNX_INFER_LANES may set); a change to any
@@ -15,6 +15,11 @@ together build once.
 
 The modules live in numba's cache directory when ``NUMBA_CACHE_DIR`` is set, else in
 layers/fast/__pycache__ (beside numba's own cache), else in ~/.cache/pnnx-infer.
+
+This module builds and loads; it does not choose. backend.py calls ``load_or_build`` and
+binds what it returns, and falls back to the JIT on None. This module imports only
+binding.py (the kernels, their sources, numba's binding for the build), simd.py (LANES) and
+cpu.py, never backend.py, which imports it.
 """
 
 from __future__ import annotations
@@ -24,7 +29,6 @@ import importlib.machinery
 import importlib.util
 import logging
 import os
-import platform
 import subprocess
 import sys
 import tempfile
@@ -33,6 +37,9 @@ from pathlib import Path
 from types import ModuleType, SimpleNamespace
 
 import numpy as np
+
+from layers.fast import binding, simd
+from layers.fast.cpu import cpu_description
 
 log = logging.getLogger(__name__)
 
@@ -44,10 +51,9 @@ def key() -> str:
     digest = hashlib.sha256()
     for source in _kernel_sources():
         digest.update(source.name.encode() + source.read_bytes())
-    from layers.fast.simd import LANES
     for part in (_version("numba"), np.__version__, sys.version,
                  importlib.machinery.EXTENSION_SUFFIXES[0], cpu_description(),
-                 f"lanes {LANES}"):
+                 f"lanes {simd.LANES}"):
         digest.update(part.encode())
     return digest.hexdigest()[:16]
 
@@ -108,9 +114,7 @@ def build(directory: Path, part: int) -> Path:
     from numba.pycc import CC
     from numba.pycc import compiler as pycc_compiler
 
-    from layers.fast import backend
-
-    backend.use_jit()                  # the kernels see each other as numba functions
+    binding.use_jit(key)               # the kernels see each other as numba functions
     exported = kernels_of_part(part)
     name = module_names()[part]
     options = {k.func: k.options for k in exported}
@@ -148,9 +152,7 @@ def build(directory: Path, part: int) -> Path:
 def kernels_of_part(part: int) -> list:
     """The exported kernels compiled into part ``part``: each of ALONE in a part of its own,
     the others dealt out in turn over the remaining parts."""
-    from layers.fast import backend
-
-    exported = backend.exported_kernels()
+    exported = binding.exported_kernels()
     alone = [[k] for k in exported if k.name in ALONE]
     others = [k for k in exported if k.name not in ALONE]
     rest = PARTS - len(alone)
@@ -165,7 +167,7 @@ def _build_in_children(directory: Path, parts: list[int]) -> None:
     root = str(HERE.parent.parent)                 # the directory holding layers/
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [root, env.get("PYTHONPATH")]))
     # an empty numba cache of their own: numba would reuse a kernel's code compiled before
-    # an edit to a file it calls (backend._stale_with_any_source)
+    # an edit to a file it calls (binding._stale_with_any_source)
     numba_cache = tempfile.TemporaryDirectory(dir=directory, prefix="numba_cache_")
     env["NUMBA_CACHE_DIR"] = numba_cache.name
     # run from the root too: ``-m`` puts the working directory first on the path, and a
@@ -231,13 +233,9 @@ class _lock:
 
 
 def _kernel_sources() -> list[Path]:
-    """The modules that declare kernels, and the two that compile them (this one, backend)."""
-    from layers.fast import backend
-
-    declared = backend.declared_kernels() + backend.declared_intrinsics()
-    modules = {sys.modules[k.func.__module__] for k in declared}
-    return sorted({Path(m.__file__).resolve() for m in modules}
-                  | {Path(backend.__file__).resolve(), Path(__file__).resolve()})
+    """The modules that declare kernels, those that declare and bind them (kernel.py,
+    binding.py) and this one, which compiles them."""
+    return sorted(set(binding.kernel_sources()) | {Path(__file__).resolve()})
 
 
 def _version(package: str) -> str:
@@ -255,17 +253,6 @@ def _version(package: str) -> str:
         return metadata.version(package)
     except metadata.PackageNotFoundError:
         return "none"
-
-
-def cpu_description() -> str:
-    """This CPU's model and instruction sets (the module is compiled for exactly this CPU;
-    simd.py reads the tile width from it)."""
-    try:
-        lines = Path("/proc/cpuinfo").read_text().splitlines()
-    except OSError:
-        return platform.machine() + platform.processor()
-    wanted = ("model name", "flags", "Features", "CPU part")
-    return "\n".join(dict.fromkeys(line for line in lines if line.startswith(wanted)))
 
 
 def _writable(directory: Path) -> bool:

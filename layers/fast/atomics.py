@@ -19,14 +19,14 @@ another would spin forever. These few operations are written in LLVM IR instead:
 
 ``flags`` is an int64 array. The last three let a kernel read arrays and call BLAS given only
 addresses in an int64 array: how layers/fast/jobs.py hands work to a helper thread.
-Each is made by a factory that runs when numba compiles the kernels (backend.intrinsic).
+Each is made by a factory that runs when numba compiles the kernels (kernel.intrinsic).
 """
 
 from __future__ import annotations
 
 import platform
 
-from layers.fast.backend import intrinsic
+from layers.fast.kernel import intrinsic
 
 ORDER = "seq_cst"
 ROW_MAJOR, NO_TRANS, TRANS = 101, 111, 112      # cblas's enums

@@ -1,14 +1,11 @@
 """How the numba kernels become machine code: compiled ahead of time, or just in time.
 
-Every kernel in layers/fast is an ordinary Python function marked with ``@kernel``::
-
-    @kernel(nogil=True, exported=(array(4), array(4), INT, INT))
-    def _max_pool2d(x, y, kh, kw): ...
-
-Until the kernels are started (``start``, which RuntimeGraph.build calls), the module-level
-name holds a ``Declared`` placeholder. Starting imports every module of layers.fast that
-declares kernels and replaces each placeholder, in every module that names it, with its
-compiled form, taken from one of two back ends:
+The kernels are declared with ``@kernel`` and ``@intrinsic`` (layers/fast/kernel.py, which
+the kernel modules import); until they are started (``start``, which RuntimeGraph.build
+calls), each module-level name holds a ``Declared`` placeholder. Starting imports every
+module of layers.fast that declares kernels and replaces each placeholder, in every module
+that names it, with its compiled form (layers/fast/binding.py), taken from one of two back
+ends:
 
 * **ahead of time** (the default): the ``exported`` kernels (the ones Python calls) are
   compiled once per machine, with numba's ``pycc``, into CPython extension modules kept on
@@ -23,97 +20,35 @@ compiled form, taken from one of two back ends:
 
 Both run the same code: numba compiles the same functions with the same options (fastmath,
 nogil) either way, and tests/test_kernel_backends.py checks that they agree bit for bit.
+This module is the top of the kernels' machinery: it imports kernel.py, binding.py and
+aot.py, and only the package, the fast layers and their users (workers.py, infer) import it.
 """
 
 from __future__ import annotations
 
-import functools
-import importlib
 import os
-import pkgutil
-import re
-import sys
 import threading
-from pathlib import Path
 from typing import Callable
 
 import numpy as np
 
+from layers.fast import binding
+from layers.fast.binding import declared_intrinsics, declared_kernels, exported_kernels
+from layers.fast.kernel import FLOAT, INT, Declared, array, intrinsic, kernel, set_first_call
 from parser.errors import InferError
 
-INT, FLOAT = "i8", "f8"
-
-
-def array(ndim: int, dtype: str = "f4") -> str:
-    """numba's name for a C-contiguous array of ``ndim`` dimensions: f4[:, ::1] (float32)."""
-    return dtype + "[" + ":, " * (ndim - 1) + "::1]"
-
-
-class Declared:
-    """A kernel before the back end is chosen: calling it starts the kernels first."""
-
-    def __init__(self, func: Callable, options: dict, exported: tuple[str, ...] | None):
-        self.func, self.options, self.exported = func, options, exported
-        self.name = func.__name__.lstrip("_")
-        functools.update_wrapper(self, func)
-
-    def __call__(self, *args):
-        start()
-        return compiled(self)(*args)
-
-    def __repr__(self) -> str:
-        return f"<kernel {self.func.__module__}.{self.func.__name__} (not started)>"
-
-
-_declared: list[Declared] = []
-_intrinsics: list[Declared] = []
-_compiled: dict[Declared, Callable] = {}
-
-
-def kernel(*, exported: tuple[str, ...] | None = None, **options) -> Callable:
-    """Mark a function as a numba kernel compiled with ``options`` (numba.njit's). Kernels
-    called from Python give ``exported``: their argument types in numba's notation (``array``,
-    ``INT``, ``FLOAT``), for which the ahead-of-time module compiles them."""
-    def declare(func: Callable) -> Declared:
-        declared = Declared(func, options, exported)
-        _declared.append(declared)
-        return declared
-    return declare
-
-
-def intrinsic(factory: Callable) -> Declared:
-    """Mark ``factory`` as making a numba intrinsic (a few lines of LLVM IR that kernels call,
-    such as an atomic load: layers/fast/atomics.py). It runs when numba compiles the kernels,
-    so that a process running the ahead-of-time modules never imports numba."""
-    declared = Declared(factory, {}, None)
-    _intrinsics.append(declared)
-    return declared
-
-
-def declared_kernels() -> list[Declared]:
-    """Every kernel, in declaration order."""
-    _import_kernel_modules()
-    return list(_declared)
-
-
-def declared_intrinsics() -> list[Declared]:
-    """Every intrinsic, in declaration order."""
-    _import_kernel_modules()
-    return list(_intrinsics)
-
-
-def exported_kernels() -> list[Declared]:
-    """The kernels that Python calls, in declaration order."""
-    _import_kernel_modules()
-    return [k for k in _declared if k.exported is not None]
+__all__ = ["start", "wanted_backend", "compiled", "use_jit", "declared_kernels",
+           "declared_intrinsics", "exported_kernels",
+           # the declarations, where they were before kernel.py
+           "kernel", "intrinsic", "Declared", "array", "INT", "FLOAT"]
 
 
 def compiled(declared: Declared) -> Callable:
     """What runs for this kernel now (after ``start``)."""
-    function = _compiled.get(declared)
+    function = binding.bound(declared)
     if function is None:                       # a helper run from Python: only numba has it
         use_jit()
-        function = _compiled[declared]
+        function = binding.bound(declared)
     return function
 
 
@@ -139,94 +74,36 @@ _backend: str | None = None
 _starting = threading.RLock()
 
 
+def _start_and_get(declared: Declared) -> Callable:
+    """A placeholder's first call (kernel.py): start the kernels, then run the compiled one."""
+    start()
+    return compiled(declared)
+
+
+set_first_call(_start_and_get)
+
+
 def _bind_backend(wanted: str) -> str:
-    _import_kernel_modules()
+    binding.import_kernel_modules()
     if wanted == "aot":
-        from layers.fast import aot
+        from layers.fast import aot        # here, not on top: ``python -m layers.fast.aot``
+                                           # then runs the only copy of it
 
         kernels = aot.load_or_build()
         if kernels is not None:
-            _bind({k: _checked(k, getattr(kernels, k.name)) for k in exported_kernels()})
+            binding.bind({k: _checked(k, getattr(kernels, k.name))
+                          for k in exported_kernels()})
             return "aot"
     use_jit()
     return "jit"
 
 
-@functools.cache
 def use_jit() -> None:
-    """Bind every kernel to its numba dispatcher (compiled on first call, cached on disk)."""
-    import numba
-
-    _stale_with_any_source()
-    _bind({i: i.func() for i in _intrinsics})           # first: the kernels call them
-    _bind({k: numba.njit(cache=True, **k.options)(k.func) for k in _declared})
-
-
-def _stale_with_any_source() -> None:
-    """Make numba's disk cache of the kernels stale whenever any kernel source changes.
-
-    numba keeps a function's compiled code until that function's own file changes; it does
-    not look at the files of the kernels and intrinsics the function calls (an edit to
-    simd.py would leave pointwise.py's kernels compiled the old way, in this mode and in the
-    modules built ahead of time, whose builder compiles through this cache).
-    Here the kernels' cache entries carry aot.key() instead, a hash of every kernel source
-    (and of the CPU and versions). numba offers no switch for this: a cache locator of our
-    own goes first in its list, for layers.fast's functions only, and finds the same place
-    as numba's own; where numba's caching is laid out differently, nothing changes and
-    the build still starts from an empty cache (aot._build_in_children)."""
-    from numba.core import caching
-
+    """Bind every kernel to its numba dispatcher (compiled on first call, cached on disk
+    under aot.key(): binding.use_jit), once per process."""
     from layers.fast import aot
 
-    impl = getattr(caching, "CacheImpl", None) or getattr(caching, "_CacheImpl", None)
-    base = getattr(caching, "_CacheLocator", None)
-    if impl is None or base is None or not isinstance(getattr(impl, "_locator_classes", None),
-                                                      list):
-        return
-    stamp = aot.key()
-
-    class KernelSourcesLocator(base):
-        """numba's own locator for the function, with aot.key() as its source stamp."""
-
-        def __init__(self, inner):
-            self.inner = inner
-
-        def ensure_cache_path(self):
-            self.inner.ensure_cache_path()
-
-        def get_cache_path(self):
-            return self.inner.get_cache_path()
-
-        def get_disambiguator(self):
-            return self.inner.get_disambiguator()
-
-        def get_source_stamp(self):
-            return stamp
-
-        @classmethod
-        def from_function(cls, py_func, py_file):
-            if not getattr(py_func, "__module__", "").startswith("layers.fast."):
-                return None
-            for other in impl._locator_classes:
-                if other is not cls:
-                    inner = other.from_function(py_func, py_file)
-                    if inner is not None:
-                        return cls(inner)
-            return None
-
-    impl._locator_classes.insert(0, KernelSourcesLocator)
-
-
-def _bind(functions: dict[Declared, Callable]) -> None:
-    """Put ``functions`` in place of their declarations in every kernel module, so that both
-    Python callers and the kernels calling each other (numba reads module globals) see them."""
-    for declared, function in functions.items():
-        _compiled.setdefault(declared, function)  # a kernel bound ahead of time stays so
-    for module in _kernel_modules():
-        names = vars(module)
-        for name, value in list(names.items()):
-            if isinstance(value, Declared) and value in functions:
-                names[name] = functions[value]
+    binding.use_jit(aot.key)
 
 
 def _checked(declared: Declared, function: Callable) -> Callable:
@@ -250,32 +127,3 @@ def _checked(declared: Declared, function: Callable) -> Callable:
     call.__doc__ = declared.func.__doc__
     call.unchecked = function      # for callers whose arrays are their own, made right once
     return call
-
-
-def _import_kernel_modules() -> None:
-    """Import every module of layers.fast that declares kernels or intrinsics (a line that
-    starts with ``@kernel`` or ``@intrinsic``), so that all are declared: a new kernel module
-    needs no entry anywhere. The others (this one, aot, conv, the layers) are left alone."""
-    for name in _kernel_module_names():
-        importlib.import_module(f"layers.fast.{name}")
-
-
-@functools.cache
-def _kernel_module_names() -> tuple[str, ...]:
-    import layers.fast
-
-    names = []
-    for module in pkgutil.iter_modules(layers.fast.__path__):
-        path = Path(layers.fast.__path__[0]) / f"{module.name}.py"
-        if path.exists() and _DECLARES.search(path.read_text(encoding="utf-8")):
-            names.append(module.name)
-    return tuple(sorted(names))
-
-
-_DECLARES = re.compile(r"^@(kernel|intrinsic)\b", re.MULTILINE)
-
-
-def _kernel_modules() -> list:
-    """The modules of layers.fast imported so far (any of them may name a kernel)."""
-    return [module for name, module in list(sys.modules.items())
-            if name.startswith("layers.fast.")]

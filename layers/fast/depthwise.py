@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from layers.fast.backend import FLOAT, INT, array, kernel
+from layers.fast.kernel import FLOAT, INT, array, kernel
 from layers.fast.epilogue import Activation, NO_ARRAY, activate_row
 from layers.fast.phases import phase_layout, phase_targets, split_plane
 

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from layers import activation as act
-from layers.fast.backend import FLOAT, INT, array, kernel
+from layers.fast.kernel import FLOAT, INT, array, kernel
 
 NONE, RELU, CLAMP, LEAKY, SIGMOID, SILU, HARDSWISH, HARDSIGMOID, TANH = range(9)
 

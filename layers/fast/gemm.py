@@ -14,20 +14,25 @@ written.
   viewed as (C_in, H*W), is the matrix.
 * Otherwise a numba kernel writes cols (from the masked stride phases of each channel, so
   every row of cols is one unit-stride masked copy) into a scratch buffer that is reused
-  from call to call (``workers.scratch``), one image at a time so it stays small.
+  from call to call (``team.scratch``), one image at a time so it stays small.
 * A grouped convolution is one BLAS product per group (``np.matmul`` on the stack), then the
   epilogue in one pass.
 """
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
-from layers.fast import workers
-from layers.fast.backend import INT, array, kernel
+from layers.fast.kernel import INT, array, kernel
 from layers.fast.epilogue import Activation, bias_residual_activation
 from layers.fast.phases import phase_layout, phase_targets, split_plane
 from layers.fast.pointwise import pointwise_conv2d
+from layers.fast.team import current_team, scratch
+
+if TYPE_CHECKING:
+    from layers.fast.workers import Team
 
 
 @kernel(nogil=True, exported=(array(3), array(2), *[INT] * 10))
@@ -101,7 +106,7 @@ def gemm_conv2d(x: np.ndarray, packed: np.ndarray, bias: np.ndarray | None,
     y = np.empty((n, groups * group_out, out_h, out_w), np.float32) if out is None else out
     y_groups = y.reshape(n, groups, group_out, length)
     direct = kernel == (1, 1) and stride == (1, 1) and not any(pads)
-    team = workers.current()                       # helper threads to share the work with
+    team = current_team()                          # helper threads to share the work with
     if direct and groups == 1:                     # the input is already the cols matrix
         pointwise_conv2d(packed[0], x.reshape(n, group_k, length),
                          bias, residual, activation, y.reshape(n, group_out, length))
@@ -112,7 +117,7 @@ def gemm_conv2d(x: np.ndarray, packed: np.ndarray, bias: np.ndarray | None,
             _matmul(team, packed, images[i], y_groups[i])
         _finish(team, y, bias, residual, activation)
         return y
-    cols = workers.scratch("cols", (groups * group_k, length))
+    cols = scratch("cols", (groups * group_k, length))
     for i in range(n):                             # one image at a time: cols stay small
         if team is None:
             _im2col(x[i], cols, kernel[0], kernel[1], stride[0], stride[1], dilation[0],
@@ -129,7 +134,7 @@ def gemm_conv2d(x: np.ndarray, packed: np.ndarray, bias: np.ndarray | None,
     return y
 
 
-def _matmul(team: "workers.Team | None", a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
+def _matmul(team: Team | None, a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
     """np.matmul(a, b, out=out), shared with the team's helpers if there is a team."""
     if team is None:
         np.matmul(a, b, out=out)
@@ -137,7 +142,7 @@ def _matmul(team: "workers.Team | None", a: np.ndarray, b: np.ndarray, out: np.n
         team.matmul(a, b, out)
 
 
-def _finish(team: "workers.Team | None", y: np.ndarray, bias: np.ndarray | None,
+def _finish(team: Team | None, y: np.ndarray, bias: np.ndarray | None,
             residual: np.ndarray | None, activation: Activation) -> None:
     """bias_residual_activation, shared with the team's helpers if there is a team."""
     if team is None:

@@ -22,19 +22,19 @@ Each kind of job declares its fields once, by name (``array_fields``, ``int_fiel
 module-level ints, which numba reads as constants). A compiled writer (``_depthwise_job``
 ...) fills the record by those names, ``_run_units`` reads them back and calls the kind's
 range kernel, and ``_work`` runs the job (it is also the helpers' loop). Python calls a
-writer and then ``_work`` through ``workers.Team.share``.
+writer and then ``_work`` through ``workers.Team._share``.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-# kernel modules as modules: some of them import this one (through workers.py)
+# the kernel modules, below this one (none imports it, nor workers.py): their range kernels
 from layers.fast import (depthwise, epilogue, gemm, pointwise, pointwise_transposed, winograd,
                          winograd_f2)
 from layers.fast.atomics import (NO_TRANS, TRANS, add, compare_swap, float_array, load, pause,
                                  sgemm, sgemv, store)
-from layers.fast.backend import FLOAT, INT, array, kernel
+from layers.fast.kernel import FLOAT, INT, array, kernel
 
 TICKET, DONE, STOP = 0, 8, 16        # control's slots, one 64-byte cache line apart
 CONTROL_SIZE = 24

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from layers.fast.backend import kernel
+from layers.fast.kernel import kernel
 from layers.fast.simd import LANES, deinterleave
 
 

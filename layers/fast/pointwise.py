@@ -30,10 +30,10 @@ import functools
 
 import numpy as np
 
-from layers.fast import workers
-from layers.fast.backend import FLOAT, INT, array, kernel
+from layers.fast.kernel import FLOAT, INT, array, kernel
 from layers.fast.epilogue import CLAMP, NONE, RELU, Activation, activate_row, clamp_bounds
 from layers.fast.simd import COLUMNS, ROWS, tile_fma, tile_load, tile_store, tile_zero
+from layers.fast.team import current_team, scratch
 
 X_BLOCK = 1 << 16      # floats of x a band of pixels reads (256 KiB)
 K_BLOCK = 256          # input channels summed per pass over the output (when C_in is more)
@@ -160,9 +160,9 @@ def pointwise_conv2d(weight: np.ndarray, x: np.ndarray, bias: np.ndarray | None,
     weight = weight if weight.ndim == 3 else weight[None]      # (1 or N, C_out, C_in)
     bias = _zeros(weight.shape[1]) if bias is None else bias
     residual = NO_RESIDUAL if residual is None else residual.reshape(y.shape)
-    team = workers.current()
-    space = workers.scratch("pointwise", (1 if team is None else team.threads,
-                                          space_size(x.shape[1])))
+    team = current_team()
+    space = scratch("pointwise", (1 if team is None else team.threads,
+                                  space_size(x.shape[1])))
     if team is None:
         _pointwise(weight, x, bias, residual, y, space[0], activation.code, activation.a,
                    activation.b)

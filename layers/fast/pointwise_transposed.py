@@ -23,11 +23,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from layers.fast import workers
-from layers.fast.backend import FLOAT, INT, array, kernel
+from layers.fast.kernel import FLOAT, INT, array, kernel
 from layers.fast.epilogue import CLAMP, NONE, RELU, Activation, activate_row, clamp_bounds
 from layers.fast.pointwise import K_BLOCK, NO_RESIDUAL, _zeros
 from layers.fast.simd import COLUMNS, ROWS, tile_fma, tile_load, tile_store, tile_zero
+from layers.fast.team import current_team, scratch
 
 BAND = 40 * ROWS       # pixels of one unit of work at most (its partial sums: BAND x COLUMNS)
 MORE_FILLED = 0.1      # transposed when its tiles fill this much more of their lanes
@@ -144,9 +144,8 @@ def pointwise_transposed_conv2d(panels: np.ndarray, x: np.ndarray, bias: np.ndar
     way)."""
     bias = _zeros(y.shape[1]) if bias is None else bias
     residual = NO_RESIDUAL if residual is None else residual.reshape(y.shape)
-    team = workers.current()
-    space = workers.scratch("pointwise_transposed",
-                            (1 if team is None else team.threads, space_size()))
+    team = current_team()
+    space = scratch("pointwise_transposed", (1 if team is None else team.threads, space_size()))
     if team is None:
         _pointwise_transposed(panels, x, bias, residual, y, space[0], activation.code,
                               activation.a, activation.b)

@@ -19,7 +19,7 @@ import functools
 
 import numpy as np
 
-from layers.fast.backend import INT, array, kernel
+from layers.fast.kernel import INT, array, kernel
 from layers.fast.phases import split_row
 
 

@@ -26,7 +26,8 @@ some addresses). The rows past ``rows`` read A's last real row again and are not
 Each value of C is the same chain of fused multiply-adds over k = 0 .. K-1 wherever its
 block starts, so a product cut differently (over more threads) gives the same bits. LLVM
 lowers the vectors to what the CPU has, since aot.py compiles for the host CPU (and its key
-includes LANES).
+includes LANES). This module declares intrinsics (kernel.py) and reads the CPU (cpu.py);
+it imports no other module of layers.fast.
 """
 
 from __future__ import annotations
@@ -34,8 +35,8 @@ from __future__ import annotations
 import functools
 import os
 
-from layers.fast.aot import cpu_description
-from layers.fast.backend import intrinsic
+from layers.fast.cpu import cpu_description
+from layers.fast.kernel import intrinsic
 from parser.errors import InferError
 
 

@@ -23,10 +23,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from layers.fast import workers
-from layers.fast.backend import FLOAT, INT, array, kernel
+from layers.fast.kernel import FLOAT, INT, array, kernel
 from layers.fast.epilogue import IDENTITY, Activation, NO_ARRAY, finish_row
 from layers.fast.pointwise import pointwise_conv2d
+from layers.fast.team import current_team, scratch
 
 NO_RESIDUAL = np.zeros((0, 0, 0, 0), np.float32)
 F2, F4, F5, F8 = np.float32(2), np.float32(4), np.float32(5), np.float32(8)
@@ -65,16 +65,15 @@ def pack_winograd_weight(weight: np.ndarray) -> np.ndarray:
 def transform_filters(weight: np.ndarray, gg_t: np.ndarray) -> np.ndarray:
     """(C_out, C_in, 3, 3) -> (P, C_out, C_in): every 3x3 filter g through gg_t (9, P), the
     transposed Kronecker product of a Winograd G (here and in winograd_f2.py). The product
-    (P, 9) @ (9, O*C) runs in register tiles (pointwise.py), shared with helper threads at
-    build as in a forward, with the same bits either way (BLAS cut into bands may round
-    differently, as OpenBLAS picks its kernel by the size)."""
+    (P, 9) @ (9, O*C) runs in register tiles (pointwise.py), shared with the helper threads
+    if the caller shares (algorithms.py packs inside workers.sharing, at build as in a
+    forward), with the same bits either way (BLAS cut into bands may round differently, as
+    OpenBLAS picks its kernel by the size)."""
     c_out, c_in = weight.shape[:2]
     filters = np.ascontiguousarray(weight.reshape(c_out * c_in, 9).T, np.float32)  # (9, O*C)
     taps = gg_t.shape[1]
     packed = np.empty((1, taps, c_out * c_in), np.float32)
-    with workers.sharing(None):            # at build too: on every core (the same bits)
-        pointwise_conv2d(np.ascontiguousarray(gg_t.T), filters[None], None, None, IDENTITY,
-                         packed)
+    pointwise_conv2d(np.ascontiguousarray(gg_t.T), filters[None], None, None, IDENTITY, packed)
     return packed.reshape(taps, c_out, c_in)
 
 
@@ -258,12 +257,12 @@ def run_winograd(input_transform, output_transform, tile: int, x: np.ndarray,
     products, c_out = packed.shape[:2]
     tiles_h, tiles_w = -(-out_hw[0] // tile), -(-out_hw[1] // tile)
     t = n * tiles_h * tiles_w
-    v = workers.scratch("winograd_v", (products, c_in, t))
-    m = workers.scratch("winograd_m", (products, c_out, t))
+    v = scratch("winograd_v", (products, c_in, t))
+    m = scratch("winograd_m", (products, c_out, t))
     y = np.empty((n, c_out, *out_hw), np.float32) if out is None else out
     bias = NO_ARRAY if bias is None else bias
     residual = NO_RESIDUAL if residual is None else residual
-    team = workers.current()
+    team = current_team()
     if team is None:
         input_transform(x, v, pads[0], pads[2], tiles_h, tiles_w)
     else:                                                # each step shared with the helpers

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from layers.fast.backend import FLOAT, INT, array, kernel
+from layers.fast.kernel import FLOAT, INT, array, kernel
 from layers.fast.epilogue import Activation, finish_row
 from layers.fast.winograd import (run_winograd, split_into_streams, stream_buffers,
                                   transform_filters)

@@ -18,6 +18,10 @@ Invariants: one forward at a time uses a team (another thread's forward meanwhil
 one thread); a kernel gives the same bits whichever thread runs which chunk. Without numpy's
 OpenBLAS (its 64-bit ``cblas_sgemm``) there is no team: the numba kernels run on the calling
 thread and the products on BLAS's own threads.
+
+The kernel modules do not import this one (it imports them, through jobs.py): they read the
+calling thread's team and work buffers from layers/fast/team.py, which ``sharing`` sets, and
+call the Team's methods. ``current`` and ``scratch`` are team.py's, named here as before.
 """
 
 from __future__ import annotations
@@ -27,7 +31,6 @@ import contextlib
 import ctypes
 import functools
 import logging
-import math
 import os
 import threading
 from pathlib import Path
@@ -37,6 +40,9 @@ import numpy as np
 
 from layers.fast import jobs
 from layers.fast.epilogue import Activation, epilogue_operands, nothing_to_finish
+from layers.fast.team import current_team as current  # workers.current(), as before
+from layers.fast.team import scratch as scratch  # workers.scratch, as before
+from layers.fast.team import set_current_team
 
 log = logging.getLogger(__name__)
 
@@ -189,26 +195,9 @@ def _evenness(size: int, parts: int) -> float:
     return size / parts / max(max(b - a for a, b in zip(cuts, cuts[1:])), 1)
 
 
-# ----- the team of this forward ----------------------------------------------------------
-_local = threading.local()
+# ----- the team of this forward (``current()``: team.py's current_team) ------------------
 _teams: dict[int, Team] = {}
 _teams_lock = threading.Lock()
-
-
-def scratch(name: str, shape: tuple[int, ...]) -> np.ndarray:
-    """A float32 work array of ``shape`` (contents undefined), from a buffer that this thread
-    keeps under ``name`` and grows when needed: the kernels allocate nothing per call."""
-    size = math.prod(shape)
-    buffers = _local.__dict__.setdefault("buffers", {})
-    buffer = buffers.get(name)
-    if buffer is None or buffer.size < size:
-        buffer = buffers[name] = np.empty(size, np.float32)
-    return buffer[:size].reshape(shape)
-
-
-def current() -> Team | None:
-    """The team sharing this thread's kernels now (inside ``sharing``), or None."""
-    return getattr(_local, "team", None)
 
 
 def usable_cores() -> int:
@@ -240,13 +229,13 @@ def sharing(num_threads: int | None):
     if team is None or not team.in_use.acquire(blocking=False):
         yield None
         return
-    _local.team = team
+    set_current_team(team)
     team.active.set()
     try:
         yield team
     finally:
         team.active.clear()
-        _local.team = None
+        set_current_team(None)
         team.in_use.release()
 
 
@@ -295,11 +284,11 @@ def _stop_teams() -> None:
 
 
 def _forget_teams_after_fork() -> None:
-    """A forked child has none of the parent's threads: it makes its own teams."""
+    """A forked child has none of the parent's threads: it makes its own teams (team.py
+    forgets this thread's team and buffers)."""
     global _teams_lock
     _teams.clear()
     _teams_lock = threading.Lock()
-    _local.__dict__.clear()
 
 
 if hasattr(os, "register_at_fork"):

@@ -1,0 +1,55 @@
+"""The calling thread's helper team and work buffers, as the kernels see them.
+
+    team = current_team()          # the Team sharing this thread's kernel calls, or None
+    buffer = scratch(name, shape)  # a float32 work array kept by this thread
+
+The kernel modules (gemm, pointwise, pointwise_transposed, winograd) read these to share
+their work and to allocate nothing per call; workers.py makes the teams and sets this
+thread's (``set_current_team``, inside ``workers.sharing``). A kernel only calls the team's
+methods (workers.Team's), so this module imports nothing of layers.fast, and the kernels
+do not import workers.py (which imports them, through jobs.py).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import threading
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from layers.fast.workers import Team
+
+_local = threading.local()
+
+
+def current_team() -> Team | None:
+    """The team sharing this thread's kernels now (inside ``workers.sharing``), or None."""
+    return getattr(_local, "team", None)
+
+
+def set_current_team(team: Team | None) -> None:
+    """Make ``team`` the one sharing this thread's kernels (None: none); workers.sharing's."""
+    _local.team = team
+
+
+def scratch(name: str, shape: tuple[int, ...]) -> np.ndarray:
+    """A float32 work array of ``shape`` (contents undefined), from a buffer that this thread
+    keeps under ``name`` and grows when needed: the kernels allocate nothing per call."""
+    size = math.prod(shape)
+    buffers = _local.__dict__.setdefault("buffers", {})
+    buffer = buffers.get(name)
+    if buffer is None or buffer.size < size:
+        buffer = buffers[name] = np.empty(size, np.float32)
+    return buffer[:size].reshape(shape)
+
+
+def _forget_after_fork() -> None:
+    """A forked child has none of the parent's teams (workers.py forgets them too)."""
+    _local.__dict__.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_after_fork)
