@@ -5,6 +5,9 @@ may choose, and packs at build what the rules pack at build."""
 from __future__ import annotations
 
 import itertools
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -165,3 +168,14 @@ def test_job_fields_stay_inside_the_record():
         jobs.int_fields(jobs.RECORD_SIZE - jobs.INTS + 1)
     with pytest.raises(ValueError):
         jobs.array_fields(len(jobs.ARRAYS) + 1)
+
+
+def test_every_module_that_declares_kernels_is_imported_by_the_binding():
+    """binding.import_kernel_modules lists the kernel modules by hand: a new one must join."""
+    code = ("import sys; from layers.fast import binding; binding.import_kernel_modules(); "
+            "print(sorted(set(binding.kernel_module_names()) - "
+            "{m.rsplit('.', 1)[-1] for m in sys.modules if m.startswith('layers.fast.')}))")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         cwd=Path(__file__).resolve().parent.parent, timeout=120)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.strip() == "[]"

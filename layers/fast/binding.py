@@ -5,18 +5,17 @@
     bind({declared: function})  the function in place of the placeholder, in every module
     use_jit(stamp)            bind every kernel to numba's just-in-time dispatcher
 
-The kernel modules are found on disk, beside this file: a module with a line that starts
-with ``@kernel`` or ``@intrinsic`` declares some (layers/fast/kernel.py), and is imported by
-name (importlib), so a new kernel module needs no entry anywhere, and this module imports
-none of them by an import statement (they import kernel.py, below it). Both back ends bind
-through here: backend.py (which chooses one) and aot.py (whose builder compiles the numba
-functions that ``use_jit`` binds).
+The kernel modules (every module with a line that starts with ``@kernel`` or ``@intrinsic``,
+layers/fast/kernel.py) are listed once, in ``import_kernel_modules``; a new kernel module
+joins that list (tests/test_algorithms.py checks that none is missing). They import
+kernel.py, below this module, never this one. Both back ends bind through here: backend.py
+(which chooses one) and aot.py (whose builder compiles the numba functions that ``use_jit``
+binds).
 """
 
 from __future__ import annotations
 
 import functools
-import importlib
 import re
 import sys
 import threading
@@ -31,15 +30,15 @@ _DECLARES = re.compile(r"^@(kernel|intrinsic)\b", re.MULTILINE)
 
 @functools.cache
 def kernel_module_names() -> tuple[str, ...]:
-    """The modules of layers.fast that declare kernels or intrinsics (see the docstring)."""
+    """The modules of layers.fast whose source declares kernels or intrinsics."""
     return tuple(sorted(path.stem for path in HERE.glob("*.py")
                         if _DECLARES.search(path.read_text(encoding="utf-8"))))
 
 
 def import_kernel_modules() -> None:
     """Import every kernel module, so that all kernels are declared."""
-    for name in kernel_module_names():
-        importlib.import_module(f"layers.fast.{name}")
+    from layers.fast import (atomics, depthwise, epilogue, gemm, jobs, phases,  # noqa: F401
+                             pointwise, pointwise_transposed, pool, simd, winograd, winograd_f2)
 
 
 def declared_kernels() -> list[Declared]:
