@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 
-from infer.debug import Execution, call_layer
+from infer.debug import call_layer
 from infer.runtime import RuntimeOperator
 from infer.table import Table, fmt_shape
 from parser.errors import GraphError, InferError
@@ -114,8 +114,8 @@ def torch_values_from_pnnx_py(path: str | Path, bin_path: str | Path,
                          f"(pnnx writes it beside the param file), or pass the torch module")
     source = path.read_text(encoding="utf-8")
     # pnnx wrote the path its .bin had during export; read the graph's own instead
-    source = re.sub(r"zipfile\.ZipFile\((['\"]).*?\1", lambda m: f"zipfile.ZipFile({str(bin_path)!r}",
-                    source)
+    source = re.sub(r"zipfile\.ZipFile\((['\"]).*?\1",
+                    lambda m: f"zipfile.ZipFile({str(bin_path)!r}", source)
     recorded: dict[str, np.ndarray] = {}
 
     def record(name: str, value: Any) -> None:
@@ -142,7 +142,6 @@ def torch_values_from_module(module, graph: "RuntimeGraph", inputs: Sequence[np.
     graph outputs."""
     import torch
 
-    named_ops = {op.name: op for op in graph.operators}
     recorded: dict[str, np.ndarray] = {}
 
     def hook_for(op: RuntimeOperator):
@@ -384,8 +383,9 @@ def compare_with_torch(graph: "RuntimeGraph", reference: Any, *inputs: np.ndarra
     if not by_path and not callable(getattr(reference, "named_modules", None)):
         raise GraphError(f"reference must be the torch module the files came from, the path "
                          f"of a *_pnnx.py, or None; got {type(reference).__name__}")
-    run = Execution.start(graph, inputs, keep_all=True)
-    run.run_all()
+    run = graph.execute(*inputs, keep_all=True, hooks=False)
+    with graph.running():
+        run.run_all()
     ours = run.values
     arrays = [ours[op.outputs[0].name] for op in graph.input_operators]
 
@@ -400,7 +400,7 @@ def compare_with_torch(graph: "RuntimeGraph", reference: Any, *inputs: np.ndarra
         source = f"module {type(reference).__name__}"
 
     rows = []
-    for step, (op, _) in enumerate(run.steps, start=1):
+    for step, op in enumerate((s.op for s in run.steps), start=1):
         local = _local_outputs(op, ours, theirs)
         for position, operand in enumerate(op.outputs):
             mine = ours[operand.name]

@@ -14,11 +14,10 @@
     g.verbose = True                         # print `type name (input shapes) -> (output shapes)`
     values = g.forward_all(x)                # every operand's array, by operand name
 
-All of these run the graph through one ``Execution``, which uses the graph's own pieces: its run
-order (``operators``), its input checks (``_check_inputs``), its shape plan (``_shape_plan``,
-so a bad input shape is refused before anything runs), its layers and its liveness lists
-(``_free_after``). The plain ``forward`` keeps its own tight loop; it hands over to this one
-only while a hook is set.
+All of these run ``g.execute(...)``, the loop ``forward`` drains (infer/execution.py): the same
+input checks and plans (a bad input shape is refused before anything runs) and the same layer
+calls - ``forward_inplace`` for an in-place step, ``forward_into`` for a step the memory plan
+gives slots, ``forward`` otherwise - so what you step through is what runs.
 
 With fusion on (the default), an operator folded into another (a ReLU into the convolution
 before it) does not run on its own: ``run_to``, ``break_on`` (by its name or its type) and
@@ -26,24 +25,23 @@ before it) does not run on its own: ``run_to``, ``break_on`` (by its name or its
 operator folded in the middle of a chain (the add of conv -> add -> relu) has no output of its
 own, and ``RuntimeGraph(..., fuse=False)`` runs every operator of the file on its own.
 
-Two differences from ``forward``, both so that what you look at is what was computed: a layer
-is never run in place nor into a planned buffer (``call_layer`` hands it read-only views of its
-inputs and takes the new arrays it returns; a layer that writes into an input is caught), and
-a debug session keeps every intermediate instead of dropping it after its last consumer.
+What differs is where the arrays live, so that what you look at is what was computed. A debug
+session and ``forward_all`` keep every intermediate, and run isolated, as ``forward`` does
+while a hook is set: an in-place step overwrites a copy of its input, a forward_into step
+writes into new arrays rather than the memory plan's shared buffers, and a layer gets read-only
+views of its inputs (one that writes into an input is caught, named).
 """
 
 from __future__ import annotations
 
 import logging
 import sys
-import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, Sequence
 
 import numpy as np
 
-from infer import threads
-from infer.graph import INPUT_TYPE, OUTPUT_TYPE, _operator_context, _writeable
+from infer.execution import operator_context, read_only
 from infer.inspection import ArrayStats, stats_table
 from infer.runtime import RuntimeOperator
 from infer.table import Table, fmt_shape
@@ -60,22 +58,13 @@ AfterHook = Callable[[RuntimeOperator, list[np.ndarray], list[np.ndarray]],
 
 
 def call_layer(op: RuntimeOperator, xs: Sequence[np.ndarray]) -> list[np.ndarray]:
-    """Run ``op``'s layer on read-only views of ``xs``: its outputs are new arrays (or views
-    it makes), never its inputs overwritten. An error names the operator."""
-    with _operator_context(op):
-        ys = op.layer.forward([_read_only(x) for x in xs])
+    """``op``'s layer on other arrays than a pass gives it (compare.py runs it on torch's):
+    its ``forward`` on read-only views of ``xs``. An error names the operator."""
+    with operator_context(op):
+        ys = op.layer.forward([read_only(x) for x in xs])
         if len(ys) != len(op.outputs):
             raise LayerError(f"returned {len(ys)} outputs, the graph expects {len(op.outputs)}")
     return list(ys)
-
-
-def _read_only(x: np.ndarray) -> np.ndarray:
-    """A read-only view: the graph's layer call then never overwrites the array in place."""
-    if not isinstance(x, np.ndarray) or not x.flags.writeable:
-        return x
-    view = x.view()
-    view.flags.writeable = False
-    return view
 
 
 # ----------------------------------------------------------------------------- hooks
@@ -134,11 +123,11 @@ class VerboseHook(Hook):
             print(line, file=self.stream or sys.stdout)
 
 
-# ----------------------------------------------------------------------------- execution
+# ----------------------------------------------------------------------------- steps
 @dataclass
 class Step:
-    """One operator that has run: its input and output arrays (in the order of
-    ``operator.inputs`` / ``operator.outputs``) and the time its layer took."""
+    """One operator that has run in a debug session: its input and output arrays (in the
+    order of ``operator.inputs`` / ``operator.outputs``) and the time its layer took."""
 
     index: int                      # 1-based, among the operators that run (not Input / Output)
     total: int
@@ -184,90 +173,12 @@ class Step:
         return self.table()._repr_html_()
 
 
-class Execution:
-    """One forward pass that runs one operator per ``run_next()`` call.
-
-    ``keep_all`` keeps every intermediate (a debug session); otherwise an operand is dropped
-    after its last consumer, as in ``forward``."""
-
-    def __init__(self, graph: "RuntimeGraph", arrays: list[np.ndarray], *,
-                 keep_all: bool = False):
-        self.graph = graph
-        self.keep_all = keep_all
-        self.steps = [(op, free) for op, free in zip(graph.operators, graph._free_after)
-                      if op.type not in (INPUT_TYPE, OUTPUT_TYPE)]
-        self.values: dict[str, np.ndarray] = {
-            op.outputs[0].name: x for op, x in zip(graph.input_operators, arrays)}
-        self.position = 0                 # steps already run
-        self.shapes: dict[str, tuple[int, ...]] = {}
-
-    @classmethod
-    def start(cls, graph: "RuntimeGraph", inputs: Sequence[np.ndarray], **options
-              ) -> "Execution":
-        """Check the inputs and plan the shapes as ``forward`` does, then stand before the
-        first operator."""
-        graph._require_complete()
-        arrays = graph._check_inputs(inputs)
-        shapes = graph._shape_plan([a.shape for a in arrays])
-        run = cls(graph, arrays, **options)
-        run.shapes = shapes
-        return run
-
-    @property
-    def done(self) -> bool:
-        return self.position >= len(self.steps)
-
-    @property
-    def next_operator(self) -> RuntimeOperator | None:
-        return None if self.done else self.steps[self.position][0]
-
-    def run_next(self, hooks: Sequence[Hook] = ()) -> Step:
-        """Run the next operator (with ``hooks`` around it); return what it did."""
-        op, free = self.steps[self.position]
-        xs = [self.values[o.name] for o in op.inputs]
-        for hook in hooks:
-            if hook.before is not None:
-                replaced = hook.before(op, xs)
-                xs = xs if replaced is None else list(replaced)
-        start = time.perf_counter()
-        ys = call_layer(op, xs)
-        seconds = time.perf_counter() - start
-        for hook in hooks:
-            if hook.after is not None:
-                replaced = hook.after(op, xs, ys)
-                ys = ys if replaced is None else list(replaced)
-        for out, y in zip(op.outputs, ys):
-            self.values[out.name] = y
-        step = Step(self.position + 1, len(self.steps), op, list(xs), list(ys), seconds)
-        if not self.keep_all:
-            for name in free:                    # the last consumer has run
-                del self.values[name]
-        self.position += 1
-        return step
-
-    def run_all(self, hooks: Sequence[Hook] = ()) -> None:
-        while not self.done:
-            self.run_next(hooks)
-
-    def outputs(self) -> list[np.ndarray]:
-        """The graph outputs in pnnx.Output order, as ``forward`` returns them."""
-        return [_writeable(self.values[o.name]) for o in self.graph.output_operands]
-
-
-def run_hooked(graph: "RuntimeGraph", arrays: list[np.ndarray], hooks: Sequence[Hook]
-               ) -> dict[str, np.ndarray]:
-    """What ``forward`` runs while hooks are set (inputs already checked, shapes planned)."""
-    run = Execution(graph, arrays)
-    run.run_all(list(hooks))
-    return run.values
-
-
 def forward_all(graph: "RuntimeGraph", *inputs: np.ndarray) -> dict[str, np.ndarray]:
     """Every operand's array (the inputs, each intermediate, the outputs) by operand name, in
     run order. The graph's hooks run too."""
-    run = Execution.start(graph, inputs, keep_all=True)
-    with threads.limit(graph.num_threads):
-        run.run_all(list(getattr(graph, "_hooks", ())))
+    run = graph.execute(*inputs, keep_all=True)
+    with graph.running():
+        run.run_all()
     return dict(run.values)
 
 
@@ -308,7 +219,8 @@ class Debugger:
 
     ``current`` is the Step that ran last (None before the first), ``next`` the operator that
     runs next (None at the end). Every intermediate is kept, so ``inspect`` and ``value`` work
-    on any operand computed so far."""
+    on any operand computed so far. The graph's hooks set when the session (re)starts run
+    around each step."""
 
     def __init__(self, graph: "RuntimeGraph", *inputs: np.ndarray):
         self.graph = graph
@@ -319,7 +231,8 @@ class Debugger:
     # ------------------------------------------------------------------ state
     def restart(self) -> "Debugger":
         """Back to before the first operator (breakpoints stay)."""
-        self._run = Execution.start(self.graph, self.inputs, keep_all=True)
+        self._run = self.graph.execute(*self.inputs, keep_all=True, timed=True)
+        self._shapes = self.graph.infer_shapes(*(np.shape(x) for x in self.inputs))
         self.current: Step | None = None
         self.history: list[Step] = []
         return self
@@ -330,7 +243,8 @@ class Debugger:
 
     @property
     def next(self) -> RuntimeOperator | None:
-        return self._run.next_operator
+        step = self._run.next_step
+        return None if step is None else step.op
 
     @property
     def position(self) -> int:
@@ -349,14 +263,14 @@ class Debugger:
     @property
     def shapes(self) -> dict[str, tuple[int, ...]]:
         """Every operand's planned shape for these inputs (known before anything runs)."""
-        return dict(self._run.shapes)
+        return dict(self._shapes)
 
     # ------------------------------------------------------------------ moving
     def step(self, n: int = 1) -> Step | None:
         """Run the next ``n`` operators (fewer at the end); return the last one's Step."""
         if not isinstance(n, (int, np.integer)) or n < 0:
             raise GraphError(f"step(n) takes a count >= 0, got {n!r}")
-        with threads.limit(self.graph.num_threads):
+        with self.graph.running():
             for _ in range(n):
                 if self.done:
                     break
@@ -370,7 +284,7 @@ class Debugger:
         if target in ran:
             raise GraphError(f"{target.label} already ran (step {ran.index(target) + 1}); "
                              f"restart() to run it again", operator=target.label)
-        with threads.limit(self.graph.num_threads):
+        with self.graph.running():
             while self._advance().operator is not target:
                 pass
         return self.current
@@ -383,9 +297,9 @@ class Debugger:
             raise GraphError("break_on needs a type, a name, a when= condition or nonfinite=True")
         at_type = None
         if type is not None:
-            at_type = frozenset(op.name for op, _ in self._run.steps if type in op.fused_types)
-            if not at_type and all(op.type != type for op, _ in self._run.steps):
-                types = sorted({op.type for op, _ in self._run.steps})
+            at_type = frozenset(op.name for op in self._ops() if type in op.fused_types)
+            if not at_type and all(op.type != type for op in self._ops()):
+                types = sorted({op.type for op in self._ops()})
                 raise GraphError(f"no operator of type {type!r} runs in this graph; its "
                                  f"types: {', '.join(types)}")
             if at_type:
@@ -402,7 +316,7 @@ class Debugger:
     def continue_(self) -> Step | None:
         """Run until an operator that matches a breakpoint has run and return its Step, or to
         the end (then None)."""
-        with threads.limit(self.graph.num_threads):
+        with self.graph.running():
             while not self.done:
                 step = self._advance()
                 hit = [b for b in self.breakpoints if b.matches(step)]
@@ -428,22 +342,31 @@ class Debugger:
     def _advance(self) -> Step:
         if self.done:
             raise GraphError("the forward pass has finished: restart() to run it again")
-        step = self._run.run_next(list(getattr(self.graph, "_hooks", ())))
+        record = next(self._run, None)
+        if record is None:                       # the loop ended at a layer's error
+            raise GraphError(f"the forward pass stopped at an error in {self.next.label}: "
+                             f"restart() to run it again", operator=self.next.label)
+        run_step, xs, ys, seconds = record
+        step = Step(self._run.position, len(self._run.steps), run_step.op, list(xs), list(ys),
+                    seconds)
         self.current = step
         self.history.append(step)
         return step
 
+    def _ops(self) -> list[RuntimeOperator]:
+        return [step.op for step in self._run.steps]
+
     def _operator(self, name: str) -> RuntimeOperator:
-        for op, _ in self._run.steps:
+        for op in self._ops():
             if op.name == name:
                 return op
-        for op, _ in self._run.steps:                 # folded into another by fusion
+        for op in self._ops():                 # folded into another by fusion
             if name in op.fused:
                 log.info("%s is fused into %s: stopping there", name, op.label)
                 return op
         if not isinstance(name, str):
             raise GraphError(f"an operator name is a str, got {name!r}")
-        known = [op.name for op, _ in self._run.steps]
+        known = [op.name for op in self._ops()]
         close = [k for k in known if name in k or k in name][:5]
         hint = f" (similar: {', '.join(close)})" if close else ""
         raise GraphError(f"no operator named {name!r} runs in this graph{hint}")
@@ -489,9 +412,9 @@ class Debugger:
         hi = min(len(self._run.steps), max(here, 0) + context + 1)
         rows, marked = [], set()
         for i in range(lo, hi):
-            op, _ = self._run.steps[i]
+            op = self._run.steps[i].op
             state = "ran" if i < self.position else "next" if i == self.position else ""
-            shapes = ", ".join(fmt_shape(self._run.shapes.get(o.name)) for o in op.outputs)
+            shapes = ", ".join(fmt_shape(self._shapes.get(o.name)) for o in op.outputs)
             rows.append([i + 1, state, op.type, op.name, shapes])
             if i == here:
                 marked.add(len(rows) - 1)
@@ -504,7 +427,7 @@ class Debugger:
 
         ran = [s.operator.name for s in self.history]
         current = self.current.operator.name if self.current else None
-        return draw_graph(self.graph, shapes=self._run.shapes, highlight=current, done=ran,
+        return draw_graph(self.graph, shapes=self._shapes, highlight=current, done=ran,
                           **options)
 
     def __repr__(self) -> str:

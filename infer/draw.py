@@ -361,7 +361,8 @@ def graph_html(graph: "RuntimeGraph", max_rows: int = 60) -> str:
                         for op in graph.input_operators)
         outs = ", ".join(f"{o.name} {fmt_shape(o.shape)}" for o in graph.output_operands)
         types = Counter(op.type for op in graph.operators)
+        counts = ", ".join(f"{t} x{n}" for t, n in types.most_common())
         head.append(f"<div>inputs: <code>{esc(ins)}</code>; outputs: <code>{esc(outs)}</code>"
-                    f"</div><div>operator types: {esc(', '.join(f'{t} x{n}' for t, n in types.most_common()))}</div>")
+                    f"</div><div>operator types: {esc(counts)}</div>")
         head.append(summary_table(graph).head(max_rows)._repr_html_())
     return "<div>" + "".join(head) + "</div>"

@@ -18,10 +18,11 @@ Patterns, tried on every nn.Conv2d (nn.Linear: the activation only), in this ord
 
 A pattern applies only when the tensor between the two operators has exactly one consumer and
 is not a graph output (nobody else may see it), and only to the project's own layer classes,
-reference or fast (a custom layer may compute something else). The folded operators leave the graph, but their
-names stay on the operator that absorbed them, in order: ``op.fused == ['pnnx_expr_14',
-'pnnx_unique_0']``. The graph calls ``fuse(graph)`` after creating the layers and before
-ordering them, so the topological order, liveness and shape plans see the fused graph.
+reference or fast (a custom layer may compute something else). The folded operators leave the
+graph, but their names stay on the operator that absorbed them, in order:
+``op.fused == ['pnnx_expr_14', 'pnnx_unique_0']``. The graph calls ``fuse(graph)`` after
+creating the layers and before ordering them, so the topological order, liveness and shape
+plans see the fused graph.
 ``RuntimeGraph(..., reference=True)`` skips fusion: the reference graph is the file as written.
 """
 

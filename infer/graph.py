@@ -13,23 +13,22 @@ build()   creates each operator's layer (a graph's custom layers first, then the
           LayerRegisterer), hands it its parameters and weights, orders the operators by a
           reverse depth-first search, and plans shapes for the traced input shapes.
 forward() checks the inputs, plans shapes and memory for them (re-planning for a new input
-          size, as MNN does), and runs the run list: one precomputed step per operator. A
-          consumer reads the very array its producer returned; an intermediate is dropped as
-          soon as its last consumer has run. A layer that can write into a given array
-          (forward_into) gets a buffer of the memory plan (infer.memory). Outputs are
-          writeable arrays (a read-only view or constant is copied on its way out).
+          size, as MNN does), and drains execute(): the one loop over the run list (one
+          precomputed step per operator, infer/execution.py) that the debugger, hooks and the
+          profiler run too. A consumer reads the very array its producer returned; an
+          intermediate is dropped as soon as its last consumer has run. A layer that can write
+          into a given array (forward_into) gets a buffer of the memory plan (infer.memory).
+          Outputs are writeable arrays (a read-only view or constant is copied on its way out).
 """
 
 from __future__ import annotations
 
+import contextlib
 import enum
-import importlib
 import logging
 import threading
-import time
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Callable, Iterator, Sequence
 
 import numpy as np
 
@@ -37,11 +36,11 @@ import layers  # noqa: F401  (registers the built-in layers)
 from layers.base import Layer
 from layers.registry import LayerRegisterer, unsupported_message
 from parser.bin import DTYPES, PnnxBin
-from parser.errors import (GraphError, InferError, LayerError, ShapeError,
-                           UnsupportedOperatorError)
+from parser.errors import GraphError, LayerError, ShapeError, UnsupportedOperatorError
 from parser.param import NULL_DTYPE, read_param
 from infer.runtime import RuntimeAttribute, RuntimeOperand, RuntimeOperator, RuntimeParameter
 from infer import fusion, threads
+from infer.execution import Execution, RunStep, operator_context
 from infer.memory import MemoryPlan, plan_memory
 from infer.rewrite import unpack_outputs
 from infer.tools import GraphTools
@@ -95,7 +94,7 @@ class RuntimeGraph(GraphTools):
         self._custom_layers: dict[str, type[Layer]] = {}
         self._bin: PnnxBin | None = None
         self._free_after: list[list[str]] = []           # operand names to drop after each op
-        self._steps: list[Step] = []                      # the run list forward() walks
+        self._steps: list[RunStep] = []                   # the run list (run_list)
         self._shape_plans: dict[tuple[Shape, ...], dict[str, Shape]] = {}
         self._memory_plans: dict[tuple[Shape, ...], MemoryPlan] = {}
         self._plan_lock = threading.Lock()
@@ -181,7 +180,9 @@ class RuntimeGraph(GraphTools):
             return self
         self._check_supported()
         if not self.reference:                  # the fast layers join the registry, and their
-            importlib.import_module("layers.fast").start()   # kernels are bound, not mid-forward
+            from layers import fast             # kernels are bound, not mid-forward
+
+            fast.start()
         with threads.setup(self.num_threads, self.helpers):  # packing weights: threads.setup
             self._build()
         return self
@@ -189,7 +190,7 @@ class RuntimeGraph(GraphTools):
     def _build(self) -> None:
         self._bin = PnnxBin(self.bin_path) if self._needs_bin() else None
         for op in self.operators:
-            with _operator_context(op):
+            with operator_context(op):
                 self._load_weights(op)
                 op.layer = self._create_layer(op)
                 op.layer.load_param(op.param_values())
@@ -209,7 +210,7 @@ class RuntimeGraph(GraphTools):
             self._check_annotated_shapes(self._shape_plan(traced))
         else:                                   # sizes known only at run time
             for op in self.operators:
-                with _operator_context(op):
+                with operator_context(op):
                     op.layer.prepare(None)
 
     def _check_supported(self) -> None:
@@ -313,8 +314,8 @@ class RuntimeGraph(GraphTools):
                 free_after[position].append(name)
         return free_after
 
-    def _run_list(self) -> list["Step"]:
-        """One Step per operator to run (not pnnx.Input / pnnx.Output), with all forward()
+    def _run_list(self) -> list[RunStep]:
+        """One RunStep per operator to run (not pnnx.Input / pnnx.Output), with all forward()
         needs worked out once. A step may run in place when its layer supports it and
         nobody else reads its input: one consumer, not a graph input (the caller's array)
         nor a graph output; at run time the array must also be writeable."""
@@ -327,9 +328,9 @@ class RuntimeGraph(GraphTools):
             in_place = (op.layer.support_inplace and len(op.outputs) == 1 and source is not None
                         and len(source.consumers) == 1 and source.producer.type != INPUT_TYPE
                         and source.name not in outputs)
-            steps.append(Step(op, op.layer, tuple(o.name for o in op.inputs),
-                              tuple(o.name for o in op.outputs), tuple(free), in_place,
-                              op.layer.support_forward_into))
+            steps.append(RunStep(op, op.layer, tuple(o.name for o in op.inputs),
+                                 tuple(o.name for o in op.outputs), tuple(free), in_place,
+                                 op.layer.support_forward_into))
         return steps
 
     # ---------------------------------------------------------------- shapes
@@ -374,7 +375,7 @@ class RuntimeGraph(GraphTools):
                 continue
             in_shapes = [shapes[o.name] for o in op.inputs]
             in_values = [known.get(o.name) for o in op.inputs]
-            with _operator_context(op):
+            with operator_context(op):
                 outs = op.layer.infer_shapes_from(in_shapes, in_values)
                 if len(outs) != len(op.outputs):
                     raise LayerError(f"computes {len(outs)} output shapes for "
@@ -434,61 +435,49 @@ class RuntimeGraph(GraphTools):
     # ---------------------------------------------------------------- forward
     def forward(self, *inputs: np.ndarray) -> list[np.ndarray]:
         """Run the graph on NCHW arrays given in pnnx.Input order; one array per output."""
-        self._require_complete()
-        arrays = self._check_inputs(inputs)
-        # NaN and Inf flow through silently, as in torch (numpy would warn at 0 * inf)
-        with threads.limit(self.num_threads), np.errstate(all="ignore"):
+        with self.running():
             # refuses bad shapes; a new size's plan packs weights with the helpers' help
-            memory = self._memory_plan(tuple(a.shape for a in arrays))
-            values = self._run_hooked(arrays) if self._hooks else self._run(arrays, memory)
-        return [_writeable(values[o.name]) for o in self.output_operands]
+            run = self.execute(*inputs).run_all()
+        return run.outputs()
 
-    def _run(self, arrays: list[np.ndarray], memory: MemoryPlan,
-             clock: Callable[["Step", list, list, float], None] | None = None
-             ) -> dict[str, np.ndarray]:
-        """Walk the run list. ``values`` maps operand names to arrays for this call only, and
-        the arena is this call's own, so one graph can serve several threads at once.
-        ``clock``, if given, is told each step, its inputs, its outputs and the seconds its
-        layer took (the profile's timing: infer/profile.py)."""
-        values = {op.outputs[0].name: x for op, x in zip(self.input_operators, arrays)}
-        arena = memory.take_arena()
-        step = None
-        try:
-            for step, slots in zip(self._steps, memory.step_slots):
-                xs = [values[name] for name in step.inputs]
-                started = time.perf_counter() if clock is not None else 0.0
-                if step.in_place and xs[0].flags.writeable:
-                    step.layer.forward_inplace(xs[0])          # nobody else reads this array
-                    ys = xs
-                elif slots is not None:                        # into the memory plan's buffers
-                    ys = [arena.array(slot) for slot in slots]
-                    step.layer.forward_into(xs, ys)
-                else:
-                    ys = step.layer.forward(xs)
-                    if len(ys) != len(step.outputs):
-                        raise LayerError(f"returned {len(ys)} outputs, the graph expects "
-                                         f"{len(step.outputs)}")
-                if clock is not None:
-                    clock(step, xs, ys, time.perf_counter() - started)
-                for name, y in zip(step.outputs, ys):
-                    values[name] = y
-                for name in step.free:                         # last consumer has run
-                    del values[name]
-        except Exception as exc:                               # name the operator
-            error = exc if step is None else _operator_error(step.op, exc)
-            if error is exc:
-                raise
-            raise error from exc
-        finally:
-            memory.give_back(arena)
-        return values
+    def execute(self, *inputs: np.ndarray, keep_all: bool = False, hooks: bool = True,
+                timed: bool = False) -> Execution:
+        """The forward pass as an iterator: inputs checked, shapes and memory planned, nothing
+        run yet; each ``next`` runs one operator and yields ``(step, inputs, outputs,
+        seconds)`` (infer/execution.py). ``keep_all`` keeps every operand and runs isolated:
+        an in-place step writes into a copy of its input, a forward_into step into new arrays
+        (not the arena, whose buffers later steps reuse), so every kept value stays what its
+        step computed. ``hooks``: run the graph's hooks (add_hook, verbose) around each
+        operator, isolated too. ``timed``: measure each layer call. Iterate it under
+        ``running()``, as forward does."""
+        self._require_complete()
+        arrays = self.check_inputs(*inputs)
+        memory = self._memory_plan(tuple(a.shape for a in arrays))
+        given = {op.outputs[0].name: x for op, x in zip(self.input_operators, arrays)}
+        return Execution(self._steps, memory, given, [o.name for o in self.output_operands],
+                         keep_all=keep_all, hooks=self._hooks if hooks else (), timed=timed)
 
-    def _check_inputs(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
-        """Input rules: count and rank must match; an array of the same kind as the input's
-        declared dtype is cast to it (any floating array to a float32 input, any integer
-        array to an i64 input); other kinds are refused (an int array for a float32 input, a
-        float array for an integer input, bool, complex or object arrays where not declared);
-        non-contiguous arrays are made contiguous (the caller's array is never written)."""
+    @contextlib.contextmanager
+    def running(self) -> Iterator[None]:
+        """What a forward pass runs under: this graph's thread cap (and helper threads, on the
+        fast floor), and numpy's floating-point warnings off (NaN and Inf flow through
+        silently, as in torch)."""
+        with threads.limit(self.num_threads, self.helpers), np.errstate(all="ignore"):
+            yield
+
+    @property
+    def run_list(self) -> list[RunStep]:
+        """The steps execute() runs, one per operator in run order (not pnnx.Input / Output)."""
+        self._require_complete()
+        return list(self._steps)
+
+    def check_inputs(self, *inputs: np.ndarray) -> list[np.ndarray]:
+        """The arrays forward runs on, in pnnx.Input order. Count and rank must match; an
+        array of the same kind as the input's declared dtype is cast to it (any floating array
+        to a float32 input, any integer array to an i64 input); other kinds are refused (an
+        int array for a float32 input, a float array for an integer input, bool, complex or
+        object arrays where not declared); non-contiguous arrays are made contiguous (the
+        caller's array is never written)."""
         if len(inputs) != len(self.input_operators):
             names = ", ".join(op.name for op in self.input_operators)
             raise ShapeError(f"the graph takes {len(self.input_operators)} input(s) ({names}), "
@@ -563,12 +552,6 @@ class RuntimeGraph(GraphTools):
                 f"{len(self.operands)} operands, {self.state.value})")
 
 
-def _writeable(y: np.ndarray) -> np.ndarray:
-    """A graph output the caller may write to, as torch's outputs are: the read-only arrays
-    (views the layers protect, constants over the bin file) are copied."""
-    return y if y.flags.writeable else y.copy()
-
-
 def _successors(op: RuntimeOperator) -> list[RuntimeOperator]:
     seen: dict[int, RuntimeOperator] = {}
     for out in op.outputs:
@@ -585,50 +568,3 @@ def _default_bin_path(param_path: str) -> str:
 
 def _fmt(shape) -> str:
     return "(" + ",".join("?" if d is None else str(d) for d in shape) + ")"
-
-
-@dataclass(frozen=True, eq=False)
-class Step:
-    """One entry of the run list: an operator and what forward() needs to run it."""
-
-    op: RuntimeOperator
-    layer: Layer
-    inputs: tuple[str, ...]          # operand names, in the layer's input order
-    outputs: tuple[str, ...]
-    free: tuple[str, ...]            # operands whose last consumer this step is
-    in_place: bool                   # may overwrite its input (if that array is writeable)
-    into: bool                       # the layer can write into given arrays (forward_into)
-
-    @property
-    def label(self) -> str:
-        return self.op.label
-
-
-def _operator_error(op: RuntimeOperator, exc: Exception) -> Exception:
-    """The error to raise for ``exc`` raised while ``op`` ran: our own errors get
-    ``.operator`` set and stay what they are; anything else (a numpy error, a layer bug)
-    becomes a LayerError naming the operator. (Memory errors pass unchanged.)"""
-    if isinstance(exc, InferError):
-        exc.with_operator(op.label)
-        return exc
-    if isinstance(exc, MemoryError):
-        return exc
-    return LayerError(f"{type(exc).__name__}: {exc} (line {op.line})", operator=op.label)
-
-
-class _operator_context:
-    """Attach the operator to any error raised inside (see _operator_error)."""
-
-    def __init__(self, op: RuntimeOperator):
-        self.op = op
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, exc_type, exc, tb):
-        if exc is None or not isinstance(exc, Exception):    # KeyboardInterrupt, SystemExit
-            return False
-        error = _operator_error(self.op, exc)
-        if error is exc:
-            return False
-        raise error from exc

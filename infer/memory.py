@@ -34,27 +34,19 @@ import html
 import math
 import sys
 from dataclasses import dataclass
-from typing import Protocol, Sequence
+from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
 from parser.bin import DTYPES
 
+if TYPE_CHECKING:
+    from infer.execution import RunStep
+
 Shape = tuple[int, ...]
 
 MAX_POOLED_ARENAS = 4        # arenas a plan keeps between calls (one per concurrent caller)
 INTO, IN_PLACE, OWN = "into", "in place", "layer"   # how a step fills an operand's memory
-
-
-class Step(Protocol):
-    """What planning needs of one step of the graph's run list (infer.graph builds them)."""
-
-    label: str                       # the operator, as errors name it
-    inputs: tuple[str, ...]          # operand names read
-    outputs: tuple[str, ...]         # operand names written
-    free: tuple[str, ...]            # operands whose last reader this step is
-    in_place: bool                   # overwrites its only input, when that array is writeable
-    into: bool                       # the layer can write into given arrays (forward_into)
 
 
 @dataclass(frozen=True)
@@ -182,12 +174,13 @@ class Arena:
 
 # ----- planning ---------------------------------------------------------------------------------
 
-def plan_memory(steps: Sequence[Step], shapes: dict[str, Shape], dtypes: dict[str, str | None],
-                keep: set[str], constants: set[str]) -> MemoryPlan:
-    """Assign every intermediate operand of ``steps`` (the run order) a buffer, as the module
-    docstring describes. ``shapes``: the shape plan; ``dtypes``: pnnx dtype names (None:
-    unknown); ``keep``: graph inputs and outputs; ``constants``: outputs of steps without
-    inputs. Returns the plan with, per forward_into step, the slots its outputs go to."""
+def plan_memory(steps: Sequence[RunStep], shapes: dict[str, Shape],
+                dtypes: dict[str, str | None], keep: set[str], constants: set[str]
+                ) -> MemoryPlan:
+    """Assign every intermediate operand of ``steps`` (the graph's run list) a buffer, as the
+    module docstring describes. ``shapes``: the shape plan; ``dtypes``: pnnx dtype names
+    (None: unknown); ``keep``: graph inputs and outputs; ``constants``: outputs of steps
+    without inputs. Returns the plan with, per forward_into step, the slots its outputs go to."""
     planned = {name for step in steps for name in step.outputs
                if name not in keep and name not in constants and dtypes.get(name) in DTYPES}
     last = _last_reads(steps)
@@ -226,7 +219,7 @@ def plan_memory(steps: Sequence[Step], shapes: dict[str, Shape], dtypes: dict[st
     return MemoryPlan(rows, sizes, slots)
 
 
-def _last_reads(steps: Sequence[Step]) -> dict[str, int]:
+def _last_reads(steps: Sequence[RunStep]) -> dict[str, int]:
     """Operand -> the step after which it is dead: the step whose free list names it, or the
     step that writes it when nobody reads it."""
     last = {name: index for index, step in enumerate(steps) for name in step.outputs}
@@ -236,7 +229,7 @@ def _last_reads(steps: Sequence[Step]) -> dict[str, int]:
     return last
 
 
-def _in_place_groups(steps: Sequence[Step], planned: set[str]) -> dict[str, str]:
+def _in_place_groups(steps: Sequence[RunStep], planned: set[str]) -> dict[str, str]:
     """Operand -> the planned operand whose buffer it lives in: itself, or for the output of
     an in-place step, its input's owner (chains of in-place steps share one buffer). A graph
     output written in place over an intermediate is listed too: it keeps that buffer alive

@@ -17,10 +17,10 @@ arithmetic is a count of multiply-adds. A multiply-add counts as 2 FLOPs:
 plus 1 FLOP per output element for a bias. Other operators get no FLOP count: they are bound by
 memory, and their output size says what they cost. GFLOP/s = FLOPs / time.
 
-The timed passes are ``forward``'s own (in place where it runs in place, into the memory plan's
-buffers), without the graph's hooks; the clock wraps each layer call alone. So the rows add
-up to about what ``forward`` takes, and a layer that writes a large new array in a step-by-step
-debug session (infer/debug.py) does not pay for it here.
+The timed passes run ``forward``'s loop (``g.execute(..., hooks=False, timed=True)``: in place
+where it runs in place, into the memory plan's buffers), without the graph's hooks; the clock
+wraps each layer call alone. So the rows add up to about what ``forward`` takes, and the copies
+a step-by-step debug session makes to keep every intermediate (infer/debug.py) cost nothing here.
 """
 
 from __future__ import annotations
@@ -32,7 +32,6 @@ from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
-from infer import threads
 from infer.runtime import RuntimeOperator
 from infer.table import Table, fmt_bytes, fmt_count, fmt_shape
 from parser.errors import GraphError
@@ -183,23 +182,19 @@ def profile(graph: "RuntimeGraph", *inputs: np.ndarray, repeat: int = 5, warmup:
     """Run the graph ``warmup + repeat`` times and time every operator (see the module)."""
     if repeat < 1 or warmup < 0:
         raise GraphError(f"profile needs repeat >= 1 and warmup >= 0, got {repeat}, {warmup}")
-    graph._require_complete()
-    arrays = graph._check_inputs(inputs)
-    memory = graph._memory_plan(tuple(a.shape for a in arrays))
     times: list[list[float]] = []
     walls: list[float] = []
     last: list[tuple] = []
-    with threads.limit(graph.num_threads), np.errstate(all="ignore"):
+    with graph.running():
         for run_index in range(warmup + repeat):
             steps: list[tuple] = []
-
-            def clock(step, xs, ys, seconds):      # shapes now: the buffers are reused
+            run = graph.execute(*inputs, hooks=False, timed=True)
+            start = time.perf_counter()
+            for step, xs, ys, seconds in run:      # shapes now: the buffers are reused
                 steps.append((step.op, [tuple(np.shape(x)) for x in xs],
                               [tuple(np.shape(y)) for y in ys],
                               sum(int(getattr(y, "nbytes", 0)) for y in ys), seconds))
-
-            start = time.perf_counter()
-            graph._run(arrays, memory, clock)
+                del xs, ys                         # held, they would outlive their step
             wall = time.perf_counter() - start
             if run_index >= warmup:
                 times.append([s[-1] for s in steps])

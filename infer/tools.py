@@ -11,8 +11,10 @@ RuntimeGraph inherits these methods; each one is a door into its own module:
     g.draw()                    infer/draw.py      the graph as SVG
     g.summary()                 infer/draw.py      the graph as a table
 
-While a hook is set (``add_hook`` or ``verbose``), ``forward`` runs the instrumented loop of
-infer/debug.py instead of its own; with none set it runs as if this file did not exist.
+The tool modules use only the graph's public side: ``execute`` (the loop ``forward`` drains,
+infer/execution.py), ``running``, ``infer_shapes`` and the operators and operands. While a hook
+is set (``add_hook`` or ``verbose``), ``forward`` runs that loop with the hooks around each
+operator.
 """
 
 from __future__ import annotations
@@ -80,11 +82,6 @@ class GraphTools:
         hooks[:] = [h for h in hooks if not isinstance(h, VerboseHook)]
         if mode:
             hooks.append(VerboseHook("log" if mode == "log" else "print"))
-
-    def _run_hooked(self, arrays: list[np.ndarray]) -> dict[str, np.ndarray]:
-        from infer.debug import run_hooked
-
-        return run_hooked(self, arrays, self._hooks)
 
     # ------------------------------------------------------------------ running
     def forward_all(self, *inputs: np.ndarray) -> dict[str, np.ndarray]:

@@ -11,7 +11,7 @@ import pytest
 
 from debug_models import (SqrtRelu, example_input, small_net, torch_outputs_by_module)
 from infer import ArrayStats, GraphError
-from infer.debug import Execution
+from infer.execution import Execution
 
 ATOL = 1e-4
 
@@ -55,7 +55,7 @@ def test_step_n_and_finish_from_the_middle(net):
     step = dbg.step(3)
     assert step.index == 3 and step.operator is running(g)[2]
     with pytest.raises(GraphError, match="finish"):
-        dbg.outputs
+        _ = dbg.outputs
     for a, b in zip(dbg.finish(), g.forward(x)):
         np.testing.assert_array_equal(a, b)
     assert dbg.done and len(dbg.outputs) == 2
@@ -181,7 +181,8 @@ def test_array_stats_leave_out_nan_and_inf():
 def test_inspect_names_what_is_missing(net):
     _, g = net
     dbg = g.debug(example_input())
-    with pytest.raises(GraphError, match=r"not computed yet: nn.Linear fc makes it; run_to\('fc'\)"):
+    with pytest.raises(GraphError,
+                       match=r"not computed yet: nn.Linear fc makes it; run_to\('fc'\)"):
         dbg.inspect("fc")
     with pytest.raises(GraphError, match="no operand or operator named 'zzz'"):
         dbg.inspect("zzz")
@@ -288,12 +289,26 @@ def test_add_hook_needs_a_function(net):
     assert not g._hooks
 
 
-def test_hooks_are_off_by_default_and_forward_keeps_its_own_loop(net, monkeypatch):
+def test_hooks_are_off_by_default_and_forward_drains_the_debuggers_loop(net, monkeypatch):
+    """One loop: forward runs an Execution to its end, plain (in place, into the arena) while
+    no hook is set."""
     _, g = net
-    calls = []
-    monkeypatch.setattr(Execution, "run_next", lambda *a, **k: calls.append(1))
+    runs = []
+    start = Execution.__init__
+
+    def spy(self, *args, **kwargs):
+        start(self, *args, **kwargs)
+        runs.append(self)
+
+    monkeypatch.setattr(Execution, "__init__", spy)
     g.forward(example_input())
-    assert calls == [] and not g._hooks
+    assert not g._hooks and len(runs) == 1
+    assert runs[0].done and not runs[0].isolated and not runs[0].keep_all
+    with g.add_hook(after=lambda op, xs, ys: None):
+        g.forward(example_input())
+    assert len(runs) == 2 and runs[1].done and runs[1].isolated and not runs[1].keep_all
+    g.debug(example_input()).finish()
+    assert len(runs) == 3 and runs[2].done and runs[2].keep_all
 
 
 # ----------------------------------------------------------------------------- verbose
@@ -348,8 +363,8 @@ def test_forward_all_returns_every_operand_by_name(net):
 
 
 def test_a_layer_that_writes_into_its_input_is_caught_naming_it(tmp_path_factory):
-    """forward gives no warning when a layer scribbles over its input; a debug session hands
-    the layers read-only views, so the scribbling layer is named."""
+    """forward gives no warning when a layer scribbles over its input; a debug session (like
+    any isolated pass) hands the layers read-only views, so the scribbling layer is named."""
     from infer import Layer, LayerError
 
     class ScribblingRelu(Layer):
@@ -434,7 +449,8 @@ def test_an_operator_fused_in_the_middle_has_no_value_and_says_why(tmp_path):
     g = RuntimeGraph(param, binary).build()
     assert g.operator("conv").fused == ["add", "relu"]
     rng = np.random.default_rng(0)
-    x, r = rng.standard_normal((1, 3, 6, 6), np.float32), rng.standard_normal((1, 4, 4, 4), np.float32)
+    x = rng.standard_normal((1, 3, 6, 6), np.float32)
+    r = rng.standard_normal((1, 4, 4, 4), np.float32)
     dbg = g.debug(x, r)
     dbg.finish()
     with pytest.raises(GraphError, match=r"'add' is fused into nn.Conv2d conv.*fuse=False"):

@@ -2,7 +2,7 @@
 ShapeError naming the input or operator before anything runs; non-contiguous arrays work and
 are never written; NaN and Inf come out where torch puts them.
 
-The dtype rule (RuntimeGraph._check_inputs, README "Using it"): an array of the same KIND as
+The dtype rule (RuntimeGraph.check_inputs, README "Using it"): an array of the same KIND as
 the input's declared dtype is cast to it (any floating array for an f32 input; any integer
 array for an i64/i32 input); every other kind is refused (integers or bools for a float
 input, floats for an integer input, complex, object, text, dates), and so is anything that is

@@ -1,0 +1,210 @@
+"""The execution loop: one forward pass over a graph's run list, one operator at a time.
+
+    run = g.execute(x)                  # inputs checked, shapes and memory planned; nothing ran
+    for step, inputs, outputs, seconds in run:    # one record per operator that has run
+        ...
+    outputs = run.outputs()             # the graph outputs, as forward returns them
+
+``forward`` drains this loop; the debugger steps it with ``next``; hooks, ``forward_all``, the
+profiler and the comparison with torch run it too. Each step calls the layer method forward
+calls: ``forward_inplace`` for an in-place step (when its input array is writeable),
+``forward_into`` for a step the memory plan gives output slots, ``forward`` otherwise.
+
+The layer methods are the same in both ways of running; the arrays differ:
+
+- plain (``forward``, the profiler): an in-place step overwrites its input, a forward_into step
+  writes into the arena's buffers, which later steps reuse, and an operand is dropped after its
+  last consumer. A record's arrays may change once the loop moves on.
+- isolated (``keep_all=True``, or hooks set): an array a step reads stays as it was and an array
+  it writes is its own: an in-place step runs on a copy of its input, a forward_into step writes
+  into new arrays, and the layer gets read-only views of its inputs (a layer that writes into
+  one fails, named). ``keep_all`` also keeps every operand to the end (a debug session).
+"""
+
+from __future__ import annotations
+
+import collections
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Iterator, Literal, Sequence
+
+import numpy as np
+
+from infer.runtime import RuntimeOperator
+from parser.errors import InferError, LayerError
+
+if TYPE_CHECKING:
+    from infer.memory import Arena, MemoryPlan, Slot
+    from layers.base import Layer
+
+# what the loop yields per operator: the step, its inputs, its outputs, its layer's seconds
+Record = tuple["RunStep", list[np.ndarray], list[np.ndarray], float]
+
+
+@dataclass(frozen=True, eq=False)
+class RunStep:
+    """One entry of the run list: an operator and what the loop needs to run it."""
+
+    op: RuntimeOperator
+    layer: "Layer"
+    inputs: tuple[str, ...]          # operand names, in the layer's input order
+    outputs: tuple[str, ...]
+    free: tuple[str, ...]            # operands whose last consumer this step is
+    in_place: bool                   # may overwrite its input (if that array is writeable)
+    into: bool                       # the layer can write into given arrays (forward_into)
+
+    @property
+    def label(self) -> str:
+        return self.op.label
+
+
+class Execution:
+    """One pass over ``steps`` (see the module docstring). ``values`` maps operand names to
+    this pass's arrays, starting with the graph inputs; ``position`` counts the steps run.
+    ``hooks`` have ``before(op, inputs)`` / ``after(op, inputs, outputs)`` attributes (either
+    None), which may return replacement arrays; ``timed`` measures each layer call."""
+
+    def __init__(self, steps: Sequence[RunStep], memory: "MemoryPlan",
+                 inputs: dict[str, np.ndarray], output_names: Sequence[str], *,
+                 keep_all: bool = False, hooks: Sequence[Any] = (), timed: bool = False):
+        self.steps = steps
+        self.memory = memory
+        self.values = dict(inputs)
+        self.output_names = list(output_names)
+        self.keep_all = keep_all
+        self.isolated = keep_all or bool(hooks)
+        self.timed = timed
+        self.position = 0
+        self._befores = [h.before for h in hooks if h.before is not None]
+        self._afters = [h.after for h in hooks if h.after is not None]
+        self._loop = self._run()
+
+    def __iter__(self) -> Iterator[Record]:
+        return self._loop
+
+    def __next__(self) -> Record:
+        return next(self._loop)
+
+    @property
+    def done(self) -> bool:
+        return self.position >= len(self.steps)
+
+    @property
+    def next_step(self) -> RunStep | None:
+        return None if self.done else self.steps[self.position]
+
+    def run_all(self) -> "Execution":
+        """Run the remaining steps, holding no record: an array held one step too long would
+        outlive its last consumer (and keep its arena buffer from being reused)."""
+        collections.deque(self._loop, maxlen=0)
+        return self
+
+    def outputs(self) -> list[np.ndarray]:
+        """The graph outputs, writeable (a read-only view or constant is copied)."""
+        return [_writeable(self.values[name]) for name in self.output_names]
+
+    def _run(self) -> Iterator[Record]:
+        values, keep_all, isolated, timed = self.values, self.keep_all, self.isolated, self.timed
+        befores, afters = self._befores, self._afters
+        # this pass's own buffers; an isolated pass gives every slot a new array instead
+        arena: Arena | NewArrays = NewArrays() if isolated else self.memory.take_arena()
+        started = seconds = 0.0
+        try:
+            for step, slots in zip(self.steps, self.memory.step_slots):
+                xs = [values[name] for name in step.inputs]
+                if befores:
+                    for before in befores:
+                        replaced = before(step.op, xs)
+                        xs = xs if replaced is None else list(replaced)
+                if timed:
+                    started = time.perf_counter()
+                try:
+                    if step.in_place and xs[0].flags.writeable:
+                        if isolated:
+                            ys = [xs[0].copy()]
+                            step.layer.forward_inplace(ys[0])
+                        else:
+                            step.layer.forward_inplace(xs[0])  # nobody else reads this array
+                            ys = xs
+                    elif slots is not None:                     # into the memory plan's slots
+                        ys = [arena.array(slot) for slot in slots]
+                        step.layer.forward_into([read_only(x) for x in xs] if isolated else xs,
+                                                ys)
+                    else:
+                        ys = step.layer.forward([read_only(x) for x in xs] if isolated else xs)
+                        if len(ys) != len(step.outputs):
+                            raise LayerError(f"returned {len(ys)} outputs, the graph expects "
+                                             f"{len(step.outputs)}")
+                except Exception as exc:                        # name the operator
+                    error = operator_error(step.op, exc)
+                    if error is exc:
+                        raise
+                    raise error from exc
+                if timed:
+                    seconds = time.perf_counter() - started
+                if afters:
+                    for after in afters:
+                        replaced = after(step.op, xs, ys)
+                        ys = ys if replaced is None else list(replaced)
+                for name, y in zip(step.outputs, ys):
+                    values[name] = y
+                if not keep_all:
+                    for name in step.free:                      # last consumer has run
+                        del values[name]
+                self.position += 1
+                yield step, xs, ys, seconds
+        finally:
+            if not isinstance(arena, NewArrays):
+                self.memory.give_back(arena)
+
+
+class NewArrays:
+    """Stands in for the arena in an isolated pass: every slot gets an array of its own."""
+
+    def array(self, slot: Slot) -> np.ndarray:
+        return np.empty(slot.shape, slot.dtype)
+
+
+def read_only(x: Any) -> Any:
+    """A read-only view of ``x``: a layer given it cannot overwrite the array."""
+    if not isinstance(x, np.ndarray) or not x.flags.writeable:
+        return x
+    view = x.view()
+    view.flags.writeable = False
+    return view
+
+
+def _writeable(y: np.ndarray) -> np.ndarray:
+    """A graph output the caller may write to, as torch's outputs are: the read-only arrays
+    (views the layers protect, constants over the bin file) are copied."""
+    return y if y.flags.writeable else y.copy()
+
+
+def operator_error(op: RuntimeOperator, exc: Exception) -> Exception:
+    """The error to raise for ``exc`` raised while ``op`` ran: our own errors get
+    ``.operator`` set and stay what they are; anything else (a numpy error, a layer bug)
+    becomes a LayerError naming the operator. (Memory errors pass unchanged.)"""
+    if isinstance(exc, InferError):
+        exc.with_operator(op.label)
+        return exc
+    if isinstance(exc, MemoryError):
+        return exc
+    return LayerError(f"{type(exc).__name__}: {exc} (line {op.line})", operator=op.label)
+
+
+class operator_context:
+    """Attach the operator to any error raised inside (see operator_error)."""
+
+    def __init__(self, op: RuntimeOperator):
+        self.op = op
+
+    def __enter__(self) -> "operator_context":
+        return self
+
+    def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> Literal[False]:
+        if exc is None or not isinstance(exc, Exception):    # KeyboardInterrupt, SystemExit
+            return False
+        error = operator_error(self.op, exc)
+        if error is exc:
+            return False
+        raise error from exc
