@@ -30,7 +30,7 @@ def _classify(args: argparse.Namespace) -> int:
 
 
 def _ops(args: argparse.Namespace) -> int:
-    from layers import LayerRegisterer
+    from layers import LayerRegisterer, fast  # noqa: F401  (fast: registers the fast layers)
 
     if args.update:
         update_readme(args.update)
@@ -41,7 +41,11 @@ def _ops(args: argparse.Namespace) -> int:
     registry = LayerRegisterer()
     for type_name in registry.types():
         layer_class = registry.layer_class(type_name)
-        print(f"{type_name:<28} {layer_class.__module__}.{layer_class.__name__}")
+        line = f"{type_name:<28} {layer_class.__module__}.{layer_class.__name__}"
+        fast_class = registry.layer_class(type_name, fast=True)
+        if fast_class is not layer_class:
+            line += f"  (fast: {fast_class.__module__}.{fast_class.__name__})"
+        print(line)
     return 0
 
 
@@ -51,12 +55,14 @@ TABLE_END = "<!-- end of operator table -->"
 
 def operator_table() -> str:
     """The README's operator table, from the registry: one row per layer module (family),
-    its first docstring line, and the pnnx types its layers serve."""
+    its first docstring line, and the pnnx types its layers serve, "(fast)" marking those
+    the fast backend also serves (layers/fast/layers.py)."""
     import sys
 
-    from layers import LayerRegisterer
+    from layers import LayerRegisterer, fast  # noqa: F401  (fast: registers the fast layers)
 
     registry = LayerRegisterer()
+    fast_types = set(registry.fast_types())
     families: dict[str, list[str]] = {}
     for type_name in registry.types():
         module = registry.layer_class(type_name).__module__
@@ -66,9 +72,11 @@ def operator_table() -> str:
     for module, types in sorted(families.items()):
         what = _summary(sys.modules[module].__doc__ or "")
         path = module.replace(".", "/") + ".py"
-        rows.append(f"| `{path}` | {what} | {', '.join(f'`{t}`' for t in types)} |")
+        cells = [f"`{t}` (fast)" if t in fast_types else f"`{t}`" for t in types]
+        rows.append(f"| `{path}` | {what} | {', '.join(cells)} |")
     total = sum(len(types) for types in families.values())
-    return "\n".join(rows) + f"\n\n{total} operator types.\n"
+    return ("\n".join(rows) + f"\n\n{total} operator types; {len(fast_types)} of them also have "
+            f"a fast layer (fast).\n")
 
 
 def _summary(docstring: str) -> str:

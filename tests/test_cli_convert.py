@@ -215,7 +215,10 @@ def test_operator_table_lists_every_built_in_type():
                 .startswith("layers.")]
     assert all(f"`{t}`" in table for t in built_in)
     assert "| `layers/attention.py` | Attention |" in table
-    assert table.endswith(f"\n\n{len(built_in)} operator types.\n")
+    fast = registry.fast_types()
+    assert fast and all(f"`{t}` (fast)" in table for t in fast)
+    assert table.endswith(f"\n\n{len(built_in)} operator types; {len(fast)} of them also have "
+                          f"a fast layer (fast).\n")
 
 
 def test_ops_markdown_and_update(tmp_path):
