@@ -44,7 +44,8 @@ class ReLU(_Elementwise):
 class Hardtanh(_Elementwise):
     """y = clip(x, min_val, max_val)"""
 
-    PARAMS = {"min_val": Param(-1.0, as_float), "max_val": Param(1.0, as_float)}
+    min_val = Param(-1.0, as_float)
+    max_val = Param(1.0, as_float)
 
     def check_params(self) -> None:
         if self.min_val > self.max_val:
@@ -58,15 +59,14 @@ class Hardtanh(_Elementwise):
 class ReLU6(Hardtanh):
     """y = min(max(x, 0), 6), i.e. Hardtanh with min_val=0, max_val=6"""
 
-    PARAMS = {}
-    min_val, max_val = 0.0, 6.0
+    min_val, max_val = 0.0, 6.0                     # constants, not parameters
 
 
 @register_layer("nn.LeakyReLU", "F.leaky_relu")
 class LeakyReLU(_Elementwise):
     """y = x if x >= 0 else negative_slope * x"""
 
-    PARAMS = {"negative_slope": Param(0.01, as_float)}
+    negative_slope = Param(0.01, as_float)
 
     def forward_inplace(self, x: np.ndarray) -> None:
         np.multiply(x, np.float32(self.negative_slope), out=x, where=x < 0)
@@ -136,7 +136,7 @@ class Tanh(_Elementwise):
 class ELU(_Elementwise):
     """y = x if x > 0 else alpha * (exp(x) - 1)"""
 
-    PARAMS = {"alpha": Param(1.0, as_float)}
+    alpha = Param(1.0, as_float)
 
     def forward_inplace(self, x: np.ndarray) -> None:
         elu_inplace(x, self.alpha)
@@ -167,7 +167,7 @@ class SELU(_Elementwise):
 class CELU(_Elementwise):
     """y = x if x > 0 else alpha * (exp(x / alpha) - 1)"""
 
-    PARAMS = {"alpha": Param(1.0, as_float)}
+    alpha = Param(1.0, as_float)
 
     def check_params(self) -> None:
         if self.alpha == 0:
@@ -185,7 +185,7 @@ class GELU(_Elementwise):
         approximate='tanh':  y = x / 2 * (1 + tanh(sqrt(2 / pi) * (x + 0.044715 * x^3)))
     """
 
-    PARAMS = {"approximate": Param("none", as_str)}
+    approximate = Param("none", as_str)
 
     def check_params(self) -> None:
         if self.approximate not in ("none", "tanh"):
@@ -226,7 +226,8 @@ def softplus(x: np.ndarray, beta: float = 1.0, threshold: float = 20.0) -> np.nd
 class Softplus(_Elementwise):
     """y = log(1 + exp(beta * x)) / beta; y = x where beta * x > threshold."""
 
-    PARAMS = {"beta": Param(1.0, as_float), "threshold": Param(20.0, as_float)}
+    beta = Param(1.0, as_float)
+    threshold = Param(20.0, as_float)
 
     def check_params(self) -> None:
         if self.beta == 0:
@@ -273,7 +274,8 @@ class LogSigmoid(_Elementwise):
 class Threshold(_Elementwise):
     """y = value if x <= threshold else x   (NaN stays NaN, as in torch)"""
 
-    PARAMS = {"threshold": Param(convert=as_float), "value": Param(convert=as_float)}
+    threshold = Param(convert=as_float)
+    value = Param(convert=as_float)
 
     def forward_inplace(self, x: np.ndarray) -> None:
         np.copyto(x, np.float32(self.value), where=x <= self.threshold)
@@ -283,7 +285,7 @@ class Threshold(_Elementwise):
 class Hardshrink(_Elementwise):
     """y = x if |x| > lambd else 0"""
 
-    PARAMS = {"lambd": Param(0.5, as_float)}
+    lambd = Param(0.5, as_float)
 
     def forward_inplace(self, x: np.ndarray) -> None:
         np.copyto(x, 0, where=np.abs(x) <= self.lambd)
@@ -293,7 +295,7 @@ class Hardshrink(_Elementwise):
 class Softshrink(_Elementwise):
     """y = x - lambd if x > lambd, x + lambd if x < -lambd, else 0"""
 
-    PARAMS = {"lambd": Param(0.5, as_float)}
+    lambd = Param(0.5, as_float)
 
     def check_params(self) -> None:
         if self.lambd < 0:
@@ -319,7 +321,8 @@ class RReLU(_Elementwise):
     """At inference (eval mode, training=False) RReLU is a leaky ReLU with the mean slope:
     y = x if x >= 0 else x * (lower + upper) / 2"""
 
-    PARAMS = {"lower": Param(1.0 / 8, as_float), "upper": Param(1.0 / 3, as_float)}
+    lower = Param(1.0 / 8, as_float)
+    upper = Param(1.0 / 3, as_float)
 
     def forward_inplace(self, x: np.ndarray) -> None:
         slope = np.float32((self.lower + self.upper) / 2)
@@ -335,7 +338,7 @@ class PReLU(Layer):
     takes it as a second input.
     """
 
-    PARAMS = {"num_parameters": Param(None, at_least(1, as_int))}
+    num_parameters = Param(None, at_least(1, as_int))
     OPTIONAL_WEIGHTS = ("weight",)
     one_blob_only = False
 
@@ -384,8 +387,8 @@ class Clamp(Layer):
     against x). Both None is an error, as in torch; min > max gives max everywhere, as in
     torch. The result has torch's promoted dtype (an int tensor clamped by 0.5 is float32)."""
 
-    PARAMS = {"min": Param(AN_INPUT, or_input(as_number)),
-              "max": Param(AN_INPUT, or_input(as_number))}
+    min = Param(AN_INPUT, or_input(as_number))
+    max = Param(AN_INPUT, or_input(as_number))
     one_blob_only = False
 
     def check_params(self) -> None:
@@ -449,7 +452,7 @@ class Softmax(Layer):
     ``dim=None`` is torch's legacy implicit choice: dim 0 for 0-, 1- or 3-D inputs, else 1.
     """
 
-    PARAMS = {"dim": Param(None, as_int)}
+    dim = Param(None, as_int)
 
     def _dim(self, rank: int) -> int:
         if self.dim is None:
@@ -489,7 +492,7 @@ class GLU(Layer):
     """Gated linear unit: x split in two halves a, b along ``dim`` (its size must be even);
     y = a * sigmoid(b), half the size of x along ``dim``."""
 
-    PARAMS = {"dim": Param(-1, as_int)}
+    dim = Param(-1, as_int)
 
     def infer_shape(self, shape: Shape) -> Shape:
         axis = normalize_dim(self.dim, len(shape))

@@ -146,13 +146,11 @@ class ScaledDotProductAttention(Layer):
     attn_mask is True where a query may attend. A query row that may see no key gives zeros.
     """
 
-    PARAMS = {
-        "attn_mask": Param(None, _must_be_none),
-        "dropout_p": Param(0.0, as_float),           # not applied: inference
-        "is_causal": Param(False, as_bool),
-        "scale": Param(None, as_float),
-        "enable_gqa": Param(False, as_bool),
-    }
+    attn_mask = Param(None, _must_be_none)
+    dropout_p = Param(0.0, as_float)             # not applied: inference
+    is_causal = Param(False, as_bool)
+    scale = Param(None, as_float)
+    enable_gqa = Param(False, as_bool)
     one_blob_only = False
 
     def check_params(self) -> None:
@@ -201,16 +199,14 @@ class MultiheadAttention(Layer):
     head. attn_mask is (L, S) or (N * num_heads, L, S), additive, or boolean with True = blocked.
     """
 
-    PARAMS = {
-        "embed_dim": Param(convert=at_least(1, as_int)),
-        "num_heads": Param(convert=at_least(1, as_int)),
-        "kdim": Param(None, at_least(1, as_int)),
-        "vdim": Param(None, at_least(1, as_int)),
-        "bias": Param(True, as_bool),
-        "batch_first": Param(False, as_bool),
-        "add_bias_kv": Param(False, as_bool),
-        "add_zero_attn": Param(False, as_bool),
-    }
+    embed_dim = Param(convert=at_least(1, as_int))
+    num_heads = Param(convert=at_least(1, as_int))
+    kdim = Param(None, at_least(1, as_int))
+    vdim = Param(None, at_least(1, as_int))
+    bias = Param(True, as_bool)
+    batch_first = Param(False, as_bool)
+    add_bias_kv = Param(False, as_bool)
+    add_zero_attn = Param(False, as_bool)
     WEIGHTS = ("out_proj.weight",)
     OPTIONAL_WEIGHTS = ("in_proj_weight", "q_proj_weight", "k_proj_weight", "v_proj_weight",
                         "in_proj_bias", "out_proj.bias", "bias_k", "bias_v")

@@ -48,7 +48,7 @@ def filled(shape: Sequence[int], value: bool | int | float, dtype) -> np.ndarray
 class Creation(NamedArgumentLayer):
     """Base: ``dtype`` parameter; the subclass says where the shape and the value come from."""
 
-    PARAMS = {"dtype": Param(None, as_str)}
+    dtype = Param(None, as_str)
     FILL: bool | int | float | None = 0
     VALUE_SETS_DTYPE = False           # torch.full: an int fill makes int64, a bool one bool
 
@@ -75,7 +75,8 @@ class Creation(NamedArgumentLayer):
 class ZerosLike(Creation):
     """``torch.zeros_like(x, dtype=None)``: zeros of x's shape (and dtype unless given)."""
 
-    def infer_shapes_from(self, input_shapes, input_values) -> list[Shape]:
+    def infer_shapes_from(self, input_shapes: Sequence[Shape],
+                          input_values: Sequence[np.ndarray | None]) -> list[Shape]:
         if len(input_shapes) < 1:
             raise ShapeError("expects the input whose shape it copies")
         return [tuple(input_shapes[0])]
@@ -96,7 +97,7 @@ class OnesLike(ZerosLike):
 class FullLike(ZerosLike):
     """``torch.full_like(x, fill_value, dtype=None)``: fill_value everywhere, in x's shape."""
 
-    PARAMS = {"dtype": Param(None, as_str), "fill_value": Param(None, as_number)}
+    fill_value = Param(None, as_number)
     INPUTS = ("input", "fill_value")
 
     def _value(self, items: Sequence[Any]) -> bool | int | float:
@@ -107,12 +108,12 @@ class FullLike(ZerosLike):
 
 
 @register_layer("Tensor.fill")
-class Fill(FullLike):
+class Fill(ZerosLike):
     """``x.fill(value)`` (from ``x.fill_(value)``): x's shape and dtype, holding ``value``."""
 
-    PARAMS = {"value": Param(None, as_number)}
+    value = Param(None, as_number)
     INPUTS = ("input", "value")
-    dtype = None
+    dtype = None                       # not a parameter: x's dtype
 
     def _value(self, items: Sequence[Any]) -> bool | int | float:
         value = self.argument("value", items)
@@ -126,7 +127,7 @@ class Zeros(Creation):
     """``torch.zeros(size, dtype=None)``: zeros of ``size`` (a parameter, or the one input
     when the model computes it: ``torch.zeros(x.size(0), 3)``)."""
 
-    PARAMS = {"dtype": Param(None, as_str), "size": Param(None, as_ints)}
+    size = Param(None, as_ints)
     INPUTS = ("size",)
     LIKE_INPUT = False                 # the new_* forms take x first and copy its dtype
 
@@ -136,7 +137,8 @@ class Zeros(Creation):
             raise ShapeError("needs the size: a parameter or an input")
         return size
 
-    def infer_shapes_from(self, input_shapes, input_values) -> list[Shape]:
+    def infer_shapes_from(self, input_shapes: Sequence[Shape],
+                          input_values: Sequence[np.ndarray | None]) -> list[Shape]:
         size = self._size(input_values)
         filled(size, 0, np.float32)                     # checks the size
         return [tuple(size)]
@@ -159,8 +161,7 @@ class Full(Zeros):
     """``torch.full(size, fill_value, dtype=None)``; an integer fill value without a dtype
     makes an int64 tensor, as in torch."""
 
-    PARAMS = {"dtype": Param(None, as_str), "size": Param(None, as_ints),
-              "fill_value": Param(None, as_number)}
+    fill_value = Param(None, as_number)
     INPUTS = ("size", "fill_value")
     FILL, VALUE_SETS_DTYPE = None, True
 
@@ -196,8 +197,10 @@ class Arange(NamedArgumentLayer):
     argument is an integer, else float32. A dynamic export computes ``end`` from an input's
     size: ``torch.arange ... dtype=torch.float $end=142``."""
 
-    PARAMS = {"start": Param(0, as_number), "end": Param(None, as_number),
-              "step": Param(1, as_number), "dtype": Param(None, as_str)}
+    start = Param(0, as_number)
+    end = Param(None, as_number)
+    step = Param(1, as_number)
+    dtype = Param(None, as_str)
     INPUTS = ("end",)
 
     def check_params(self) -> None:
@@ -218,11 +221,13 @@ class Arange(NamedArgumentLayer):
             dtype = np.dtype(np.float32)
         return start, end, step, dtype
 
-    def infer_shapes_from(self, input_shapes, input_values) -> list[Shape]:
+    def infer_shapes_from(self, input_shapes: Sequence[Shape],
+                          input_values: Sequence[np.ndarray | None]) -> list[Shape]:
         start, end, step, _ = self._range(input_values)
         return [(max(0, math.ceil((end - start) / step)),)]
 
-    def infer_values(self, input_shapes, input_values) -> list[np.ndarray] | None:
+    def infer_values(self, input_shapes: Sequence[Shape],
+                     input_values: Sequence[np.ndarray | None]) -> list[np.ndarray] | None:
         if any(v is None for v in input_values):
             return None
         return self.forward(input_values)
@@ -244,7 +249,7 @@ class Meshgrid(Layer):
     rewrite (infer/rewrite.py) turns that into this operator with the vectors as its inputs,
     ``indexing`` as its parameter and one output per grid."""
 
-    PARAMS = {"indexing": Param("ij", as_str)}
+    indexing = Param("ij", as_str)
     one_blob_only = False
 
     def check_params(self) -> None:

@@ -11,7 +11,7 @@ operators give bool; a float32 tensor next to a Python float stays float32.
 
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -32,27 +32,28 @@ def broadcast(*shapes: Shape) -> Shape:
                          f"broadcast") from None
 
 
-def as_scalar(value):
+def as_scalar(value: Any) -> bool | int | float:
     """A number written as a parameter (``other=0.5``, ``value=-inf``); bools are numbers too."""
     if not isinstance(value, (bool, int, float, np.number)):
         raise TypeError(f"expected a number, got {type(value).__name__}")
     return value.item() if isinstance(value, np.number) else value
 
 
-def _typed(values: Sequence, dtype: np.dtype) -> list:
+def _typed(values: Sequence[Any], dtype: np.dtype) -> list[np.ndarray]:
     return [np.asarray(v, dtype=dtype) for v in values]
 
 
 # ----- unary: one tensor in, one out ------------------------------------------------------------
 
-def _frac(x):
+def _frac(x: np.ndarray) -> np.ndarray:
     """x - trunc(x), with x's sign."""
-    return x - np.trunc(x)
+    fraction: np.ndarray = x - np.trunc(x)
+    return fraction
 
 
 # name -> (numpy function, kind): "float" computes in a float dtype (ints become float32),
 # "bool" gives a bool result, "integer" accepts integer / bool tensors only, "keep" any dtype
-UNARY: dict[str, tuple[Callable, str]] = {
+UNARY: dict[str, tuple[Callable[..., Any], str]] = {
     "aten::erfc": (erfc, "float"),
     "aten::exp2": (np.exp2, "float"),
     "aten::log2": (np.log2, "float"),
@@ -84,7 +85,7 @@ class Unary(Layer):
 
 # ----- binary: input and other ------------------------------------------------------------------
 
-def _xlogy(x, y):
+def _xlogy(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     """x * log(y), and 0 where x == 0 (even for y == 0); nan where y is nan."""
     result = x * np.log(y)
     return np.where((x == 0) & ~np.isnan(y), 0, result).astype(result.dtype)
@@ -93,7 +94,7 @@ def _xlogy(x, y):
 # name -> (numpy function, kind): "compare" computes in the promoted dtype and gives bool,
 # "logical" gives bool from any dtypes, "integer" takes integer / bool only, "float" computes
 # in a float dtype
-BINARY: dict[str, tuple[Callable, str]] = {
+BINARY: dict[str, tuple[Callable[..., Any], str]] = {
     "torch.eq": (np.equal, "compare"), "torch.ne": (np.not_equal, "compare"),
     "torch.gt": (np.greater, "compare"), "torch.ge": (np.greater_equal, "compare"),
     "torch.lt": (np.less, "compare"), "torch.le": (np.less_equal, "compare"),
@@ -114,7 +115,7 @@ class Binary(Layer):
     """y = f(input, other) elementwise with broadcasting, for the functions in ``BINARY``.
     ``other`` is a parameter when it is a number, else the second input."""
 
-    PARAMS = {"other": Param(AN_INPUT, or_input(as_scalar))}
+    other = Param(AN_INPUT, or_input(as_scalar))
     one_blob_only = False
 
     def check_params(self) -> None:
@@ -149,11 +150,11 @@ class Where(Layer):
     parameters when they are numbers (``input=1.0``), else inputs after the condition; the
     result has their promoted dtype."""
 
-    PARAMS = {"input": Param(AN_INPUT, or_input(as_scalar)),
-              "other": Param(AN_INPUT, or_input(as_scalar))}
+    input = Param(AN_INPUT, or_input(as_scalar))
+    other = Param(AN_INPUT, or_input(as_scalar))
     one_blob_only = False
 
-    def _arguments(self, inputs: Sequence) -> tuple:
+    def _arguments(self, inputs: Sequence[Any]) -> tuple[Any, Any, Any]:
         bound = bind_inputs(self, ("input", "other"), inputs)
         return inputs[0], bound["input"], bound["other"]
 
@@ -177,7 +178,7 @@ class MaskedFill(Layer):
     """y = value where mask else input; the mask broadcasts to the input's shape, ``value`` is
     a number parameter (or a 0-d tensor input, after the mask)."""
 
-    PARAMS = {"value": Param(AN_INPUT, or_input(as_scalar))}
+    value = Param(AN_INPUT, or_input(as_scalar))
     one_blob_only = False
 
     def infer_shapes(self, input_shapes: Sequence[Shape]) -> list[Shape]:
@@ -190,7 +191,7 @@ class MaskedFill(Layer):
             raise ShapeError(f"the value must be a 0-d tensor, got shape {tuple(value)}")
         return [shape]
 
-    def _value(self, inputs: Sequence):
+    def _value(self, inputs: Sequence[Any]) -> Any:
         if len(inputs) < 2:
             raise ShapeError(f"expects the input and the mask, got {len(inputs)} input(s)")
         return bind_inputs(self, ("value",), [inputs[0], *inputs[2:]])["value"]
@@ -226,7 +227,7 @@ class Lerp(Layer):
 
 # ----- casts ------------------------------------------------------------------------------------
 
-def as_torch_dtype(value) -> np.dtype:
+def as_torch_dtype(value: Any) -> np.dtype:
     """``torch.float`` -> float32 and so on (``TORCH_DTYPES``)."""
     name = as_str(value)
     if name not in TORCH_DTYPES:
@@ -239,7 +240,8 @@ class To(Layer):
     """y = x.to(dtype): a cast (float -> int truncates toward zero, as torch does); ``copy``
     makes no difference here, the output is always a new array."""
 
-    PARAMS = {"dtype": Param(convert=as_torch_dtype), "copy": Param(False, as_bool)}
+    dtype = Param(convert=as_torch_dtype)
+    copy = Param(False, as_bool)
 
     def forward_one(self, x: np.ndarray) -> np.ndarray:
         with np.errstate(invalid="ignore"):
@@ -270,10 +272,12 @@ class NanToNum(NamedArgumentLayer):
     dtype); other values and integer tensors are unchanged."""
 
     INPUTS = ("input", "nan", "posinf", "neginf")
-    PARAMS = {"nan": Param(0.0, optional(as_float)), "posinf": Param(None, optional(as_float)),
-              "neginf": Param(None, optional(as_float))}
+    nan = Param(0.0, optional(as_float))
+    posinf = Param(None, optional(as_float))
+    neginf = Param(None, optional(as_float))
 
-    def infer_shapes_from(self, input_shapes, input_values) -> list[Shape]:
+    def infer_shapes_from(self, input_shapes: Sequence[Shape],
+                          input_values: Sequence[np.ndarray | None]) -> list[Shape]:
         return [tuple(input_shapes[0])]
 
     def forward(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:

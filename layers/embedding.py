@@ -20,15 +20,14 @@ from parser.errors import ShapeError
 class Embedding(Layer):
     """``nn.Embedding``: each integer index picks one row of the weight table::
 
-        y[..., :] = weight[indices[...], :]      indices (...) int, weight (num, dim) -> y (..., dim)
+        y[..., :] = weight[indices[...], :]   indices (...) int, weight (num, dim) -> y (..., dim)
     """
 
-    PARAMS = {
-        "num_embeddings": Param(convert=at_least(1, as_int)),
-        "embedding_dim": Param(convert=at_least(1, as_int)),
-        "sparse": Param(False, as_bool),            # a training option; no effect here
-    }
+    num_embeddings = Param(convert=at_least(1, as_int))
+    embedding_dim = Param(convert=at_least(1, as_int))
+    sparse = Param(False, as_bool)                   # a training option; no effect here
     WEIGHTS = ("weight",)
+    weight: np.ndarray
 
     def check_weights(self) -> None:
         expect_shape("@weight", self.weight.shape, (self.num_embeddings, self.embedding_dim))
@@ -43,4 +42,5 @@ class Embedding(Layer):
             bad = indices[(indices < 0) | (indices >= self.num_embeddings)].flat[0]
             raise ShapeError(f"index {bad} is out of range for {self.num_embeddings} "
                              f"embeddings (0 .. {self.num_embeddings - 1})")
-        return self.weight[indices]                          # (..., embedding_dim), a copy
+        rows: np.ndarray = self.weight[indices]              # (..., embedding_dim), a copy
+        return rows

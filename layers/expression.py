@@ -41,8 +41,8 @@ from layers.base import Layer, Param, Shape, as_str, normalize_dim
 from layers.kernels import erf
 from layers.registry import register_layer
 from parser.errors import ExpressionError, ShapeError
-from parser.expression import (ARITY, CAST_FUNCTIONS, Call, Constant, ListExpr, Node, OperandRef, children,
-                               parse_expression, postorder)
+from parser.expression import (ARITY, CAST_FUNCTIONS, Call, Constant, ListExpr, Node, OperandRef,
+                               children, parse_expression, postorder)
 
 Value = np.ndarray | np.generic | bool | int | float | complex  # what a node evaluates to
 
@@ -348,7 +348,7 @@ def _as_array(value: Value) -> np.ndarray:
 class ExpressionLayer(Layer):
     """y = expr(@0, @1, ...): any number of inputs, one output (see the module docstring)."""
 
-    PARAMS = {"expr": Param(convert=as_str)}
+    expr = Param(convert=as_str)
     one_blob_only = False
 
     def check_params(self) -> None:
@@ -358,7 +358,8 @@ class ExpressionLayer(Layer):
     def infer_shapes(self, input_shapes: Sequence[Shape]) -> list[Shape]:
         return [infer_shape(self.tree, input_shapes, self.expr)]
 
-    def infer_values(self, input_shapes, input_values) -> list[np.ndarray] | None:
+    def infer_values(self, input_shapes: Sequence[Shape],
+                     input_values: Sequence[np.ndarray | None]) -> list[np.ndarray] | None:
         """Shape arithmetic such as ``[size(@0,0),-1]`` is evaluated while the graph plans
         shapes: an input read only through size() needs just its shape (a zero-byte stand-in
         takes its place), any other input must be a small known value."""

@@ -39,11 +39,9 @@ class _BatchNorm(Layer):
     weight and bias exist only when ``affine=True``.
     """
 
-    PARAMS = {
-        "num_features": Param(convert=at_least(1, as_int)),
-        "eps": Param(1e-5, as_float),
-        "affine": Param(True, as_bool),
-    }
+    num_features = Param(convert=at_least(1, as_int))
+    eps = Param(1e-5, as_float)
+    affine = Param(True, as_bool)
     WEIGHTS = ("running_mean", "running_var")
     OPTIONAL_WEIGHTS = ("weight", "bias")
     RANKS: tuple[int, ...] = ()                      # input ranks torch accepts
@@ -131,8 +129,11 @@ class FunctionalBatchNorm(Layer):
     and biased variance per channel over (N, *spatial)."""
 
     ARGUMENTS = ("running_mean", "running_var", "weight", "bias")
-    PARAMS = {**{name: Param(AN_INPUT, or_input()) for name in ARGUMENTS},
-              "eps": Param(1e-5, as_float)}
+    running_mean = Param(AN_INPUT, or_input())
+    running_var = Param(AN_INPUT, or_input())
+    weight = Param(AN_INPUT, or_input())
+    bias = Param(AN_INPUT, or_input())
+    eps = Param(1e-5, as_float)
     one_blob_only = False
 
     def check_params(self) -> None:
@@ -165,6 +166,9 @@ class _LayerNormBase(Layer):
     """y = (x - mean) / sqrt(var + eps) * weight + bias, statistics of each sample over the
     last len(normalized_shape) dims; weight and bias have shape normalized_shape."""
 
+    normalized_shape = Param(convert=at_least(1, as_ints))
+    eps = Param(1e-5, as_float)
+
     def check_input(self, shape: Shape) -> Shape:
         tail = len(self.normalized_shape)
         if tuple(shape[len(shape) - tail:]) != self.normalized_shape or len(shape) < tail:
@@ -181,8 +185,7 @@ class _LayerNormBase(Layer):
 class LayerNorm(_LayerNormBase):
     """``nn.LayerNorm``: weight and bias (elementwise_affine=True) in the bin file."""
 
-    PARAMS = {"normalized_shape": Param(convert=at_least(1, as_ints)),
-              "eps": Param(1e-5, as_float), "elementwise_affine": Param(True, as_bool)}
+    elementwise_affine = Param(True, as_bool)
     OPTIONAL_WEIGHTS = ("weight", "bias")
 
     def check_weights(self) -> None:
@@ -205,9 +208,8 @@ class FunctionalLayerNorm(_LayerNormBase):
     """``F.layer_norm(input, normalized_shape, weight, bias, eps)``; weight / bias as inputs."""
 
     ARGUMENTS = ("weight", "bias")
-    PARAMS = {"normalized_shape": Param(convert=at_least(1, as_ints)),
-              "eps": Param(1e-5, as_float),
-              **{name: Param(AN_INPUT, or_input()) for name in ARGUMENTS}}
+    weight = Param(AN_INPUT, or_input())
+    bias = Param(AN_INPUT, or_input())
     one_blob_only = False
 
     def infer_shapes(self, input_shapes: Sequence[Shape]) -> list[Shape]:
@@ -230,6 +232,8 @@ class _RMSNormBase(_LayerNormBase):
     dims (no centring, no bias: LLaMA-style transformers). ``eps=None`` is torch's default,
     the machine epsilon of x's dtype."""
 
+    eps = Param(None, as_float)
+
     def rms_norm(self, x: np.ndarray, weight) -> np.ndarray:
         axes = tuple(range(x.ndim - len(self.normalized_shape), x.ndim))
         eps = np.finfo(x.dtype).eps if self.eps is None else self.eps
@@ -242,8 +246,7 @@ class _RMSNormBase(_LayerNormBase):
 class RMSNorm(_RMSNormBase):
     """``nn.RMSNorm``: the weight (elementwise_affine=True) in the bin file."""
 
-    PARAMS = {"normalized_shape": Param(convert=at_least(1, as_ints)),
-              "eps": Param(None, as_float), "elementwise_affine": Param(True, as_bool)}
+    elementwise_affine = Param(True, as_bool)
     OPTIONAL_WEIGHTS = ("weight",)
 
     def check_weights(self) -> None:
@@ -265,8 +268,7 @@ class FunctionalRMSNorm(_RMSNormBase):
     """``F.rms_norm(input, normalized_shape, weight, eps)``; the weight as an input."""
 
     ARGUMENTS = ("weight",)
-    PARAMS = {"normalized_shape": Param(convert=at_least(1, as_ints)),
-              "eps": Param(None, as_float), "weight": Param(AN_INPUT, or_input())}
+    weight = Param(AN_INPUT, or_input())
     one_blob_only = False
 
     def infer_shapes(self, input_shapes: Sequence[Shape]) -> list[Shape]:
@@ -287,6 +289,9 @@ class _GroupNormBase(Layer):
     """y = (x - mean) / sqrt(var + eps) * weight[c] + bias[c], statistics of each sample over
     each of num_groups groups of C / num_groups channels and all spatial positions."""
 
+    num_groups: int                                  # parameters of the subclasses
+    eps: float
+
     def check_input(self, shape: Shape) -> Shape:
         if len(shape) < 2:
             raise ShapeError(f"expects an (N, C, ...) input, got shape {tuple(shape)}")
@@ -306,9 +311,10 @@ class _GroupNormBase(Layer):
 class GroupNorm(_GroupNormBase):
     """``nn.GroupNorm``: weight and bias (affine=True) in the bin file."""
 
-    PARAMS = {"num_groups": Param(convert=at_least(1, as_int)),
-              "num_channels": Param(convert=at_least(1, as_int)),
-              "eps": Param(1e-5, as_float), "affine": Param(True, as_bool)}
+    num_groups = Param(convert=at_least(1, as_int))
+    num_channels = Param(convert=at_least(1, as_int))
+    eps = Param(1e-5, as_float)
+    affine = Param(True, as_bool)
     OPTIONAL_WEIGHTS = ("weight", "bias")
 
     def check_params(self) -> None:
@@ -340,8 +346,10 @@ class FunctionalGroupNorm(_GroupNormBase):
     """``F.group_norm(input, num_groups, weight, bias, eps)``; weight / bias as inputs."""
 
     ARGUMENTS = ("weight", "bias")
-    PARAMS = {"num_groups": Param(convert=at_least(1, as_int)), "eps": Param(1e-5, as_float),
-              **{name: Param(AN_INPUT, or_input()) for name in ARGUMENTS}}
+    num_groups = Param(convert=at_least(1, as_int))
+    eps = Param(1e-5, as_float)
+    weight = Param(AN_INPUT, or_input())
+    bias = Param(AN_INPUT, or_input())
     one_blob_only = False
 
     def infer_shapes(self, input_shapes: Sequence[Shape]) -> list[Shape]:
@@ -380,9 +388,10 @@ class _InstanceNorm(Layer):
     """``nn.InstanceNorm1d/2d``: batch (N, C, *spatial) or unbatched (C, *spatial) input.
     With track_running_stats=True, eval mode uses the running statistics from the bin file."""
 
-    PARAMS = {"num_features": Param(convert=at_least(1, as_int)),
-              "eps": Param(1e-5, as_float), "affine": Param(False, as_bool),
-              "track_running_stats": Param(False, as_bool)}
+    num_features = Param(convert=at_least(1, as_int))
+    eps = Param(1e-5, as_float)
+    affine = Param(False, as_bool)
+    track_running_stats = Param(False, as_bool)
     OPTIONAL_WEIGHTS = ("weight", "bias", "running_mean", "running_var")
     SPATIAL = 1
 
@@ -432,8 +441,11 @@ class FunctionalInstanceNorm(Layer):
     input's own statistics; the tensor arguments are inputs (or None)."""
 
     ARGUMENTS = ("running_mean", "running_var", "weight", "bias")
-    PARAMS = {**{name: Param(AN_INPUT, or_input()) for name in ARGUMENTS},
-              "eps": Param(1e-5, as_float)}
+    running_mean = Param(AN_INPUT, or_input())
+    running_var = Param(AN_INPUT, or_input())
+    weight = Param(AN_INPUT, or_input())
+    bias = Param(AN_INPUT, or_input())
+    eps = Param(1e-5, as_float)
     one_blob_only = False
 
     def infer_shapes(self, input_shapes: Sequence[Shape]) -> list[Shape]:
@@ -492,7 +504,9 @@ class Normalize(Layer):
     """``F.normalize``: y = x / max(||x||_p, eps) along ``dim``, with ||x||_p = (sum |x|^p)^(1/p)
     (p=inf: max |x|; p=0: the number of nonzero values, as torch.linalg.vector_norm)."""
 
-    PARAMS = {"p": Param(2.0, as_float), "dim": Param(1, as_int), "eps": Param(1e-12, as_float)}
+    p = Param(2.0, as_float)
+    dim = Param(1, as_int)
+    eps = Param(1e-12, as_float)
 
     def infer_shape(self, shape: Shape) -> Shape:
         normalize_dim(self.dim, len(shape))
@@ -510,9 +524,11 @@ class CosineSimilarity(NamedArgumentLayer):
     ``dim``, after x1 and x2 broadcast to one shape; the dim is dropped."""
 
     INPUTS = ("x1", "x2", "dim", "eps")
-    PARAMS = {"dim": Param(1, as_int), "eps": Param(1e-8, as_float)}
+    dim = Param(1, as_int)
+    eps = Param(1e-8, as_float)
 
-    def infer_shapes_from(self, input_shapes, input_values) -> list[Shape]:
+    def infer_shapes_from(self, input_shapes: Sequence[Shape],
+                          input_values: Sequence[np.ndarray | None]) -> list[Shape]:
         if len(input_shapes) < 2:
             raise ShapeError(f"expects 2 tensors (x1, x2), got {len(input_shapes)} inputs")
         try:
@@ -543,9 +559,10 @@ class CDist(NamedArgumentLayer):
     differs by float32 rounding)."""
 
     INPUTS = ("x1", "x2", "p", "compute_mode")
-    PARAMS = {"p": Param(2.0, as_float)}
+    p = Param(2.0, as_float)
 
-    def infer_shapes_from(self, input_shapes, input_values) -> list[Shape]:
+    def infer_shapes_from(self, input_shapes: Sequence[Shape],
+                          input_values: Sequence[np.ndarray | None]) -> list[Shape]:
         if len(input_shapes) < 2:
             raise ShapeError(f"expects 2 tensors (x1, x2), got {len(input_shapes)} inputs")
         a, b = tuple(input_shapes[0]), tuple(input_shapes[1])
@@ -580,8 +597,10 @@ class LocalResponseNorm(Layer):
     y[c] = x[c] / (k + alpha / size * sum of x[c']^2 over the ``size`` channels around c)^beta,
     the window running from c - size // 2 to c + (size - 1) // 2, zeros past the edges."""
 
-    PARAMS = {"size": Param(convert=at_least(1, as_int)), "alpha": Param(1e-4, as_float),
-              "beta": Param(0.75, as_float), "k": Param(1.0, as_float)}
+    size = Param(convert=at_least(1, as_int))
+    alpha = Param(1e-4, as_float)
+    beta = Param(0.75, as_float)
+    k = Param(1.0, as_float)
 
     def infer_shape(self, shape: Shape) -> Shape:
         if len(shape) < 3:

@@ -19,22 +19,13 @@ from parser.errors import LayerError, ShapeError
 PAD_MODES = ("constant", "reflect", "replicate", "circular")
 
 
-@register_layer("F.pad")
-class Pad(NamedArgumentLayer):
-    """``F.pad(x, pad, mode, value)``: mode 'constant' fills with ``value`` (None means 0);
-    'reflect' mirrors without repeating the edge; 'replicate' repeats the edge; 'circular'
-    wraps around. Negative pads crop.
+class _Padding(NamedArgumentLayer):
+    """What F.pad and the padding modules share: the checks of ``pad``, ``mode`` and
+    ``value`` (parameters of F.pad; a padding module derives pad and mode) and the padding."""
 
-    When the model computes ``pad`` from the input's size (padding to a multiple of 8 in a
-    dynamic export), pnnx passes it as a second input instead of the parameter.
-    """
-
-    PARAMS = {
-        "pad": Param(None, as_ints),
-        "mode": Param("constant", as_str),
-        "value": Param(None, as_float),
-    }
-    INPUTS = ("input", "pad")
+    pad: tuple[int, ...] | None
+    mode: str
+    value: float | None
 
     def check_params(self) -> None:
         if self.mode not in PAD_MODES:
@@ -47,18 +38,35 @@ class Pad(NamedArgumentLayer):
 
     def _pad(self, items: Sequence[Any]) -> tuple[int, ...]:
         """The pad parameter, or the second input's values (the kernel checks them)."""
-        pad = self.argument("pad", items)
+        pad: tuple[int, ...] | None = self.argument("pad", items)
         if pad is None:
             raise ShapeError("needs the pad: a parameter or a second input")
         return pad
 
-    def infer_shapes_from(self, input_shapes, input_values) -> list[Shape]:
+    def infer_shapes_from(self, input_shapes: Sequence[Shape],
+                          input_values: Sequence[np.ndarray | None]) -> list[Shape]:
         return [kernels.pad_output_shape(input_shapes[0], self._pad(input_values), self.mode)]
 
     def forward(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
         x = inputs[0]
         y = kernels.pad(x, self._pad(inputs), self.mode, self.value or 0.0)
         return [read_only_alias(y, x)]
+
+
+@register_layer("F.pad")
+class Pad(_Padding):
+    """``F.pad(x, pad, mode, value)``: mode 'constant' fills with ``value`` (None means 0);
+    'reflect' mirrors without repeating the edge; 'replicate' repeats the edge; 'circular'
+    wraps around. Negative pads crop.
+
+    When the model computes ``pad`` from the input's size (padding to a multiple of 8 in a
+    dynamic export), pnnx passes it as a second input instead of the parameter.
+    """
+
+    pad = Param(None, as_ints)
+    mode = Param("constant", as_str)
+    value = Param(None, as_float)
+    INPUTS = ("input", "pad")
 
 
 # The nn modules pnnx keeps: (mode, number of padded dims). pnnx writes their ``padding`` as
@@ -78,12 +86,13 @@ PAD_MODULES = {
 
 
 @register_layer(*PAD_MODULES)
-class PadModule(Pad):
+class PadModule(_Padding):
     """``nn.ConstantPad2d(padding, value)``, ``nn.ReflectionPad1d(padding)``, ...: F.pad with
     the mode and the number of padded dims of the module type (``PAD_MODULES``); ``value``
     only for the Constant ones (0 for Zero)."""
 
-    PARAMS = {"padding": Param(convert=as_ints), "value": Param(None, as_float)}
+    padding = Param(convert=as_ints)
+    value = Param(None, as_float)
     INPUTS = ("input",)
 
     def check_params(self) -> None:

@@ -50,14 +50,12 @@ class _Recurrent(Layer):
 
     GATES = 1                        # rows of W_ih per hidden unit: 1 (RNN), 4 (LSTM), 3 (GRU)
     STATES = 1                       # h, or h and c
-    PARAMS = {
-        "input_size": Param(convert=at_least(1, as_int)),
-        "hidden_size": Param(convert=at_least(1, as_int)),
-        "num_layers": Param(1, at_least(1, as_int)),
-        "bias": Param(True, as_bool),
-        "batch_first": Param(False, as_bool),
-        "bidirectional": Param(False, as_bool),
-    }
+    input_size = Param(convert=at_least(1, as_int))
+    hidden_size = Param(convert=at_least(1, as_int))
+    num_layers = Param(1, at_least(1, as_int))
+    bias = Param(True, as_bool)
+    batch_first = Param(False, as_bool)
+    bidirectional = Param(False, as_bool)
     one_blob_only = False
 
     @property
@@ -76,14 +74,15 @@ class _Recurrent(Layer):
             for suffix in ("", "_reverse")[:self.directions]:
                 self.cells.append(self._cell_weights(weights, f"l{layer}{suffix}", inputs))
 
-    def _cell_weights(self, weights: dict[str, np.ndarray], key: str, inputs: int) -> dict:
+    def _cell_weights(self, weights: dict[str, np.ndarray], key: str, inputs: int
+                      ) -> dict[str, np.ndarray]:
         rows = self.GATES * self.hidden_size
-        expected = {f"weight_ih_{key}": (rows, inputs),
-                    f"weight_hh_{key}": (rows, self.output_size)}
+        expected: dict[str, tuple[int, ...]] = {f"weight_ih_{key}": (rows, inputs),
+                                                f"weight_hh_{key}": (rows, self.output_size)}
         if self.bias:
             expected.update({f"bias_ih_{key}": (rows,), f"bias_hh_{key}": (rows,)})
         expected.update(self._extra_weights(key))
-        cell = {}
+        cell: dict[str, np.ndarray] = {}
         for name, shape in expected.items():
             if name not in weights:
                 raise LayerError(f"missing weight @{name}")
@@ -166,21 +165,21 @@ class _Recurrent(Layer):
             result[0] = result[0].transpose(1, 0, 2)
         return [np.ascontiguousarray(r) for r in result][:self._outputs()]
 
-    def _input_products(self, cell: dict, steps: np.ndarray) -> np.ndarray:
+    def _input_products(self, cell: dict[str, np.ndarray], steps: np.ndarray) -> np.ndarray:
         """W_ih x + b_ih for every step at once: (L, N, rows)."""
-        products = steps @ cell["weight_ih"].T
+        products: np.ndarray = steps @ cell["weight_ih"].T
         if self.bias:
             products += cell["bias_ih"]
         return products
 
-    def _hidden_products(self, cell: dict, h: np.ndarray) -> np.ndarray:
+    def _hidden_products(self, cell: dict[str, np.ndarray], h: np.ndarray) -> np.ndarray:
         """W_hh h + b_hh for one step: (N, rows)."""
-        products = h @ cell["weight_hh"].T
+        products: np.ndarray = h @ cell["weight_hh"].T
         if self.bias:
             products += cell["bias_hh"]
         return products
 
-    def _run(self, cell: dict, steps: np.ndarray, state: list[np.ndarray]
+    def _run(self, cell: dict[str, np.ndarray], steps: np.ndarray, state: list[np.ndarray]
              ) -> tuple[np.ndarray, list[np.ndarray]]:
         raise NotImplementedError
 
@@ -189,13 +188,14 @@ class _Recurrent(Layer):
 class RNN(_Recurrent):
     """``nn.RNN``: h' = tanh (or relu) (W_ih x + b_ih + W_hh h + b_hh)."""
 
-    PARAMS = {**_Recurrent.PARAMS, "nonlinearity": Param("tanh", as_str)}
+    nonlinearity = Param("tanh", as_str)
 
     def check_params(self) -> None:
         if self.nonlinearity not in ("tanh", "relu"):
             raise LayerError(f"nonlinearity must be 'tanh' or 'relu', got {self.nonlinearity!r}")
 
-    def _run(self, cell, steps, state):
+    def _run(self, cell: dict[str, np.ndarray], steps: np.ndarray, state: list[np.ndarray]
+             ) -> tuple[np.ndarray, list[np.ndarray]]:
         (h,) = state
         products = self._input_products(cell, steps)
         ys = np.empty((steps.shape[0], steps.shape[1], self.hidden_size), np.float32)
@@ -212,7 +212,7 @@ class LSTM(_Recurrent):
     proj_size > 0, which makes h proj_size wide)."""
 
     GATES, STATES = 4, 2
-    PARAMS = {**_Recurrent.PARAMS, "proj_size": Param(0, as_int)}
+    proj_size = Param(0, as_int)
 
     def check_params(self) -> None:
         if not 0 <= self.proj_size < self.hidden_size:
@@ -222,10 +222,11 @@ class LSTM(_Recurrent):
     def output_size(self) -> int:
         return self.proj_size or self.hidden_size
 
-    def _extra_weights(self, key):
+    def _extra_weights(self, key: str) -> dict[str, tuple[int, ...]]:
         return {f"weight_hr_{key}": (self.proj_size, self.hidden_size)} if self.proj_size else {}
 
-    def _run(self, cell, steps, state):
+    def _run(self, cell: dict[str, np.ndarray], steps: np.ndarray, state: list[np.ndarray]
+             ) -> tuple[np.ndarray, list[np.ndarray]]:
         h, c = state
         size = self.hidden_size
         products = self._input_products(cell, steps)
@@ -249,7 +250,8 @@ class GRU(_Recurrent):
 
     GATES = 3
 
-    def _run(self, cell, steps, state):
+    def _run(self, cell: dict[str, np.ndarray], steps: np.ndarray, state: list[np.ndarray]
+             ) -> tuple[np.ndarray, list[np.ndarray]]:
         (h,) = state
         size = self.hidden_size
         products = self._input_products(cell, steps)

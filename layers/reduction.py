@@ -57,7 +57,8 @@ def _dims(value) -> tuple[int, ...]:
 class _Reduction(Layer):
     """One input reduced over ``dim`` (None: every dim) into one output."""
 
-    PARAMS = {"dim": Param(None, _dims), "keepdim": Param(False, as_bool)}
+    dim = Param(None, _dims)
+    keepdim = Param(False, as_bool)
 
     def axes(self, shape: Shape) -> tuple[int, ...]:
         return reduced_axes(self.dim, len(shape))
@@ -114,7 +115,7 @@ class Mean(_Reduction):
 class Prod(_Reduction):
     """y = product of x over one ``dim`` (torch.prod takes one dim, or none: aten::prod)."""
 
-    PARAMS = {"dim": Param(None, as_int), "keepdim": Param(False, as_bool)}
+    dim = Param(None, as_int)
 
     def reduce(self, x, axes):
         return np.prod(_integers_to_int64(x), axis=axes, keepdims=self.keepdim)
@@ -125,8 +126,7 @@ class WholeProd(Prod):
     """torch.prod(x) of the whole tensor: pnnx writes it as ``aten::prod`` whose second input
     is the dtype argument, None (a pnnx.Expression ``None``)."""
 
-    PARAMS = {}
-    dim, keepdim = None, False
+    dim, keepdim = None, False                      # constants, not parameters
     one_blob_only = False
 
     def infer_shapes(self, input_shapes: Sequence[Shape]) -> list[Shape]:
@@ -181,8 +181,8 @@ class Variance(_Reduction):
     """var = sum((x - mean)^2) / (n - correction) over ``dim``; std = sqrt(var). pnnx writes
     ``unbiased`` (correction 1 if True, else 0) or ``correction``."""
 
-    PARAMS = {**_Reduction.PARAMS, "unbiased": Param(True, as_bool),
-              "correction": Param(None, as_float)}
+    unbiased = Param(True, as_bool)
+    correction = Param(None, as_float)
 
     def reduce(self, x, axes):
         correction = self.correction if self.correction is not None else float(self.unbiased)
@@ -203,7 +203,8 @@ class MaxMin(Layer):
       when only the values are used.
     """
 
-    PARAMS = {"dim": Param(None, as_int), "keepdim": Param(False, as_bool)}
+    dim = Param(None, as_int)
+    keepdim = Param(False, as_bool)
 
     def _outputs(self) -> int:
         if self.dim is None:
@@ -243,7 +244,7 @@ class ArgMaxMin(_Reduction):
     """Index (int64) of the largest (smallest) value along ``dim``; with dim=None, the index
     into the flattened tensor (``keepdim`` then keeps every dim, with size 1)."""
 
-    PARAMS = {"dim": Param(None, as_int), "keepdim": Param(False, as_bool)}
+    dim = Param(None, as_int)
     EMPTY_OK = False
 
     def reduce(self, x, axes):
@@ -274,7 +275,7 @@ class Norm(_Reduction):
 
     (torch.linalg.vector_norm / x.norm(dim=...) / F.normalize's denominator.)"""
 
-    PARAMS = {**_Reduction.PARAMS, "p": Param(2.0, as_norm_order)}
+    p = Param(2.0, as_norm_order)
 
     def reduce(self, x, axes):
         if category(x.dtype) < FLOAT:
@@ -288,7 +289,8 @@ class CumulativeSum(Layer):
     x[..., i, ...]; the shape is x's. Integer and bool inputs give int64, as in torch, unless a
     ``dtype`` is written."""
 
-    PARAMS = {"dim": Param(convert=as_int), "dtype": Param(None)}
+    dim = Param(convert=as_int)
+    dtype = Param(None)
 
     def check_params(self) -> None:
         if self.dtype is not None and self.dtype not in TORCH_DTYPES:
@@ -316,8 +318,10 @@ class TopK(Layer):
     indices, best first; equal values keep their order, and NaN counts as the largest value,
     as in torch (the order of aten::sort). pnnx drops an unused indices output."""
 
-    PARAMS = {"k": Param(convert=as_int), "dim": Param(-1, as_int),
-              "largest": Param(True, as_bool), "sorted": Param(True, as_bool)}
+    k = Param(convert=as_int)
+    dim = Param(-1, as_int)
+    largest = Param(True, as_bool)
+    sorted = Param(True, as_bool)
     one_blob_only = False
 
     def _outputs(self) -> int:
@@ -362,13 +366,15 @@ class AnyAll(NamedArgumentLayer):
     several."""
 
     INPUTS = ("input", "dim", "keepdim")
-    PARAMS = {"dim": Param(None, optional(_dims)), "keepdim": Param(False, as_bool)}
+    dim = Param(None, optional(_dims))
+    keepdim = Param(False, as_bool)
 
     def _axes(self, items, rank: int) -> tuple[tuple[int, ...], bool]:
         dim = self.argument("dim", items)
         return reduced_axes(dim, rank), self.argument("keepdim", items)
 
-    def infer_shapes_from(self, input_shapes, input_values) -> list[Shape]:
+    def infer_shapes_from(self, input_shapes: Sequence[Shape],
+                          input_values: Sequence[np.ndarray | None]) -> list[Shape]:
         shape = tuple(input_shapes[0])
         axes, keep = self._axes(input_values, len(shape))
         return [reduced_shape(shape, axes, keep)]
@@ -386,9 +392,10 @@ class CountNonzero(NamedArgumentLayer):
     when None) are nonzero, int64; the dims are dropped."""
 
     INPUTS = ("input", "dim")
-    PARAMS = {"dim": Param(None, optional(_dims))}
+    dim = Param(None, optional(_dims))
 
-    def infer_shapes_from(self, input_shapes, input_values) -> list[Shape]:
+    def infer_shapes_from(self, input_shapes: Sequence[Shape],
+                          input_values: Sequence[np.ndarray | None]) -> list[Shape]:
         shape = tuple(input_shapes[0])
         axes = reduced_axes(self.argument("dim", input_values), len(shape))
         return [reduced_shape(shape, axes, False)]
@@ -420,8 +427,9 @@ class Sort(NamedArgumentLayer):
 
     INPUTS = ("input", "dim", "descending")
     STABLE_INPUTS = ("input", "stable", "dim", "descending")      # the stable=True overload
-    PARAMS = {"dim": Param(-1, as_int), "descending": Param(False, as_bool),
-              "stable": Param(False, as_bool)}
+    dim = Param(-1, as_int)
+    descending = Param(False, as_bool)
+    stable = Param(False, as_bool)
 
     def named_inputs(self, items):
         if len(items) == len(self.STABLE_INPUTS):
@@ -433,7 +441,8 @@ class Sort(NamedArgumentLayer):
             return 1
         return _values_and_indices(self)
 
-    def infer_shapes_from(self, input_shapes, input_values) -> list[Shape]:
+    def infer_shapes_from(self, input_shapes: Sequence[Shape],
+                          input_values: Sequence[np.ndarray | None]) -> list[Shape]:
         shape = tuple(input_shapes[0])
         if shape:
             normalize_dim(self.argument("dim", input_values), len(shape))
@@ -458,7 +467,7 @@ class CumulativeMax(NamedArgumentLayer):
     met, stays the value, as in torch."""
 
     INPUTS = ("input", "dim")
-    PARAMS = {"dim": Param(None, optional(as_int))}
+    dim = Param(None, optional(as_int))
 
     def _axis(self, items, rank: int) -> int:
         dim = self.argument("dim", items)
@@ -469,7 +478,8 @@ class CumulativeMax(NamedArgumentLayer):
     def _outputs(self) -> int:
         return _values_and_indices(self)
 
-    def infer_shapes_from(self, input_shapes, input_values) -> list[Shape]:
+    def infer_shapes_from(self, input_shapes: Sequence[Shape],
+                          input_values: Sequence[np.ndarray | None]) -> list[Shape]:
         shape = tuple(input_shapes[0])
         self._axis(input_values, len(shape))
         return [shape] * self._outputs()
@@ -498,13 +508,15 @@ class Diff(NamedArgumentLayer):
     are joined to x along that dim. The dim shrinks by n."""
 
     INPUTS = ("input", "n", "dim", "prepend", "append")
-    PARAMS = {"n": Param(1, as_int), "dim": Param(-1, as_int)}
+    n = Param(1, as_int)
+    dim = Param(-1, as_int)
 
     def _joined(self, items) -> list:
         named = self.named_inputs(items)
         return [optional_input(named.get(name)) for name in ("prepend", "append")]
 
-    def infer_shapes_from(self, input_shapes, input_values) -> list[Shape]:
+    def infer_shapes_from(self, input_shapes: Sequence[Shape],
+                          input_values: Sequence[np.ndarray | None]) -> list[Shape]:
         shape = tuple(input_shapes[0])
         if not shape:
             raise ShapeError("diff needs a tensor of rank 1 or more")

@@ -200,14 +200,12 @@ class Interpolate(NamedArgumentLayer):
     input), bilinear and bicubic (4-D), trilinear (5-D). The size may be an input computed
     in the graph (``F.interpolate(x, size=y.shape[2:])``)."""
 
-    PARAMS = {
-        "size": Param(None, as_ints),
-        "scale_factor": Param(None, as_floats),
-        "mode": Param("nearest", as_str),
-        "align_corners": Param(None, as_bool),
-        "recompute_scale_factor": Param(None, as_bool),
-        "antialias": Param(False, as_bool),
-    }
+    size = Param(None, as_ints)
+    scale_factor = Param(None, as_floats)
+    mode = Param("nearest", as_str)
+    align_corners = Param(None, as_bool)
+    recompute_scale_factor = Param(None, as_bool)
+    antialias = Param(False, as_bool)
     INPUTS = ("input", "size")
 
     def check_params(self) -> None:
@@ -240,7 +238,8 @@ class Interpolate(NamedArgumentLayer):
                              f"{tuple(shape)}")
         return out, (None if self.recompute_scale_factor else scales)
 
-    def infer_shapes_from(self, input_shapes, input_values) -> list[Shape]:
+    def infer_shapes_from(self, input_shapes: Sequence[Shape],
+                          input_values: Sequence[np.ndarray | None]) -> list[Shape]:
         shape = tuple(input_shapes[0])
         out, _ = self._plan(shape, input_values)
         return [shape[:2] + out]
@@ -265,11 +264,11 @@ class AntialiasedUpsample(NamedArgumentLayer):
 
     INPUTS = ("input", "output_size", "align_corners", "scales_h", "scales_w")
     VEC_INPUTS = ("input", "output_size", "align_corners", "scale_factors")
-    PARAMS = {"output_size": Param(None, optional(as_ints)),
-              "align_corners": Param(False, as_bool),
-              "scales_h": Param(None, optional(as_float)),
-              "scales_w": Param(None, optional(as_float)),
-              "scale_factors": Param(None, optional(as_floats))}
+    output_size = Param(None, optional(as_ints))
+    align_corners = Param(False, as_bool)
+    scales_h = Param(None, optional(as_float))
+    scales_w = Param(None, optional(as_float))
+    scale_factors = Param(None, optional(as_floats))
 
     def named_inputs(self, items):
         if len(items) == len(self.VEC_INPUTS):
@@ -295,7 +294,8 @@ class AntialiasedUpsample(NamedArgumentLayer):
             raise ShapeError(f"output size {size} must be positive")
         return size, scales
 
-    def infer_shapes_from(self, input_shapes, input_values) -> list[Shape]:
+    def infer_shapes_from(self, input_shapes: Sequence[Shape],
+                          input_values: Sequence[np.ndarray | None]) -> list[Shape]:
         shape = tuple(input_shapes[0])
         return [shape[:2] + self._plan(shape, input_values)[0]]
 
@@ -311,7 +311,7 @@ class AntialiasedUpsample(NamedArgumentLayer):
 class UpsampleNearest(Interpolate):
     """``F.upsample_nearest(x, size, scale_factor)`` = interpolate with mode 'nearest'."""
 
-    PARAMS = {"size": Param(None, as_ints), "scale_factor": Param(None, as_floats)}
+    # constants, not parameters: F.interpolate's other arguments
     mode, align_corners, recompute_scale_factor, antialias = "nearest", None, None, False
 
 
@@ -320,7 +320,7 @@ class UpsampleBilinear(Interpolate):
     """``F.upsample_bilinear(x, size, scale_factor)`` = interpolate with mode 'bilinear' and
     align_corners=True."""
 
-    PARAMS = {"size": Param(None, as_ints), "scale_factor": Param(None, as_floats)}
+    # constants, not parameters: F.interpolate's other arguments
     mode, align_corners, recompute_scale_factor, antialias = "bilinear", True, None, False
 
 
@@ -331,7 +331,7 @@ class PixelShuffle(Layer):
     """``F.pixel_shuffle(x, r)``: (*, C*r*r, H, W) -> (*, C, H*r, W*r); out[c, h*r + i, w*r + j]
     = x[c*r*r + i*r + j, h, w]."""
 
-    PARAMS = {"upscale_factor": Param(convert=as_int)}
+    upscale_factor = Param(convert=as_int)
 
     def check_params(self) -> None:
         if self.upscale_factor <= 0:
@@ -357,7 +357,7 @@ class PixelUnshuffle(Layer):
     """``F.pixel_unshuffle(x, r)``: the inverse of pixel_shuffle, (*, C, H*r, W*r) ->
     (*, C*r*r, H, W)."""
 
-    PARAMS = {"downscale_factor": Param(convert=as_int)}
+    downscale_factor = Param(convert=as_int)
 
     def check_params(self) -> None:
         if self.downscale_factor <= 0:

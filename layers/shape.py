@@ -85,7 +85,8 @@ class Flatten(KnownValues, Layer):
     """``torch.flatten(x, start_dim=0, end_dim=-1)``: dims start..end become one dim, e.g.
     (N, C, H, W) with start_dim=1 -> (N, C*H*W)."""
 
-    PARAMS = {"start_dim": Param(0, as_int), "end_dim": Param(-1, as_int)}
+    start_dim = Param(0, as_int)
+    end_dim = Param(-1, as_int)
 
     def infer_shape(self, shape: Shape) -> Shape:
         return flatten_output_shape(shape, self.start_dim, self.end_dim)
@@ -99,7 +100,7 @@ class FlattenModule(Flatten):
     """``nn.Flatten(start_dim=1, end_dim=-1)``: torch.flatten with the batch dim kept.
     (pnnx writes an nn.Flatten module as torch.flatten.)"""
 
-    PARAMS = {"start_dim": Param(1, as_int), "end_dim": Param(-1, as_int)}
+    start_dim = Param(1, as_int)
 
 
 def reshape_output_shape(in_shape: Shape, shape: Sequence[int]) -> Shape:
@@ -128,10 +129,12 @@ class Unflatten(KnownValues, NamedArgumentLayer):
     """``x.unflatten(dim, sizes)``: dim ``dim`` becomes the dims ``sizes`` (one may be -1),
     e.g. (N, 12, L) with dim=1, sizes=(3, -1) -> (N, 3, 4, L)."""
 
-    PARAMS = {"dim": Param(convert=as_int), "sizes": Param(None, as_ints)}
+    dim = Param(convert=as_int)
+    sizes = Param(None, as_ints)
     INPUTS = ("input", "sizes")
 
-    def infer_shapes_from(self, input_shapes, input_values) -> list[Shape]:
+    def infer_shapes_from(self, input_shapes: Sequence[Shape],
+                          input_values: Sequence[np.ndarray | None]) -> list[Shape]:
         shape = tuple(input_shapes[0])
         dim = normalize_dim(self.dim, len(shape))
         sizes = reshape_output_shape((shape[dim],), self.argument("sizes", input_values))
@@ -150,10 +153,11 @@ class Reshape(KnownValues, NamedArgumentLayer):
     when it depends on the input size, as a second input computed by a pnnx.Expression
     (``x.view(x.size(0), -1)`` -> ``[size(@0,0),-1]``)."""
 
-    PARAMS = {"shape": Param(None, as_ints)}
+    shape = Param(None, as_ints)
     INPUTS = ("input", "shape")
 
-    def infer_shapes_from(self, input_shapes, input_values) -> list[Shape]:
+    def infer_shapes_from(self, input_shapes: Sequence[Shape],
+                          input_values: Sequence[np.ndarray | None]) -> list[Shape]:
         return [reshape_output_shape(input_shapes[0], self._target(input_values))]
 
     def _target(self, items: Sequence[Any]) -> tuple[int, ...]:
@@ -191,7 +195,7 @@ class Permute(KnownValues, Layer):
     """``x.permute(dims)``: output dim i is input dim dims[i] (negative dims count from the
     end), e.g. (N, C, H, W) with dims=(0, 2, 3, 1) -> (N, H, W, C)."""
 
-    PARAMS = {"dims": Param(convert=as_ints)}
+    dims = Param(convert=as_ints)
 
     def _axes(self, rank: int) -> tuple[int, ...]:
         if len(self.dims) != rank:
@@ -213,8 +217,8 @@ class MoveDim(NamedArgumentLayer):
     writes both arguments as inputs (pnnx.Expression constants)."""
 
     INPUTS = ("input", "source", "destination")
-    PARAMS = {"source": Param(None, optional(as_ints)),
-              "destination": Param(None, optional(as_ints))}
+    source = Param(None, optional(as_ints))
+    destination = Param(None, optional(as_ints))
 
     def _order(self, items, rank: int) -> list[int]:
         source, destination = self.argument("source", items), self.argument("destination", items)
@@ -228,7 +232,8 @@ class MoveDim(NamedArgumentLayer):
         placed = dict(zip(destination, source))
         return [placed[i] if i in placed else next(rest) for i in range(rank)]
 
-    def infer_shapes_from(self, input_shapes, input_values) -> list[Shape]:
+    def infer_shapes_from(self, input_shapes: Sequence[Shape],
+                          input_values: Sequence[np.ndarray | None]) -> list[Shape]:
         shape = tuple(input_shapes[0])
         return [tuple(shape[axis] for axis in self._order(input_values, len(shape)))]
 
@@ -244,9 +249,10 @@ class Triangle(NamedArgumentLayer):
     matrix by matrix."""
 
     INPUTS = ("input", "diagonal")
-    PARAMS = {"diagonal": Param(0, as_int)}
+    diagonal = Param(0, as_int)
 
-    def infer_shapes_from(self, input_shapes, input_values) -> list[Shape]:
+    def infer_shapes_from(self, input_shapes: Sequence[Shape],
+                          input_values: Sequence[np.ndarray | None]) -> list[Shape]:
         shape = tuple(input_shapes[0])
         if len(shape) < 2:
             raise ShapeError(f"needs a tensor of rank 2 or more, got shape {shape}")
@@ -262,7 +268,8 @@ class Triangle(NamedArgumentLayer):
 class Transpose(KnownValues, Layer):
     """``torch.transpose(x, dim0, dim1)``: swap two dims (negative dims count from the end)."""
 
-    PARAMS = {"dim0": Param(convert=as_int), "dim1": Param(convert=as_int)}
+    dim0 = Param(convert=as_int)
+    dim1 = Param(convert=as_int)
 
     def _axes(self, rank: int) -> list[int]:
         axes = list(range(rank))
@@ -281,8 +288,7 @@ class Transpose(KnownValues, Layer):
 class MatrixTranspose(Transpose):
     """``x.t()``: a matrix transposed; a 0-D or 1-D tensor is returned as it is."""
 
-    PARAMS = {}
-    dim0, dim1 = 0, -1
+    dim0, dim1 = 0, -1                              # constants, not parameters
 
     def infer_shape(self, shape: Shape) -> Shape:
         if len(shape) > 2:
@@ -305,8 +311,7 @@ class ReverseDims(MatrixTranspose):
 class SwapLastTwo(Transpose):
     """``x.mT``: the last two dims swapped (a batch of matrices transposed)."""
 
-    PARAMS = {}
-    dim0, dim1 = -2, -1
+    dim0, dim1 = -2, -1                             # constants, not parameters
 
     def infer_shape(self, shape: Shape) -> Shape:
         if len(shape) < 2:
@@ -322,7 +327,7 @@ class Squeeze(KnownValues, Layer):
     the end) that have size 1, or every size-1 dim when no dim is given. A named dim of another
     size stays, as in torch."""
 
-    PARAMS = {"dim": Param(None, as_ints)}
+    dim = Param(None, as_ints)
 
     def _axes(self, shape: Shape) -> tuple[int, ...]:
         if self.dim is None:
@@ -344,7 +349,7 @@ class Unsqueeze(KnownValues, Layer):
     """``torch.unsqueeze(x, dim)``: insert a size-1 dim at ``dim`` of the OUTPUT (-1 appends
     one at the end), e.g. (C, H, W) with dim=0 -> (1, C, H, W)."""
 
-    PARAMS = {"dim": Param(convert=as_int)}
+    dim = Param(convert=as_int)
 
     def infer_shape(self, shape: Shape) -> Shape:
         dim = normalize_dim(self.dim, len(shape) + 1)
@@ -388,10 +393,11 @@ class Expand(NamedArgumentLayer):
     add leading dims), e.g. (N, 1, W) with sizes=(N, 3, -1) -> (N, 3, W). No copy is made: the
     output is a read-only broadcast view. The sizes may be an input computed in the graph."""
 
-    PARAMS = {"sizes": Param(None, as_ints)}
+    sizes = Param(None, as_ints)
     INPUTS = ("input", "sizes")
 
-    def infer_shapes_from(self, input_shapes, input_values) -> list[Shape]:
+    def infer_shapes_from(self, input_shapes: Sequence[Shape],
+                          input_values: Sequence[np.ndarray | None]) -> list[Shape]:
         return [expand_output_shape(input_shapes[0], self._sizes(input_values))]
 
     def _sizes(self, items: Sequence[Any]) -> tuple[int, ...]:
@@ -426,7 +432,7 @@ class Repeat(NamedArgumentLayer):
     """``x.repeat(*sizes)``: x tiled sizes[i] times along dim i; more sizes than dims add
     leading dims, e.g. (2, 3) with sizes=(2, 1, 2) -> (2, 2, 6)."""
 
-    PARAMS = {"sizes": Param(None, as_ints)}
+    sizes = Param(None, as_ints)
     INPUTS = ("input", "sizes")
 
     def _sizes(self, rank: int, items: Sequence[Any]) -> tuple[int, ...]:
@@ -436,7 +442,8 @@ class Repeat(NamedArgumentLayer):
                              f"the input (rank {rank})")
         return sizes
 
-    def infer_shapes_from(self, input_shapes, input_values) -> list[Shape]:
+    def infer_shapes_from(self, input_shapes: Sequence[Shape],
+                          input_values: Sequence[np.ndarray | None]) -> list[Shape]:
         shape = tuple(input_shapes[0])
         sizes = self._sizes(len(shape), input_values)
         shape = (1,) * (len(sizes) - len(shape)) + shape
@@ -452,7 +459,7 @@ class Tile(Layer):
     """``torch.tile(x, dims)``: like repeat, but fewer dims than the input's rank are padded
     with 1s in front, e.g. (2, 3, 4) with dims=(2,) -> (2, 3, 8)."""
 
-    PARAMS = {"dims": Param(convert=as_ints)}
+    dims = Param(convert=as_ints)
 
     def check_params(self) -> None:
         if any(d < 0 for d in self.dims):
@@ -474,7 +481,7 @@ class Tile(Layer):
 class Flip(KnownValues, Layer):
     """``torch.flip(x, dims)``: reverse the order of elements along each of ``dims``."""
 
-    PARAMS = {"dims": Param(convert=as_ints)}
+    dims = Param(convert=as_ints)
 
     def infer_shape(self, shape: Shape) -> Shape:
         normalize_dims(self.dims, len(shape))
@@ -489,7 +496,8 @@ class Roll(KnownValues, Layer):
     """``torch.roll(x, shifts, dims=None)``: y[..., (i + shift) % n, ...] = x[..., i, ...]
     along each of ``dims``; without dims, x is rolled as one flat sequence and reshaped back."""
 
-    PARAMS = {"shifts": Param(convert=as_ints), "dims": Param(None, as_ints)}
+    shifts = Param(convert=as_ints)
+    dims = Param(None, as_ints)
 
     def check_params(self) -> None:
         if self.dims is None and len(self.shifts) != 1:
@@ -518,7 +526,7 @@ class ChannelShuffle(ArgumentInputLayer):
     recognises; ``F.channel_shuffle(x, g)`` becomes ``aten::channel_shuffle`` with the groups
     as a second input."""
 
-    PARAMS = {"groups": Param(None, as_int)}
+    groups = Param(None, as_int)
 
     def _groups(self, inputs: Sequence[Any]) -> int:
         groups = param_or_input(self.groups, "groups", inputs)

@@ -26,6 +26,11 @@ def int_or_ints(value: Any) -> int | tuple[int, ...]:
     return as_ints(value) if isinstance(value, (list, tuple)) else as_int(value)
 
 
+def as_index_items(value: Any) -> tuple[str, ...]:
+    """pnnx.SliceIndexes' ``indexes``: each item as text, a number or ``@N``."""
+    return tuple(str(i) for i in (value if isinstance(value, (list, tuple)) else (value,)))
+
+
 def check_index(index: int, size: int, what: str) -> int:
     """A possibly negative index into a dim of ``size`` elements -> 0 <= index < size."""
     if not -size <= index < size:
@@ -45,8 +50,7 @@ class SliceIndexes(KnownValues, Layer):
     """The bounds list of a fused Tensor.slice when some bounds are computed: ``indexes`` holds
     numbers and ``@k`` entries, which stand for input k's value. Output: a 1-D int64 array."""
 
-    PARAMS = {"indexes": Param(convert=lambda v: tuple(str(i) for i in (
-        v if isinstance(v, (list, tuple)) else (v,))))}
+    indexes = Param(convert=as_index_items)
     one_blob_only = False
 
     def check_params(self) -> None:
@@ -80,9 +84,16 @@ class Slice(KnownValues, NamedArgumentLayer):
     bound may instead be an input computed in the graph (``$end``, ``$starts``, ...).
     """
 
-    PARAMS = {key: Param(None, as_int) for key in ("dim", "start", "end", "step", "select")}
-    PARAMS.update({key: Param(None, as_ints)
-                   for key in ("dims", "starts", "ends", "steps", "selects")})
+    dim = Param(None, as_int)                        # one slice (or select)
+    start = Param(None, as_int)
+    end = Param(None, as_int)
+    step = Param(None, as_int)
+    select = Param(None, as_int)
+    dims = Param(None, as_ints)                      # or a fused one: lists, one per dim
+    starts = Param(None, as_ints)
+    ends = Param(None, as_ints)
+    steps = Param(None, as_ints)
+    selects = Param(None, as_ints)
 
     def _index(self, shape: Shape, items: Sequence[Any]) -> tuple[Any, ...]:
         """The numpy index (slices and ints) this operator applies to an input of ``shape``."""
@@ -111,7 +122,8 @@ class Slice(KnownValues, NamedArgumentLayer):
                 index[axis] = slice(start, end, step)
         return tuple(index)
 
-    def infer_shapes_from(self, input_shapes, input_values) -> list[Shape]:
+    def infer_shapes_from(self, input_shapes: Sequence[Shape],
+                          input_values: Sequence[np.ndarray | None]) -> list[Shape]:
         shape = tuple(input_shapes[0])
         index = self._index(shape, input_values)
         return [tuple(slice_length(size, i.start, i.stop, i.step) for size, i in
@@ -135,7 +147,8 @@ class SliceCopy(Slice):
 
     INPUTS = ("self", "src")
 
-    def infer_shapes_from(self, input_shapes, input_values) -> list[Shape]:
+    def infer_shapes_from(self, input_shapes: Sequence[Shape],
+                          input_values: Sequence[np.ndarray | None]) -> list[Shape]:
         if len(input_shapes) < 2:
             raise ShapeError(f"expects 2 inputs (self, src), got {len(input_shapes)}")
         target = super().infer_shapes_from(input_shapes, input_values)[0]
@@ -159,7 +172,8 @@ class Select(KnownValues, NamedArgumentLayer):
     """``x.select(dim, index)`` = ``x[..., index, ...]``: one index along ``dim`` (negative
     counts from the end); the dim goes away. The index may be an input computed in the graph."""
 
-    PARAMS = {"dim": Param(convert=as_int), "index": Param(None, as_int)}
+    dim = Param(convert=as_int)
+    index = Param(None, as_int)
     INPUTS = ("input", "index")
 
     def _where(self, shape: Shape, items: Sequence[Any]) -> tuple[int, int]:
@@ -169,7 +183,8 @@ class Select(KnownValues, NamedArgumentLayer):
             raise ShapeError("needs the index: a parameter or a second input")
         return axis, check_index(index, shape[axis], "index")
 
-    def infer_shapes_from(self, input_shapes, input_values) -> list[Shape]:
+    def infer_shapes_from(self, input_shapes: Sequence[Shape],
+                          input_values: Sequence[np.ndarray | None]) -> list[Shape]:
         shape = tuple(input_shapes[0])
         axis, _ = self._where(shape, input_values)
         return [shape[:axis] + shape[axis + 1:]]
@@ -185,8 +200,9 @@ class Narrow(KnownValues, NamedArgumentLayer):
     """``torch.narrow(x, dim, start, length)`` = x[..., start:start + length, ...]; a negative
     start counts from the end; the range must lie inside the dim."""
 
-    PARAMS = {"dim": Param(convert=as_int), "start": Param(None, as_int),
-              "length": Param(None, as_int)}
+    dim = Param(convert=as_int)
+    start = Param(None, as_int)
+    length = Param(None, as_int)
     INPUTS = ("input", "start", "length")
 
     def _range(self, shape: Shape, items: Sequence[Any]) -> tuple[int, int, int]:
@@ -202,7 +218,8 @@ class Narrow(KnownValues, NamedArgumentLayer):
                              f"size {size}")
         return axis, start, length
 
-    def infer_shapes_from(self, input_shapes, input_values) -> list[Shape]:
+    def infer_shapes_from(self, input_shapes: Sequence[Shape],
+                          input_values: Sequence[np.ndarray | None]) -> list[Shape]:
         shape = tuple(input_shapes[0])
         axis, _, length = self._range(shape, input_values)
         return [shape[:axis] + (length,) + shape[axis + 1:]]
@@ -219,7 +236,7 @@ class Narrow(KnownValues, NamedArgumentLayer):
 class Cat(KnownValues, Layer):
     """``torch.cat(inputs, dim)``: join the inputs along ``dim``; every other dim must match."""
 
-    PARAMS = {"dim": Param(0, as_int)}
+    dim = Param(0, as_int)
     one_blob_only = False
 
     def infer_shapes(self, input_shapes: Sequence[Shape]) -> list[Shape]:
@@ -245,7 +262,7 @@ class Stack(KnownValues, Layer):
     """``torch.stack(inputs, dim)``: inputs of one shape joined along a NEW dim ``dim`` of the
     output (-1 makes it the last), e.g. two (N, C) -> (N, 2, C) with dim=1."""
 
-    PARAMS = {"dim": Param(0, as_int)}
+    dim = Param(0, as_int)
     one_blob_only = False
 
     def infer_shapes(self, input_shapes: Sequence[Shape]) -> list[Shape]:
@@ -275,10 +292,13 @@ class SplitLayer(KnownValues, NamedArgumentLayer):
     """Base of the layers that cut a tensor into pieces along ``dim``: a subclass gives the
     piece boundaries ``_bounds(size, items)`` (0, b1, b2, ..., size)."""
 
+    dim: int                                         # a parameter of each subclass
+
     def _bounds(self, size: int, items: Sequence[Any]) -> list[int]:
         raise NotImplementedError
 
-    def infer_shapes_from(self, input_shapes, input_values) -> list[Shape]:
+    def infer_shapes_from(self, input_shapes: Sequence[Shape],
+                          input_values: Sequence[np.ndarray | None]) -> list[Shape]:
         shape = tuple(input_shapes[0])
         axis = normalize_dim(self.dim, len(shape))
         bounds = self._bounds(shape[axis], input_values)
@@ -295,7 +315,8 @@ class Split(SplitLayer):
     """``torch.split(x, split_size_or_sections, dim)``: an int cuts pieces of that size (the
     last may be smaller); a list gives each piece's size, and must add up to the dim."""
 
-    PARAMS = {"split_size_or_sections": Param(None, int_or_ints), "dim": Param(0, as_int)}
+    split_size_or_sections = Param(None, int_or_ints)
+    dim = Param(0, as_int)
     INPUTS = ("input", "split_size_or_sections")
 
     def _bounds(self, size: int, items: Sequence[Any]) -> list[int]:
@@ -318,7 +339,8 @@ class Chunk(SplitLayer):
     smaller; as in torch, fewer than ``chunks`` pieces come out when they do not divide evenly
     (size 4 in 3 chunks -> 2 + 2)."""
 
-    PARAMS = {"chunks": Param(convert=as_int), "dim": Param(0, as_int)}
+    chunks = Param(convert=as_int)
+    dim = Param(0, as_int)
 
     def check_params(self) -> None:
         if self.chunks <= 0:
@@ -337,8 +359,9 @@ class TensorSplit(SplitLayer):
     sizes differ by at most 1 (the first size % n get one more); ``indices`` cuts before each
     index (Python slicing: x[:i0], x[i0:i1], ..., x[ik:])."""
 
-    PARAMS = {"sections": Param(None, as_int), "indices": Param(None, as_ints),
-              "dim": Param(0, as_int)}
+    sections = Param(None, as_int)
+    indices = Param(None, as_ints)
+    dim = Param(0, as_int)
 
     def check_params(self) -> None:
         if self.sections is not None and self.sections <= 0:
@@ -356,7 +379,8 @@ class TensorSplit(SplitLayer):
         bounds = [0, *cuts, size]
         return [min(max(b, 0), size) for b in bounds]
 
-    def infer_shapes_from(self, input_shapes, input_values) -> list[Shape]:
+    def infer_shapes_from(self, input_shapes: Sequence[Shape],
+                          input_values: Sequence[np.ndarray | None]) -> list[Shape]:
         shape = tuple(input_shapes[0])
         axis = normalize_dim(self.dim, len(shape))
         bounds = self._bounds(shape[axis], input_values)
@@ -377,7 +401,7 @@ class Unbind(KnownValues, Layer):
     """``torch.unbind(x, dim)``: one output per index along ``dim``, that dim removed, e.g.
     (N, 3, L) with dim=1 -> three (N, L)."""
 
-    PARAMS = {"dim": Param(0, as_int)}
+    dim = Param(0, as_int)
     one_blob_only = False
 
     def infer_shapes(self, input_shapes: Sequence[Shape]) -> list[Shape]:
@@ -409,7 +433,7 @@ class IndexSelect(Layer):
     """``torch.index_select(x, dim, index)``: the entries index[0], index[1], ... of dim
     ``dim``; ``index`` is a 1-D integer tensor (an input)."""
 
-    PARAMS = {"dim": Param(convert=as_int)}
+    dim = Param(convert=as_int)
     one_blob_only = False
 
     def infer_shapes(self, input_shapes: Sequence[Shape]) -> list[Shape]:
@@ -434,7 +458,7 @@ class Gather(Layer):
     """``torch.gather(x, dim, index)``: out[i][j][k] = x[i][index[i][j][k]][k] for dim=1;
     the output has index's shape, which may be smaller than x's in the other dims."""
 
-    PARAMS = {"dim": Param(convert=as_int)}
+    dim = Param(convert=as_int)
     one_blob_only = False
 
     def infer_shapes(self, input_shapes: Sequence[Shape]) -> list[Shape]:
