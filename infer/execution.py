@@ -1,14 +1,16 @@
 """The execution loop: one forward pass over a graph's run list, one operator at a time.
 
-    run = g.execute(x)                  # inputs checked, shapes and memory planned; nothing ran
-    for step, inputs, outputs, seconds in run:    # one record per operator that has run
-        ...
-    outputs = run.outputs()             # the graph outputs, as forward returns them
+    with g.running():                   # the graph's thread cap, numpy's warnings off
+        run = g.execute(x)              # inputs checked, shapes and memory planned; nothing ran
+        for step, inputs, outputs, seconds in run:    # one record per operator that has run
+            ...
+        outputs = run.outputs()         # the graph outputs, as forward returns them
 
 ``forward`` drains this loop; the debugger steps it with ``next``; hooks, ``forward_all``, the
 profiler and the comparison with torch run it too. Each step calls the layer method forward
 calls: ``forward_inplace`` for an in-place step (when its input array is writeable),
-``forward_into`` for a step the memory plan gives output slots, ``forward`` otherwise.
+``forward_into`` for a step the memory plan gives output slots, ``forward`` otherwise (and
+for every step after a hook replaced arrays: they may not have the planned shapes).
 
 The layer methods are the same in both ways of running; the arrays differ:
 
@@ -109,13 +111,15 @@ class Execution:
         # this pass's own buffers; an isolated pass gives every slot a new array instead
         arena: Arena | NewArrays = NewArrays() if isolated else self.memory.take_arena()
         started = seconds = 0.0
+        planned = True                      # False once a hook has replaced arrays
         try:
             for step, slots in zip(self.steps, self.memory.step_slots):
                 xs = [values[name] for name in step.inputs]
                 if befores:
                     for before in befores:
                         replaced = before(step.op, xs)
-                        xs = xs if replaced is None else list(replaced)
+                        if replaced is not None:
+                            xs, planned = list(replaced), False
                 if timed:
                     started = time.perf_counter()
                 try:
@@ -126,7 +130,7 @@ class Execution:
                         else:
                             step.layer.forward_inplace(xs[0])  # nobody else reads this array
                             ys = xs
-                    elif slots is not None:                     # into the memory plan's slots
+                    elif slots is not None and planned:         # into the memory plan's slots
                         ys = [arena.array(slot) for slot in slots]
                         step.layer.forward_into([read_only(x) for x in xs] if isolated else xs,
                                                 ys)
@@ -145,7 +149,8 @@ class Execution:
                 if afters:
                     for after in afters:
                         replaced = after(step.op, xs, ys)
-                        ys = ys if replaced is None else list(replaced)
+                        if replaced is not None:
+                            ys, planned = list(replaced), False
                 for name, y in zip(step.outputs, ys):
                     values[name] = y
                 if not keep_all:

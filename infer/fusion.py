@@ -59,10 +59,12 @@ def fuse(graph: "RuntimeGraph") -> int:
 
 def _is_own(layer: Layer, type_name: str) -> bool:
     """``layer`` is the project's own layer for ``type_name`` (reference or fast), not a
-    custom one nor a subclass of it (nn.Conv1d's layer subclasses nn.Conv2d's)."""
+    custom one (registered on the graph or globally) nor a subclass of it (nn.Conv1d's layer
+    subclasses nn.Conv2d's)."""
     registry = LayerRegisterer()
-    return type(layer) in (registry.layer_class(type_name),
-                           registry.layer_class(type_name, fast=True))
+    return (type(layer).__module__.split(".")[0] == "layers"
+            and type(layer) in (registry.layer_class(type_name),
+                                registry.layer_class(type_name, fast=True)))
 
 
 def _only_consumer(operand: RuntimeOperand, outputs: set[int]) -> RuntimeOperator | None:

@@ -88,10 +88,10 @@ def setup(num_threads: int | None, helpers: bool = True):
     """For a graph's one-time work (building, packing weights for new input shapes): BLAS
     capped as a forward of ``num_threads`` caps it, without starting helpers.
 
-    Why: after a call that ran on several threads, OpenBLAS's workers spin for about 0.1 s
-    before they sleep, and capping the pool does not stop them. A (36, 9) @ (9, 262144)
-    Winograd packing product right before a forward whose helper shares both cores left three
-    busy threads on two cores: ResNet-18's first forward took 2-4x longer."""
+    Why: after a call that ran on several threads, OpenBLAS's workers spin a while before
+    they sleep, and capping the pool does not stop them: a packing product run on every core
+    right before a forward would leave BLAS's threads competing with the forward's helpers
+    (BENCHMARKS.md has the figures)."""
     workers = _workers(helpers)
     wanted = workers.threads_wanted(num_threads) if workers is not None else 1
     with _capped(num_threads, 1 if wanted >= 2 else num_threads):

@@ -20,7 +20,8 @@ from layers import kernels
 from layers.base import (AN_INPUT, Layer, Param, Shape, as_float, as_int, as_str, at_least,
                          bind_inputs, expect_shape, normalize_dim, or_input)
 from layers.elementwise import broadcast
-from layers.expression import erf, result_dtype
+from layers.expression import result_dtype
+from layers.kernels import erf
 from layers.registry import register_layer
 from parser.errors import LayerError, ShapeError
 

@@ -40,6 +40,8 @@ def erf(x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
     dtype (scipy.special.erf, accurate to the last bit as torch's; numpy has no erf)."""
     from scipy import special        # on first use: a large package that few models need
 
+    if out is None:
+        return _in_float_dtype_of(x, special.erf(x))
     return special.erf(x, out=out)
 
 
@@ -48,7 +50,15 @@ def erfc(x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
     is 0 in float32; erfc(5) is 1.5e-12)."""
     from scipy import special
 
+    if out is None:
+        return _in_float_dtype_of(x, special.erfc(x))
     return special.erfc(x, out=out)
+
+
+def _in_float_dtype_of(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """y in x's dtype if x is a float array (scipy computes float16 in float64)."""
+    dtype = np.asarray(x).dtype
+    return y.astype(dtype, copy=False) if dtype.kind == "f" else y
 
 
 def _pair(value: int | Sequence[int]) -> Pair:

@@ -9,8 +9,10 @@ ncnn's layer_registry): ``@register_layer("nn.ReLU", "F.relu")`` above a class i
 
 A type name may be taken once on each floor, and a fast layer must subclass the reference
 layer of its type (so it takes the same parameters and weights). ``layer_class(type,
-fast=True)`` gives the fast layer where one is registered, else the reference one; asking for
-an unknown type names the closest known ones. This module never imports the fast backend:
+fast=True)`` gives the fast layer where one is registered and still subclasses the type's
+reference layer, else the reference one: a user who replaces a built-in layer globally
+(``unregister`` then ``register_layer``) gets that layer on both floors. Asking for an
+unknown type names the closest known ones. This module never imports the fast backend:
 its layers appear here once something (RuntimeGraph.build) has imported ``layers.fast``.
 """
 
@@ -51,9 +53,10 @@ class LayerRegisterer:
 
     def register_fast(self, type_name: str, layer_class: type["Layer"]) -> None:
         """Serve ``type_name`` on the fast floor with ``layer_class``, a subclass of the
-        reference layer registered for it; a fast name already taken is an error."""
+        built-in reference layer registered for it; a fast name already taken is an error.
+        (Where a user has replaced the reference layer, the fast layer is kept but not used.)"""
         reference = self.layer_class(type_name)
-        if not issubclass(layer_class, reference):
+        if not issubclass(layer_class, reference) and _built_in(reference):
             raise RegistryError(
                 f"fast layer {layer_class.__qualname__} for {type_name!r} must subclass its "
                 f"reference layer {reference.__module__}.{reference.__qualname__}")
@@ -65,10 +68,10 @@ class LayerRegisterer:
         self._fast[type_name] = layer_class
 
     def unregister(self, type_name: str) -> None:
-        """Forget ``type_name`` on both floors (for tests and notebooks that re-run a
-        registration cell)."""
+        """Forget the reference layer of ``type_name`` (for tests and notebooks that re-run a
+        registration cell, or to replace a built-in layer); a fast layer serves the type again
+        only while the reference layer registered for it is its base."""
         self._creators.pop(type_name, None)
-        self._fast.pop(type_name, None)
 
     def unregister_fast(self, type_name: str) -> None:
         """Forget the fast layer of ``type_name``; its reference layer serves it again."""
@@ -78,14 +81,17 @@ class LayerRegisterer:
         return type_name in self._creators
 
     def layer_class(self, type_name: str, fast: bool = False) -> type["Layer"]:
-        """The class serving ``type_name``: with ``fast``, its fast layer if one is registered;
-        else its reference layer. An unknown name raises with the closest known names."""
-        if fast and type_name in self._fast:
-            return self._fast[type_name]
+        """The class serving ``type_name``: with ``fast``, its fast layer if one is registered
+        (and subclasses the reference layer); else its reference layer. An unknown name raises
+        with the closest known names."""
         try:
-            return self._creators[type_name]
+            reference = self._creators[type_name]
         except KeyError:
             raise UnsupportedOperatorError(unsupported_message(type_name, self._creators)) from None
+        candidate = self._fast.get(type_name) if fast else None
+        if candidate is not None and issubclass(candidate, reference):
+            return candidate
+        return reference
 
     def create(self, type_name: str, name: str = "", fast: bool = False) -> "Layer":
         """A new, unconfigured layer instance for one operator (see ``layer_class``)."""
@@ -98,14 +104,19 @@ class LayerRegisterer:
         return sorted(self._creators)
 
     def fast_types(self) -> list[str]:
-        """The type names that have a fast layer (once the fast backend is imported), sorted."""
-        return sorted(self._fast)
+        """The type names a fast layer serves (once the fast backend is imported), sorted."""
+        return sorted(t for t in self._fast if self.layer_class(t, fast=True) is self._fast[t])
 
     def __contains__(self, type_name: str) -> bool:
         return type_name in self._creators
 
     def __len__(self) -> int:
         return len(self._creators)
+
+
+def _built_in(layer_class: type["Layer"]) -> bool:
+    """A layer of this package (layers/), not one a user registered."""
+    return layer_class.__module__.split(".")[0] == "layers"
 
 
 def unsupported_message(type_name: str, known: Iterable[str]) -> str:

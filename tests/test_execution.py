@@ -238,3 +238,20 @@ def test_after_a_layers_error_the_debugger_asks_for_a_restart(chain):
         with pytest.raises(GraphError, match="stopped at an error in my.Relu r1.*restart"):
             dbg.step()
         np.testing.assert_array_equal(dbg.restart().finish()[0], g.forward(x)[0])
+
+
+def test_a_hook_may_replace_arrays_with_other_shapes(tmp_path):
+    """A before-hook that crops the stem's input to 8x8: every later step runs on the new
+    shapes (no planned buffer of the old size is forced on it), as torch would compute."""
+    param, binary, weights = resnet_like(tmp_path)
+    graph = RuntimeGraph(param, binary).build()
+    x = np.random.default_rng(3).standard_normal((1, 4, 10, 10), np.float32)
+
+    def crop(op, inputs):
+        return [inputs[0][:, :, 1:9, 1:9].copy()] if op.name == "stem" else None
+
+    with graph.add_hook(before=crop):
+        (y,) = graph.forward(x)
+    want = torch_resnet_like(x[:, :, 1:9, 1:9].copy(), weights)["h2"]
+    assert y.shape == (1, 8, 8, 8)
+    np.testing.assert_allclose(y, want, rtol=1e-4, atol=1e-5)

@@ -142,3 +142,49 @@ def test_register_fast_layer_refuses_strangers_and_doubles():
         register_fast_layer("nn.Conv2d")(type("AnotherConv", (Conv2d,), {}))
     with pytest.raises(RegistryError, match="no layer is registered"):
         register_fast_layer("nn.NoSuchLayer")(type("Stranger", (Conv2d,), {}))
+
+
+GLOBAL_OVERRIDE = """
+import numpy as np
+from layers import LayerRegisterer, register_layer
+from layers.linear import Linear
+from infer import RuntimeGraph
+
+class MyLinear(Linear):
+    # a user's replacement, registered globally BEFORE any fast graph is built
+    def forward_one(self, x):
+        return x @ self.weight.T + self.bias
+
+LayerRegisterer().unregister("nn.Linear")
+register_layer("nn.Linear")(MyLinear)
+graph = RuntimeGraph(PARAM).build()                 # imports the fast backend now
+layer = graph.operator("fc").layer
+x = np.random.default_rng(0).standard_normal((2, 6), dtype=np.float32)
+(y,) = graph.forward(x)
+want = np.maximum(x @ layer.weight.T + layer.bias, 0)
+print(type(layer).__name__, [op.type for op in graph.operators], np.abs(y - want).max())
+"""
+
+
+def test_a_global_replacement_of_a_built_in_layer_serves_both_floors(tmp_path):
+    """A user who replaces nn.Linear globally before the fast backend is imported gets the
+    replacement on the fast floor too, and fusion leaves it alone (it may not apply a fused
+    activation): the ReLU after it still runs."""
+    text = """
+    7767517
+    4 3
+    pnnx.Input  in0  0 1 a #a=(2,6)f32
+    nn.Linear   fc   1 1 a b bias=True in_features=6 out_features=3 @weight=(3,6)f32 @bias=(3)f32
+    nn.ReLU     relu 1 1 b c
+    pnnx.Output out0 1 0 c
+    """
+    rng = np.random.default_rng(2)
+    weights = {"fc.weight": rng.standard_normal((3, 6), dtype=np.float32),
+               "fc.bias": rng.standard_normal(3, dtype=np.float32)}
+    param, _ = write_pnnx(tmp_path, text, weights)
+    script = f"PARAM = {str(param)!r}\n" + textwrap.dedent(GLOBAL_OVERRIDE)
+    run = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True,
+                         text=True, timeout=300)
+    assert run.returncode == 0, run.stderr
+    name, *_, error = run.stdout.split()
+    assert name == "MyLinear" and "'nn.ReLU'" in run.stdout and float(error) < 1e-5, run.stdout

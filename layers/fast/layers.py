@@ -222,3 +222,6 @@ class FastAtenMaxPool2d(AtenMaxPool2d):
     """aten::max_pool2d: its arguments configure a FastMaxPool2d."""
 
     POOL = FastMaxPool2d
+
+    def prepare(self, input_shapes: Sequence[Shape] | None) -> None:
+        pool.load_kernel()                         # at build, not in the first inference
