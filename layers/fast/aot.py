@@ -161,7 +161,7 @@ def kernels_of_part(part: int) -> list:
 
 def _build_in_children(directory: Path, parts: list[int]) -> None:
     """Build the missing parts, each in a child process, all at once."""
-    log.warning("compiling the fast kernels for this machine, once (about a minute) ...")
+    log.warning("compiling the fast kernels for this CPU, once (about a minute) ...")
     started = time.perf_counter()
     env = dict(os.environ)
     root = str(HERE.parent.parent)                 # the directory holding layers/
