@@ -211,7 +211,7 @@ class RuntimeGraph(GraphTools):
         else:                                   # sizes known only at run time
             for op in self.operators:
                 with operator_context(op):
-                    op.layer.prepare(None)
+                    _layer(op).prepare(None)
 
     def _check_supported(self) -> None:
         registry = LayerRegisterer()
@@ -234,16 +234,20 @@ class RuntimeGraph(GraphTools):
         map. Two cases are copied once, here: f16 / bf16 / f64 weights (the layers compute in
         float32), and entries that pnnx placed at an address no multiple of the itemsize (it
         does not pad its zip), since BLAS would otherwise copy them on every call."""
+        if not op.attrs:
+            return
+        binary = self._bin
+        assert binary is not None, "_build opens the bin file when an operator has attributes"
         for key, attr in op.attrs.items():
             entry = f"{op.name}.{key}"
-            data = self._bin.read(entry, attr.shape, attr.dtype)
+            data = binary.read(entry, attr.shape, attr.dtype)
             if data.dtype.kind == "f" and data.dtype != np.float32:
                 data = data.astype(np.float32)
-                self._bin.release(entry)            # the file's pages are not read again
+                binary.release(entry)               # the file's pages are not read again
             elif not data.flags.aligned:
                 data = np.require(data, requirements="A")
                 data.flags.writeable = False
-                self._bin.release(entry)
+                binary.release(entry)
             attr.data = data
 
     def topological_order(self, on_visit: Callable[[str, RuntimeOperator], None] | None = None
@@ -324,23 +328,24 @@ class RuntimeGraph(GraphTools):
         for op, free in zip(self.operators, self._free_after):
             if op.type in (INPUT_TYPE, OUTPUT_TYPE):      # fed by forward / a sink
                 continue
+            layer = _layer(op)
             source = op.inputs[0] if len(op.inputs) == 1 else None
-            in_place = (op.layer.support_inplace and len(op.outputs) == 1 and source is not None
-                        and len(source.consumers) == 1 and source.producer.type != INPUT_TYPE
-                        and source.name not in outputs)
-            steps.append(RunStep(op, op.layer, tuple(o.name for o in op.inputs),
+            in_place = (layer.support_inplace and len(op.outputs) == 1 and source is not None
+                        and len(source.consumers) == 1 and source.producer is not None
+                        and source.producer.type != INPUT_TYPE and source.name not in outputs)
+            steps.append(RunStep(op, layer, tuple(o.name for o in op.inputs),
                                  tuple(o.name for o in op.outputs), tuple(free), in_place,
-                                 op.layer.support_forward_into))
+                                 layer.support_forward_into))
         return steps
 
     # ---------------------------------------------------------------- shapes
     def _traced_input_shapes(self) -> list[Shape] | None:
-        shapes = []
+        shapes: list[Shape] = []
         for op in self.input_operators:
             shape = op.outputs[0].shape
             if shape is None or any(d is None for d in shape):
                 return None
-            shapes.append(tuple(shape))
+            shapes.append(tuple(int(d) for d in shape if d is not None))
         return shapes
 
     def _shape_plan(self, input_shapes: Sequence[Shape]) -> dict[str, Shape]:
@@ -375,13 +380,14 @@ class RuntimeGraph(GraphTools):
                 continue
             in_shapes = [shapes[o.name] for o in op.inputs]
             in_values = [known.get(o.name) for o in op.inputs]
+            layer = _layer(op)
             with operator_context(op):
-                outs = op.layer.infer_shapes_from(in_shapes, in_values)
+                outs = layer.infer_shapes_from(in_shapes, in_values)
                 if len(outs) != len(op.outputs):
                     raise LayerError(f"computes {len(outs)} output shapes for "
                                      f"{len(op.outputs)} outputs")
-                op.layer.prepare(in_shapes)          # pack weights for this size, now
-                values = op.layer.infer_values(in_shapes, in_values) or []
+                layer.prepare(in_shapes)             # pack weights for this size, now
+                values = layer.infer_values(in_shapes, in_values) or []
             for out, shape in zip(op.outputs, outs):
                 shapes[out.name] = tuple(int(d) for d in shape)
             for out, value in zip(op.outputs, values):
@@ -532,7 +538,7 @@ class RuntimeGraph(GraphTools):
     def __enter__(self) -> "RuntimeGraph":
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     @property
@@ -566,5 +572,11 @@ def _default_bin_path(param_path: str) -> str:
     return param_path + ".bin"
 
 
-def _fmt(shape) -> str:
+def _layer(op: RuntimeOperator) -> Layer:
+    """The operator's layer, which build() created."""
+    assert op.layer is not None, f"{op.label} has no layer before build()"
+    return op.layer
+
+
+def _fmt(shape: Sequence[int | None]) -> str:
     return "(" + ",".join("?" if d is None else str(d) for d in shape) + ")"

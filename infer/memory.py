@@ -159,13 +159,14 @@ class Arena:
         buffer is still referenced from outside the arena (or the slot has none)."""
         if slot.buffer < 0:
             return np.empty(slot.shape, slot.dtype)
-        if self.buffers[slot.buffer] is None:
-            self.buffers[slot.buffer] = np.empty(self.sizes[slot.buffer], np.uint8)
-            self._idle_refs = sys.getrefcount(self.buffers[slot.buffer])
-        elif sys.getrefcount(self.buffers[slot.buffer]) > self._idle_refs:
+        buffer = self.buffers[slot.buffer]
+        if buffer is None:
+            buffer = self.buffers[slot.buffer] = np.empty(self.sizes[slot.buffer], np.uint8)
+            self._idle_refs = sys.getrefcount(buffer)
+        elif sys.getrefcount(buffer) > self._idle_refs:
             return np.empty(slot.shape, slot.dtype)       # someone still reads this memory
         nbytes = math.prod(slot.shape) * slot.dtype.itemsize
-        return self.buffers[slot.buffer][:nbytes].view(slot.dtype).reshape(slot.shape)
+        return buffer[:nbytes].view(slot.dtype).reshape(slot.shape)
 
     @property
     def allocated_bytes(self) -> int:
@@ -198,7 +199,7 @@ def plan_memory(steps: Sequence[RunStep], shapes: dict[str, Shape],
         for name in step.outputs:
             if name not in planned:
                 continue
-            dtype = DTYPES[dtypes[name]]
+            dtype = DTYPES[str(dtypes[name])]              # planned: a dtype DTYPES knows
             nbytes = int(np.prod(shapes[name], dtype=np.int64)) * dtype.itemsize
             owner = group[name]
             if owner != name:                         # in place: the input's buffer

@@ -15,7 +15,7 @@ same way: it reads the list's members and produces the members of its result its
 from __future__ import annotations
 
 from parser.errors import ExpressionError
-from parser.expression import ListExpr, OperandRef, parse_expression, to_text
+from parser.expression import ListExpr, Node, OperandRef, parse_expression, to_text
 from infer.runtime import RuntimeOperand, RuntimeOperator, RuntimeParameter
 
 OUTPUT_TYPE = "pnnx.Output"
@@ -61,7 +61,7 @@ def unpack_meshgrids(operators: list[RuntimeOperator],
             continue
         for source in (packed, text):                   # read the members, not the list
             source.consumers = [c for c in source.consumers if c is not op]
-            if not source.consumers:
+            if not source.consumers and source.producer is not None:
                 remove_operator(operators, operands, source.producer)
         op.inputs = members
         for member in members:
@@ -96,7 +96,8 @@ def list_members(op: RuntimeOperator | None, operators: list[RuntimeOperator],
             for index, item in enumerate(tree.items)]
 
 
-def expression_piece(op: RuntimeOperator, index: int, item, operators: list[RuntimeOperator],
+def expression_piece(op: RuntimeOperator, index: int, item: Node,
+                     operators: list[RuntimeOperator],
                      operands: dict[str, RuntimeOperand]) -> RuntimeOperand:
     """Item ``index`` of the list that the pnnx.Expression ``op`` builds, as a pnnx.Expression
     of its own on the same inputs, inserted before ``op``; returns its output operand."""

@@ -118,6 +118,9 @@ class Layer:
     # How many outputs the operator has in the param file, set by the graph (pnnx drops unused
     # trailing outputs: ``torch.max(x, 1)[0]`` is written with one output). None: torch's count.
     num_outputs: int | None = None
+    # The names the param file gives the inputs (``$input``, ``$end``: NamedArgumentLayer),
+    # set by the graph; "" where it names none.
+    input_names: Sequence[str] = ()
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
