@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 import zipfile
 import zlib
 from pathlib import Path
@@ -17,9 +18,32 @@ def _random_data_of_its_own(request):
     """Each test draws its random data (``helpers.rand``) from a generator seeded by its own
     name, so its data does not depend on which tests ran before it: a failure repeats when
     the test runs alone, and adding a test changes no other test's data."""
-    import helpers
+    helpers = sys.modules.get("helpers")      # imported by the tests that use it (and torch)
+    if helpers is not None:
+        helpers._rng = np.random.default_rng(zlib.crc32(request.node.nodeid.encode()))
 
-    helpers._rng = np.random.default_rng(zlib.crc32(request.node.nodeid.encode()))
+
+# The quick tier (`python -m pytest -m "not slow"`) leaves these out: whole models, zoos and
+# exports, fuzzing, notebooks, the benchmark, the command line (a process per test), the two
+# kernel back ends compared (the JIT compiles).
+SLOW_MODULES = {"test_bench", "test_kernel_backends", "test_notebooks", "test_models",
+                "test_models_zoo", "test_models_more", "test_models_user", "test_fuzz",
+                "test_cli", "test_cli_convert"}
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark ``slow`` the tests of SLOW_MODULES and every test that exports a model with pnnx
+    (the ``pnnx_export`` fixture: a torch trace and a pnnx run each), and ``torch`` the tests
+    of modules that import torch (they need the test extra)."""
+    for item in items:
+        module = getattr(item, "module", None)
+        name = module.__name__.rsplit(".", 1)[-1] if module is not None else ""
+        if name in SLOW_MODULES or "pnnx_export" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.slow)
+        if module is not None and "torch" in sys.modules and any(
+                value is sys.modules["torch"] or getattr(value, "__module__", "") == "torch"
+                for value in vars(module).values()):
+            item.add_marker(pytest.mark.torch)
 
 
 def write_pnnx(folder: Path, param_text: str, weights: dict[str, np.ndarray] | None = None,
