@@ -120,9 +120,27 @@ def _built_in(layer_class: type["Layer"]) -> bool:
 
 
 def unsupported_message(type_name: str, known: Iterable[str]) -> str:
-    close = difflib.get_close_matches(type_name, list(known), n=3, cutoff=0.6)
-    hint = f"; closest registered types: {', '.join(close)}" if close else ""
-    return f"no layer is registered for operator type {type_name!r}{hint}"
+    """What to tell a user whose model has an operator type no layer serves: the registered
+    types of the same namespace whose names are close (``nn.ReLu`` -> ``nn.ReLU``; nothing for
+    ``torch.fft.rfft``, whose namespace has no layer), and how to add a layer."""
+    namespace, short = _split_type(type_name)
+    same = {name: _split_type(name)[1].lower() for name in known
+            if _split_type(name)[0] == namespace}
+    close = difflib.get_close_matches(short.lower(), list(same.values()), n=3, cutoff=0.75)
+    names = [name for match in close for name, lowered in same.items() if lowered == match]
+    hint = f"; did you mean {', '.join(names)}?" if names else ""
+    return (f"no layer is registered for operator type {type_name!r}{hint} (to run it, write "
+            f"a Layer and register it: RuntimeGraph.register_custom_layer or @register_layer; "
+            f"README, 'A custom layer')")
+
+
+def _split_type(type_name: str) -> tuple[str, str]:
+    """'torch.fft.rfft' -> ('torch.fft', 'rfft'); 'aten::addcmul' -> ('aten', 'addcmul')."""
+    if "::" in type_name:
+        namespace, _, short = type_name.rpartition("::")
+    else:
+        namespace, _, short = type_name.rpartition(".")
+    return namespace, short
 
 
 def register_layer(*type_names: str) -> Callable[[type["Layer"]], type["Layer"]]:

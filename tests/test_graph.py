@@ -510,3 +510,21 @@ pnnx.Output  out0  1 0 b
     assert PreparingScale.prepared == calls
     np.testing.assert_allclose(graph.forward(np.ones((2, 4, 3, 3), np.float32) if calls
                                              else np.ones((1, 4, 3, 3), np.float32))[0], 3)
+
+
+@pytest.mark.parametrize("type_name, suggested", [
+    ("nn.ReLu", "did you mean nn.ReLU"), ("nn.Conv2D", "nn.Conv2d"), ("F.Relu", "F.relu")])
+def test_suggestions_come_from_the_same_namespace(type_name, suggested):
+    from layers.registry import unsupported_message
+
+    message = unsupported_message(type_name, LayerRegisterer().types())
+    assert suggested in message and "register_custom_layer" in message
+
+
+@pytest.mark.parametrize("type_name", ["torch.fft.rfft", "aten::addcmul", "torch.nonzero"])
+def test_no_suggestion_is_noise_for_a_type_of_another_namespace(type_name):
+    """torch.fft.rfft used to suggest torch.t: nothing close in its namespace, no guess."""
+    from layers.registry import unsupported_message
+
+    message = unsupported_message(type_name, LayerRegisterer().types())
+    assert "did you mean" not in message and "register_custom_layer" in message
