@@ -10,23 +10,41 @@ from parser.errors import InferError
 
 
 def _classify(args: argparse.Namespace) -> int:
+    """One block of lines per image; an image that cannot be read is one line on stderr, the
+    others go on, and the exit code is 1 if any failed."""
     from tqdm import tqdm
 
-    from infer.classify import ImageClassifier
+    from infer.classify import ImageClassifier, ImageError
 
     classifier = ImageClassifier.load(args.model)
+    if classifier.card is None:
+        pre = classifier.preprocess
+        print(f"note: {classifier.graph.param_path} has no model.json beside it: using ImageNet "
+              f"labels and torchvision's preprocessing (shorter side {pre.resize}, centre crop "
+              f"{pre.crop}, mean {_numbers(pre.mean)}, std {_numbers(pre.std)}); a model.json "
+              f"says otherwise (see infer/classify.py)", file=sys.stderr)
     if args.threads:
         classifier.graph.set_num_threads(args.threads)
-    progress = tqdm(args.images, desc="classifying", unit="image", file=sys.stderr,
-                    disable=len(args.images) < 2 or not sys.stderr.isatty())
-    for path in progress:
-        results = classifier.classify(path, top=args.top)
-        if len(args.images) > 1:
-            progress.write(f"{path}:")
-        width = max(len(label) for label, _ in results)
-        for label, probability in results:
-            progress.write(f"{label:<{width}}  {probability:.4f}")
-    return 0
+    failed = 0
+    with tqdm(args.images, desc="classifying", unit="image", file=sys.stderr,
+              disable=len(args.images) < 2 or not sys.stderr.isatty()) as progress:
+        for path in progress:
+            try:
+                results = classifier.classify(path, top=args.top)
+            except ImageError as err:                    # this image only: go on with the rest
+                failed += 1
+                progress.write(f"error: {err}", file=sys.stderr)
+                continue
+            if len(args.images) > 1:
+                progress.write(f"{path}:")
+            width = max(len(label) for label, _ in results)
+            for label, probability in results:
+                progress.write(f"{label:<{width}}  {probability:.4f}")
+    return 1 if failed else 0
+
+
+def _numbers(values) -> str:
+    return ",".join(f"{v:g}" for v in values)
 
 
 def _ops(args: argparse.Namespace) -> int:
@@ -122,7 +140,7 @@ def _export(args: argparse.Namespace) -> int:
     from infer.export import export_command
 
     param, binary = export_command(args.model, args.out, args.shape, args.name, args.weights,
-                                   args.dynamic)
+                                   args.dynamic, args.random_weights)
     print(param)
     print(binary)
     return 0
@@ -157,33 +175,79 @@ def _input_shape(text: str) -> str:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """``--help`` shows each option's default, where there is one to show (not None/False)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        if action.default in (None, False) or "%(default)" in (action.help or ""):
+            return action.help
+        return super()._get_help_string(action)
+
+
+def version() -> str:
+    """The package's version: its installed metadata, else pyproject.toml beside the code."""
+    from importlib import metadata
+
+    try:
+        return metadata.version("pnnx-infer")
+    except metadata.PackageNotFoundError:
+        import re
+        from pathlib import Path
+
+        pyproject = Path(__file__).resolve().parent.parent / "pyproject.toml"
+        try:
+            found = re.search(r'^version\s*=\s*"([^"]+)"', pyproject.read_text("utf-8"), re.M)
+        except OSError:
+            found = None
+        return found.group(1) if found else "unknown"
+
+
+RESNET18_HELP = ("resnet18 needs --weights resnet18-f37072fd.pth, torchvision's ImageNet "
+                 "checkpoint (https://download.pytorch.org/models/resnet18-f37072fd.pth, which "
+                 "torchvision.models.resnet18(weights='IMAGENET1K_V1') puts in the torch hub "
+                 "cache, where it is found by itself; this runtime downloads nothing), or "
+                 "--random-weights")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m infer",
+    from infer.classify import DEFAULT_MODEL, shipped_models
+
+    parser = argparse.ArgumentParser(prog="python -m infer", formatter_class=_HelpFormatter,
                                      description="Run pnnx models on the CPU.")
     parser.add_argument("-v", "--verbose", action="store_true", help="log what happens")
+    parser.add_argument("--version", action="version", version=f"pnnx-infer {version()}")
+    # -v after the subcommand too; SUPPRESS: not given there, it keeps the value given before
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS,
+                        help="log what happens")
     commands = parser.add_subparsers(dest="command", required=True)
 
-    classify = commands.add_parser("classify", help="classify images with a shipped model")
+    def command(name: str, **kwargs: str) -> argparse.ArgumentParser:
+        return commands.add_parser(name, parents=[common], formatter_class=_HelpFormatter,
+                                   **kwargs)
+
+    classify = command("classify", help="classify images with a shipped model")
     classify.add_argument("images", nargs="+", help="image files (png, jpg, ...)")
-    classify.add_argument("--model", default="efficientnet_lite0",
-                          help="a model_file/ folder name, a folder with model.json, or a "
-                               ".pnnx.param path (ImageNet labels and mean/std unless a "
-                               "model.json beside it says otherwise; default: %(default)s)")
+    shipped = ", ".join(shipped_models()) or "none found"
+    classify.add_argument("--model", default=DEFAULT_MODEL,
+                          help=f"a shipped model ({shipped}; - or _ alike), a folder with a "
+                               f"model.json, or a .pnnx.param path (without a model.json: "
+                               f"ImageNet labels and torchvision's preprocessing)")
     classify.add_argument("--top", type=_positive_int, default=5,
                           help="classes to print per image")
     classify.add_argument("--threads", type=_positive_int, default=None,
-                          help="cap on CPU threads")
+                          help="cap on CPU threads (default: every core)")
     classify.set_defaults(run=_classify)
 
-    ops = commands.add_parser("ops", help="list the pnnx operator types this runtime runs")
+    ops = command("ops", help="list the pnnx operator types this runtime runs")
     ops.add_argument("--markdown", action="store_true",
                      help="print the README's operator table (layer family -> pnnx types)")
     ops.add_argument("--update", metavar="README", default=None,
                      help="rewrite the operator table between the markers of this file")
     ops.set_defaults(run=_ops)
 
-    convert = commands.add_parser("convert", help="convert a TorchScript (.pt) or ONNX "
-                                                  "(.onnx) file to pnnx files (needs pnnx)")
+    convert = command("convert", help="convert a TorchScript (.pt) or ONNX (.onnx) file to "
+                                      "pnnx files (needs pnnx)")
     convert.add_argument("model", help="MODEL.pt (TorchScript) or MODEL.onnx")
     convert.add_argument("-o", "--out", default=None,
                          help="output folder (default: the model's folder)")
@@ -196,14 +260,24 @@ def build_parser() -> argparse.ArgumentParser:
                          help="a second shape per input: dims that differ stay free")
     convert.set_defaults(run=_convert)
 
-    export = commands.add_parser("export", help="export a torch model to pnnx files "
-                                                "(needs torch and pnnx)")
-    export.add_argument("model", help="resnet18, efficientnet-lite0, or package.module:factory")
+    export = command("export", help="export a torch model to pnnx files (needs torch and pnnx)",
+                     description="Export a torch model to pnnx files (needs torch and pnnx). "
+                                 + RESNET18_HELP + ".")
+    export.add_argument("model", help="resnet18, efficientnet-lite0 (- or _ alike), or "
+                                      "package.module:factory")
     export.add_argument("--out", required=True, help="output folder")
-    export.add_argument("--name", default=None, help="file stem (default: from the model)")
+    export.add_argument("--name", default=None,
+                        help="file stem (default: the model's name, - as _)")
     export.add_argument("--shape", action="append", default=None, type=_shape,
-                        help="input shape, e.g. 1,3,224,224 (repeat for several inputs)")
-    export.add_argument("--weights", default=None, help="a state_dict file to load first")
+                        help="input shape, e.g. 1,3,224,224 (repeat for several inputs; "
+                             "default: 1,3,224,224)")
+    weights = export.add_mutually_exclusive_group()
+    weights.add_argument("--weights", default=None,
+                         help="a state_dict file to load first (resnet18: "
+                              "resnet18-f37072fd.pth from download.pytorch.org/models/)")
+    weights.add_argument("--random-weights", action="store_true",
+                         help="resnet18 without its checkpoint: seeded random weights, for "
+                              "tests (its answers mean nothing)")
     export.add_argument("--dynamic", action="store_true",
                         help="trace a second input size so batch and image size stay free")
     export.set_defaults(run=_export)
@@ -211,17 +285,22 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    if getattr(args, "shape", ()) is None:
-        args.shape = [(1, 3, 224, 224)]
-    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
-                        format="%(levelname)s %(name)s: %(message)s")
+    """Run a command; the project's errors are one line on stderr and exit code 2, Ctrl-C
+    the line "interrupted" and exit code 130."""
     try:
-        return args.run(args)
+        parser = build_parser()
+        args = parser.parse_args(argv)
+        if getattr(args, "shape", ()) is None:
+            args.shape = [(1, 3, 224, 224)]
+        logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
+                            format="%(levelname)s %(name)s: %(message)s")
+        return int(args.run(args))
     except InferError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

@@ -17,9 +17,10 @@ from __future__ import annotations
 
 import json
 import math
+from contextlib import contextmanager
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Sequence
+from typing import Iterator, Sequence
 
 import numpy as np
 
@@ -75,13 +76,43 @@ def centre_part(image: np.ndarray, max_aspect: float) -> np.ndarray:
 
 
 def read_image(path: str | Path) -> np.ndarray:
-    """An image file as (H, W, 3) uint8 RGB (opencv reads BGR; grey and alpha are converted)."""
+    """An image file as (H, W, 3) uint8 RGB (opencv reads BGR; grey and alpha are converted).
+    An ImageError says why not: no such file, a folder, not readable, empty, or bytes OpenCV
+    cannot decode. The file is read here and decoded with ``cv2.imdecode`` with OpenCV's log
+    quiet, so OpenCV's own warnings ("can't open/read file", "PNG input buffer is
+    incomplete") do not reach the terminal beside the error."""
     import cv2
 
-    image = cv2.imread(str(path), cv2.IMREAD_COLOR)
+    try:
+        data = np.fromfile(str(path), np.uint8)                       # (bytes,)
+    except FileNotFoundError:
+        raise ImageError(f"{path}: no such file") from None
+    except IsADirectoryError:
+        raise ImageError(f"{path}: is a folder, not an image file") from None
+    except OSError as exc:
+        raise ImageError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    if data.size == 0:
+        raise ImageError(f"{path}: empty file")
+    with _opencv_quiet():
+        image = cv2.imdecode(data, cv2.IMREAD_COLOR)                  # (H, W, 3) BGR
     if image is None:
-        raise ImageError(f"{path}: cannot read this file as an image")
+        raise ImageError(f"{path}: cannot decode this file as an image (damaged, or not a "
+                         f"format OpenCV reads: png, jpg, bmp, tiff, webp, ...)")
     return cv2.cvtColor(image, cv2.COLOR_BGR2RGB)
+
+
+@contextmanager
+def _opencv_quiet() -> Iterator[None]:
+    """OpenCV's log at errors only for the length of the block (its warnings go straight to
+    stderr; the caller reports the failure itself)."""
+    from cv2.utils import logging as cv_log
+
+    level = cv_log.getLogLevel()
+    cv_log.setLogLevel(min(level, cv_log.LOG_LEVEL_ERROR))
+    try:
+        yield
+    finally:
+        cv_log.setLogLevel(level)
 
 
 def as_rgb(image: np.ndarray) -> np.ndarray:
@@ -137,23 +168,43 @@ def read_model_card(path: Path) -> dict:
     return card
 
 
+def shipped_models() -> list[str]:
+    """The names of the models in model_file/ (each folder with a model.json)."""
+    return sorted(p.parent.name for p in MODEL_DIR.glob("*/model.json"))
+
+
 @dataclass
 class ImageClassifier:
-    """A classification model with its labels and preprocessing."""
+    """A classification model with its labels and preprocessing. ``card`` is the model.json
+    they came from, None when a bare model fell back to ImageNet labels and Preprocess()."""
 
     graph: RuntimeGraph
     labels: list[str]
     preprocess: Preprocess = field(default_factory=Preprocess)
     outputs_probabilities: bool = False
+    card: Path | None = None
 
     @classmethod
     def load(cls, model: str | Path = DEFAULT_MODEL) -> "ImageClassifier":
-        """A model by name (a folder of model_file/), by folder, or by .pnnx.param path."""
+        """A model by name (a folder of model_file/, ``efficientnet-lite0`` or
+        ``efficientnet_lite0``), by folder (with a model.json, or holding one .pnnx.param),
+        or by .pnnx.param path. A model without a model.json gets ImageNet labels and
+        torchvision's preprocessing (``card`` is None then)."""
         path = Path(model)
-        if not path.exists() and (MODEL_DIR / str(model)).exists():
-            path = MODEL_DIR / str(model)
+        if not path.exists():
+            for name in (str(model), str(model).replace("-", "_")):
+                if name and (MODEL_DIR / name / "model.json").exists():
+                    path = MODEL_DIR / name
+                    break
         if path.is_dir():
-            return cls._from_folder(path)
+            if (path / "model.json").exists():
+                return cls._from_folder(path)
+            params = sorted(path.glob("*.pnnx.param"))
+            if len(params) != 1:
+                raise InferError(f"{path}: a model folder holds a model.json or one .pnnx.param "
+                                 f"file, this one {len(params)} .pnnx.param files and no "
+                                 f"model.json")
+            path = params[0]
         if path.suffix == ".param" and path.exists():
             card = path.parent / "model.json"
             if card.exists() and read_model_card(card)["param"] == path.name:
@@ -161,9 +212,9 @@ class ImageClassifier:
             # a bare model: ImageNet labels and torchvision's preprocessing
             labels = read_labels(MODEL_DIR / "imagenet_classes.txt")
             return cls(RuntimeGraph(path).build(), labels)
-        known = sorted(p.parent.name for p in MODEL_DIR.glob("*/model.json"))
         raise InferError(f"no model {str(model)!r}: give a .pnnx.param path, a folder with a "
-                         f"model.json, or one of the shipped models: {', '.join(known)}")
+                         f"model.json, or one of the shipped models: "
+                         f"{', '.join(shipped_models())}")
 
     @classmethod
     def _from_folder(cls, folder: Path) -> "ImageClassifier":
@@ -171,7 +222,7 @@ class ImageClassifier:
         labels = read_labels(folder / card["labels"])
         graph = RuntimeGraph(folder / card["param"], folder / card["bin"]).build()
         return cls(graph, labels, Preprocess(**card.get("preprocess", {})),
-                   card.get("outputs_probabilities", False))
+                   card.get("outputs_probabilities", False), folder / "model.json")
 
     def probabilities(self, image_rgb: np.ndarray) -> np.ndarray:
         """(num_classes,) class probabilities for one RGB image."""

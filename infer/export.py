@@ -4,6 +4,7 @@ This module needs torch and pnnx (test and export dependencies, not runtime ones
 imported only when a function here is called.
 
     python -m infer export resnet18 --weights resnet18-f37072fd.pth --out model_file/resnet18
+    python -m infer export resnet18 --random-weights --out /tmp/resnet18   # for tests only
     python -m infer export efficientnet-lite0 --out model_file/efficientnet_lite0
     python -m infer export mypkg.mymodule:make_model --shape 1,3,224,224 --out /tmp/mymodel
 
@@ -245,18 +246,74 @@ def efficientnet_lite0():
 
 
 # ------------------------------------------------------------------------------ command line
+RESNET18_URL = "https://download.pytorch.org/models/" + RESNET18_CHECKPOINT
+
+
+def _resnet18_for_export(weights: str | None, random_weights: bool):
+    """ResNet-18 with ``weights``, else torchvision's checkpoint from the torch hub cache,
+    else (only if asked for) seeded random weights; without any, an ExportError saying where
+    the checkpoint comes from."""
+    weights_path = weights or find_resnet18_checkpoint()
+    if weights_path is not None:
+        return resnet18(weights=weights_path)
+    if random_weights:                    # the weights of torch.manual_seed(0); resnet18()
+        import torch
+
+        log.warning("resnet18: seeded random weights, its classes mean nothing")
+        torch.manual_seed(0)
+        return resnet18(seed=0)
+    raise ExportError(resnet18_weights_missing())
+
+
+def resnet18_weights_missing() -> str:
+    """Why ``export resnet18`` refuses to go on without weights, and where they come from."""
+    import torch
+
+    cache = Path(torch.hub.get_dir()) / "checkpoints"
+    return (f"resnet18 needs its ImageNet weights, which this runtime does not download: "
+            f"give --weights {RESNET18_CHECKPOINT} (torchvision's IMAGENET1K_V1 checkpoint, "
+            f"{RESNET18_URL}; torchvision.models.resnet18(weights='IMAGENET1K_V1') saves it "
+            f"in {cache}, where this command finds it by itself), or --random-weights for "
+            f"seeded random weights (for tests: its answers mean nothing)")
+
+
 BUILTIN: dict[str, Callable[..., Any]] = {
-    "resnet18": lambda weights: resnet18(weights=weights or find_resnet18_checkpoint()),
-    "efficientnet-lite0": lambda weights: efficientnet_lite0(),
+    "resnet18": _resnet18_for_export,
+    "efficientnet-lite0": lambda weights, random_weights: _with_weights(efficientnet_lite0(),
+                                                                        weights),
 }
 
 
-def load_module(spec: str, weights: str | None = None):
-    """A built-in model name, or ``package.module:factory`` returning a torch module."""
+def _with_weights(model, weights: str | None):
+    """``model`` with the state_dict of the file ``weights`` loaded, if one is given."""
+    if weights is not None:
+        import torch
+
+        model.load_state_dict(torch.load(weights, map_location="cpu", weights_only=True))
+    return model
+
+
+def builtin_name(spec: str) -> str | None:
+    """The BUILTIN name ``spec`` spells (``efficientnet_lite0`` is ``efficientnet-lite0``,
+    as the folder in model_file/ is named), or None."""
+    name = spec.replace("_", "-")
+    return name if name in BUILTIN else None
+
+
+def load_module(spec: str, weights: str | None = None, random_weights: bool = False):
+    """A built-in model name, or ``package.module:factory`` returning a torch module.
+    ``resnet18`` needs ``weights`` (or torchvision's checkpoint in the torch hub cache), or
+    ``random_weights=True`` for seeded random ones; the other models come with theirs."""
     if weights is not None and not Path(weights).is_file():
         raise ExportError(f"no weights file {weights}")
-    if spec in BUILTIN:                                   # loads the weights itself
-        return _loading_weights(weights, spec, lambda: BUILTIN[spec](weights))
+    builtin = builtin_name(spec)
+    if random_weights and builtin != "resnet18":
+        raise ExportError(f"--random-weights is for resnet18 only, whose checkpoint is a "
+                          f"separate download: {spec!r} is exported with the weights it is "
+                          f"made with (or those of --weights)")
+    if builtin is not None:                               # loads the weights itself
+        return _loading_weights(weights, spec,
+                                lambda: BUILTIN[builtin](weights, random_weights))
     if ":" not in spec:
         raise ExportError(f"unknown model {spec!r}: give one of {', '.join(BUILTIN)} "
                           f"or 'package.module:factory'")
@@ -266,12 +323,7 @@ def load_module(spec: str, weights: str | None = None):
     except (ImportError, AttributeError) as exc:
         raise ExportError(f"cannot load {spec!r}: {exc}") from exc
     model = make_model()
-    if weights:
-        import torch
-
-        _loading_weights(weights, spec, lambda: model.load_state_dict(
-            torch.load(weights, map_location="cpu", weights_only=True)))
-    return model.eval()
+    return _loading_weights(weights, spec, lambda: _with_weights(model, weights)).eval()
 
 
 def _loading_weights(weights: str | None, spec: str, load: Callable[[], Any]) -> Any:
@@ -285,9 +337,10 @@ def _loading_weights(weights: str | None, spec: str, load: Callable[[], Any]) ->
 
 
 def export_command(spec: str, out_dir: str, shapes: Sequence[Sequence[int]], name: str | None,
-                   weights: str | None, dynamic: bool) -> tuple[Path, Path]:
+                   weights: str | None, dynamic: bool,
+                   random_weights: bool = False) -> tuple[Path, Path]:
     """What ``python -m infer export`` does."""
-    model = load_module(spec, weights)                   # a bad spec fails before torch loads
+    model = load_module(spec, weights, random_weights)   # a bad spec fails before torch loads
     import torch
 
     torch.manual_seed(0)
