@@ -1,7 +1,8 @@
 """Elementwise operators that pnnx keeps as operators of their own rather than folding into a
 pnnx.Expression: comparisons, logical and bitwise operators, torch.where, masked_fill, type
 casts (Tensor.to / Tensor.type_as), and the math functions pnnx's expression writer does not
-know (it leaves them as ``aten::`` operators: erfc, exp2, log2, frac, hypot, lerp, ...).
+know (it leaves them as ``aten::`` operators: erfc, exp2, log2, frac, hypot, lerp, addcmul,
+...).
 
 Arrays broadcast as in numpy (= torch). A second operand that is a number is written as a
 parameter (``torch.gt ... other=0.5``), a tensor as an input (``$other=1``). Result dtypes
@@ -223,6 +224,42 @@ class Lerp(Layer):
         dtype = result_dtype([start, end])
         start, end = _typed([start, end], dtype)
         return [(start + weight.astype(dtype) * (end - start)).astype(dtype, copy=False)]
+
+
+@register_layer("aten::addcmul")
+class AddCMul(Layer):
+    """torch.addcmul(input, tensor1, tensor2, value=1) = input + value * tensor1 * tensor2,
+    all broadcast (ConvNeXt-V2's GlobalResponseNorm uses it); pnnx writes the value as a 4th
+    input, a 0-d pnnx.Expression constant."""
+
+    one_blob_only = False
+    divide = False                       # AddCDiv: tensor1 / tensor2
+
+    def infer_shapes(self, input_shapes: Sequence[Shape]) -> list[Shape]:
+        if len(input_shapes) not in (3, 4):
+            raise ShapeError(f"expects 3 or 4 inputs (input, tensor1, tensor2[, value]), got "
+                             f"{len(input_shapes)}")
+        if len(input_shapes) == 4 and tuple(input_shapes[3]) not in ((), (1,)):
+            raise ShapeError(f"the value must be a number, got shape {tuple(input_shapes[3])}")
+        return [broadcast(*input_shapes[:3])]
+
+    def forward(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+        self.infer_shapes([np.shape(a) for a in inputs])
+        dtype = result_dtype(list(inputs[:3]))
+        if self.divide and dtype.kind not in "fc":
+            raise LayerError("addcdiv of integer tensors is refused, as torch refuses it")
+        x, t1, t2 = _typed(inputs[:3], dtype)
+        value = np.asarray(inputs[3] if len(inputs) == 4 else 1).astype(dtype).reshape(())
+        scaled = value * t1                                     # torch: (value * t1) op t2
+        y = x + (scaled / t2 if self.divide else scaled * t2)
+        return [y.astype(dtype, copy=False)]
+
+
+@register_layer("aten::addcdiv")
+class AddCDiv(AddCMul):
+    """torch.addcdiv(input, tensor1, tensor2, value=1) = input + value * tensor1 / tensor2."""
+
+    divide = True
 
 
 # ----- casts ------------------------------------------------------------------------------------

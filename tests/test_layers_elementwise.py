@@ -144,6 +144,19 @@ def test_masked_fill_matches_torch():
         make_layer("Tensor.masked_fill", {"value": 0.0}).infer_shapes([(3, 1), (3, 4)])
 
 
+def test_addcmul_and_addcdiv_match_torch():
+    value = np.array(0.5, np.float32)
+    check_layer("aten::addcmul", lambda x, a, b, v: torch.addcmul(x, a, b, value=0.5),
+                [SHAPE, BROADCAST, SHAPE, value])
+    check_layer("aten::addcmul", torch.addcmul, [SHAPE, SHAPE, BROADCAST])
+    check_layer("aten::addcdiv", lambda x, a, b, v: torch.addcdiv(x, a, b, value=2.0),
+                [SHAPE, BROADCAST, np.abs(rand(*SHAPE)) + 1, np.array(2.0, np.float32)])
+    check_layer("aten::addcmul", lambda x, a, b, v: torch.addcmul(x, a, b, value=3),
+                [INTS, INTS, INTS, np.array(3, np.int64)])
+    with pytest.raises(LayerError, match="integer"):
+        make_layer("aten::addcdiv").forward([INTS, INTS, INTS + 1])
+
+
 def test_lerp_matches_torch():
     check_layer("aten::lerp", torch.lerp, [SHAPE, BROADCAST, np.array(0.3, np.float32)])
     check_layer("aten::lerp", torch.lerp, [SHAPE, BROADCAST, SHAPE])
@@ -204,7 +217,8 @@ class Elementwise(nn.Module):
                 torch.exp2(x), torch.log2(x.abs() + 1), torch.frac(x * 3), torch.sgn(x),
                 torch.positive(x), torch.hypot(x, y), torch.copysign(x, y), torch.fmax(x, y),
                 torch.fmin(x, y), torch.xlogy(x.abs(), y.abs()), torch.lerp(x, y, 0.3),
-                torch.lerp(x, y, x))
+                torch.lerp(x, y, x), torch.addcmul(x, y, x, value=0.5),
+                torch.addcdiv(x, y, x.abs() + 1, value=2.0))
 
 
 def test_pnnx_export_of_elementwise(pnnx_export):
@@ -216,7 +230,8 @@ def test_pnnx_export_of_elementwise(pnnx_export):
         "torch.bitwise_and", "torch.bitwise_xor", "Tensor.masked_fill", "aten::isnan",
         "aten::isinf", "aten::isfinite", "aten::erfc", "aten::exp2", "aten::log2",
         "aten::frac", "aten::sgn", "torch.positive", "aten::hypot", "aten::copysign",
-        "aten::fmax", "aten::fmin", "aten::xlogy", "aten::lerp"])
+        "aten::fmax", "aten::fmin", "aten::xlogy", "aten::lerp", "aten::addcmul",
+        "aten::addcdiv"])
 
 
 class NanToNum(nn.Module):
