@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+from pathlib import Path
 
 from parser.errors import InferError
 
@@ -124,15 +125,13 @@ def update_readme(path: str) -> None:
 
 
 def _convert(args: argparse.Namespace) -> int:
-    from infer.convert import convert, unsupported_types
+    from infer.convert import convert
 
     param, binary = convert(args.model, args.out, args.inputshape or (),
                             args.inputshape2 or (), args.name)
     print(param)
     print(binary)
-    missing = unsupported_types(param)
-    if missing:
-        print(f"note: this runtime has no layer yet for {', '.join(missing)}", file=sys.stderr)
+    _note_unsupported(param)
     return 0
 
 
@@ -143,7 +142,17 @@ def _export(args: argparse.Namespace) -> int:
                                    args.dynamic, args.random_weights)
     print(param)
     print(binary)
+    _note_unsupported(param)
     return 0
+
+
+def _note_unsupported(param: Path | str) -> None:
+    """After convert or export: name the operator types of the file no layer serves yet."""
+    from infer.convert import unsupported_types
+
+    missing = unsupported_types(param)
+    if missing:
+        print(f"note: this runtime has no layer yet for {', '.join(missing)}", file=sys.stderr)
 
 
 def _positive_int(text: str) -> int:

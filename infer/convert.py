@@ -121,6 +121,8 @@ def convert(model_path: str | Path, out_dir: str | Path | None = None,
             raise ExportError(f"pnnx could not convert the {kind} file {model} (exit code "
                               f"{_exit_code(result.returncode)}); its last output:\n"
                               f"{_last_words(output)}{hint}")
+        if kind == "ONNX" and not shapes2:
+            _warn_of_fixed_dims(model)
         if result.returncode != 0:       # e.g. its ncnn conversion, which runs last, failed
             log.warning("pnnx exited with code %s after writing %s", result.returncode,
                         param.name)
@@ -128,6 +130,36 @@ def convert(model_path: str | Path, out_dir: str | Path | None = None,
         for path in (param, binary):
             shutil.move(str(path), out_dir / path.name)
     return out_dir / param.name, out_dir / binary.name
+
+
+def free_onnx_dims(model: Path) -> dict[str, list[int]]:
+    """The dims an ONNX file leaves free (``batch``, ``height``...), per graph input: {} if
+    there are none, or if the onnx package (the test extra) cannot read the file."""
+    try:
+        import onnx
+    except ImportError:
+        return {}
+    try:
+        graph = onnx.load(str(model), load_external_data=False).graph
+    except Exception:                    # not readable here: pnnx says why, if it cannot
+        return {}
+    weights = {initializer.name for initializer in graph.initializer}
+    free = {}
+    for value in graph.input:
+        dims = value.type.tensor_type.shape.dim
+        loose = [i for i, d in enumerate(dims) if not d.HasField("dim_value") or d.dim_value < 1]
+        if loose and value.name not in weights:
+            free[value.name] = loose
+    return free
+
+
+def _warn_of_fixed_dims(model: Path) -> None:
+    """pnnx gives an ONNX file's free dims the sizes of inputshape (1 without one): say so."""
+    for name, dims in free_onnx_dims(model).items():
+        log.warning("%s: input %r leaves dim(s) %s free (a dynamic batch or size); pnnx "
+                    "fixed them at the sizes of --inputshape (1 without it). To keep them "
+                    "free, convert with --inputshape and --inputshape2 giving two sizes.",
+                    model.name, name, ", ".join(map(str, dims)))
 
 
 def _model_for_pnnx(model: Path, kind: str, work: Path) -> Path:

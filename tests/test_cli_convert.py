@@ -91,6 +91,22 @@ def test_convert_an_onnx_file_with_a_free_batch_dim(tmp_path, model, example):
     assert_runs_like_torch(param, model, torch.randn(4, 3, 16, 16))
 
 
+def test_converting_an_onnx_file_with_a_free_batch_says_it_is_fixed(tmp_path, model, example,
+                                                                     caplog):
+    """Without a second shape pnnx fixes the free batch: the conversion says so, naming the
+    input, the dim and how to keep it free."""
+    source = tmp_path / "free.onnx"
+    torch.onnx.export(model, (example,), str(source), dynamo=False, input_names=["x"],
+                      dynamic_axes={"x": {0: "batch"}})
+    with caplog.at_level("WARNING", logger="infer.convert"):
+        param, _ = convert(source, tmp_path / "out", ["2,3,16,16"])
+    assert "input 'x' leaves dim(s) 0 free" in caplog.text and "--inputshape2" in caplog.text
+    assert RuntimeGraph(param).build().input_shapes == [(2, 3, 16, 16)]
+    caplog.clear()
+    convert(source, tmp_path / "out2", ["2,3,16,16"], ["3,3,16,16"])
+    assert "free" not in caplog.text
+
+
 def test_a_scripted_module_that_crashes_pnnx_is_an_export_error(tmp_path):
     source = tmp_path / "scripted.pt"
     scripted = nn.Sequential(nn.Conv2d(3, 4, 3), nn.ReLU(), nn.Flatten(), nn.Linear(4 * 14 * 14,
@@ -149,6 +165,23 @@ def test_convert_names_operator_types_the_runtime_lacks(tmp_path, model, example
     assert main(["convert", str(source), "-o", str(tmp_path / "out")]) == 0
     assert "no layer yet for nn.MaxPool2d" in capsys.readouterr().err
     assert unsupported_types(tmp_path / "out" / "small.pnnx.param") == ["nn.MaxPool2d"]
+
+
+def test_export_names_operator_types_the_runtime_lacks(tmp_path, capsys, monkeypatch):
+    from layers import LayerRegisterer
+
+    (tmp_path / "tinynet.py").write_text(
+        "import torch\n"
+        "def make():\n"
+        "    torch.manual_seed(0)\n"
+        "    return torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.MaxPool2d(2))\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    registry = LayerRegisterer()
+    monkeypatch.setattr(registry, "_creators", {k: v for k, v in registry._creators.items()
+                                                if k != "nn.MaxPool2d"})
+    assert main(["export", "tinynet:make", "--shape", "1,3,8,8", "--out",
+                 str(tmp_path / "out")]) == 0
+    assert "no layer yet for nn.MaxPool2d" in capsys.readouterr().err
 
 
 # ================================================================ errors
