@@ -139,7 +139,7 @@ def _export(args: argparse.Namespace) -> int:
     from infer.export import export_command
 
     param, binary = export_command(args.model, args.out, args.shape, args.name, args.weights,
-                                   args.dynamic, args.random_weights)
+                                   args.dynamic, args.random_weights, args.keep_extras)
     print(param)
     print(binary)
     _note_unsupported(param)
@@ -289,6 +289,9 @@ def build_parser() -> argparse.ArgumentParser:
                               "tests (its answers mean nothing)")
     export.add_argument("--dynamic", action="store_true",
                         help="trace a second input size so batch and image size stay free")
+    export.add_argument("--keep-extras", action="store_true",
+                        help="keep pnnx's other outputs beside the files, among them the "
+                             "*_pnnx.py that compare_with_torch runs as torch's side")
     export.set_defaults(run=_export)
     return parser
 

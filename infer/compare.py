@@ -110,12 +110,21 @@ def torch_values_from_pnnx_py(path: str | Path, bin_path: str | Path,
 
     path = Path(path)
     if not path.is_file():
-        raise GraphError(f"no pnnx python module {path}: export with keep_extras=True "
-                         f"(pnnx writes it beside the param file), or pass the torch module")
+        raise GraphError(f"no pnnx python module {path}: export with `python -m infer export "
+                         f"... --keep-extras` (or export_module(..., keep_extras=True)), which "
+                         f"keeps it beside the param file, or pass the torch module")
     source = path.read_text(encoding="utf-8")
     # pnnx wrote the path its .bin had during export; read the graph's own instead
     source = re.sub(r"zipfile\.ZipFile\((['\"]).*?\1",
                     lambda m: f"zipfile.ZipFile({str(bin_path)!r}", source)
+    # an nn.Sequential's children become ``self.0 = ...``, which is no Python: ``self.m_0``
+    source = re.sub(r"\bself\.(\d\w*)", r"self.m_\1", source)
+    try:
+        tree = record_pnnx_forward(source)
+    except SyntaxError as exc:
+        raise GraphError(f"the pnnx python module {path} is not valid Python (line "
+                         f"{exc.lineno}: {exc.msg}); pass the torch module as reference= "
+                         f"instead") from None
     recorded: dict[str, np.ndarray] = {}
 
     def record(name: str, value: Any) -> None:
@@ -123,7 +132,7 @@ def torch_values_from_pnnx_py(path: str | Path, bin_path: str | Path,
             recorded[name] = value.detach().cpu().clone().numpy()
 
     namespace = {"__name__": f"pnnx_reference_{path.stem}", RECORDER: record}
-    code = compile(record_pnnx_forward(source), str(path), "exec")
+    code = compile(tree, str(path), "exec")
     try:
         exec(code, namespace)                       # defines Model; runs no test code
         model = namespace["Model"]().float().eval()

@@ -338,7 +338,8 @@ def _loading_weights(weights: str | None, spec: str, load: Callable[[], Any]) ->
 
 def export_command(spec: str, out_dir: str, shapes: Sequence[Sequence[int]], name: str | None,
                    weights: str | None, dynamic: bool,
-                   random_weights: bool = False) -> tuple[Path, Path]:
+                   random_weights: bool = False, keep_extras: bool = False
+                   ) -> tuple[Path, Path]:
     """What ``python -m infer export`` does."""
     model = load_module(spec, weights, random_weights)   # a bad spec fails before torch loads
     import torch
@@ -346,4 +347,5 @@ def export_command(spec: str, out_dir: str, shapes: Sequence[Sequence[int]], nam
     torch.manual_seed(0)
     inputs = [torch.rand(*shape) for shape in shapes]
     name = name or spec.replace("-", "_").split(":")[-1]
-    return export_module(model, inputs, out_dir, name, dynamic=dynamic)
+    return export_module(model, inputs, out_dir, name, dynamic=dynamic,
+                         keep_extras=keep_extras)

@@ -285,3 +285,23 @@ def test_a_folder_with_neither_model_card_nor_one_param_file_is_refused(tmp_path
     assert result.stderr == (f"error: {tmp_path}: a model folder holds a model.json or one "
                              f".pnnx.param file, this one 0 .pnnx.param files and no "
                              f"model.json\n")
+
+
+def test_export_keep_extras_keeps_what_compare_with_torch_runs(tmp_path):
+    """--keep-extras keeps pnnx's *_pnnx.py beside the files, which compare_with_torch runs as
+    torch's side (the message of a missing one names the flag)."""
+    import numpy as np
+
+    from infer import RuntimeGraph
+
+    (tmp_path / "smallnet.py").write_text(
+        "import torch\n"
+        "def make():\n"
+        "    torch.manual_seed(0)\n"
+        "    return torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.ReLU())\n")
+    result = run("export", "smallnet:make", "--shape", "1,3,8,8", "--keep-extras", "--out",
+                 str(tmp_path / "out"), PYTHONPATH=f"{tmp_path}{os.pathsep}{REPO}")
+    assert result.returncode == 0, result.stderr
+    graph = RuntimeGraph(tmp_path / "out" / "make.pnnx.param").build()
+    report = graph.compare_with_torch(np.ones((1, 3, 8, 8), np.float32))
+    assert report.ok and report.compared

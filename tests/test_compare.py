@@ -132,7 +132,7 @@ def test_without_the_pnnx_module_the_error_says_how_to_get_one(tmp_path_factory,
     shutil.copy(binary, tmp_path / binary.name)
     g = RuntimeGraph(tmp_path / param.name).build()
     assert pnnx_py_path(g) == tmp_path / "small_net_pnnx.py"
-    with pytest.raises(GraphError, match="keep_extras=True"):
+    with pytest.raises(GraphError, match="--keep-extras"):
         g.compare_with_torch(example_input())
 
 
@@ -216,3 +216,13 @@ def test_a_fused_graph_is_compared_through_its_folded_operators(tmp_path_factory
     compared = {r.operator.name for r in report.compared}
     assert report.ok and {op.name for op in fused if op.output_of in
                           dict(model.named_modules())} <= compared
+
+
+def test_a_pnnx_python_module_that_is_no_python_is_a_graph_error(tmp_path):
+    """Whatever pnnx writes, comparing never ends in a bare SyntaxError."""
+    from infer.compare import torch_values_from_pnnx_py
+
+    broken = tmp_path / "broken_pnnx.py"
+    broken.write_text("class Model(:\n    pass\n")
+    with pytest.raises(GraphError, match="not valid Python"):
+        torch_values_from_pnnx_py(broken, tmp_path / "x.bin", [])
