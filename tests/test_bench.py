@@ -1,38 +1,68 @@
-"""The benchmark (python -m infer.bench) in --quick mode on its tiny model: every engine runs
-in its own worker, outputs agree with torch, the tables land between the markers of the
-output file. No speed is asserted: this machine's timings mean nothing in a test."""
+"""The benchmark (python -m infer.bench) on its tiny model with the smallest settings: every
+engine runs in its own worker, outputs agree with torch, the tables are printed, and only
+--write (or --output) puts them into a file, between its markers. No speed is asserted:
+timings in a test mean nothing. The exported files are shared by the tests of this module."""
 
 from __future__ import annotations
 
 import re
+import shutil
 
 import pytest
 
 pytest.importorskip("onnxruntime")
 
-from infer.bench import report  # noqa: E402
-from infer.bench.__main__ import main  # noqa: E402
+from infer.bench import __main__ as bench_main  # noqa: E402
+from infer.bench import report, run  # noqa: E402
+from infer.bench.__main__ import main, parse, settings_of  # noqa: E402
+
+OLD_RESULTS = "Run on 2026-01-01 00:00 UTC: `old`\n"
 
 
 def numbers(row: str) -> list[str]:
     return [cell.strip() for cell in row.strip().strip("|").split("|")]
 
 
-def test_quick_run_on_the_tiny_model(tmp_path, capsys):
-    out = tmp_path / "BENCHMARKS.md"
-    out.write_text("# Our benchmarks\n\nHow we measure.\n\n" + report.BEGIN + "\nold\n"
-                   + report.END + "\n\nA footnote.\n")
-    code = main(["--quick", "--models", "tiny", "--batches", "2", "--output", str(out),
-                 "--workdir", str(tmp_path / "files"), "--onnx-exporter", "legacy"])
-    assert code == 0
-    text = out.read_text()
-    assert text.startswith("# Our benchmarks\n\nHow we measure.\n\n" + report.BEGIN)
-    assert text.endswith(report.END + "\nA footnote.\n") and "\nold\n" not in text
-    assert re.search(r"- CPU: \S+", text) and "- Python: 3." in text
-    assert "`python -m infer.bench --quick --models tiny" in text
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory):
+    """The tiny model's pnnx, ONNX and TorchScript files, exported by the first test."""
+    return tmp_path_factory.mktemp("bench_files")
 
-    rows = {numbers(line)[2]: numbers(line) for line in text.splitlines()
-            if line.startswith("| tiny | 2 |")}
+
+@pytest.fixture
+def benchmarks(tmp_path, monkeypatch):
+    """A copy of the repository's BENCHMARKS.md, with known old results, standing in for it as
+    the file --write writes."""
+    copy = tmp_path / "BENCHMARKS.md"
+    shutil.copy(bench_main.DEFAULT_OUTPUT, copy)
+    report.write(copy, OLD_RESULTS)
+    monkeypatch.setattr(bench_main, "DEFAULT_OUTPUT", copy)
+    return copy
+
+
+@pytest.fixture
+def workers(monkeypatch):
+    """The kernel cache each worker was given (None: the machine's own)."""
+    caches = []
+
+    def recording(job, numba_cache):
+        caches.append(numba_cache)
+        return original(job, numba_cache)
+
+    original = run.run_worker
+    monkeypatch.setattr(run, "run_worker", recording)
+    return caches
+
+
+def test_quick_prints_the_tables_and_writes_nothing(benchmarks, workdir, workers, capsys):
+    before = benchmarks.read_text()
+    assert main(["--quick", "--workdir", str(workdir)]) == 0
+    out = capsys.readouterr().out
+    assert benchmarks.read_text() == before
+    assert "not written: --write puts these tables into BENCHMARKS.md" in out
+
+    rows = {numbers(line)[2]: numbers(line) for line in out.splitlines()
+            if line.startswith("| tiny | 1 |")}
     assert set(rows) == {"pnnx-infer", "onnxruntime", "torch"}
     for row in rows.values():
         median, ratio, _, imported, load, first, _, peak, inference, diff = row[3:]
@@ -40,10 +70,71 @@ def test_quick_run_on_the_tiny_model(tmp_path, capsys):
         assert float(peak) > float(inference) >= 0
         assert "over" not in diff                       # within 1e-4 of torch
     assert rows["onnxruntime"][4] == "1.00"
-    cold = [numbers(line) for line in text.splitlines() if line.startswith("| tiny | cold |")
-            or line.startswith("| tiny | warm |")]
-    assert [row[1] for row in cold] == ["cold", "warm"]
-    assert "batch 2 round 1/1 pnnx-infer" in capsys.readouterr().out
+    assert "tiny batch 1 round 1/1 pnnx-infer" in out
+    assert "pnnx-infer against its targets" in out and "issue" not in out
+    # quick: one worker per engine, the kernels from the machine's cache, none compiled anew
+    assert workers == [None, None, None]
+    assert "| tiny | cold |" not in out
+
+
+def test_write_puts_the_tables_between_the_markers(benchmarks, workdir, capsys):
+    before = benchmarks.read_text()
+    assert main(["--quick", "--workdir", str(workdir), "--write"]) == 0
+    assert f"written into {benchmarks}" in capsys.readouterr().out
+    text = benchmarks.read_text()
+    head, tail = before.split(OLD_RESULTS)
+    assert text.startswith(head) and text.endswith(tail) and OLD_RESULTS not in text
+    section = text[len(head):-len(tail)]
+    assert "`python -m infer.bench --quick --workdir" in section
+    assert re.search(r"- CPU: \S+", section) and "- Python: 3." in section
+    assert {numbers(line)[2] for line in section.splitlines()
+            if line.startswith("| tiny | 1 |")} == {"pnnx-infer", "onnxruntime", "torch"}
+
+
+def test_quick_output_and_write_options():
+    quick = parse(["--quick"])
+    assert (quick.models, quick.batches, quick.onnx_exporter, quick.output) == (
+        ("tiny",), (1,), "legacy", None)
+    settings = settings_of(quick)
+    assert (settings.rounds, settings.seconds, settings.cold_start) == (1, 0.0, False)
+    given = parse(["--quick", "--models", "resnet18", "--batches", "2", "--onnx-exporter",
+                   "dynamo"])
+    assert (given.models, given.batches, given.onnx_exporter) == (("resnet18",), (2,), "dynamo")
+
+    full = parse([])
+    assert (full.models, full.batches, full.onnx_exporter, full.output) == (
+        ("resnet18", "efficientnet_lite0"), (1, 8), "dynamo", None)
+    assert settings_of(full).cold_start and settings_of(full).rounds == 5
+    assert parse(["--write"]).output == bench_main.DEFAULT_OUTPUT
+    assert str(parse(["--output", "elsewhere.md"]).output) == "elsewhere.md"
+    assert parse(["--no-write"]).output is None
+    for wrong in (["--layers", "--write"], ["--no-write", "--output", "x.md"]):
+        with pytest.raises(SystemExit):
+            parse(wrong)
+
+
+def test_markdown_has_the_cold_start_table_and_the_targets():
+    """The full run's report, from made-up measurements (a full run compiles the kernels)."""
+    def measured(engine, ms):
+        m = run.Measurement("resnet18", 1, engine, max_diff=1e-6, agrees=True)
+        m.rounds = [{"import_s": 0.5, "load_s": 0.1, "first_s": 3 * ms / 1e3,
+                     "times": [ms / 1e3] * 5, "peak_rss_mib": 200.0,
+                     "inference_rss_mib": 20.0}]
+        return m
+
+    cold = {"import_s": 0.5, "load_s": 60.0, "first_s": 0.02, "times": [0.01] * 3}
+    results = run.Results(run.Settings(), [measured("pnnx-infer", 12.0),
+                                           measured("onnxruntime", 10.0),
+                                           measured("torch", 11.0)],
+                          [run.ColdStart("resnet18", "cold", cold),
+                           run.ColdStart("resnet18", "warm", {**cold, "load_s": 0.1})],
+                          {"resnet18": "legacy"})
+    text = report.markdown(results, "python -m infer.bench")
+    assert [numbers(line)[1] for line in text.splitlines()
+            if line.startswith("| resnet18 | cold |") or line.startswith("| resnet18 | warm |")
+            ] == ["cold", "warm"]
+    assert "pnnx-infer against its targets" in text and "issue" not in text
+    assert "- resnet18 batch 1: latency 1.20x onnxruntime (target 1.3x) (met)" in text
 
 
 def test_write_appends_the_section_to_a_file_without_markers(tmp_path):
@@ -55,11 +146,10 @@ def test_write_appends_the_section_to_a_file_without_markers(tmp_path):
     assert text == f"# Notes\n\n{report.BEGIN}\nsecond\n{report.END}\n"
 
 
-def test_layers_mode_matches_each_operator_with_an_onnxruntime_node(tmp_path, capsys):
+def test_layers_mode_matches_each_operator_with_an_onnxruntime_node(workdir, capsys):
     """--layers: both engines' operator profiles, paired in run order; on the tiny model every
     convolution, the pooling and the linear layer find their onnxruntime node."""
-    code = main(["--layers", "--quick", "--models", "tiny", "--batches", "1",
-                 "--workdir", str(tmp_path / "files"), "--onnx-exporter", "legacy"])
+    code = main(["--layers", "--quick", "--workdir", str(workdir)])
     assert code == 0
     text = capsys.readouterr().out
     rows = [numbers(line) for line in text.splitlines()
@@ -101,15 +191,14 @@ def test_operators_are_paired_in_order_by_what_they_compute():
     assert pairs == [("a", "a2"), ("c", "c2"), ("b", "b2")]
 
 
-def test_layers_mode_reports_a_failed_worker_and_exits_1(tmp_path, capsys, monkeypatch):
+def test_layers_mode_reports_a_failed_worker_and_exits_1(workdir, capsys, monkeypatch):
     from infer.bench import operators
 
     def broken(job, numba_cache):
         raise RuntimeError("worker exited with 1: ValueError: no such model")
 
     monkeypatch.setattr(operators, "run_worker", broken)
-    code = main(["--layers", "--quick", "--models", "tiny", "--batches", "1",
-                 "--workdir", str(tmp_path / "files"), "--onnx-exporter", "legacy"])
+    code = main(["--layers", "--quick", "--workdir", str(workdir)])
     out = capsys.readouterr().out
     assert code == 1
     assert "tiny batch 1 pnnx-infer: FAILED worker exited with 1: ValueError" in out

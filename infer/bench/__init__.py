@@ -1,7 +1,8 @@
 """The benchmark: this runtime, onnxruntime and PyTorch on the same models, side by side.
 
-    python -m infer.bench                        # ResNet18 and EfficientNet-Lite0, batch 1 and 8
-    python -m infer.bench --quick --models tiny  # a small CNN, one short round: a smoke test
+    python -m infer.bench            # ResNet18 and EfficientNet-Lite0, batch 1 and 8: printed
+    python -m infer.bench --write    # the same, and the tables written into BENCHMARKS.md
+    python -m infer.bench --quick    # a small CNN, one short round: a smoke test, seconds
 
 How to compare inference engines fairly, and how this benchmark does it:
 
@@ -21,9 +22,11 @@ How to compare inference engines fairly, and how this benchmark does it:
   was busy and the numbers are to be taken with care.
 - Warm-up apart. Loading, the first inference (compilation, caches, memory touched for the
   first time) and the steady state are reported separately, and this runtime's start-up is
-  measured once with its compiled kernels' on-disk cache empty and once with it filled.
+  measured once with its compiled kernels' on-disk cache empty and once with it filled
+  (not with --quick: compiling the kernels takes about a minute per model).
 - Ratios, not absolute times. Targets are stated as ratios to onnxruntime measured in the
   same run, which survive a change of machine better than milliseconds do.
 
-run.py drives the workers, report.py writes the tables into BENCHMARKS.md.
+run.py drives the workers, report.py makes the tables (and, with --write, writes them into
+BENCHMARKS.md).
 """

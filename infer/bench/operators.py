@@ -153,7 +153,6 @@ def compare_layers(settings: Settings, say: Callable[[str], None] = print
     sections, failed = [], False
     with tempfile.TemporaryDirectory(prefix="pnnx_layers_") as scratch:
         workdir = Path(settings.workdir or scratch)
-        numba_cache = Path(tempfile.mkdtemp(prefix="numba_", dir=scratch))
         for name in settings.models:
             model = MODELS[name]
             say(f"preparing {name} (pnnx and ONNX files) in {workdir}")
@@ -167,7 +166,7 @@ def compare_layers(settings: Settings, say: Callable[[str], None] = print
                     job["profile"] = True
                     say(f"  {name} batch {batch}: profiling {engine}")
                     try:
-                        profiles[engine] = run_worker(job, numba_cache)["operators"]
+                        profiles[engine] = run_worker(job, None)["operators"]
                     except RuntimeError as exc:
                         say(f"  {name} batch {batch} {engine}: FAILED {exc}")
                         failed = True

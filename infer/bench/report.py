@@ -46,9 +46,9 @@ def markdown(results: Results, command: str) -> str:
     now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     lines = [f"Run on {now}: `{command}`", ""]
     lines += [f"- {key}: {value}" for key, value in machine()]
-    lines += [f"- settings: {s.threads} threads per engine, {s.rounds} rounds, each round a "
-              f"fresh process per engine timing at least {s.min_runs} inferences and "
-              f"{s.seconds:g} s after {s.warmup} warm-up runs",
+    lines += [f"- settings: {s.threads} threads per engine, {_count(s.rounds, 'round')}, each "
+              f"round a fresh process per engine timing at least {s.min_runs} inferences and "
+              f"{s.seconds:g} s after {_count(s.warmup, 'warm-up run')}",
               "- ONNX export: " + "; ".join(f"{m}: {e}" for m, e in
                                              results.onnx_exporters.items()), ""]
     lines += _latency_table(results) + [""] + _cold_start_table(results) + [""]
@@ -81,7 +81,14 @@ def _targets(results: Results) -> list[str]:
                      f"{_mark(ours.first_ms <= 3 * ours.median_ms)}; outputs within "
                      f"{TOLERANCE:g} of {REFERENCE} "
                      f"{'(not measured)' if ours.agrees is None else _mark(ours.agrees)}")
-    return ["pnnx-infer against the targets of the issue \"Speed\":", ""] + lines if lines else []
+    if not lines:
+        return []
+    return ["pnnx-infer against its targets (ratios to onnxruntime measured in this run):",
+            ""] + lines
+
+
+def _count(n: int, thing: str) -> str:
+    return f"{n} {thing}" + ("" if n == 1 else "s")
 
 
 def _mark(met: bool) -> str:

@@ -36,6 +36,7 @@ class Settings:
     max_runs: int = 2000
     warmup: int = 2
     cold_start: bool = True         # pnnx-infer's start with its kernel cache cold and warm
+                                    # (compiling the kernels: about a minute per model)
     onnx_exporter: str = "dynamo"   # or "legacy": torch.onnx.export(dynamo=False)
     workdir: Path | None = None     # exported files are kept (and reused) here; None: a temp dir
 
@@ -112,8 +113,9 @@ def run_benchmark(settings: Settings, say: Callable[[str], None] = print) -> Res
             say(f"preparing {name} (pnnx, ONNX and TorchScript files) in {workdir}")
             files = prepare(model, workdir / name, settings.onnx_exporter)
             exporters[name] = files.onnx_exporter
-            numba_cache = Path(tempfile.mkdtemp(prefix="numba_", dir=scratch))
+            numba_cache = None                   # the machine's own kernel cache, unless:
             if settings.cold_start and "pnnx-infer" in settings.engines:
+                numba_cache = Path(tempfile.mkdtemp(prefix="numba_", dir=scratch))
                 cold_starts += _cold_start(settings, model.name, model.image_size, files,
                                            numba_cache, Path(scratch), say)
             for batch in settings.batches:
@@ -123,7 +125,7 @@ def run_benchmark(settings: Settings, say: Callable[[str], None] = print) -> Res
 
 
 def _measure(settings: Settings, model: str, size: int, batch: int, files: ModelFiles,
-             numba_cache: Path, scratch: Path, say) -> list[Measurement]:
+             numba_cache: Path | None, scratch: Path, say) -> list[Measurement]:
     x_path = _input(scratch, model, batch, size)
     results = {engine: Measurement(model, batch, engine) for engine in settings.engines}
     outputs: dict[str, Path] = {}
@@ -199,14 +201,17 @@ def _job(settings: Settings, engine: str, files: ModelFiles, x_path: Path, out: 
             "max_runs": settings.max_runs, "warmup": settings.warmup}
 
 
-def run_worker(job: dict, numba_cache: Path) -> dict:
-    """Run worker.py in a new process with every thread pool capped at ``job['threads']``;
-    its report, or RuntimeError with its last words."""
+def run_worker(job: dict, numba_cache: Path | None) -> dict:
+    """Run worker.py in a new process with every thread pool capped at ``job['threads']``,
+    and with ``numba_cache`` as its compiled kernels' cache (None: the one it would use
+    anyway, where the kernels are usually compiled already); its report, or RuntimeError with
+    its last words."""
     threads = str(job["threads"])
     env = dict(os.environ, OMP_NUM_THREADS=threads, OPENBLAS_NUM_THREADS=threads,
                MKL_NUM_THREADS=threads, NUMBA_NUM_THREADS=threads,
-               NUMBA_CACHE_DIR=str(numba_cache),
                PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
+    if numba_cache is not None:
+        env["NUMBA_CACHE_DIR"] = str(numba_cache)
     done = subprocess.run([sys.executable, str(WORKER), json.dumps(job)], env=env,
                           capture_output=True, text=True)
     if done.returncode != 0:
