@@ -207,7 +207,7 @@ class RuntimeGraph(GraphTools):
                  len(self.operands))
         traced = self._traced_input_shapes()
         if traced is not None:
-            self._check_annotated_shapes(self._shape_plan(traced))
+            self._shape_plan(traced, annotated=True)
         else:                                   # sizes known only at run time
             for op in self.operators:
                 with operator_context(op):
@@ -348,9 +348,13 @@ class RuntimeGraph(GraphTools):
             shapes.append(tuple(int(d) for d in shape if d is not None))
         return shapes
 
-    def _shape_plan(self, input_shapes: Sequence[Shape]) -> dict[str, Shape]:
+    def _shape_plan(self, input_shapes: Sequence[Shape], annotated: bool = False
+                    ) -> dict[str, Shape]:
         """Every operand's shape for these input shapes, each layer computing its own output
-        shapes (MNN's onResize). Cached per input shapes; ShapeError names the operator."""
+        shapes (MNN's onResize). Cached per input shapes; ShapeError names the operator.
+        ``annotated``: these are the traced shapes, and each operator's outputs must agree
+        with the file's '#' annotations (checked as each is computed, so that a mis-exported
+        operator is named, not the first one its wrong shape trips)."""
         key = tuple(input_shapes)
         plan = self._shape_plans.get(key)
         if plan is not None:
@@ -364,14 +368,15 @@ class RuntimeGraph(GraphTools):
                 raise ShapeError(f"input {op.name}: a shape is a tuple of sizes >= 0, got "
                                  f"{shape}")
         with threads.setup(self.num_threads, self.helpers):  # layers pack their weights
-            shapes = self._compute_shapes(input_shapes)
+            shapes = self._compute_shapes(input_shapes, annotated)
         with self._plan_lock:
             if len(self._shape_plans) >= MAX_SHAPE_PLANS:      # forget the oldest input size
                 self._shape_plans.pop(next(iter(self._shape_plans)))
             self._shape_plans[key] = shapes
         return shapes
 
-    def _compute_shapes(self, input_shapes: Sequence[Shape]) -> dict[str, Shape]:
+    def _compute_shapes(self, input_shapes: Sequence[Shape], annotated: bool = False
+                        ) -> dict[str, Shape]:
         shapes: dict[str, Shape] = {op.outputs[0].name: tuple(shape)
                                     for op, shape in zip(self.input_operators, input_shapes)}
         known: dict[str, np.ndarray] = {}    # values computable before running: shape maths
@@ -386,6 +391,8 @@ class RuntimeGraph(GraphTools):
                 if len(outs) != len(op.outputs):
                     raise LayerError(f"computes {len(outs)} output shapes for "
                                      f"{len(op.outputs)} outputs")
+                if annotated:
+                    self._check_annotations(op, outs)
                 layer.prepare(in_shapes)             # pack weights for this size, now
                 values = layer.infer_values(in_shapes, in_values) or []
             for out, shape in zip(op.outputs, outs):
@@ -395,18 +402,18 @@ class RuntimeGraph(GraphTools):
                     known[out.name] = value
         return shapes
 
-    def _check_annotated_shapes(self, plan: dict[str, Shape]) -> None:
-        """The traced shapes the layers compute must agree with the file's '#' annotations."""
-        for op in self.operators:
-            for out in op.outputs:
-                declared = out.shape
-                if declared is None or any(d is None for d in declared):
-                    continue
-                if tuple(declared) != plan[out.name]:
-                    raise ShapeError(
-                        f"{self.param_path}:{op.line}: operand {out.name} is annotated "
-                        f"{tuple(declared)} but the layer computes {plan[out.name]}",
-                        operator=op.label)
+    def _check_annotations(self, op: RuntimeOperator, computed: Sequence[Shape]) -> None:
+        """The traced shapes a layer computes must agree with the file's '#' annotations."""
+        for out, shape in zip(op.outputs, computed):
+            declared = out.shape
+            if declared is None or any(d is None for d in declared):
+                continue
+            if tuple(declared) != tuple(int(d) for d in shape):
+                raise ShapeError(
+                    f"{self.param_path}:{op.line}: operand {out.name} is annotated "
+                    f"{tuple(declared)} but {op.label} computes {tuple(shape)} from its "
+                    f"inputs (a mis-exported operator, or a layer that disagrees with torch)",
+                    operator=op.label)
 
     def infer_shapes(self, *input_shapes: Shape) -> dict[str, Shape]:
         """Every operand's shape for the given input shapes, without running anything."""

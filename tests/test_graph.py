@@ -391,6 +391,24 @@ def test_annotation_that_disagrees_with_the_layer_is_refused(tmp_path):
         build(tmp_path, text)
 
 
+def test_a_mis_exported_operator_is_named_not_the_one_its_shape_trips(tmp_path):
+    """pnnx once wrote a fold as a PixelShuffle whose '#' output contradicted what PixelShuffle
+    computes; the convolution after it then refused its input. The error names the operator
+    whose annotation its own computation contradicts."""
+    text = """
+    7767517
+    4 3
+    pnnx.Input       in0   0 1 a #a=(1,8,4,4)f32
+    nn.PixelShuffle  ps    1 1 a b upscale_factor=2 #b=(1,8,4,4)f32
+    nn.Conv2d        conv  1 1 b c bias=False dilation=(1,1) groups=1 in_channels=8 kernel_size=(1,1) out_channels=2 padding=(0,0) padding_mode=zeros stride=(1,1) @weight=(2,8,1,1)f32 #c=(1,2,4,4)f32
+    pnnx.Output      out0  1 0 c
+    """  # noqa: E501
+    with pytest.raises(ShapeError, match=r"param:4: operand b is annotated \(1, 8, 4, 4\) but "
+                                         r"nn.PixelShuffle ps computes \(1, 2, 8, 8\)") as info:
+        build(tmp_path, text, weights={"conv.weight": np.ones((2, 8, 1, 1), np.float32)})
+    assert info.value.operator == "nn.PixelShuffle ps"
+
+
 def test_set_num_threads(tmp_path):
     graph = build(tmp_path, CHAIN, {"my.Scale": Scale, "my.Split": SplitHalves})
     x = np.ones((1, 4, 3, 3), np.float32)
@@ -521,7 +539,7 @@ def test_suggestions_come_from_the_same_namespace(type_name, suggested):
     assert suggested in message and "register_custom_layer" in message
 
 
-@pytest.mark.parametrize("type_name", ["torch.fft.rfft", "aten::addcmul", "torch.nonzero"])
+@pytest.mark.parametrize("type_name", ["torch.fft.rfft", "aten::bucketize", "torch.nonzero"])
 def test_no_suggestion_is_noise_for_a_type_of_another_namespace(type_name):
     """torch.fft.rfft used to suggest torch.t: nothing close in its namespace, no guess."""
     from layers.registry import unsupported_message
