@@ -1,6 +1,7 @@
 """The kernels compiled ahead of time into CPython extension modules, once per machine.
 
     python -m layers.fast.aot           # build them now (RuntimeGraph.build does it if needed)
+    python -m layers.fast.aot --help    # what it does, where the modules are kept
 
 numba's ``pycc`` compiles each exported kernel (layers/fast/kernel.py, found by binding.py)
 for its one signature, for the host CPU, and links it with numba's small C runtime into
@@ -16,6 +17,15 @@ together build once.
 The modules live in numba's cache directory when ``NUMBA_CACHE_DIR`` is set, else in
 layers/fast/__pycache__ (beside numba's own cache), else in ~/.cache/pnnx-infer.
 
+The build says what it does at INFO level on this module's logger (``layers.fast.aot``):
+the modules it compiles, and each one's time as it is done. A minute of silence looks like a
+hang, so those lines reach stderr even where logging is left unconfigured or at WARNING
+(only the root logger's level): setting a level on ``layers.fast`` (or ``layers``, or this
+logger) decides instead. Where the modules cannot be built (no C compiler, no setuptools, a
+numba without pycc, a failed build), one WARNING says so and what to install, and numba
+compiles the kernels just in time: a slower first run, the same results. The compiler's own
+output is logged at DEBUG level only (``python -m layers.fast.aot -v`` shows it).
+
 This module builds and loads; it does not choose. backend.py calls ``load_or_build`` and
 binds what it returns, and falls back to the JIT on None. This module imports only
 binding.py (the kernels, their sources, numba's binding for the build), simd.py (LANES) and
@@ -24,13 +34,18 @@ cpu.py, never backend.py, which imports it.
 
 from __future__ import annotations
 
+import argparse
+import contextlib
 import hashlib
 import importlib.machinery
 import importlib.util
 import logging
 import os
+import shlex
+import shutil
 import subprocess
 import sys
+import sysconfig
 import tempfile
 import time
 from pathlib import Path
@@ -62,6 +77,7 @@ PARTS = 3     # modules, compiled side by side by as many child processes
 ALONE = ("work",)     # compiled in a part of its own: jobs._work links in every kernel a
                       # helper may run, and takes longer than all the others together
 BUILD_TIMEOUT = 600   # seconds; a build that takes longer is given up (the JIT takes over)
+STILL = 30            # seconds between the build's "still compiling" lines
 
 
 def module_names() -> list[str]:
@@ -82,12 +98,15 @@ def cache_dir() -> Path:
 
 def load_or_build() -> SimpleNamespace | None:
     """The compiled kernels, one attribute each: imported from the cache, built first if they
-    are not there. None (after a warning) if they cannot be built here; the caller then
-    compiles them just in time."""
+    are not there. None (after one warning: what happened, what to install) if they cannot
+    be built here; the caller then compiles them just in time."""
     names, directory = module_names(), cache_dir()
     modules = [_import(directory, name) for name in names]
     if None in modules:
         try:
+            missing_tool = _missing_tool()
+            if missing_tool:
+                raise NotBuilt(*missing_tool)
             directory.mkdir(parents=True, exist_ok=True)
             with _lock(directory / f"{names[0]}.lock"):
                 modules = [_import(directory, name) for name in names]   # built meanwhile?
@@ -96,13 +115,77 @@ def load_or_build() -> SimpleNamespace | None:
                     _build_in_children(directory, missing)
                     modules = [_import(directory, name) for name in names]
                     _remove_stale(directory, names)
-        except (OSError, subprocess.SubprocessError) as exc:
-            detail = getattr(exc, "stderr", None) or exc
-            log.warning("could not compile the fast kernels ahead of time (%s); numba will "
-                        "compile them just in time instead", str(detail).strip()[-2000:])
+        except (OSError, subprocess.SubprocessError, NotBuilt) as exc:
+            reason, advice = _why(exc)
+            log.warning(f"{reason}: numba compiles the fast kernels just in time instead "
+                        f"(a slower first run, the same results). {advice}".strip())
             return None
     return SimpleNamespace(**{name: getattr(module, name) for module in modules
                               for name in dir(module) if not name.startswith("_")})
+
+
+class NotBuilt(Exception):
+    """The modules cannot be built here: ``reason``, and ``advice`` (what to install)."""
+
+    def __init__(self, reason: str, advice: str):
+        super().__init__(reason)
+        self.reason, self.advice = reason, advice
+
+
+COMPILER_ADVICE = ("To compile them ahead of time: apt-get install gcc g++ (numba's pycc "
+                   "needs a C and C++ compiler), then python -m layers.fast.aot.")
+SETUPTOOLS_ADVICE = ("To compile them ahead of time: pip install setuptools, then "
+                     "python -m layers.fast.aot.")
+DETAILS = "(python -m layers.fast.aot -v shows the compiler's output)"
+
+
+def c_compiler() -> str | None:
+    """The path of the C compiler numba's pycc will call (the CC variable, else the one
+    Python was built with, as setuptools chooses), or None if it is not on PATH. Where
+    there is no such setting (Windows: MSVC, found otherwise), the name "default"."""
+    command = os.environ.get("CC") or sysconfig.get_config_var("CC")
+    if not command:
+        return "default"
+    words = shlex.split(command)
+    return shutil.which(words[0]) if words else None
+
+
+def _missing_tool() -> tuple[str, str] | None:
+    """(reason, advice) if something the build needs is plainly missing, else None. Cheap:
+    nothing is imported (numba stays out of this process)."""
+    numba_spec = importlib.util.find_spec("numba")
+    if numba_spec is None or not numba_spec.origin:
+        return "numba is not installed", "pip install numba"
+    if not (Path(numba_spec.origin).parent / "pycc").is_dir():
+        return (f"{_version('numba').removesuffix('.dist-info')} has no pycc, its ahead-of-time "
+                "compiler",
+                "A numba with numba.pycc (0.68 has it) compiles them ahead of time.")
+    if importlib.util.find_spec("setuptools") is None:
+        return "setuptools is not installed (numba's pycc needs it)", SETUPTOOLS_ADVICE
+    if c_compiler() is None:
+        command = os.environ.get("CC") or sysconfig.get_config_var("CC")
+        return f"no C compiler ({shlex.split(command)[0]!r} is not on PATH)", COMPILER_ADVICE
+    return None
+
+
+def _why(exc: BaseException) -> tuple[str, str]:
+    """A failed build's reason in a few words, and what to do, from the exception and the
+    output of the child that failed (never shown whole: it is logged at DEBUG level)."""
+    if isinstance(exc, NotBuilt):
+        return exc.reason, exc.advice
+    if isinstance(exc, subprocess.TimeoutExpired):
+        return f"the kernels' build timed out after {exc.timeout:g} s", DETAILS
+    if isinstance(exc, subprocess.CalledProcessError):
+        output = "\n".join(str(text) for text in (exc.output, exc.stderr) if text)
+        if "No module named 'setuptools'" in output or "No module named 'distutils'" in output:
+            return "setuptools is not installed (numba's pycc needs it)", SETUPTOOLS_ADVICE
+        if ("without the compiler" in output or "CompileError" in output
+                or "LinkError" in output or ("command '" in output and "failed" in output)):
+            return "the C compiler does not work or is incomplete", f"{COMPILER_ADVICE} {DETAILS}"
+        lines = [line.strip() for line in output.splitlines() if line.strip()]
+        last = f": {lines[-1][:200]}" if lines else ""
+        return f"the kernels' build failed (exit status {exc.returncode}{last})", DETAILS
+    return f"the kernels could not be built ({str(exc).strip()[:300]})", ""
 
 
 def build(directory: Path, part: int) -> Path:
@@ -160,38 +243,109 @@ def kernels_of_part(part: int) -> list:
 
 
 def _build_in_children(directory: Path, parts: list[int]) -> None:
-    """Build the missing parts, each in a child process, all at once."""
-    log.warning("compiling the fast kernels for this CPU, once (about a minute) ...")
-    started = time.perf_counter()
-    env = dict(os.environ)
-    root = str(HERE.parent.parent)                 # the directory holding layers/
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [root, env.get("PYTHONPATH")]))
-    # an empty numba cache of their own: numba would reuse a kernel's code compiled before
-    # an edit to a file it calls (binding._stale_with_any_source)
-    numba_cache = tempfile.TemporaryDirectory(dir=directory, prefix="numba_cache_")
-    env["NUMBA_CACHE_DIR"] = numba_cache.name
-    # run from the root too: ``-m`` puts the working directory first on the path, and a
-    # ``layers`` package there (another checkout) would be compiled instead of this one
-    children = [subprocess.Popen([sys.executable, "-m", "layers.fast.aot", str(directory),
-                                  str(part)], env=env, cwd=root, stdout=subprocess.PIPE,
-                                 stderr=subprocess.PIPE, text=True) for part in parts]
-    failed = None
-    try:
-        for child in children:
-            _, errors = child.communicate(timeout=BUILD_TIMEOUT)
-            if child.returncode != 0:
-                failed = subprocess.CalledProcessError(child.returncode, child.args,
-                                                       stderr=errors)
-    finally:
-        for child in children:                     # a compiler that hangs is stopped
-            if child.poll() is None:
-                child.kill()
+    """Build the missing parts, each in a child process, all at once; say which, and how
+    long each took (INFO, shown: ``_progress_shown``). The children's output is kept, and
+    logged at DEBUG level; a failure raises CalledProcessError (or TimeoutExpired) with it."""
+    names = module_names()
+    with _progress_shown():
+        log.info("compiling the fast kernels for this CPU, once (about a minute): %d modules "
+                 "into %s", len(parts), directory)
+        started = time.perf_counter()
+        env = dict(os.environ)
+        root = str(HERE.parent.parent)                 # the directory holding layers/
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [root, env.get("PYTHONPATH")]))
+        # an empty numba cache of their own: numba would reuse a kernel's code compiled before
+        # an edit to a file it calls (binding._stale_with_any_source)
+        numba_cache = tempfile.TemporaryDirectory(dir=directory, prefix="numba_cache_")
+        env["NUMBA_CACHE_DIR"] = numba_cache.name
+        running: dict[int, tuple[subprocess.Popen, object]] = {}
+        try:
+            for part in parts:
+                # the output goes to a file, not a pipe: a pipe nobody reads while waiting
+                # would fill up and stall a talkative child
+                output = tempfile.TemporaryFile("w+", dir=directory, prefix="build_output_")
+                # run from the root too: ``-m`` puts the working directory first on the path,
+                # and a ``layers`` package there (another checkout) would be compiled instead
+                running[part] = (subprocess.Popen(_child_command(directory, part), env=env,
+                                                  cwd=root, stdout=output,
+                                                  stderr=subprocess.STDOUT, text=True), output)
+            deadline, still = started + BUILD_TIMEOUT, started + STILL
+            while running:
+                for part, (child, output) in list(running.items()):
+                    if child.poll() is None:
+                        continue
+                    del running[part]
+                    output.seek(0)
+                    said = output.read()
+                    output.close()
+                    if said.strip():
+                        log.debug("%s's build said:\n%s", names[part], said.rstrip())
+                    if child.returncode != 0:
+                        raise subprocess.CalledProcessError(child.returncode, child.args,
+                                                            output=said)
+                    done = len(parts) - len(running)
+                    log.info("built fast kernels %d/%d: %s (%s) in %.0f s%s", done, len(parts),
+                             names[part], _contents(part), time.perf_counter() - started,
+                             f"; {len(running)} left" if running else "")
+                if running:
+                    if time.perf_counter() > still:
+                        still += STILL
+                        log.info("... %d of %d modules still compiling, %.0f s so far",
+                                 len(running), len(parts), time.perf_counter() - started)
+                    if time.perf_counter() > deadline:
+                        raise subprocess.TimeoutExpired(running[next(iter(running))][0].args,
+                                                        BUILD_TIMEOUT)
+                    time.sleep(0.1)
+        finally:
+            for child, output in running.values():     # stopped: a compiler that hangs,
+                if child.poll() is None:               # or the others after a failure
+                    child.kill()
                 child.wait()
-        numba_cache.cleanup()
-    if failed is not None:
-        raise failed
-    log.info("compiled the fast kernels in %.1f s into %s", time.perf_counter() - started,
-             directory)
+                output.close()
+            numba_cache.cleanup()
+        log.info("compiled the fast kernels in %.0f s into %s", time.perf_counter() - started,
+                 directory)
+
+
+def _child_command(directory: Path, part: int) -> list[str]:
+    """The command of the child process that builds part ``part`` into ``directory``."""
+    return [sys.executable, "-m", "layers.fast.aot", "--part", str(part), "--into",
+            str(directory)]
+
+
+def _contents(part: int) -> str:
+    """Part ``part``'s kernels, the first few by name: "max_pool2d, depthwise, ... 10"."""
+    kernels = [k.name for k in kernels_of_part(part)]
+    if len(kernels) <= 3:
+        return ", ".join(kernels)
+    return f"{', '.join(kernels[:3])}, ... {len(kernels)} kernels"
+
+
+@contextlib.contextmanager
+def _progress_shown():
+    """Inside, this module's INFO lines reach stderr unless a level was chosen for them: on
+    this logger or a parent below the root (``layers.fast``, ``layers``). A level set only
+    on the root (logging.basicConfig(level=WARNING), as a command line does without -v) is
+    passed over: the build is a minute long and happens once. Through the handlers already
+    there, if any; else through one of its own for that time."""
+    chosen = log
+    while chosen.parent is not None and chosen.level == logging.NOTSET:
+        chosen = chosen.parent
+    if chosen.parent is not None or log.isEnabledFor(logging.INFO):
+        yield                                     # a level chosen below the root, or INFO on
+        return
+    handler = None
+    if not log.hasHandlers():
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(message)s"))
+        log.addHandler(handler)
+    log.setLevel(logging.INFO)
+    try:
+        yield
+    finally:
+        log.setLevel(logging.NOTSET)
+        if handler is not None:
+            log.removeHandler(handler)
 
 
 def _remove_stale(directory: Path, names: list[str]) -> None:
@@ -260,11 +414,37 @@ def _writable(directory: Path) -> bool:
     return os.access(probe, os.W_OK)
 
 
+def main(argv: list[str] | None = None) -> int:
+    """``python -m layers.fast.aot``: build the modules now (see ``--help``)."""
+    parser = argparse.ArgumentParser(
+        prog="python -m layers.fast.aot",
+        description="Compile the fast kernels (numba code) for this CPU into extension "
+                    "modules now, as the first RuntimeGraph.build() would: about a minute, "
+                    "once per machine and source version; later processes import them "
+                    "without numba. Nothing is done if they are there already.",
+        epilog=f"The modules are kept in {cache_dir()} ($NUMBA_CACHE_DIR/pnnx_infer when "
+               "NUMBA_CACHE_DIR is set, else layers/fast/__pycache__ if writable, else "
+               "~/.cache/pnnx-infer). PNNX_INFER_KERNELS=jit has numba compile the kernels "
+               "just in time instead (no modules; for working on a kernel); so does a "
+               "machine without a C compiler. PNNX_INFER_LANES=8 or 16 sets the register "
+               "tiles' width (default: the CPU's vectors).")
+    parser.add_argument("-v", "--verbose", action="store_true",
+                        help="also show the compiler's output")
+    parser.add_argument("--part", type=int, help=argparse.SUPPRESS)     # a child: build
+    parser.add_argument("--into", type=Path, help=argparse.SUPPRESS)    # this part there
+    args = parser.parse_args(argv)
+    if args.part is not None:
+        build(args.into, args.part)
+        return 0
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
+                        format="%(message)s")
+    kernels = load_or_build()
+    if kernels is None:
+        print("not built: see above", file=sys.stderr)
+        return 1
+    print(f"{len(vars(kernels))} kernels in {cache_dir()}")
+    return 0
+
+
 if __name__ == "__main__":
-    if len(sys.argv) == 3:                         # a child: build one part
-        build(Path(sys.argv[1]), int(sys.argv[2]))
-    else:
-        logging.basicConfig(level=logging.INFO, format="%(message)s")
-        kernels = load_or_build()
-        print("not built: see the warning above" if kernels is None else
-              f"{len(vars(kernels))} kernels in {cache_dir()}")
+    sys.exit(main())

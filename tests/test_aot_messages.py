@@ -1,0 +1,179 @@
+"""What the ahead-of-time build of the fast kernels says (layers/fast/aot.py): its progress
+at INFO level, shown even where logging is left at WARNING; one short warning, no
+traceback, where it cannot build (no C compiler, no setuptools, a failed build), and the
+compiler's output at DEBUG level only; ``python -m layers.fast.aot --help``."""
+
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from layers.fast import aot
+
+REPO = Path(__file__).resolve().parent.parent
+
+NUMBA_SAYS = """Traceback (most recent call last):
+  File "numba/pycc/platform.py", line 84, in __init__
+    self._raise_external_compiler_error()
+RuntimeError: Attempted to compile AOT function without the compiler used by `numpy.distutils`
+present. If using conda try:
+
+#> conda install gcc_linux-64 gxx_linux-64
+"""
+
+
+def quiet_child(code: str):
+    """A stand-in for the child that builds a part: runs ``code`` (part in sys.argv[1])."""
+    return lambda directory, part: [sys.executable, "-c", code, str(part)]
+
+
+def run_python(script: str, env: dict | None = None, **options) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(script)], cwd=REPO, text=True,
+                          capture_output=True, timeout=300,
+                          env={**os.environ, "PYTHONPATH": str(REPO), **(env or {})}, **options)
+
+
+def test_the_build_says_which_module_is_done_how_long_it_took_and_how_many_are_left(
+        monkeypatch, tmp_path, caplog):
+    monkeypatch.setattr(aot, "_child_command", quiet_child(
+        "import sys, time; time.sleep(0.5 * int(sys.argv[1]))"))
+    caplog.set_level(logging.INFO, logger="layers.fast.aot")
+    aot._build_in_children(tmp_path, [0, 1, 2])
+    lines = [r.getMessage() for r in caplog.records]
+    assert all(r.levelno == logging.INFO for r in caplog.records)
+    assert lines[0].startswith("compiling the fast kernels for this CPU, once (about a minute)")
+    names = aot.module_names()
+    for done, part in enumerate((0, 1, 2), 1):             # they end in this order here
+        assert lines[done].startswith(f"built fast kernels {done}/3: {names[part]} (")
+        assert lines[done].endswith(" left" if done < 3 else " s")
+    assert lines[1].endswith("; 2 left") and "max_pool2d, depthwise" in lines[2]
+    assert lines[-1].startswith("compiled the fast kernels in ")
+
+
+SHOW_PROGRESS = """
+import logging, sys
+from pathlib import Path
+from layers.fast import aot
+{setup}
+aot._child_command = lambda directory, part: [sys.executable, "-c", "pass"]
+aot._build_in_children(Path({directory!r}), [0, 1])
+"""
+
+
+@pytest.mark.parametrize("setup, shown", [
+    ("", "built fast kernels 2/2: "),                        # logging never configured
+    ("logging.basicConfig(level=logging.WARNING, format='%(levelname)s %(name)s: %(message)s')",
+     "INFO layers.fast.aot: built fast kernels 2/2: "),       # python -m infer classify
+    ("logging.basicConfig(); logging.getLogger('layers.fast').setLevel(logging.WARNING)",
+     None),                                                  # silenced on purpose
+])
+def test_the_progress_reaches_stderr_unless_a_level_is_chosen_for_it(tmp_path, setup, shown):
+    done = run_python(SHOW_PROGRESS.format(setup=setup, directory=str(tmp_path)), check=True)
+    if shown is None:
+        assert done.stderr == ""
+    else:
+        assert shown in done.stderr and done.stderr.count("built fast kernels") == 2
+        assert "WARNING" not in done.stderr
+
+
+def test_without_a_c_compiler_one_short_warning_says_what_to_install(monkeypatch, tmp_path,
+                                                                      caplog):
+    monkeypatch.setenv("NUMBA_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(aot, "c_compiler", lambda: None)
+
+    def never(directory, parts):
+        raise AssertionError("no build is tried without a compiler")
+
+    monkeypatch.setattr(aot, "_build_in_children", never)
+    assert aot.load_or_build() is None
+    (record,) = caplog.records
+    assert record.levelno == logging.WARNING
+    message = record.getMessage()
+    assert "no C compiler" in message and "just in time" in message
+    assert "the same results" in message and "apt-get install gcc" in message
+
+
+def test_without_setuptools_the_warning_says_pip_install_setuptools(monkeypatch, tmp_path,
+                                                                    caplog):
+    monkeypatch.setenv("NUMBA_CACHE_DIR", str(tmp_path))
+    find_spec = aot.importlib.util.find_spec
+    monkeypatch.setattr(aot.importlib.util, "find_spec",
+                        lambda name, *a: None if name == "setuptools" else find_spec(name, *a))
+    assert aot.load_or_build() is None
+    (record,) = caplog.records
+    assert "pip install setuptools" in record.getMessage()
+
+
+def test_a_failed_build_warns_in_one_line_and_keeps_the_traceback_for_debug(monkeypatch,
+                                                                            tmp_path, caplog):
+    """numba's traceback and conda advice are logged at DEBUG level, not shown."""
+    monkeypatch.setenv("NUMBA_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(aot, "_missing_tool", lambda: None)
+    monkeypatch.setattr(aot, "_child_command", quiet_child(
+        f"import sys; print({NUMBA_SAYS!r}, file=sys.stderr); sys.exit(1)"))
+    caplog.set_level(logging.DEBUG, logger="layers.fast.aot")
+    assert aot.load_or_build() is None
+    (warning,) = [r for r in caplog.records if r.levelno >= logging.WARNING]
+    message = warning.getMessage()
+    assert "\n" not in message and "Traceback" not in message and "conda" not in message
+    assert "C compiler does not work" in message and "apt-get install gcc g++" in message
+    assert "python -m layers.fast.aot -v" in message
+    assert any("conda install gcc_linux-64" in r.getMessage() for r in caplog.records
+               if r.levelno == logging.DEBUG)
+    assert not list((tmp_path / "pnnx_infer").glob("*.so"))
+
+
+def test_a_machine_without_a_compiler_runs_just_in_time_after_two_lines_at_most(tmp_path):
+    """A fresh process, PATH without cc/gcc, an empty cache: the kernels are compiled just in
+    time, and what it says is one short warning, no traceback."""
+    empty = tmp_path / "bin"
+    empty.mkdir()
+    env = {"PATH": str(empty), "NUMBA_CACHE_DIR": str(tmp_path / "cache"), "CC": ""}
+    done = run_python("from layers.fast import backend; print(backend.start())", env=env,
+                      check=True)
+    assert done.stdout.strip() == "jit"
+    assert len(done.stderr.strip().splitlines()) <= 2, done.stderr
+    assert "no C compiler" in done.stderr and "apt-get install gcc" in done.stderr
+    assert "Traceback" not in done.stderr and "conda" not in done.stderr
+
+
+def test_a_compiler_that_does_not_work_gives_the_same_short_warning(tmp_path):
+    """The compiler is there (CC), but fails: numba's own error in the children (a
+    traceback and conda advice) is not shown, one warning is."""
+    cc = tmp_path / "cc"
+    cc.write_text("#!/bin/sh\nexit 1\n")
+    cc.chmod(0o755)
+    env = {"CC": str(cc), "NUMBA_CACHE_DIR": str(tmp_path / "cache")}
+    done = run_python("from layers.fast import backend; print(backend.start())", env=env,
+                      check=True)
+    assert done.stdout.strip() == "jit"
+    (warning,) = [line for line in done.stderr.splitlines() if "just in time" in line]
+    assert "C compiler does not work" in warning and "apt-get install gcc g++" in warning
+    assert len(done.stderr.strip().splitlines()) <= 2, done.stderr
+    assert "Traceback" not in done.stderr and "conda" not in done.stderr
+
+
+def test_python_m_aot_help_says_what_it_does_and_where_without_a_runpy_warning():
+    done = subprocess.run([sys.executable, "-m", "layers.fast.aot", "--help"], cwd=REPO,
+                          capture_output=True, text=True, check=True, timeout=120)
+    assert done.stderr == ""                  # no "found in sys.modules after import of package"
+    help_text = " ".join(done.stdout.split())
+    assert help_text.startswith("usage: python -m layers.fast.aot")
+    assert "PNNX_INFER_KERNELS=jit" in help_text and "NUMBA_CACHE_DIR" in help_text
+    assert str(aot.cache_dir()) in done.stdout.replace("\n", "")
+    refused = subprocess.run([sys.executable, "-m", "layers.fast.aot", "--nonsense"], cwd=REPO,
+                             capture_output=True, text=True, timeout=120)
+    assert refused.returncode == 2 and "unrecognized arguments" in refused.stderr
+
+
+def test_importing_the_package_does_not_import_the_builder():
+    """Else ``python -m layers.fast.aot`` would run a second copy of it (runpy's warning)."""
+    done = run_python("import sys, layers.fast, infer; "
+                      "print('layers.fast.aot' in sys.modules)", check=True)
+    assert done.stdout.strip() == "False"
