@@ -24,10 +24,10 @@ from typing import Iterator, Sequence
 
 import numpy as np
 
+from model_file import MODEL_DIR
 from parser.errors import ImageError, InferError
 from infer.graph import RuntimeGraph
 
-MODEL_DIR = Path(__file__).resolve().parent.parent / "model_file"
 DEFAULT_MODEL = "efficientnet_lite0"
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
