@@ -167,6 +167,8 @@ def torch_values_from_module(module, graph: "RuntimeGraph", inputs: Sequence[np.
              if op.output_of or not op.fused}
     handles = [sub.register_forward_hook(hook_for(twins[name]))
                for name, sub in module.named_modules() if name and name in twins]
+    conv_bn: list[Any] = []                           # outputs of conv -> batch norm pairs
+    handles += _watch_conv_bn(module, conv_bn)
     try:
         tensors = [torch.from_numpy(np.array(x)) for x in inputs]
         with torch.no_grad():
@@ -174,11 +176,53 @@ def torch_values_from_module(module, graph: "RuntimeGraph", inputs: Sequence[np.
     finally:
         for handle in handles:
             handle.remove()
+    _name_folded_conv_bn(graph, conv_bn, recorded)
     for op, x in zip(graph.input_operators, inputs):
         recorded[op.outputs[0].name] = np.asarray(x)
     for operand, value in zip(graph.output_operands, _flatten(outputs)):
         recorded[operand.name] = value.detach().cpu().numpy()
     return recorded
+
+
+def _watch_conv_bn(module: Any, pairs: list[Any]) -> list[Any]:
+    """Hooks that append to ``pairs``, in the order torch runs them, the output of every
+    BatchNorm2d whose input is the output of the Conv2d that ran just before it."""
+    import torch
+
+    last: list[Any] = [None]
+
+    def after_conv(_module: Any, _args: Any, output: Any) -> None:
+        last[0] = output
+
+    def after_bn(_module: Any, args: Any, output: Any) -> None:
+        if args and last[0] is not None and args[0] is last[0]:
+            pairs.append(output)
+        last[0] = None
+
+    handles = []
+    for sub in module.modules():
+        if isinstance(sub, torch.nn.Conv2d):
+            handles.append(sub.register_forward_hook(after_conv))
+        elif isinstance(sub, torch.nn.BatchNorm2d):
+            handles.append(sub.register_forward_hook(after_bn))
+    return handles
+
+
+def _name_folded_conv_bn(graph: "RuntimeGraph", pairs: list[Any],
+                         recorded: dict[str, np.ndarray]) -> None:
+    """pnnx folds a Conv2d and the BatchNorm2d after it into ``convbn2d_<k>``, numbered in the
+    order the trace runs them, a name torch's module does not have: its torch value is the
+    k-th conv -> batch norm output. Used only when the counts agree (else the pairing would
+    be a guess), and for operators that nothing was fused into after (their output is still
+    the batch norm's)."""
+    folded = sorted((op for op in graph.operators if re.fullmatch(r"convbn2d_\d+", op.name)),
+                    key=lambda op: int(op.name.rsplit("_", 1)[1]))
+    if not folded or len(folded) != len(pairs):
+        return
+    for op, value in zip(folded, pairs):
+        name = op.outputs[0].name
+        if op.output_of is None and name not in recorded:
+            recorded[name] = value.detach().cpu().clone().numpy()
 
 
 def _flatten(value) -> list:
