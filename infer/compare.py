@@ -196,7 +196,7 @@ def _watch_conv_bn(module: Any, pairs: list[Any]) -> list[Any]:
 
     def after_bn(_module: Any, args: Any, output: Any) -> None:
         if args and last[0] is not None and args[0] is last[0]:
-            pairs.append(output)
+            pairs.append(output.detach().clone())     # before an in-place ReLU changes it
         last[0] = None
 
     handles = []
@@ -222,7 +222,7 @@ def _name_folded_conv_bn(graph: "RuntimeGraph", pairs: list[Any],
     for op, value in zip(folded, pairs):
         name = op.outputs[0].name
         if op.output_of is None and name not in recorded:
-            recorded[name] = value.detach().cpu().clone().numpy()
+            recorded[name] = value.cpu().numpy()         # cloned when it was recorded
 
 
 def _flatten(value) -> list:
