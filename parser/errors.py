@@ -20,7 +20,7 @@ Errors raised inside a layer are re-raised by the graph with the operator attach
 (``err.operator`` holds ``"type name"``), so the message always says where it happened.
 Users import them from the package: ``from infer import InferError, ShapeError``; catching
 InferError catches everything the runtime refuses on purpose (a bare KeyError, IndexError,
-UnicodeDecodeError, struct.error or zipfile error escaping is a bug: tests/test_fuzz.py).
+UnicodeDecodeError, struct.error or zipfile error escaping is a bug: tests/robustness/test_fuzz.py).
 """
 
 from __future__ import annotations

@@ -1,26 +1,29 @@
-"""Shared fixtures: write hand-made pnnx files, and export torch modules with pnnx."""
+"""Fixtures and hooks for every test folder: each test's own random data, the slow and torch
+markers, and pnnx exports of torch modules. What tests import (REPO, write_pnnx, ...) is in
+support.py; the layer helper (check_layer) in helpers.py."""
 
 from __future__ import annotations
 
 import sys
-import zipfile
 import zlib
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-REPO = Path(__file__).resolve().parent.parent
-
 
 @pytest.fixture(autouse=True)
 def _random_data_of_its_own(request):
     """Each test draws its random data (``helpers.rand``) from a generator seeded by its own
     name, so its data does not depend on which tests ran before it: a failure repeats when
-    the test runs alone, and adding a test changes no other test's data."""
+    the test runs alone, and adding a test changes no other test's data. The name is the
+    node id without its folders (``test_x.py::test_y[case]``; basenames are unique), so moving
+    a file to another folder changes no data either."""
     helpers = sys.modules.get("helpers")      # imported by the tests that use it (and torch)
     if helpers is not None:
-        helpers._rng = np.random.default_rng(zlib.crc32(request.node.nodeid.encode()))
+        path, _, rest = request.node.nodeid.partition("::")
+        name = f"{path.rsplit('/', 1)[-1]}::{rest}"
+        helpers._rng = np.random.default_rng(zlib.crc32(name.encode()))
 
 
 # The quick tier (`python -m pytest -m "not slow"`) leaves these out: whole models, zoos and
@@ -44,21 +47,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                 value is sys.modules["torch"] or getattr(value, "__module__", "") == "torch"
                 for value in vars(module).values()):
             item.add_marker(pytest.mark.torch)
-
-
-def write_pnnx(folder: Path, param_text: str, weights: dict[str, np.ndarray] | None = None,
-               name: str = "model") -> tuple[Path, Path]:
-    """Write ``name.pnnx.param`` (the text, dedented lines) and a store-only ``name.pnnx.bin``
-    holding ``weights`` (entry name -> array), as pnnx does."""
-    folder.mkdir(parents=True, exist_ok=True)
-    param = folder / f"{name}.pnnx.param"
-    lines = [line.strip() for line in param_text.strip().splitlines()]
-    param.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    binary = folder / f"{name}.pnnx.bin"
-    with zipfile.ZipFile(binary, "w", compression=zipfile.ZIP_STORED) as archive:
-        for entry, array in (weights or {}).items():
-            archive.writestr(entry, np.ascontiguousarray(array).tobytes())
-    return param, binary
 
 
 @pytest.fixture(scope="session")

@@ -1,20 +1,52 @@
-"""Helpers of the robustness tests: write a model from its operator lines, expect an error.
+"""What the tests share, torch-free (layer tests use helpers.py, which needs torch): the
+repository root, and hand-made pnnx files, written whole or from their operator lines.
 
+    param, binary = write_pnnx(tmp_path, param_text, {"conv.weight": w})
     param, binary = write_model(tmp_path, "pnnx.Input in0 0 1 0 #0=(1,3)f32", ...)
     error = expect_error(ParamFileError, RuntimeGraph(param, binary).build)
+
+Tests import it as ``support`` (pytest puts tests/, the folder of conftest.py, on sys.path);
+conftest.py keeps only fixtures and hooks.
 """
 
 from __future__ import annotations
 
+import zipfile
 from pathlib import Path
 from typing import Callable
 
 import numpy as np
 import pytest
 
-from infer import InferError
-from tests.conftest import write_pnnx
+from parser.errors import InferError
 
+REPO = Path(__file__).resolve().parent.parent          # the repository: tests/ is one level in
+assert (REPO / "pyproject.toml").is_file(), f"not the repository root: {REPO}"
+
+
+def case_id(value: object) -> str | None:
+    """A parametrized case's id: ``str(value)``, but pytest's own name for a function (its
+    repr holds a memory address, and a test id must be the same in every run: it seeds the
+    test's random data and names it for ``pytest -k`` and for --lf)."""
+    return None if callable(value) else str(value)
+
+
+def write_pnnx(folder: Path, param_text: str, weights: dict[str, np.ndarray] | None = None,
+               name: str = "model") -> tuple[Path, Path]:
+    """Write ``name.pnnx.param`` (the text, dedented lines) and a store-only ``name.pnnx.bin``
+    holding ``weights`` (entry name -> array), as pnnx does."""
+    folder.mkdir(parents=True, exist_ok=True)
+    param = folder / f"{name}.pnnx.param"
+    lines = [line.strip() for line in param_text.strip().splitlines()]
+    param.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    binary = folder / f"{name}.pnnx.bin"
+    with zipfile.ZipFile(binary, "w", compression=zipfile.ZIP_STORED) as archive:
+        for entry, array in (weights or {}).items():
+            archive.writestr(entry, np.ascontiguousarray(array).tobytes())
+    return param, binary
+
+
+# ----- a model from its operator lines, and the error it must raise ---------------------------
 
 def header(lines: list[str]) -> str:
     """'operator_count operand_count' for these operator lines, as pnnx writes line 2."""

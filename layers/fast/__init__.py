@@ -24,7 +24,7 @@
     aot.py         the kernels compiled ahead of time into extension modules, once per machine
     backend.py     start(): the choice between the compiled modules and the JIT
 
-No module imports one that imports it back (tests/test_imports.py). The kernel modules
+No module imports one that imports it back (tests/runtime/test_imports.py). The kernel modules
 import the declarations from kernel.py, not backend.py, and read the helper team from
 team.py, not workers.py (which imports them, through jobs.py); simd.py and aot.py read the
 CPU from cpu.py; binding.py finds the kernel modules on disk and imports them by name; aot.py

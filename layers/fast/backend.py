@@ -19,7 +19,7 @@ ends:
   compiler, or a numba without pycc).
 
 Both run the same code: numba compiles the same functions with the same options (fastmath,
-nogil) either way, and tests/test_kernel_backends.py checks that they agree bit for bit.
+nogil) either way, and tests/fast/test_kernel_backends.py checks that they agree bit for bit.
 This module is the top of the kernels' machinery: it imports kernel.py, binding.py and
 aot.py, and only the package, the fast layers and their users (workers.py, infer) import it.
 """

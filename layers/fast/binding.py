@@ -7,7 +7,7 @@
 
 The kernel modules (every module with a line that starts with ``@kernel`` or ``@intrinsic``,
 layers/fast/kernel.py) are listed once, in ``import_kernel_modules``; a new kernel module
-joins that list (tests/test_algorithms.py checks that none is missing). They import
+joins that list (tests/fast/test_algorithms.py checks that none is missing). They import
 kernel.py, below this module, never this one. Both back ends bind through here: backend.py
 (which chooses one) and aot.py (whose builder compiles the numba functions that ``use_jit``
 binds).

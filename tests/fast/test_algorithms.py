@@ -7,7 +7,6 @@ from __future__ import annotations
 import itertools
 import subprocess
 import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -19,6 +18,7 @@ from layers.fast.algorithms import (WINOGRAD_F2_LARGE, WINOGRAD_F2_LARGE_MIN_TIL
 from layers.fast.conv import PackedConv2d
 from layers.fast.depthwise import uses_channels_last
 from layers.fast.pointwise_transposed import transposed_pays
+from support import REPO
 
 
 def weight_of(shape):
@@ -176,6 +176,6 @@ def test_every_module_that_declares_kernels_is_imported_by_the_binding():
             "print(sorted(set(binding.kernel_module_names()) - "
             "{m.rsplit('.', 1)[-1] for m in sys.modules if m.startswith('layers.fast.')}))")
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         cwd=Path(__file__).resolve().parent.parent, timeout=120)
+                         cwd=REPO, timeout=120)
     assert run.returncode == 0, run.stderr
     assert run.stdout.strip() == "[]"

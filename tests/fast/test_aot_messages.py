@@ -10,13 +10,11 @@ import os
 import subprocess
 import sys
 import textwrap
-from pathlib import Path
 
 import pytest
 
 from layers.fast import aot
-
-REPO = Path(__file__).resolve().parent.parent
+from support import REPO
 
 NUMBA_SAYS = """Traceback (most recent call last):
   File "numba/pycc/platform.py", line 84, in __init__

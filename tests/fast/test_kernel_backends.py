@@ -2,7 +2,7 @@
 ahead of time (the default: an extension module, no numba in the process) and just in time
 (numba.njit). Each exported kernel is run both ways on the same inputs, through the public
 functions that call it, and must agree bit for bit; both are also checked against the numpy
-references and torch in tests/test_fast_kernels.py, which runs whichever back end is bound."""
+references and torch in tests/fast/test_fast_kernels.py, which runs whichever back end is bound."""
 
 from __future__ import annotations
 
@@ -25,8 +25,8 @@ from layers.fast.pool import max_pool2d
 from layers.fast.winograd import pack_winograd_weight, winograd_conv2d
 from layers.fast.winograd_f2 import pack_winograd_f2_weight, winograd_f2_conv2d
 from parser.errors import InferError
+from support import REPO
 
-REPO = Path(__file__).resolve().parent.parent
 LITE0 = REPO / "model_file" / "efficientnet_lite0" / "efficientnet_lite0.pnnx.param"
 
 aot_only = pytest.mark.skipif(backend.start() != "aot",

@@ -224,11 +224,10 @@ def test_a_model_gives_the_same_logits_with_or_without_helpers(batch, shared):
     """EfficientNet-Lite0 (depthwise, 1x1 and strided convolutions, the classifier) on a
     team of two and on one thread: bit for bit the same, so a forward's result does not
     depend on whether it got the helpers."""
-    from pathlib import Path
-
     from infer import RuntimeGraph
+    from support import REPO
 
-    param = (Path(__file__).resolve().parent.parent / "model_file" / "efficientnet_lite0"
+    param = (REPO / "model_file" / "efficientnet_lite0"
              / "efficientnet_lite0.pnnx.param")
     graph = RuntimeGraph(param).build()
     x = np.random.default_rng(batch).standard_normal((batch, 3, 224, 224), dtype=np.float32)

@@ -9,6 +9,7 @@ import torch
 from torch import nn
 
 from helpers import check_layer, make_layer, rand
+from support import case_id
 from layers import LayerRegisterer
 from layers import create as create_layers
 from parser.errors import LayerError, ShapeError
@@ -21,7 +22,7 @@ from parser.errors import LayerError, ShapeError
     ("Tensor.fill", {"value": 2}, lambda t: t.clone().fill_(2)),
     ("Tensor.new_zeros", {"dtype": None, "size": (2, 3)}, lambda t: t.new_zeros((2, 3))),
     ("Tensor.new_ones", {"dtype": None, "size": (4,)}, lambda t: t.new_ones((4,))),
-], ids=str)
+], ids=case_id)
 def test_like_forms_match_torch(type_name, params, torch_fn):
     check_layer(type_name, torch_fn, [(2, 3, 5)], params)
 
@@ -42,7 +43,7 @@ def test_empty_like_and_new_empty_give_zeros_of_the_right_shape():
     ("torch.full", {"size": (1, 2), "fill_value": True}, lambda: torch.full((1, 2), True)),
     ("torch.zeros_like", {"dtype": "torch.long"}, None),
     ("torch.full_like", {"dtype": "torch.bool", "fill_value": 1}, None),
-], ids=str)
+], ids=case_id)
 def test_shapes_values_and_dtypes_match_torch(type_name, params, torch_fn):
     layer = make_layer(type_name, params)
     x = rand(2, 3)

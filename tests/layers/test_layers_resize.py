@@ -9,6 +9,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from helpers import check_export, check_layer, make_layer, rand
+from support import case_id
 from layers import LayerRegisterer
 from layers import resize as resize_layers
 from parser.errors import LayerError, ShapeError
@@ -91,7 +92,7 @@ def test_recompute_scale_factor_uses_the_sizes():
     ("F.upsample_nearest", lambda t: F.upsample_nearest(t, scale_factor=3),
      {"scale_factor": (3.0, 3.0)}),
     ("F.upsample_bilinear", lambda t: F.upsample_bilinear(t, size=(3, 4)), {"size": (3, 4)}),
-], ids=str)
+], ids=case_id)
 @pytest.mark.filterwarnings("ignore:`nn.functional.upsample")
 def test_upsample_modules_and_old_names_match_torch(type_name, module, params):
     check_layer(type_name, module, [(2, 3, 4, 6)], params)

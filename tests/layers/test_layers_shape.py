@@ -8,6 +8,7 @@ import torch
 from torch import nn
 
 from helpers import check_export, check_layer, make_layer, rand
+from support import case_id
 from layers import LayerRegisterer
 from layers import shape as shape_layers
 from parser.errors import LayerError, ShapeError
@@ -118,7 +119,7 @@ def test_transpose_matches_torch(dim0, dim1):
     ("torch.t", torch.t, [(3, 5), (4,)]),
     ("aten::numpy_T", lambda t: t.permute(*reversed(range(t.dim()))), [(3, 5), (2, 3, 4)]),
     ("aten::mT", lambda t: t.mT, [(3, 5), (2, 3, 4)]),
-], ids=str)
+], ids=case_id)
 def test_matrix_transposes_match_torch(type_name, torch_fn, shapes):
     for shape in shapes:
         check_layer(type_name, torch_fn, [shape])

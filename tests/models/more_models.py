@@ -1,8 +1,9 @@
 """Small but faithful instances of architectures people bring (not the shipped ones), for
-tests/test_models_more.py: seeded random weights, narrow layers, small inputs.
+test_models_more.py beside it: seeded random weights, narrow layers, small inputs.
 
     MODELS[name] = (model class, input shapes)
 """
+# torch models written densely, one module a few lines, as in the papers' reference code
 
 from __future__ import annotations
 

@@ -10,7 +10,7 @@ import torch
 from infer import RuntimeGraph
 from infer.classify import ImageClassifier, read_image
 from infer.export import efficientnet_lite0, resnet18
-from tests.conftest import REPO
+from support import REPO
 
 CAT_CLASSES = {"tabby", "tiger cat", "Persian cat", "Siamese cat", "Egyptian cat"}
 COFFEE_CLASSES = {"espresso", "cup", "coffee mug"}

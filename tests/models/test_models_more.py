@@ -1,4 +1,4 @@
-"""Architectures people bring that this project does not ship (tests/more_models.py): each is
+"""Architectures people bring that this project does not ship (more_models.py, beside it): each is
 exported with pnnx once per session (static, and dynamic where the model allows other sizes),
 run by the runtime and compared with torch (|diff| <= 1e-4 + 1e-3 |torch|)."""
 

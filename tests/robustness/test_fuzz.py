@@ -13,7 +13,7 @@ IndexError, UnicodeDecodeError, struct.error, zipfile.BadZipFile, RecursionError
 
 How many cases run: the ``fuzz`` profile (the normal test run, ~20 s in all); for a long run
 
-    PNNX_FUZZ=long python -m pytest tests/test_fuzz.py --hypothesis-show-statistics
+    PNNX_FUZZ=long python -m pytest tests/robustness/test_fuzz.py --hypothesis-show-statistics
 
 (``PNNX_FUZZ_EXAMPLES=N`` sets the examples per test of either profile.)
 """
@@ -36,8 +36,8 @@ from infer import InferError, RuntimeGraph
 from layers.expression import ExpressionLayer
 from parser import PnnxBin, parse_expression, parse_param, to_text
 from parser.errors import ExpressionError, ParamFileError
+from support import REPO
 
-REPO = Path(__file__).resolve().parent.parent
 LITE0 = REPO / "model_file" / "efficientnet_lite0" / "efficientnet_lite0.pnnx"
 
 _COMMON = dict(database=None, print_blob=True,

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from infer import BinFileError, RuntimeGraph
-from tests.robustness import conv_line, conv_weights, expect_error, write_model
+from support import conv_line, conv_weights, expect_error, write_model
 
 LINES = ("pnnx.Input in0 0 1 0 #0=(1,3,6,6)f32", conv_line(), "pnnx.Output out0 1 0 1")
 

@@ -9,7 +9,7 @@ import pytest
 
 from infer import ExpressionError, RuntimeGraph
 from parser.expression import MAX_DEPTH, parse_expression
-from tests.robustness import expect_error, write_model
+from support import expect_error, write_model
 
 
 def build_expression(tmp_path, expr: str) -> RuntimeGraph:

@@ -9,7 +9,7 @@ import pytest
 
 from infer import (GraphError, LayerError, RuntimeGraph, ShapeError,
                    UnsupportedOperatorError)
-from tests.robustness import conv_line, conv_weights, expect_error, write_model
+from support import conv_line, conv_weights, expect_error, write_model
 
 INPUT = "pnnx.Input in0 0 1 0 #0=(1,3,8,8)f32"
 

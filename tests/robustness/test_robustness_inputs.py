@@ -12,7 +12,6 @@ not a numpy array.
 from __future__ import annotations
 
 import warnings
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -20,10 +19,10 @@ import torch
 import torch.nn.functional as F
 
 from infer import RuntimeGraph, ShapeError
-from tests.helpers import make_layer, torch_module
-from tests.robustness import conv_line, conv_weights, expect_error, write_model
+from helpers import make_layer, torch_module
+from support import REPO, conv_line, conv_weights, expect_error, write_model
 
-LITE0 = Path(__file__).resolve().parent.parent / "model_file" / "efficientnet_lite0"
+LITE0 = REPO / "model_file" / "efficientnet_lite0"
 
 
 @pytest.fixture(scope="module")

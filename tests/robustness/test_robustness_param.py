@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from infer import GraphError, ParamFileError, RuntimeGraph, ShapeError
-from tests.robustness import expect_error, model_text, write_model
+from support import expect_error, model_text, write_model
 
 INPUT = "pnnx.Input in0 0 1 0 #0=(1,3,4,4)f32"
 RELU = "nn.ReLU relu 1 1 0 1"

@@ -21,9 +21,8 @@ from threadpoolctl import threadpool_info
 
 from infer import Layer, RuntimeGraph
 from layers.fast import workers
-from tests.robustness import conv_line, conv_weights, write_model
+from support import REPO, conv_line, conv_weights, write_model
 
-REPO = Path(__file__).resolve().parent.parent
 LITE0 = REPO / "model_file" / "efficientnet_lite0" / "efficientnet_lite0.pnnx.param"
 
 

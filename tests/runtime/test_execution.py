@@ -13,8 +13,7 @@ import torch
 import torch.nn.functional as F
 
 from infer import Layer, RuntimeGraph
-from tests.conftest import REPO, write_pnnx
-from tests.robustness import write_model
+from support import REPO, write_model, write_pnnx
 
 CALLS: Counter = Counter()
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -20,10 +19,9 @@ from layers.convolution import Conv2d
 from layers.fast.layers import FastConv2d, FastLinear
 from layers.registry import LayerRegisterer, register_fast_layer
 from parser.errors import RegistryError
-from tests.conftest import write_pnnx
+from support import REPO, write_pnnx
 
-ROOT = Path(__file__).resolve().parent.parent
-LITE0 = ROOT / "model_file" / "efficientnet_lite0" / "efficientnet_lite0.pnnx.param"
+LITE0 = REPO / "model_file" / "efficientnet_lite0" / "efficientnet_lite0.pnnx.param"
 
 # one of each layer that has a fast subclass, and erf (GELU, an expression)
 SMALL = """
@@ -83,7 +81,7 @@ def test_the_reference_floor_runs_without_numba_or_the_fast_backend(small_model,
                                                         (1, 3, 12, 12))]
     out = tmp_path / "reference.npz"
     script = f"CASES = {cases!r}\nOUT = {str(out)!r}\n" + textwrap.dedent(REFERENCE_RUN)
-    run = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True,
+    run = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True,
                          text=True, timeout=300)
     assert run.returncode == 0, run.stderr
     assert "loaded: []" in run.stdout
@@ -97,7 +95,7 @@ def test_the_reference_floor_runs_without_numba_or_the_fast_backend(small_model,
 def test_import_infer_loads_no_fast_module():
     code = ("import sys, infer; print(sorted(m for m in sys.modules "
             "if m.startswith(('layers.fast', 'numba'))))")
-    run = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
+    run = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True,
                          text=True, timeout=120)
     assert run.returncode == 0, run.stderr
     assert run.stdout.strip() == "[]"
@@ -183,7 +181,7 @@ def test_a_global_replacement_of_a_built_in_layer_serves_both_floors(tmp_path):
                "fc.bias": rng.standard_normal(3, dtype=np.float32)}
     param, _ = write_pnnx(tmp_path, text, weights)
     script = f"PARAM = {str(param)!r}\n" + textwrap.dedent(GLOBAL_OVERRIDE)
-    run = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True,
+    run = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True,
                          text=True, timeout=300)
     assert run.returncode == 0, run.stderr
     name, *_, error = run.stdout.split()

@@ -11,7 +11,7 @@ from torch import nn
 
 from infer import RuntimeGraph
 from parser.errors import ShapeError
-from tests.conftest import write_pnnx
+from support import write_pnnx
 
 rng = np.random.default_rng(0)
 

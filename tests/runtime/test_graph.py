@@ -15,7 +15,7 @@ from infer import (GraphError, GraphState, Layer, LayerError, LayerRegisterer, P
                    RegistryError, RuntimeGraph, ShapeError, UnsupportedOperatorError,
                    register_layer)
 from layers.base import as_float
-from tests.conftest import write_pnnx
+from support import write_pnnx
 
 
 class Scale(Layer):

@@ -9,12 +9,13 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from support import REPO
+
 PACKAGES = ("parser", "layers", "infer")
 
 
 def module_name(path: Path) -> str:
-    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    parts = list(path.relative_to(REPO).with_suffix("").parts)
     if parts[-1] == "__init__":
         parts.pop()
     return ".".join(parts)
@@ -22,7 +23,7 @@ def module_name(path: Path) -> str:
 
 def project_modules() -> dict[str, Path]:
     return {module_name(path): path for package in PACKAGES
-            for path in sorted((ROOT / package).rglob("*.py"))}
+            for path in sorted((REPO / package).rglob("*.py"))}
 
 
 def _type_checking_block(node: ast.AST) -> bool:

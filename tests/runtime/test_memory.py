@@ -13,7 +13,7 @@ import torch.nn.functional as F
 
 from infer import Layer, LayerError, RuntimeGraph
 from infer.memory import IN_PLACE, INTO
-from tests.conftest import REPO, write_pnnx
+from support import REPO, write_pnnx
 
 
 class Double(Layer):

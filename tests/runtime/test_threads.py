@@ -13,7 +13,7 @@ from threadpoolctl import threadpool_info
 
 from infer import Layer, RuntimeGraph, threads
 from layers.fast import workers
-from tests.conftest import write_pnnx
+from support import write_pnnx
 
 
 def pool_sizes() -> list[int]:

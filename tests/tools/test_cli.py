@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from tests.conftest import REPO
+from support import REPO
 
 PHOTO = "model_file/images/chelsea.png"
 

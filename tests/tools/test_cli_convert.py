@@ -16,7 +16,7 @@ from infer import RuntimeGraph
 from infer.__main__ import TABLE_BEGIN, TABLE_END, main, operator_table, readme_with_table
 from infer.convert import convert, parse_input_shape, unsupported_types
 from parser.errors import ExportError, InferError
-from tests.conftest import REPO
+from support import REPO
 
 pytestmark = pytest.mark.filterwarnings("ignore::torch.jit.TracerWarning",
                                         "ignore::DeprecationWarning", "ignore::FutureWarning")

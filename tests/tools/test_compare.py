@@ -226,3 +226,28 @@ def test_a_pnnx_python_module_that_is_no_python_is_a_graph_error(tmp_path):
     broken.write_text("class Model(:\n    pass\n")
     with pytest.raises(GraphError, match="not valid Python"):
         torch_values_from_pnnx_py(broken, tmp_path / "x.bin", [])
+
+
+def test_a_bn_folded_model_is_compared_operator_by_operator(pnnx_export):
+    """pnnx folds conv + batch norm into convbn2d_<k>, a name the torch module does not have:
+    the comparison still finds torch's value of every one (the k-th conv -> bn output), also
+    through an in-place ReLU that overwrites the batch norm's output."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(
+        torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.BatchNorm2d(8),
+        torch.nn.Conv2d(8, 8, 3, padding=1), torch.nn.BatchNorm2d(8), torch.nn.ReLU(inplace=True),
+        torch.nn.Conv2d(8, 4, 1), torch.nn.BatchNorm2d(4)).eval()
+    for module in model.modules():
+        if isinstance(module, torch.nn.BatchNorm2d):
+            module.running_mean.normal_()
+            module.running_var.uniform_(0.5, 2.0)
+    param, binary = pnnx_export(model, (torch.randn(1, 3, 8, 8),), "conv_bn")
+    x = np.random.default_rng(0).standard_normal((1, 3, 8, 8), np.float32)
+    for fuse in (False, True):
+        graph = RuntimeGraph(param, binary, fuse=fuse).build()
+        folded = [op for op in graph.operators if op.name.startswith("convbn2d_")]
+        assert len(folded) == 3
+        report = graph.compare_with_torch(x, reference=model)
+        compared = {diff.operand for diff in report.compared}
+        assert report.ok and {op.outputs[0].name for op in folded} <= compared | {
+            op.outputs[0].name for op in folded if op.output_of}, report.table(all=True)

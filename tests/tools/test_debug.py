@@ -439,7 +439,7 @@ def test_inspect_a_fused_operator_by_name(fused):
 def test_an_operator_fused_in_the_middle_has_no_value_and_says_why(tmp_path):
     """conv -> add(@0,@1) -> relu fuses into one operator: the add's own output never exists."""
     from infer import RuntimeGraph
-    from tests.robustness import conv_line, conv_weights, write_model
+    from support import conv_line, conv_weights, write_model
 
     param, binary = write_model(
         tmp_path, "pnnx.Input in0 0 1 0 #0=(1,3,6,6)f32", "pnnx.Input in1 0 1 1 #1=(1,4,4,4)f32",

@@ -10,7 +10,7 @@ import xml.etree.ElementTree as ET
 import numpy as np
 import pytest
 
-from conftest import write_pnnx
+from support import write_pnnx
 from debug_models import INPUT_SHAPE, example_input, small_net
 from infer import GraphError, RuntimeGraph
 from infer.draw import DONE, HIGHLIGHT, _edges

@@ -1,25 +1,53 @@
 """Every teaching notebook runs top to bottom in a clean kernel, with no network.
 
 The notebooks are committed with their outputs (so they read well on a code host); this test
-re-executes each one from scratch, in its own folder, and fails on the first cell that raises.
-Regenerate the stored outputs after a change with:
+re-executes each one from scratch, fails on the first cell that raises, and checks that the
+committed text outputs (not stderr) are what the fresh run printed, numbers with a decimal
+point aside (timings, errors of 1e-7) and temporary paths aside; a cell tagged ``timings`` (a
+table sorted by time) is not compared. Regenerate the stored outputs after a change with
+(``pip install -e ".[test,notebooks]"``):
 
     jupyter nbconvert --to notebook --execute --inplace notebooks/*.ipynb
 """
 
 from __future__ import annotations
 
+import re
+import tempfile
 import time
 from pathlib import Path
 
 import pytest
 
+from support import REPO
+
 nbformat = pytest.importorskip("nbformat")
 nbclient = pytest.importorskip("nbclient")
 
-NOTEBOOK_DIR = Path(__file__).resolve().parent.parent / "notebooks"
+NOTEBOOK_DIR = REPO / "notebooks"
 NOTEBOOKS = sorted(NOTEBOOK_DIR.glob("[0-9][0-9]_*.ipynb"))
 CELL_TIMEOUT = 300          # seconds: a guard against a hung cell, not a speed target
+DECIMAL = re.compile(r"[-+]?(?:\d+\.\d*|\.\d+)(?:[eE][-+]?\d+)?|[-+]?\d+[eE][-+]?\d+")
+TEMPORARY = re.compile(re.escape(tempfile.gettempdir()) + r"/[\w./-]+")
+ADDRESS = re.compile(r"0x[0-9a-fA-F]+")
+
+
+def shown(notebook) -> list[tuple[int, str]]:
+    """(cell index, text it printed) for the code cells not tagged ``timings``, with decimal
+    numbers, temporary paths, addresses and runs of spaces made alike."""
+    texts = []
+    for index, cell in enumerate(notebook.cells):
+        if cell.cell_type != "code" or "timings" in cell.metadata.get("tags", []):
+            continue
+        parts = []
+        for output in cell.outputs:
+            if output.output_type == "stream" and output.name == "stdout":
+                parts.append(output.text)       # not stderr: a first run's build messages
+            elif output.output_type in ("execute_result", "display_data"):
+                parts.append(output.get("data", {}).get("text/plain", ""))
+        text = ADDRESS.sub("0x?", TEMPORARY.sub("<tmp>", DECIMAL.sub("#", "".join(parts))))
+        texts.append((index, re.sub(r"[ \t]+", " ", text)))
+    return texts
 
 
 def test_the_notebooks_are_there_in_teaching_order():
@@ -29,6 +57,7 @@ def test_the_notebooks_are_there_in_teaching_order():
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
 def test_notebook_runs_from_a_clean_kernel(path: Path):
+    committed = shown(nbformat.read(path, as_version=4))
     notebook = nbformat.read(path, as_version=4)
     client = nbclient.NotebookClient(notebook, timeout=CELL_TIMEOUT, kernel_name="python3",
                                      resources={"metadata": {"path": str(NOTEBOOK_DIR)}})
@@ -38,6 +67,15 @@ def test_notebook_runs_from_a_clean_kernel(path: Path):
     errors = [output for cell in notebook.cells if cell.cell_type == "code"
               for output in cell.outputs if output.output_type == "error"]
     assert not errors
+    for (index, old), (_, new) in zip(committed, shown(notebook)):
+        old_lines, new_lines = old.splitlines(), new.splitlines()
+        first = next((i for i, (a, b) in enumerate(zip(old_lines, new_lines)) if a != b),
+                     min(len(old_lines), len(new_lines)))
+        assert old == new, (
+            f"{path.name}, cell {index}: the committed output is stale (regenerate: see this "
+            f"file's docstring); line {first}: committed "
+            f"{old_lines[first] if first < len(old_lines) else '<end>'!r}, fresh run "
+            f"{new_lines[first] if first < len(new_lines) else '<end>'!r}")
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
