@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING
 from layers.base import Layer
 from layers.expression import ExpressionLayer
 from layers.padding import PadModule
-from layers.registry import LayerRegisterer
+from layers.registry import LayerRegisterer, is_built_in
 from infer.runtime import RuntimeOperand, RuntimeOperator
 
 if TYPE_CHECKING:
@@ -49,10 +49,11 @@ def fuse(graph: "RuntimeGraph") -> int:
     for op in list(graph.operators):
         if op not in graph.operators:                  # already folded into another
             continue
-        if _is_own(op.layer, "nn.Conv2d"):
+        conv = _is_own(op.layer, "nn.Conv2d")
+        if conv:
             _fold_padding(graph, op, outputs)
             _fold_residual_add(graph, op, outputs)
-        if _is_own(op.layer, "nn.Conv2d") or _is_own(op.layer, "nn.Linear"):
+        if conv or _is_own(op.layer, "nn.Linear"):
             _fold_activation(graph, op, outputs)
     return before - len(graph.operators)
 
@@ -62,7 +63,7 @@ def _is_own(layer: Layer, type_name: str) -> bool:
     custom one (registered on the graph or globally) nor a subclass of it (nn.Conv1d's layer
     subclasses nn.Conv2d's)."""
     registry = LayerRegisterer()
-    return (type(layer).__module__.split(".")[0] == "layers"
+    return (is_built_in(type(layer))
             and type(layer) in (registry.layer_class(type_name),
                                 registry.layer_class(type_name, fast=True)))
 

@@ -56,7 +56,7 @@ class LayerRegisterer:
         built-in reference layer registered for it; a fast name already taken is an error.
         (Where a user has replaced the reference layer, the fast layer is kept but not used.)"""
         reference = self.layer_class(type_name)
-        if not issubclass(layer_class, reference) and _built_in(reference):
+        if not issubclass(layer_class, reference) and is_built_in(reference):
             raise RegistryError(
                 f"fast layer {layer_class.__qualname__} for {type_name!r} must subclass its "
                 f"reference layer {reference.__module__}.{reference.__qualname__}")
@@ -114,7 +114,7 @@ class LayerRegisterer:
         return len(self._creators)
 
 
-def _built_in(layer_class: type["Layer"]) -> bool:
+def is_built_in(layer_class: type["Layer"]) -> bool:
     """A layer of this package (layers/), not one a user registered."""
     return layer_class.__module__.split(".")[0] == "layers"
 
