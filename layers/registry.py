@@ -73,10 +73,6 @@ class LayerRegisterer:
         only while the reference layer registered for it is its base."""
         self._creators.pop(type_name, None)
 
-    def unregister_fast(self, type_name: str) -> None:
-        """Forget the fast layer of ``type_name``; its reference layer serves it again."""
-        self._fast.pop(type_name, None)
-
     def has(self, type_name: str) -> bool:
         return type_name in self._creators
 
