@@ -244,6 +244,26 @@ def _short(value: Any) -> str:
     return repr(value)
 
 
+class FusesActivation:
+    """Mixed into a layer that can apply the elementwise activation after it (infer/fusion.py
+    folds e.g. a ReLU into nn.Conv2d / nn.Linear): the activation layer, which the layer runs
+    in place on its output. ``fused_into`` names the layer in errors."""
+
+    fused_activation: Layer | None = None
+    fused_into: ClassVar[str] = "this layer"
+
+    def can_fuse_activation(self, layer: Layer) -> bool:
+        """Whether ``fuse_activation(layer)`` pays: an elementwise layer that runs in place
+        (a fast subclass narrows this to the activations its kernels apply)."""
+        return layer.support_inplace and layer.one_blob_only and self.fused_activation is None
+
+    def fuse_activation(self, layer: Layer) -> None:
+        """Apply an elementwise in-place activation layer to the output."""
+        if not layer.support_inplace or self.fused_activation is not None:
+            raise LayerError(f"cannot fuse {type(layer).__name__} into {self.fused_into}")
+        self.fused_activation = layer
+
+
 # ----- parameter converters: each checks a raw pnnx value and returns the normalised one -----
 
 def as_int(value: Any) -> int:

@@ -26,8 +26,9 @@ from typing import Any, Callable, Sequence, overload
 import numpy as np
 
 from layers import kernels
-from layers.base import (Layer, Param, Shape, as_bool, as_int, as_str, as_tuple, at_least,
-                         bias_is_an_input, check_bias_flag, expect_shape, split_weight_inputs)
+from layers.base import (FusesActivation, Layer, Param, Shape, as_bool, as_int, as_str,
+                         as_tuple, at_least, bias_is_an_input, check_bias_flag, expect_shape,
+                         split_weight_inputs)
 from layers.kernels import conv_transpose2d_output_shape
 from layers.registry import register_layer
 from parser.errors import LayerError, ShapeError
@@ -174,7 +175,7 @@ class LearnedWeights(Layer):
 
 
 @register_layer("nn.Conv2d")
-class Conv2d(LearnedWeights, _ConvGeometry):
+class Conv2d(FusesActivation, LearnedWeights, _ConvGeometry):
     """2-D convolution (cross-correlation) with learned weights, as ``torch.nn.Conv2d``::
 
         y[n, o] = bias[o] + sum_{c in group(o)} weight[o, c] (*) x_padded[n, c]
@@ -194,7 +195,7 @@ class Conv2d(LearnedWeights, _ConvGeometry):
     # ----- fusion (infer/fusion.py): what this convolution also computes ------------------
     fused_padding: tuple[int, int, int, int] = (0, 0, 0, 0)   # (left, right, top, bottom)
     fused_residual: bool = False         # a second input, added before the activation
-    fused_activation: Layer | None = None
+    fused_into = "this convolution"      # fused_activation: FusesActivation
 
     def fuse_padding(self, left: int, right: int, top: int, bottom: int) -> None:
         """Zero-pad the input first (an nn.ZeroPad2d folded in); needs padding_mode zeros."""
@@ -206,17 +207,6 @@ class Conv2d(LearnedWeights, _ConvGeometry):
     def fuse_residual(self) -> None:
         """Take a second input (N, C_out, Ho, Wo) and add it to the output (a residual add)."""
         self.fused_residual, self.one_blob_only = True, False
-
-    def can_fuse_activation(self, layer: Layer) -> bool:
-        """Whether ``fuse_activation(layer)`` pays: an elementwise layer that runs in place
-        (the fast subclass narrows this to the activations its kernels apply)."""
-        return layer.support_inplace and layer.one_blob_only and self.fused_activation is None
-
-    def fuse_activation(self, layer: Layer) -> None:
-        """Apply an elementwise in-place activation layer to the output."""
-        if not layer.support_inplace or self.fused_activation is not None:
-            raise LayerError(f"cannot fuse {type(layer).__name__} into this convolution")
-        self.fused_activation = layer
 
     # ----- shapes ---------------------------------------------------------------------------
     def _padded_shape(self, shape: Shape) -> Shape:

@@ -15,8 +15,9 @@ from typing import Any, Sequence
 import numpy as np
 
 from layers import kernels
-from layers.base import (Layer, Param, Shape, as_bool, as_float, as_int, as_str, at_least,
-                         bias_is_an_input, check_bias_flag, expect_shape, split_weight_inputs)
+from layers.base import (FusesActivation, Layer, Param, Shape, as_bool, as_float, as_int,
+                         as_str, at_least, bias_is_an_input, check_bias_flag, expect_shape,
+                         split_weight_inputs)
 from layers.registry import register_layer
 from parser.errors import LayerError, ShapeError
 
@@ -35,7 +36,7 @@ def linear_output_shape(x_shape: Shape, weight_shape: Shape) -> Shape:
 
 
 @register_layer("nn.Linear")
-class Linear(Layer):
+class Linear(FusesActivation, Layer):
     """Fully connected layer, as ``torch.nn.Linear``, over the last dim, any leading dims::
 
         y = x @ weight.T + bias      x (..., in), weight (out, in), bias (out,) -> y (..., out)
@@ -43,6 +44,7 @@ class Linear(Layer):
 
     in_features = Param(convert=at_least(1, as_int))
     out_features = Param(convert=at_least(1, as_int))
+    fused_into = "this linear layer"     # the activation fusion may fold in: FusesActivation
     # the flag from the param line; load_model replaces it by the @bias array (or None)
     bias: Param[Any] = Param(True, as_bool)
     WEIGHTS = ("weight",)
@@ -62,18 +64,6 @@ class Linear(Layer):
 
     def infer_shape(self, shape: Shape) -> Shape:
         return linear_output_shape(shape, (self.out_features, self.in_features))
-
-    # fusion (infer/fusion.py): an elementwise activation applied to the output
-    fused_activation: Layer | None = None
-
-    def can_fuse_activation(self, layer: Layer) -> bool:
-        """Whether ``fuse_activation(layer)`` pays: an elementwise layer that runs in place."""
-        return layer.support_inplace and layer.one_blob_only and self.fused_activation is None
-
-    def fuse_activation(self, layer: Layer) -> None:
-        if not layer.support_inplace or self.fused_activation is not None:
-            raise LayerError(f"cannot fuse {type(layer).__name__} into this linear layer")
-        self.fused_activation = layer
 
     def forward_one(self, x: np.ndarray) -> np.ndarray:
         y = self._linear(x)

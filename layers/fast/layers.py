@@ -22,7 +22,7 @@ from typing import Sequence
 import numpy as np
 
 from layers import kernels
-from layers.base import Layer, Shape
+from layers.base import FusesActivation, Layer, Shape
 from layers.convolution import Conv1d, Conv2d, FunctionalConv1d, FunctionalConv2d, lift_shape
 from layers.fast import pool, workers
 from layers.fast.conv import PackedConv2d
@@ -34,8 +34,16 @@ from layers.registry import register_fast_layer
 Pads = tuple[int, int, int, int]
 
 
+class KernelActivation(FusesActivation):
+    """Fusion for a layer whose kernels apply the activation in their pass over the output
+    (epilogue.py): only the activations they know are worth folding in."""
+
+    def can_fuse_activation(self, layer: Layer) -> bool:
+        return super().can_fuse_activation(layer) and activation_of(layer) is not None
+
+
 @register_fast_layer("nn.Conv2d")
-class FastConv2d(Conv2d):
+class FastConv2d(KernelActivation, Conv2d):
     """nn.Conv2d on the packed kernels: x (N, C_in, H, W) float32 -> (N, C_out, Ho, Wo), with
     the fused zero padding, residual add and activation done inside the kernel's pass over the
     output. The weights are packed for the algorithm each input size takes (``prepare``)."""
@@ -64,10 +72,7 @@ class FastConv2d(Conv2d):
         """The input's shape as the 2-D kernels see it."""
         return shape
 
-    # ----- fusion: what the kernels can apply themselves ---------------------------------
-    def can_fuse_activation(self, layer: Layer) -> bool:
-        return super().can_fuse_activation(layer) and activation_of(layer) is not None
-
+    # ----- fusion: the kernels' geometry and epilogue change with what is folded in -------
     def fuse_padding(self, left: int, right: int, top: int, bottom: int) -> None:
         super().fuse_padding(left, right, top, bottom)
         self._geometries = {}
@@ -166,13 +171,10 @@ class FastFunctionalConv1d(FunctionalConv1d, FastFunctionalConv2d):
 
 
 @register_fast_layer("nn.Linear")
-class FastLinear(Linear):
+class FastLinear(KernelActivation, Linear):
     """nn.Linear: one product x (M, in) @ weight.T (in, out) into a fresh output, the weight
     read as stored (BLAS takes the transpose as a flag), shared with the helper threads when
     a forward has them; then the bias in place."""
-
-    def can_fuse_activation(self, layer: Layer) -> bool:
-        return super().can_fuse_activation(layer) and activation_of(layer) is not None
 
     def _linear(self, x: np.ndarray) -> np.ndarray:
         if x.ndim < 1 or x.dtype != np.float32:

@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from infer import RuntimeGraph
-from parser.errors import ShapeError
+from parser.errors import LayerError, ShapeError
 from support import write_pnnx
 
 rng = np.random.default_rng(0)
@@ -200,3 +200,23 @@ def test_intermediates_are_released_after_their_last_reader(tmp_path, reference)
         assert graph.operator("conv2").fused == ["add", "relu2"]
         assert sorted(freed["conv2"]) == ["c"]
         assert graph.operator("conv1").fused == ["relu1"]
+
+
+@pytest.mark.parametrize("type_name, params, weights, words", [
+    ("nn.Conv2d", dict(in_channels=2, out_channels=2, kernel_size=(1, 1), bias=False),
+     {"weight": np.ones((2, 2, 1, 1), np.float32)}, "this convolution"),
+    ("nn.Linear", dict(in_features=2, out_features=2, bias=False),
+     {"weight": np.ones((2, 2), np.float32)}, "this linear layer")])
+@pytest.mark.parametrize("fast", [False, True], ids=["reference", "fast"])
+def test_one_activation_is_fused_and_a_second_is_refused(type_name, params, weights, words,
+                                                         fast):
+    from helpers import make_layer
+    from layers.activation import ReLU, Sigmoid
+
+    layer = make_layer(type_name, params, weights, fast=fast)
+    relu = ReLU()
+    assert layer.can_fuse_activation(relu)
+    layer.fuse_activation(relu)
+    assert not layer.can_fuse_activation(Sigmoid())
+    with pytest.raises(LayerError, match=f"cannot fuse Sigmoid into {words}"):
+        layer.fuse_activation(Sigmoid())
