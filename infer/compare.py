@@ -167,8 +167,10 @@ def torch_values_from_module(module, graph: "RuntimeGraph", inputs: Sequence[np.
              if op.output_of or not op.fused}
     handles = [sub.register_forward_hook(hook_for(twins[name]))
                for name, sub in module.named_modules() if name and name in twins]
+    folded = _folded_conv_bn(graph)
     conv_bn: list[Any] = []                           # outputs of conv -> batch norm pairs
-    handles += _watch_conv_bn(module, conv_bn)
+    if folded:
+        handles += _watch_conv_bn(module, conv_bn)
     try:
         tensors = [torch.from_numpy(np.array(x)) for x in inputs]
         with torch.no_grad():
@@ -176,7 +178,7 @@ def torch_values_from_module(module, graph: "RuntimeGraph", inputs: Sequence[np.
     finally:
         for handle in handles:
             handle.remove()
-    _name_folded_conv_bn(graph, conv_bn, recorded)
+    _name_folded_conv_bn(folded, conv_bn, recorded)
     for op, x in zip(graph.input_operators, inputs):
         recorded[op.outputs[0].name] = np.asarray(x)
     for operand, value in zip(graph.output_operands, _flatten(outputs)):
@@ -208,15 +210,19 @@ def _watch_conv_bn(module: Any, pairs: list[Any]) -> list[Any]:
     return handles
 
 
-def _name_folded_conv_bn(graph: "RuntimeGraph", pairs: list[Any],
+def _folded_conv_bn(graph: "RuntimeGraph") -> list[RuntimeOperator]:
+    """pnnx's convbn2d_<k> operators (a Conv2d and the BatchNorm2d after it, folded), by k."""
+    return sorted((op for op in graph.operators if re.fullmatch(r"convbn2d_\d+", op.name)),
+                  key=lambda op: int(op.name.rsplit("_", 1)[1]))
+
+
+def _name_folded_conv_bn(folded: list[RuntimeOperator], pairs: list[Any],
                          recorded: dict[str, np.ndarray]) -> None:
     """pnnx folds a Conv2d and the BatchNorm2d after it into ``convbn2d_<k>``, numbered in the
     order the trace runs them, a name torch's module does not have: its torch value is the
     k-th conv -> batch norm output. Used only when the counts agree (else the pairing would
     be a guess), and for operators that nothing was fused into after (their output is still
     the batch norm's)."""
-    folded = sorted((op for op in graph.operators if re.fullmatch(r"convbn2d_\d+", op.name)),
-                    key=lambda op: int(op.name.rsplit("_", 1)[1]))
     if not folded or len(folded) != len(pairs):
         return
     for op, value in zip(folded, pairs):
