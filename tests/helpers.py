@@ -115,6 +115,22 @@ def _check_floor(layer: Layer, arrays: list[np.ndarray], expected: list[np.ndarr
     return outputs
 
 
+def check_graph_against_torch(module: torch.nn.Module, graph: Any, *shapes: tuple[int, ...],
+                              atol: float, rtol: float, seed: int = 0) -> None:
+    """Run ``module`` and the built ``graph`` on the same standard normal float32 inputs of
+    these shapes (drawn from ``seed``); every output must agree in count, shape and value."""
+    rng = np.random.default_rng(seed)
+    xs = [rng.standard_normal(shape, dtype=np.float32) for shape in shapes]
+    with torch.no_grad():
+        want = module(*(torch.from_numpy(x.copy()) for x in xs))
+    want = [want] if isinstance(want, torch.Tensor) else list(want)
+    got = graph.forward(*xs)
+    assert len(got) == len(want)
+    for index, (g, w) in enumerate(zip(got, want)):
+        assert g.shape == tuple(w.shape), f"output {index}: {g.shape} != {tuple(w.shape)}"
+        np.testing.assert_allclose(g, w.numpy(), atol=atol, rtol=rtol, err_msg=f"output {index}")
+
+
 def check_export(pnnx_export, module: torch.nn.Module, inputs: Sequence[np.ndarray | tuple],
                  name: str, types: Sequence[str] = (), *, atol: float = 1e-5,
                  rtol: float = 1e-4) -> list[str]:

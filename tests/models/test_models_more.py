@@ -4,10 +4,10 @@ run by the runtime and compared with torch (|diff| <= 1e-4 + 1e-3 |torch|)."""
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 import torch
 
+from helpers import check_graph_against_torch
 from infer import RuntimeGraph
 from infer.export import randomize
 from more_models import MODELS, TransformerEncPost
@@ -34,16 +34,7 @@ def model(name: str) -> torch.nn.Module:
 
 
 def compare(net: torch.nn.Module, graph: RuntimeGraph, shapes) -> None:
-    rng = np.random.default_rng(1)
-    xs = [rng.standard_normal(shape, dtype=np.float32) for shape in shapes]
-    with torch.no_grad():
-        want = net(*(torch.from_numpy(x.copy()) for x in xs))
-    want = [want] if isinstance(want, torch.Tensor) else list(want)
-    got = graph.forward(*xs)
-    assert len(got) == len(want)
-    for g, w in zip(got, want):
-        assert g.shape == tuple(w.shape)
-        np.testing.assert_allclose(g, w.numpy(), atol=ATOL, rtol=RTOL)
+    check_graph_against_torch(net, graph, *shapes, atol=ATOL, rtol=RTOL, seed=1)
 
 
 @pytest.mark.parametrize("name", list(MODELS))

@@ -9,6 +9,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from helpers import check_graph_against_torch
 from infer import RuntimeGraph
 
 ATOL = 1e-4
@@ -16,16 +17,7 @@ ATOL = 1e-4
 
 def run_both(module: nn.Module, graph: RuntimeGraph, *shapes: tuple[int, ...]) -> None:
     """Run torch and the graph on the same random inputs; every output must agree."""
-    rng = np.random.default_rng(0)
-    xs = [rng.standard_normal(shape, dtype=np.float32) for shape in shapes]
-    with torch.no_grad():
-        want = module(*(torch.from_numpy(x.copy()) for x in xs))
-    want = [want] if isinstance(want, torch.Tensor) else list(want)
-    got = graph.forward(*xs)
-    assert len(got) == len(want)
-    for g, w in zip(got, want):
-        assert g.shape == tuple(w.shape)
-        np.testing.assert_allclose(g, w.numpy(), atol=ATOL, rtol=0)
+    check_graph_against_torch(module, graph, *shapes, atol=ATOL, rtol=0)
 
 
 def test_sequential_with_a_dash_in_its_name(pnnx_export):

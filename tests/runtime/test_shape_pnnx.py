@@ -11,23 +11,14 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from helpers import check_graph_against_torch
 from infer import RuntimeGraph
 
 
 def run_both(module: nn.Module, graph: RuntimeGraph, *shapes: tuple[int, ...]) -> None:
     """Same random inputs to torch and to the graph; every output must agree in shape and
     value."""
-    rng = np.random.default_rng(0)
-    xs = [rng.standard_normal(shape, dtype=np.float32) for shape in shapes]
-    with torch.no_grad():
-        want = module(*(torch.from_numpy(x.copy()) for x in xs))
-    want = [want] if isinstance(want, torch.Tensor) else list(want)
-    got = graph.forward(*xs)
-    assert len(got) == len(want)
-    for index, (g, w) in enumerate(zip(got, want)):
-        assert g.shape == tuple(w.shape), f"output {index}: {g.shape} != {tuple(w.shape)}"
-        np.testing.assert_allclose(g, w.numpy(), atol=1e-5, rtol=1e-5,
-                                   err_msg=f"output {index}")
+    check_graph_against_torch(module, graph, *shapes, atol=1e-5, rtol=1e-5)
 
 
 def exported(pnnx_export, module, shapes, name, **options):
