@@ -9,8 +9,8 @@ g.forward_all(x), g.compare_with_torch(x), g.profile(x), g.draw(), g.summary().
 """
 
 from parser.errors import (BinFileError, ExportError, ExpressionError, GraphError, ImageError,
-                           InferError, LayerError, ParamFileError, RegistryError, ShapeError,
-                           UnsupportedOperatorError)
+                           InferError, LayerError, MemoryBudgetError, ParamFileError,
+                           RegistryError, ShapeError, UnsupportedOperatorError)
 from layers import Layer, LayerRegisterer, Param, register_layer
 from infer.runtime import RuntimeAttribute, RuntimeOperand, RuntimeOperator, RuntimeParameter
 from infer.graph import GraphState, RuntimeGraph
@@ -25,8 +25,8 @@ __all__ = [
     "RuntimeGraph", "GraphState", "RuntimeOperator", "RuntimeOperand", "RuntimeParameter",
     "RuntimeAttribute", "Layer", "Param", "LayerRegisterer", "register_layer",
     "InferError", "ParamFileError", "BinFileError", "ExpressionError", "RegistryError",
-    "UnsupportedOperatorError", "GraphError", "LayerError", "ShapeError", "ImageError",
-    "ExportError",
+    "UnsupportedOperatorError", "GraphError", "LayerError", "ShapeError", "MemoryBudgetError",
+    "ImageError", "ExportError",
     "Debugger", "Step", "HookHandle", "ArrayStats", "Comparison", "compare_with_torch",
     "Profile", "Drawing", "Table",
 ]

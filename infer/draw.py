@@ -23,7 +23,6 @@ Two layout engines draw the same boxes:
 
 from __future__ import annotations
 
-import difflib
 import html
 import logging
 import shutil
@@ -34,6 +33,7 @@ from typing import TYPE_CHECKING, Iterable, Mapping
 
 from infer.table import Table, fmt_bytes, fmt_shape
 from parser.errors import GraphError
+from parser.suggest import close_matches
 
 if TYPE_CHECKING:
     from infer.graph import RuntimeGraph
@@ -157,7 +157,7 @@ def _operator_named(graph: "RuntimeGraph", name: str | None) -> str | None:
     for op in graph.operators:
         if name in op.fused:
             return op.name
-    close = difflib.get_close_matches(str(name), [op.name for op in graph.operators], n=3)
+    close = close_matches(str(name), [op.name for op in graph.operators], n=3)
     hint = f"; close: {', '.join(close)}" if close else ""
     raise GraphError(f"highlight={name!r}: no operator of that name in this graph{hint}")
 

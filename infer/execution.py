@@ -33,12 +33,13 @@ from typing import TYPE_CHECKING, Any, Iterator, Literal, Sequence
 import numpy as np
 
 from infer.runtime import RuntimeOperator
-from parser.errors import InferError, LayerError
+from parser.errors import InferError, LayerError, MemoryBudgetError
 
 if TYPE_CHECKING:
     from infer.memory import Arena, MemoryPlan, Slot
     from layers.base import Layer
 
+FLOAT32 = np.dtype(np.float32)
 # what the loop yields per operator: the step, its inputs, its outputs, its layer's seconds
 Record = tuple["RunStep", list[np.ndarray], list[np.ndarray], float]
 
@@ -130,7 +131,7 @@ class Execution:
                         else:
                             step.layer.forward_inplace(xs[0])  # nobody else reads this array
                             ys = xs
-                    elif slots is not None and planned:         # into the memory plan's slots
+                    elif slots is not None and planned and _all_float32(xs):  # into the plan
                         ys = [arena.array(slot) for slot in slots]
                         step.layer.forward_into([read_only(x) for x in xs] if isolated else xs,
                                                 ys)
@@ -163,6 +164,12 @@ class Execution:
                 self.memory.give_back(arena)
 
 
+def _all_float32(xs: list[np.ndarray]) -> bool:
+    """forward_into's contract: float32 inputs (its slots are float32; anything else runs
+    forward, which allocates arrays of the dtype it computes)."""
+    return all(x.dtype == FLOAT32 for x in xs)
+
+
 class NewArrays:
     """Stands in for the arena in an isolated pass: every slot gets an array of its own."""
 
@@ -188,13 +195,44 @@ def _writeable(y: np.ndarray) -> np.ndarray:
 def operator_error(op: RuntimeOperator, exc: Exception) -> Exception:
     """The error to raise for ``exc`` raised while ``op`` ran: our own errors get
     ``.operator`` set and stay what they are; anything else (a numpy error, a layer bug)
-    becomes a LayerError naming the operator. (Memory errors pass unchanged.)"""
+    becomes a LayerError naming the operator, with numpy's wording explained where it is
+    obscure; running out of memory is a MemoryBudgetError (a MemoryError too)."""
     if isinstance(exc, InferError):
         exc.with_operator(op.label)
         return exc
     if isinstance(exc, MemoryError):
-        return exc
-    return LayerError(f"{type(exc).__name__}: {exc} (line {op.line})", operator=op.label)
+        return MemoryBudgetError(
+            f"ran out of memory (line {op.line}): the machine had less free memory than this "
+            f"step needed; lower the memory budget (graph.memory_budget) to be told before "
+            f"running, or use smaller inputs", operator=op.label)
+    return LayerError(f"{type(exc).__name__}: {_shorten(str(exc))}{_explain(exc)} "
+                      f"(line {op.line})", operator=op.label)
+
+
+# numpy's messages that do not say what went wrong in a model's terms
+_EXPLAINED = {
+    "maximum allowed dimension exceeded": "a size computed here is too large for an array",
+    "array is too big": "a size computed here is too large for an array",
+    "cannot convert float infinity to integer": "a size or index computed here is infinite",
+    "cannot convert float nan to integer": "a size or index computed here is NaN",
+    "negative dimensions are not allowed": "a size computed here is negative",
+    "Python int too large to convert": "a size or index computed here is too large",
+    "iterator is too large": "a size computed here is too large for an array",
+}
+
+
+def _shorten(text: str, limit: int = 300) -> str:
+    """``text`` cut to ``limit`` characters (an exception may quote a whole array)."""
+    return text if len(text) <= limit else text[:limit - 4] + " ..."
+
+
+def _explain(exc: Exception) -> str:
+    """' (meaning: ...)' for a numpy message in _EXPLAINED, else ''."""
+    text = str(exc).lower()
+    for words, meaning in _EXPLAINED.items():
+        if words.lower() in text:
+            return f" ({meaning}: check the operator's parameters and input shapes)"
+    return ""
 
 
 class operator_context:

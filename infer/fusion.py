@@ -43,29 +43,32 @@ RESIDUAL_ADDS = ("add(@0,@1)", "add(@1,@0)")
 
 
 def fuse(graph: "RuntimeGraph") -> int:
-    """Fuse in place; returns how many operators were folded away."""
-    before = len(graph.operators)
+    """Fuse in place; returns how many operators were folded away. Linear in the operator
+    count: folded operators are marked, and leave the list in one pass at the end."""
     outputs = {id(o) for o in graph.output_operands}
-    for op in list(graph.operators):
-        if op not in graph.operators:                  # already folded into another
-            continue
-        conv = _is_own(op.layer, "nn.Conv2d")
-        if conv:
-            _fold_padding(graph, op, outputs)
-            _fold_residual_add(graph, op, outputs)
-        if conv or _is_own(op.layer, "nn.Linear"):
-            _fold_activation(graph, op, outputs)
-    return before - len(graph.operators)
-
-
-def _is_own(layer: Layer, type_name: str) -> bool:
-    """``layer`` is the project's own layer for ``type_name`` (reference or fast), not a
-    custom one (registered on the graph or globally) nor a subclass of it (nn.Conv1d's layer
-    subclasses nn.Conv2d's)."""
+    folded: set[int] = set()
     registry = LayerRegisterer()
-    return (is_built_in(type(layer))
-            and type(layer) in (registry.layer_class(type_name),
-                                registry.layer_class(type_name, fast=True)))
+    own = {name: (registry.layer_class(name), registry.layer_class(name, fast=True))
+           for name in ("nn.Conv2d", "nn.Linear")}
+    for op in graph.operators:
+        if id(op) in folded:                           # already folded into another
+            continue
+        conv = _is_own(op.layer, own["nn.Conv2d"])
+        if conv:
+            _fold_padding(graph, op, outputs, folded)
+            _fold_residual_add(graph, op, outputs, folded)
+        if conv or _is_own(op.layer, own["nn.Linear"]):
+            _fold_activation(graph, op, outputs, folded)
+    if folded:
+        graph.operators = [op for op in graph.operators if id(op) not in folded]
+    return len(folded)
+
+
+def _is_own(layer: Layer | None, classes: tuple[type[Layer], type[Layer]]) -> bool:
+    """``layer`` is the project's own layer of a type (``classes``: the registry's reference
+    and fast classes for it), not a custom one (registered on the graph or globally) nor a
+    subclass of it (nn.Conv1d's layer subclasses nn.Conv2d's)."""
+    return is_built_in(type(layer)) and type(layer) in classes
 
 
 def _only_consumer(operand: RuntimeOperand, outputs: set[int]) -> RuntimeOperator | None:
@@ -75,7 +78,8 @@ def _only_consumer(operand: RuntimeOperand, outputs: set[int]) -> RuntimeOperato
     return operand.consumers[0]
 
 
-def _absorb_next(graph: "RuntimeGraph", op: RuntimeOperator, nxt: RuntimeOperator) -> None:
+def _absorb_next(graph: "RuntimeGraph", op: RuntimeOperator, nxt: RuntimeOperator,
+                 folded: set[int]) -> None:
     """``op``'s output feeds only ``nxt``: ``op`` now produces ``nxt``'s output instead."""
     middle = op.outputs[0]
     op.outputs = list(nxt.outputs)
@@ -85,18 +89,21 @@ def _absorb_next(graph: "RuntimeGraph", op: RuntimeOperator, nxt: RuntimeOperato
         if src is not middle:
             src.consumers = [op if c is nxt else c for c in src.consumers]
             op.inputs.append(src)
-    _remove(graph, nxt, middle)
+    _remove(graph, nxt, middle, folded)
     op.fused.append(nxt.name)
     op.fused_types.add(nxt.type)
     op.output_of = nxt.output_of or nxt.name
 
 
-def _remove(graph: "RuntimeGraph", op: RuntimeOperator, operand: RuntimeOperand) -> None:
-    graph.operators.remove(op)
+def _remove(graph: "RuntimeGraph", op: RuntimeOperator, operand: RuntimeOperand,
+            folded: set[int]) -> None:
+    """``op`` leaves the graph (from ``operators`` at the end of fuse), ``operand`` at once."""
+    folded.add(id(op))
     del graph.operands[operand.name]
 
 
-def _fold_padding(graph: "RuntimeGraph", op: RuntimeOperator, outputs: set[int]) -> None:
+def _fold_padding(graph: "RuntimeGraph", op: RuntimeOperator, outputs: set[int],
+                  folded: set[int]) -> None:
     """nn.ZeroPad2d (or a ConstantPad2d of 0) -> Conv2d (zeros mode): the conv pads by the sum
     of both."""
     padded = op.inputs[0]
@@ -110,12 +117,13 @@ def _fold_padding(graph: "RuntimeGraph", op: RuntimeOperator, outputs: set[int])
     source = pad.inputs[0]
     source.consumers = [op if c is pad else c for c in source.consumers]
     op.inputs[0] = source
-    _remove(graph, pad, padded)
+    _remove(graph, pad, padded, folded)
     op.fused.append(pad.name)
     op.fused_types.add(pad.type)
 
 
-def _fold_residual_add(graph: "RuntimeGraph", op: RuntimeOperator, outputs: set[int]) -> None:
+def _fold_residual_add(graph: "RuntimeGraph", op: RuntimeOperator, outputs: set[int],
+                       folded: set[int]) -> None:
     """Conv2d -> add(conv, r): r becomes the conv's second input, added to its output."""
     add = _only_consumer(op.outputs[0], outputs)
     if (add is None or type(add.layer) is not ExpressionLayer or len(add.inputs) != 2
@@ -125,14 +133,15 @@ def _fold_residual_add(graph: "RuntimeGraph", op: RuntimeOperator, outputs: set[
             or any(o.dtype not in (None, "f32") for o in (*add.inputs, *add.outputs))):
         return
     op.layer.fuse_residual()
-    _absorb_next(graph, op, add)
+    _absorb_next(graph, op, add, folded)
 
 
-def _fold_activation(graph: "RuntimeGraph", op: RuntimeOperator, outputs: set[int]) -> None:
+def _fold_activation(graph: "RuntimeGraph", op: RuntimeOperator, outputs: set[int],
+                     folded: set[int]) -> None:
     """Conv2d / Linear -> an elementwise activation the layer can apply."""
     act = _only_consumer(op.outputs[0], outputs)
     if (act is None or len(act.inputs) != 1 or len(op.outputs) != 1
             or not op.layer.can_fuse_activation(act.layer)):
         return
     op.layer.fuse_activation(act.layer)
-    _absorb_next(graph, op, act)
+    _absorb_next(graph, op, act, folded)

@@ -26,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import enum
 import logging
+import math
 import threading
 from pathlib import Path
 from typing import Callable, Iterator, Sequence
@@ -36,10 +37,11 @@ import layers  # noqa: F401  (registers the built-in layers)
 from layers.base import Layer
 from layers.registry import LayerRegisterer, unsupported_message
 from parser.bin import DTYPES, PnnxBin
-from parser.errors import GraphError, LayerError, ShapeError, UnsupportedOperatorError
+from parser.errors import (GraphError, LayerError, MemoryBudgetError, ShapeError,
+                           UnsupportedOperatorError)
 from parser.param import NULL_DTYPE, read_param
 from infer.runtime import RuntimeAttribute, RuntimeOperand, RuntimeOperator, RuntimeParameter
-from infer import fusion, threads
+from infer import budget, fusion, threads
 from infer.execution import Execution, RunStep, operator_context
 from infer.memory import MemoryPlan, plan_memory
 from infer.rewrite import unpack_outputs
@@ -49,6 +51,7 @@ log = logging.getLogger(__name__)
 
 Shape = tuple[int, ...]
 
+WEIGHTS_MODES = ("memory", "map")   # where a built graph's weights live (RuntimeGraph weights=)
 INPUT_TYPE = "pnnx.Input"
 OUTPUT_TYPE = "pnnx.Output"
 MAX_SHAPE_PLANS = 32          # input sizes whose shape plans a graph keeps
@@ -74,7 +77,8 @@ class RuntimeGraph(GraphTools):
     """A pnnx model ready to run. See the module docstring for the life cycle."""
 
     def __init__(self, param_path: str | Path, bin_path: str | Path | None = None, *,
-                 reference: bool = False, fuse: bool = True):
+                 reference: bool = False, fuse: bool = True, weights: str = "memory",
+                 memory_budget: int | float | str | None = None):
         self.reference = reference      # True: the reference floor only (numba never loaded)
         # False: every operator of the file runs on its own (to step through each one); the
         # reference graph never fuses
@@ -85,12 +89,20 @@ class RuntimeGraph(GraphTools):
         if bin_path is None:
             bin_path = _default_bin_path(self.param_path)
         self.bin_path = str(bin_path)
+        if weights not in WEIGHTS_MODES:
+            raise GraphError(f"weights must be one of {', '.join(map(repr, WEIGHTS_MODES))}, "
+                             f"got {weights!r}")
+        # "memory": build() reads the bin file once, later changes to it have no effect;
+        # "map": weights are views of a memory map of the file (see _require_complete)
+        self.weights = weights
         self.state = GraphState.NEED_INIT
         self.operators: list[RuntimeOperator] = []       # topological order after build()
         self.operands: dict[str, RuntimeOperand] = {}
         self.input_operators: list[RuntimeOperator] = []
         self.output_operands: list[RuntimeOperand] = []
         self.num_threads: int | None = None
+        # bytes a forward pass's arrays may take (infer/budget.py); None: the default
+        self.memory_budget = memory_budget
         self._custom_layers: dict[str, type[Layer]] = {}
         self._bin: PnnxBin | None = None
         self._free_after: list[list[str]] = []           # operand names to drop after each op
@@ -98,10 +110,29 @@ class RuntimeGraph(GraphTools):
         self._shape_plans: dict[tuple[Shape, ...], dict[str, Shape]] = {}
         self._memory_plans: dict[tuple[Shape, ...], MemoryPlan] = {}
         self._plan_lock = threading.Lock()
+        self._build_lock = threading.RLock()
+
+    @property
+    def memory_budget(self) -> float:
+        """The bytes a forward pass's arrays may take (infer/budget.py): input shapes whose
+        plan needs more are refused with a MemoryBudgetError before anything is allocated.
+        Set it in bytes or as a size ("6G"); None (the default) takes PNNX_INFER_MEMORY_BUDGET
+        or half the memory this process may use."""
+        return self._memory_budget
+
+    @memory_budget.setter
+    def memory_budget(self, value: int | float | str | None) -> None:
+        self._memory_budget = budget.default_budget() if value is None else (
+            budget.parse_size(value))
 
     # ---------------------------------------------------------------- init: records -> objects
     def init(self) -> "RuntimeGraph":
         """Read the param file and join operators and operands by operand name."""
+        with self._build_lock:
+            self._read()
+        return self
+
+    def _read(self) -> None:
         graph = read_param(self.param_path)
         operators: list[RuntimeOperator] = []
         operands: dict[str, RuntimeOperand] = {}
@@ -139,8 +170,10 @@ class RuntimeGraph(GraphTools):
                 src.consumers.append(op)
                 op.inputs.append(src)
 
+        for op in operators:
+            self._check_io_operator(op)
         self.operators, self.operands = operators, operands
-        unpack_outputs(self.operators, self.operands)   # tuples / lists of outputs
+        unpack_outputs(self.operators, self.operands, self.param_path)  # tuples, lists
         self.input_operators = [op for op in self.operators if op.type == INPUT_TYPE]
         self.output_operands = [o for op in self.operators if op.type == OUTPUT_TYPE
                                 for o in op.inputs]
@@ -149,7 +182,20 @@ class RuntimeGraph(GraphTools):
         if not self.output_operands:
             raise GraphError(f"{self.param_path}: the graph has no pnnx.Output operator")
         self.state = GraphState.NEED_BUILD
-        return self
+
+    def _check_io_operator(self, op: RuntimeOperator) -> None:
+        """pnnx.Input reads nothing and gives one operand; pnnx.Output reads one or more and
+        gives nothing."""
+        wrong = None
+        if op.type == INPUT_TYPE and (op.inputs or len(op.outputs) != 1):
+            wrong = (f"reads {len(op.inputs)} and gives {len(op.outputs)} operands; a graph "
+                     f"input reads none and gives one")
+        elif op.type == OUTPUT_TYPE and (op.outputs or not op.inputs):
+            wrong = (f"reads {len(op.inputs)} and gives {len(op.outputs)} operands; a graph "
+                     f"output reads one or more and gives none")
+        if wrong:
+            raise GraphError(f"{self.param_path}:{op.line}: {op.label} {wrong}",
+                             operator=op.label)
 
     # ---------------------------------------------------------------- custom layers
     def register_custom_layer(self, type_name: str, layer_class: type[Layer]) -> None:
@@ -173,22 +219,30 @@ class RuntimeGraph(GraphTools):
 
     # ---------------------------------------------------------------- build
     def build(self) -> "RuntimeGraph":
-        """Create and configure every layer, sort the operators, plan the traced shapes."""
-        if self.state is GraphState.NEED_INIT:
-            self.init()
-        if self.state is GraphState.COMPLETE:
-            return self
-        self._check_supported()
-        if not self.reference:                  # the fast layers join the registry, and their
-            from layers import fast             # kernels are bound, not mid-forward
+        """Create and configure every layer, sort the operators, plan the traced shapes.
+        Builds are serialized (a second thread waits, then finds the graph built); a build
+        that fails leaves the graph as new (NEED_INIT), never half-built."""
+        with self._build_lock:
+            if self.state is GraphState.COMPLETE:
+                return self
+            try:
+                if self.state is GraphState.NEED_INIT:
+                    self.init()
+                self._check_supported()
+                if not self.reference:          # the fast layers join the registry, and
+                    from layers import fast     # their kernels are bound, not mid-forward
 
-            fast.start()
-        with threads.setup(self.num_threads, self.helpers):  # packing weights: threads.setup
-            self._build()
+                    fast.start()
+                with threads.setup(self.num_threads, self.helpers):  # packing weights
+                    self._build()
+            except BaseException:
+                self.close()                    # back to NEED_INIT: init() reads the file anew
+                raise
         return self
 
     def _build(self) -> None:
-        self._bin = PnnxBin(self.bin_path) if self._needs_bin() else None
+        self._bin = (PnnxBin(self.bin_path, in_memory=self.weights == "memory")
+                     if self._needs_bin() else None)
         for op in self.operators:
             with operator_context(op):
                 self._load_weights(op)
@@ -391,16 +445,35 @@ class RuntimeGraph(GraphTools):
                 if len(outs) != len(op.outputs):
                     raise LayerError(f"computes {len(outs)} output shapes for "
                                      f"{len(op.outputs)} outputs")
+                outs = [self._checked_shape(out, shape) for out, shape in zip(op.outputs, outs)]
                 if annotated:
                     self._check_annotations(op, outs)
                 layer.prepare(in_shapes)             # pack weights for this size, now
                 values = layer.infer_values(in_shapes, in_values) or []
             for out, shape in zip(op.outputs, outs):
-                shapes[out.name] = tuple(int(d) for d in shape)
+                shapes[out.name] = shape
             for out, value in zip(op.outputs, values):
                 if value is not None:
                     known[out.name] = value
         return shapes
+
+    def _checked_shape(self, operand: RuntimeOperand, shape: Sequence[int]) -> Shape:
+        """A computed output shape as a tuple of ints, refused if a size is negative (a bad
+        parameter, or 64-bit arithmetic that overflowed) or the operand would not fit in the
+        memory budget (before anything computes or allocates it)."""
+        if not all(isinstance(d, (int, np.integer)) for d in shape):
+            raise LayerError(f"computes the shape {_short(shape)} for {operand.name}, which "
+                             f"is not a tuple of integers")
+        sizes = tuple(int(d) for d in shape)
+        if any(d < 0 for d in sizes):
+            raise ShapeError(f"computes the shape {_short(sizes)} for {operand.name}: a "
+                             f"negative size (a bad parameter, or a size too large for 64-bit "
+                             f"integers that overflowed)")
+        nbytes = math.prod(sizes) * itemsize(operand.dtype)
+        if nbytes > self.memory_budget:
+            raise MemoryBudgetError(budget.over_budget(
+                f"output {operand.name} of shape {_short(sizes)}", nbytes, self.memory_budget))
+        return sizes
 
     def _check_annotations(self, op: RuntimeOperator, computed: Sequence[Shape]) -> None:
         """The traced shapes a layer computes must agree with the file's '#' annotations."""
@@ -438,7 +511,8 @@ class RuntimeGraph(GraphTools):
             constants = {name for step in self._steps if not step.inputs
                          for name in step.outputs}
             dtypes = {name: operand.dtype for name, operand in self.operands.items()}
-            plan = plan_memory(self._steps, shapes, dtypes, keep, constants)
+            inputs = [op.outputs[0].name for op in self.input_operators]
+            plan = plan_memory(self._steps, shapes, dtypes, keep, constants, inputs)
             with self._plan_lock:
                 if len(self._memory_plans) >= MAX_SHAPE_PLANS:
                     self._memory_plans.pop(next(iter(self._memory_plans)))
@@ -466,6 +540,11 @@ class RuntimeGraph(GraphTools):
         self._require_complete()
         arrays = self.check_inputs(*inputs)
         memory = self._memory_plan(tuple(a.shape for a in arrays))
+        if memory.peak_bytes > self.memory_budget:
+            shapes = ", ".join(_short(a.shape) for a in arrays)
+            raise MemoryBudgetError(budget.over_budget(
+                f"a forward pass on input shapes {shapes} (its peak is at {memory.peak_step})",
+                memory.peak_bytes, self.memory_budget))
         given = {op.outputs[0].name: x for op, x in zip(self.input_operators, arrays)}
         return Execution(self._steps, memory, given, [o.name for o in self.output_operands],
                          keep_all=keep_all, hooks=self._hooks if hooks else (), timed=timed)
@@ -502,15 +581,22 @@ class RuntimeGraph(GraphTools):
                 raise ShapeError(f"input {op.name} must be a numpy array, got "
                                  f"{type(x).__name__}", operator=op.label)
             want = input_dtype(operand.dtype)
-            if INPUT_KINDS[x.dtype.kind] != INPUT_KINDS[want.kind]:
+            if INPUT_KINDS.get(x.dtype.kind, "other") != INPUT_KINDS[want.kind]:
                 raise ShapeError(f"input {op.name} has dtype {x.dtype}; this input takes {want} "
                                  f"(arrays of the same kind, floating or integer, are cast; "
                                  f"others are refused)", operator=op.label)
             if operand.shape is not None and x.ndim != len(operand.shape):
-                raise ShapeError(f"input {op.name} has shape {x.shape} (rank {x.ndim}); the "
-                                 f"model was traced with {_fmt(operand.shape)} "
+                raise ShapeError(f"input {op.name} has shape {_short(x.shape)} (rank {x.ndim}); "
+                                 f"the model was traced with {_fmt(operand.shape)} "
                                  f"(rank {len(operand.shape)})", operator=op.label)
-            arrays.append(np.ascontiguousarray(x, dtype=want))
+            if x.dtype != want or not x.flags.c_contiguous:     # a copy: within the budget
+                nbytes = x.size * want.itemsize
+                if nbytes > self.memory_budget:
+                    raise MemoryBudgetError(budget.over_budget(
+                        f"input {op.name} of shape {_short(x.shape)} (made contiguous "
+                        f"{want})", nbytes, self.memory_budget), operator=op.label)
+            # np.asarray with order "C" keeps a 0-d array 0-d (ascontiguousarray makes it 1-d)
+            arrays.append(np.asarray(x, dtype=want, order="C"))
         return arrays
 
     def __call__(self, *inputs: np.ndarray) -> list[np.ndarray]:
@@ -528,18 +614,32 @@ class RuntimeGraph(GraphTools):
             threads.prepare()              # the one-time costs, here rather than in forward
 
     def _require_complete(self) -> None:
+        """Refuse to run a graph that is not built, or whose memory-mapped weights file has
+        changed on disk since build (weights="map"): the map would read the new bytes, or
+        kill the process with SIGBUS past a truncated end."""
         if self.state is not GraphState.COMPLETE:
             raise GraphError(f"the graph {self.state.value}: call build() before forward()")
+        if self._bin is not None and not self._bin.in_memory:
+            why = self._bin.changed()
+            if why is not None:
+                raise GraphError(
+                    f"{self.bin_path}: the weights file changed since build() ({why}); this "
+                    f"graph maps it and would read the new bytes. Build a new RuntimeGraph "
+                    f"(the default weights='memory' reads the file once and is not affected)")
 
     def close(self) -> None:
-        """Release the memory map of the bin file (the graph cannot run afterwards)."""
+        """Release the weights and the bin file (the graph cannot run afterwards; build()
+        starts again from the files)."""
+        for op in self.operators:
+            for attr in op.attrs.values():
+                attr.data = None
+            op.layer = None
         if self._bin is not None:
-            for op in self.operators:
-                for attr in op.attrs.values():
-                    attr.data = None
-                op.layer = None
             self._bin.close()
             self._bin = None
+        self._steps = []
+        self._shape_plans.clear()
+        self._memory_plans.clear()
         self.state = GraphState.NEED_INIT
 
     def __enter__(self) -> "RuntimeGraph":
@@ -583,6 +683,19 @@ def _layer(op: RuntimeOperator) -> Layer:
     """The operator's layer, which build() created."""
     assert op.layer is not None, f"{op.label} has no layer before build()"
     return op.layer
+
+
+def itemsize(pnnx_dtype: str | None) -> int:
+    """Bytes per element of an operand whose file annotation says ``pnnx_dtype`` (float32's
+    4 when the file does not say)."""
+    dtype = DTYPES.get(pnnx_dtype or "")
+    return 4 if dtype is None else dtype.itemsize
+
+
+def _short(shape: Sequence[object], limit: int = 80) -> str:
+    """A shape for a message, cut to ``limit`` characters (a hostile shape can be huge)."""
+    text = "(" + ",".join(str(d) for d in shape) + ")"
+    return text if len(text) <= limit else text[:limit - 5] + ",...)"
 
 
 def _fmt(shape: Sequence[int | None]) -> str:

@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Sequence
 import numpy as np
 
 from parser.bin import DTYPES
+from parser.param import NULL_DTYPE
 
 if TYPE_CHECKING:
     from infer.execution import RunStep
@@ -47,6 +48,9 @@ Shape = tuple[int, ...]
 
 MAX_POOLED_ARENAS = 4        # arenas a plan keeps between calls (one per concurrent caller)
 INTO, IN_PLACE, OWN = "into", "in place", "layer"   # how a step fills an operand's memory
+# what forward_into writes: layers that write into given arrays compute in float32 (the
+# execution loop calls forward_into only when the inputs are float32 too)
+INTO_DTYPE = np.dtype(np.float32)
 
 
 @dataclass(frozen=True)
@@ -79,10 +83,12 @@ class MemoryPlan:
     docstring). ``str(plan)`` is a table; in a notebook the plan shows as an HTML table."""
 
     def __init__(self, operands: list[PlannedOperand], buffer_sizes: list[int],
-                 step_slots: list[tuple[Slot, ...] | None]):
+                 step_slots: list[tuple[Slot, ...] | None], peak: tuple[int, str] = (0, "")):
         self.operands = operands
         self.buffer_sizes = buffer_sizes
         self.step_slots = step_slots        # per step: where a forward_into step writes
+        # the most bytes alive at once in a forward pass, and the step where that happens
+        self.peak_bytes, self.peak_step = peak
         self._pool: list[Arena] = []
 
     @property
@@ -176,12 +182,13 @@ class Arena:
 # ----- planning ---------------------------------------------------------------------------------
 
 def plan_memory(steps: Sequence[RunStep], shapes: dict[str, Shape],
-                dtypes: dict[str, str | None], keep: set[str], constants: set[str]
-                ) -> MemoryPlan:
+                dtypes: dict[str, str | None], keep: set[str], constants: set[str],
+                inputs: Sequence[str] = ()) -> MemoryPlan:
     """Assign every intermediate operand of ``steps`` (the graph's run list) a buffer, as the
     module docstring describes. ``shapes``: the shape plan; ``dtypes``: pnnx dtype names
     (None: unknown); ``keep``: graph inputs and outputs; ``constants``: outputs of steps
-    without inputs. Returns the plan with, per forward_into step, the slots its outputs go to."""
+    without inputs; ``inputs``: the graph inputs' names. Returns the plan with, per
+    forward_into step, the slots its outputs go to, and the peak (``peak_live``)."""
     planned = {name for step in steps for name in step.outputs
                if name not in keep and name not in constants and dtypes.get(name) in DTYPES}
     last = _last_reads(steps)
@@ -200,7 +207,7 @@ def plan_memory(steps: Sequence[RunStep], shapes: dict[str, Shape],
             if name not in planned:
                 continue
             dtype = DTYPES[str(dtypes[name])]              # planned: a dtype DTYPES knows
-            nbytes = int(np.prod(shapes[name], dtype=np.int64)) * dtype.itemsize
+            nbytes = math.prod(shapes[name]) * dtype.itemsize
             owner = group[name]
             if owner != name:                         # in place: the input's buffer
                 buffer = buffer_of[owner]
@@ -215,9 +222,38 @@ def plan_memory(steps: Sequence[RunStep], shapes: dict[str, Shape],
                                        end[owner], how, step.label))
         free.extend(ending.pop(index, []))
 
-    slots = [tuple(_slot(name, buffer_of, shapes, dtypes) for name in step.outputs)
-             if step.into and not step.in_place else None for step in steps]
-    return MemoryPlan(rows, sizes, slots)
+    slots = [tuple(Slot(buffer_of.get(name, -1), shapes[name], INTO_DTYPE)
+                   for name in step.outputs)
+             if step.into and not step.in_place and _float32(step.outputs, dtypes) else None
+             for step in steps]
+    return MemoryPlan(rows, sizes, slots, peak_live(steps, shapes, dtypes, inputs))
+
+
+def peak_live(steps: Sequence[RunStep], shapes: dict[str, Shape],
+              dtypes: dict[str, str | None], inputs: Sequence[str]) -> tuple[int, str]:
+    """The most bytes of operands alive at once in a forward pass, and the step at which: each
+    operand lives from the step that writes it to its last reader (graph inputs from the
+    start, outputs to the end); an operand of unknown dtype counts 4 bytes per element. An
+    upper bound: in-place steps share memory and are counted twice."""
+    def nbytes(name: str) -> int:
+        dtype = DTYPES.get(dtypes.get(name) or "")
+        return math.prod(shapes[name]) * (4 if dtype is None else dtype.itemsize)
+
+    live = sum(nbytes(name) for name in inputs)
+    peak, where = live, "the graph inputs"
+    for step in steps:
+        live += sum(nbytes(name) for name in step.outputs)
+        if live > peak:
+            peak, where = live, step.label
+        live -= sum(nbytes(name) for name in step.free)
+    return peak, where
+
+
+def _float32(names: Sequence[str], dtypes: dict[str, str | None]) -> bool:
+    """Whether the file annotates these operands as float32 or not at all. Only such outputs
+    get slots: an annotation is a hint, checked, never a reason to round results (a step whose
+    outputs the file calls f16 allocates its own float32 arrays)."""
+    return all(dtypes.get(name) in (None, NULL_DTYPE, "f32") for name in names)
 
 
 def _last_reads(steps: Sequence[RunStep]) -> dict[str, int]:
@@ -260,12 +296,6 @@ def _best_fit(nbytes: int, free: list[int], sizes: list[int]) -> int:
         return len(sizes) - 1
     free.remove(buffer)
     return buffer
-
-
-def _slot(name: str, buffer_of: dict[str, int], shapes: dict[str, Shape],
-          dtypes: dict[str, str | None]) -> Slot:
-    dtype = DTYPES.get(dtypes.get(name) or "", np.dtype(np.float32))
-    return Slot(buffer_of.get(name, -1), shapes[name], dtype)
 
 
 def _mib(nbytes: int) -> str:

@@ -10,11 +10,16 @@ had returned them one by one.
 
 An operator that takes a list of tensors and returns one (``aten::meshgrid``) is unpacked the
 same way: it reads the list's members and produces the members of its result itself.
+
+Each rewrite is linear in the size of the graph (a ``Rewrite`` collects the operators to drop
+and to insert and applies them to the list in one pass), a tuple operator with the wrong
+number of operands is a GraphError naming its line, and a name made up for a new operator or
+operand (``<name>.<i>``) is checked against every name in the file.
 """
 
 from __future__ import annotations
 
-from parser.errors import ExpressionError
+from parser.errors import ExpressionError, GraphError
 from parser.expression import ListExpr, Node, OperandRef, parse_expression, to_text
 from infer.runtime import RuntimeOperand, RuntimeOperator, RuntimeParameter
 
@@ -26,17 +31,121 @@ LIST_UNPACK = "prim::ListUnpack"
 MESHGRID = "aten::meshgrid"
 
 
-def unpack_outputs(operators: list[RuntimeOperator],
-                   operands: dict[str, RuntimeOperand]) -> None:
+class Rewrite:
+    """The graph being rewritten: its operators (file order) and operands by name, with the
+    edits of the current pass, which ``apply`` makes to the operator list at once."""
+
+    def __init__(self, operators: list[RuntimeOperator], operands: dict[str, RuntimeOperand],
+                 path: str = "<graph>"):
+        self.operators, self.operands, self.path = operators, operands, path
+        self.operator_names = {op.name for op in operators}
+        self._removed: set[int] = set()
+        self._inserted: dict[int, list[RuntimeOperator]] = {}    # id(anchor) -> new, before it
+
+    def remove(self, op: RuntimeOperator) -> None:
+        """Take ``op`` and its output operands out of the graph."""
+        for src in op.inputs:
+            src.consumers = [c for c in src.consumers if c is not op]
+        for out in op.outputs:
+            self.operands.pop(out.name, None)
+        self._removed.add(id(op))
+
+    def insert_before(self, anchor: RuntimeOperator, op: RuntimeOperator) -> None:
+        self._inserted.setdefault(id(anchor), []).append(op)
+        self.operator_names.add(op.name)
+
+    def apply(self) -> None:
+        """Make this pass's removals and insertions in the operator list."""
+        if not (self._removed or self._inserted):
+            return
+        edited: list[RuntimeOperator] = []
+        for op in self.operators:
+            edited.extend(self._inserted.get(id(op), ()))
+            if id(op) not in self._removed:
+                edited.append(op)
+        self.operators[:] = edited
+        self._removed.clear()
+        self._inserted.clear()
+
+    def fresh_name(self, base: str, taken: set[str] | dict[str, RuntimeOperand]) -> str:
+        """``base`` if no name in ``taken`` is it, else ``base_1``, ``base_2``, ..."""
+        name, suffix = base, 0
+        while name in taken:
+            suffix += 1
+            name = f"{base}_{suffix}"
+        return name
+
+    def malformed(self, op: RuntimeOperator, what: str) -> GraphError:
+        return GraphError(f"{self.path}:{op.line}: {op.label} {what}", operator=op.label)
+
+
+def unpack_outputs(operators: list[RuntimeOperator], operands: dict[str, RuntimeOperand],
+                   path: str = "<graph>") -> None:
     """Replace tuples and lists of outputs by their members, in place."""
-    flatten_tuples(operators, operands)
-    split_output_lists(operators, operands)
-    absorb_tuple_unpacks(operators, operands)
-    unpack_meshgrids(operators, operands)
+    graph = Rewrite(operators, operands, path)
+    for rewrite in (flatten_tuples, split_output_lists, absorb_tuple_unpacks, unpack_meshgrids):
+        rewrite(graph)
+        graph.apply()
 
 
-def unpack_meshgrids(operators: list[RuntimeOperator],
-                     operands: dict[str, RuntimeOperand]) -> None:
+def flatten_tuples(graph: Rewrite) -> None:
+    """Remove prim::TupleConstruct (and a TupleUnpack of it): consumers read the members."""
+    for op in [op for op in graph.operators if op.type == TUPLE_CONSTRUCT]:
+        if len(op.outputs) != 1:
+            raise graph.malformed(op, f"has {len(op.outputs)} outputs; a tuple is one operand")
+        (packed,) = op.outputs
+        for consumer in list(packed.consumers):
+            if consumer.type == TUPLE_UNPACK:           # unpack(construct(a, b)) -> a, b
+                if len(consumer.inputs) != 1 or len(consumer.outputs) != len(op.inputs):
+                    raise graph.malformed(
+                        consumer, f"unpacks {len(consumer.outputs)} operands from the tuple of "
+                        f"{len(op.inputs)} that {op.label} (line {op.line}) builds; an unpack "
+                        f"reads one tuple and gives each of its members")
+                for member, unpacked in zip(op.inputs, consumer.outputs):
+                    replace_operand(graph.operands, unpacked, member)
+                graph.remove(consumer)
+        splice(packed, op.inputs)                       # output(construct(a, b)) -> output(a, b)
+        graph.remove(op)
+
+
+def split_output_lists(graph: Rewrite) -> None:
+    """A returned list ``expr=[add(@0,1),@1]`` becomes one pnnx.Expression per item."""
+    for op in list(graph.operators):
+        tree = returned_list(op)
+        if tree is None:
+            continue
+        (packed,) = op.outputs
+        members = [expression_piece(graph, op, index, item)
+                   for index, item in enumerate(tree.items)]
+        splice(packed, members)
+        graph.remove(op)
+
+
+def absorb_tuple_unpacks(graph: Rewrite) -> None:
+    """An operator whose one output is a tuple that only a prim::TupleUnpack reads (pnnx
+    writes ``nn.AdaptiveMaxPool2d(return_indices=True)`` so) produces the members itself:
+
+        before:  x -> op -> t -> prim::TupleUnpack -> a, b
+        after:   x -> op ----------------------------> a, b
+    """
+    for unpack in [op for op in graph.operators if op.type == TUPLE_UNPACK]:
+        if len(unpack.inputs) != 1:
+            raise graph.malformed(unpack, f"reads {len(unpack.inputs)} operands; it unpacks "
+                                          f"one tuple")
+        (packed,) = unpack.inputs
+        producer = packed.producer
+        if (producer is None or len(producer.outputs) != 1 or len(packed.consumers) != 1
+                or producer.type == TUPLE_CONSTRUCT):
+            continue
+        producer.outputs = list(unpack.outputs)
+        for member in unpack.outputs:
+            member.producer = producer
+        unpack.inputs, unpack.outputs = [], []
+        graph.operands.pop(packed.name, None)
+        graph.remove(unpack)
+
+
+def unpack_meshgrids(graph: Rewrite) -> None:
     """``torch.meshgrid(y, x, indexing="ij")`` on sizes known only at run time (a dynamic
     export of YOLO's grid) is written by pnnx on lists and a string::
 
@@ -46,7 +155,7 @@ def unpack_meshgrids(operators: list[RuntimeOperator],
         after:   y, x -> aten::meshgrid indexing=ij -> gy, gx
 
     A meshgrid in any other form is left alone, for its layer to refuse."""
-    for op in [op for op in operators if op.type == MESHGRID]:
+    for op in [op for op in graph.operators if op.type == MESHGRID]:
         if len(op.inputs) != 2 or len(op.outputs) != 1:
             continue
         packed, text = op.inputs
@@ -56,28 +165,27 @@ def unpack_meshgrids(operators: list[RuntimeOperator],
         if (indexing is None or indexing.value not in ("ij", "xy") or len(unpacks) != 1
                 or unpacks[0].type != LIST_UNPACK):
             continue
-        members = list_members(packed.producer, operators, operands)
+        members = list_members(graph, packed.producer)
         if members is None:
             continue
         for source in (packed, text):                   # read the members, not the list
             source.consumers = [c for c in source.consumers if c is not op]
             if not source.consumers and source.producer is not None:
-                remove_operator(operators, operands, source.producer)
+                graph.remove(source.producer)
         op.inputs = members
         for member in members:
             member.consumers.append(op)
         op.params["indexing"] = RuntimeParameter("indexing", indexing.type, indexing.value)
         (unpack,) = unpacks
-        operands.pop(op.outputs[0].name, None)
+        graph.operands.pop(op.outputs[0].name, None)
         op.outputs = list(unpack.outputs)
         for member in op.outputs:
             member.producer = op
-        unpack.inputs = []
-        operators.remove(unpack)
+        unpack.inputs, unpack.outputs = [], []
+        graph.remove(unpack)
 
 
-def list_members(op: RuntimeOperator | None, operators: list[RuntimeOperator],
-                 operands: dict[str, RuntimeOperand]) -> list[RuntimeOperand] | None:
+def list_members(graph: Rewrite, op: RuntimeOperator | None) -> list[RuntimeOperand] | None:
     """The operands a pnnx.Expression ``[@0,add(@1,0.5)]`` packs into a list, in order: an
     item ``@N`` is the list operator's input N, any other item becomes a pnnx.Expression of
     its own (added to the graph). None for any other operator or expression."""
@@ -92,76 +200,28 @@ def list_members(op: RuntimeOperator | None, operators: list[RuntimeOperator],
                                              for item in tree.items):
         return None
     return [op.inputs[item.index] if isinstance(item, OperandRef)
-            else expression_piece(op, index, item, operators, operands)
+            else expression_piece(graph, op, index, item)
             for index, item in enumerate(tree.items)]
 
 
-def expression_piece(op: RuntimeOperator, index: int, item: Node,
-                     operators: list[RuntimeOperator],
-                     operands: dict[str, RuntimeOperand]) -> RuntimeOperand:
+def expression_piece(graph: Rewrite, op: RuntimeOperator, index: int,
+                     item: Node) -> RuntimeOperand:
     """Item ``index`` of the list that the pnnx.Expression ``op`` builds, as a pnnx.Expression
-    of its own on the same inputs, inserted before ``op``; returns its output operand."""
+    of its own on the same inputs, inserted before ``op``; returns its output operand, named
+    ``<list operand>.<index>`` (``_1``, ``_2``, ... appended while the file has that name)."""
     expr = op.params["expr"]
     piece = RuntimeOperator(
-        type=op.type, name=f"{op.name}.{index}", line=op.line,
-        input_names=list(op.input_names), inputs=list(op.inputs),
+        type=op.type, name=graph.fresh_name(f"{op.name}.{index}", graph.operator_names),
+        line=op.line, input_names=list(op.input_names), inputs=list(op.inputs),
         params={"expr": RuntimeParameter("expr", expr.type, to_text(item))})
-    member = RuntimeOperand(f"{op.outputs[0].name}.{index}", producer=piece)
+    member = RuntimeOperand(graph.fresh_name(f"{op.outputs[0].name}.{index}", graph.operands),
+                            producer=piece)
     piece.outputs.append(member)
     for src in op.inputs:
         src.consumers.append(piece)
-    operands[member.name] = member
-    operators.insert(operators.index(op), piece)
+    graph.operands[member.name] = member
+    graph.insert_before(op, piece)
     return member
-
-
-def absorb_tuple_unpacks(operators: list[RuntimeOperator],
-                         operands: dict[str, RuntimeOperand]) -> None:
-    """An operator whose one output is a tuple that only a prim::TupleUnpack reads (pnnx
-    writes ``nn.AdaptiveMaxPool2d(return_indices=True)`` so) produces the members itself:
-
-        before:  x -> op -> t -> prim::TupleUnpack -> a, b
-        after:   x -> op ----------------------------> a, b
-    """
-    for unpack in [op for op in operators if op.type == TUPLE_UNPACK]:
-        (packed,) = unpack.inputs
-        producer = packed.producer
-        if (producer is None or len(producer.outputs) != 1 or len(packed.consumers) != 1
-                or producer.type == TUPLE_CONSTRUCT):
-            continue
-        producer.outputs = list(unpack.outputs)
-        for member in unpack.outputs:
-            member.producer = producer
-        operands.pop(packed.name, None)
-        operators[:] = [op for op in operators if op is not unpack]
-
-
-def flatten_tuples(operators: list[RuntimeOperator],
-                   operands: dict[str, RuntimeOperand]) -> None:
-    """Remove prim::TupleConstruct (and a TupleUnpack of it): consumers read the members."""
-    for op in [op for op in operators if op.type == TUPLE_CONSTRUCT]:
-        (packed,) = op.outputs
-        for consumer in list(packed.consumers):
-            if consumer.type == TUPLE_UNPACK:           # unpack(construct(a, b)) -> a, b
-                for member, unpacked in zip(op.inputs, consumer.outputs):
-                    replace_operand(operands, unpacked, member)
-                remove_operator(operators, operands, consumer)
-        splice(packed, op.inputs)                       # output(construct(a, b)) -> output(a, b)
-        remove_operator(operators, operands, op)
-
-
-def split_output_lists(operators: list[RuntimeOperator],
-                       operands: dict[str, RuntimeOperand]) -> None:
-    """A returned list ``expr=[add(@0,1),@1]`` becomes one pnnx.Expression per item."""
-    for op in operators[:]:
-        tree = returned_list(op)
-        if tree is None:
-            continue
-        (packed,) = op.outputs
-        members = [expression_piece(op, index, item, operators, operands)
-                   for index, item in enumerate(tree.items)]
-        splice(packed, members)
-        remove_operator(operators, operands, op)
 
 
 def returned_list(op: RuntimeOperator) -> ListExpr | None:
@@ -198,13 +258,3 @@ def replace_operand(operands: dict[str, RuntimeOperand], old: RuntimeOperand,
         consumer.inputs = [new if o is old else o for o in consumer.inputs]
         new.consumers.append(consumer)
     operands.pop(old.name, None)
-
-
-def remove_operator(operators: list[RuntimeOperator], operands: dict[str, RuntimeOperand],
-                    op: RuntimeOperator) -> None:
-    """Take ``op`` and its output operands out of the graph."""
-    for src in op.inputs:
-        src.consumers = [c for c in src.consumers if c is not op]
-    for out in op.outputs:
-        operands.pop(out.name, None)
-    operators.remove(op)

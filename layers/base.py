@@ -221,9 +221,10 @@ class Layer:
         raise NotImplementedError(f"{type(self).__name__} does not support in-place forward")
 
     def forward_into(self, inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray]) -> None:
-        """Run the layer writing its results into ``outputs``: C-contiguous arrays of the
-        output shapes and dtypes (buffers of the graph's memory plan) that the layer fills
-        instead of allocating its own. Layers that set ``support_forward_into`` implement it;
+        """Run the layer writing its results into ``outputs``: C-contiguous float32 arrays of
+        the output shapes (buffers of the graph's memory plan) that the layer fills instead of
+        allocating its own. The graph calls it only with float32 inputs (other dtypes run
+        ``forward``). Layers that set ``support_forward_into`` implement it;
         a one-blob in-place layer has it already: copy the input over, then run in place."""
         if self.one_blob_only and self.support_inplace:
             np.copyto(outputs[0], inputs[0])

@@ -18,10 +18,10 @@ its layers appear here once something (RuntimeGraph.build) has imported ``layers
 
 from __future__ import annotations
 
-import difflib
 from typing import TYPE_CHECKING, Callable, Iterable
 
 from parser.errors import RegistryError, UnsupportedOperatorError
+from parser.suggest import close_matches
 
 if TYPE_CHECKING:
     from layers.base import Layer
@@ -122,7 +122,7 @@ def unsupported_message(type_name: str, known: Iterable[str]) -> str:
     namespace, short = _split_type(type_name)
     same = {name: _split_type(name)[1].lower() for name in known
             if _split_type(name)[0] == namespace}
-    close = difflib.get_close_matches(short.lower(), list(same.values()), n=3, cutoff=0.75)
+    close = close_matches(short.lower(), list(same.values()), n=3, cutoff=0.75)
     names = [name for match in close for name, lowered in same.items() if lowered == match]
     hint = f"; did you mean {', '.join(names)}?" if names else ""
     return (f"no layer is registered for operator type {type_name!r}{hint} (to run it, write "

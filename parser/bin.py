@@ -19,7 +19,15 @@ Layout of one entry, and how a zero-copy view finds its bytes::
 The central directory at the end of the file (read with ``zipfile``) lists every entry with the
 offset of its local header, its size and the CRC-32 of its bytes. ``PnnxBin`` memory-maps the
 file read-only and hands out numpy views straight over the mapping: nothing is copied, and the
-OS pages weights in as they are used.
+OS pages weights in as they are used. ``PnnxBin(path, in_memory=True)`` reads the whole file
+into the process's memory instead (one read, views over those bytes): the file may then
+change or vanish without effect.
+
+A memory map follows the file. If another program truncates it (``cp other.bin model.pnnx.bin``
+writes over it in place), reading a mapped page past the new end kills the process with SIGBUS;
+if it rewrites the bytes, views change under the arrays' users. ``changed()`` tells whether the
+file's identity, size or modification time differ from when it was opened (cheap: one stat),
+for callers that keep a map open for long (RuntimeGraph does, with ``weights="map"``).
 
 An entry name that appears twice and an encrypted entry are refused when the file is opened.
 A damaged file never loads silently: an entry is checked before its first view is handed out
@@ -35,10 +43,11 @@ aligned copy when a kernel needs one.
 
 from __future__ import annotations
 
-import difflib
+import io
 import math
 import mmap
 import os
+import stat
 import struct
 import zipfile
 import zlib
@@ -48,6 +57,7 @@ import numpy as np
 
 from parser.errors import BinFileError
 from parser.param import DTYPE_NAMES
+from parser.suggest import close_matches
 
 # pnnx dtype name -> dtype of the arrays PnnxBin.read returns.
 # Two pnnx dtypes have no numpy dtype and are widened by a copy (so they are not zero-copy):
@@ -117,18 +127,32 @@ class PnnxBin:
     ``close()``: the mapping is released when the last of them is garbage-collected.
     """
 
-    def __init__(self, path: str | os.PathLike[str]):
+    def __init__(self, path: str | os.PathLike[str], in_memory: bool = False):
         self.path = str(path)
-        self._mm: mmap.mmap | None = None
+        self.in_memory = in_memory
+        # the file's bytes: a read-only memory map, or (in_memory) one bytes object
+        self._mm: mmap.mmap | bytes | None = None
         self._verified: set[str] = set()           # entries whose CRC-32 has been checked
         try:
-            size = os.path.getsize(self.path)
-            if size == 0:
-                raise BinFileError("empty file (not a pnnx bin zip archive)", path=self.path)
             with open(self.path, "rb") as file:
-                self._mm = mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ)
+                info = os.fstat(file.fileno())
+                if not stat.S_ISREG(info.st_mode):
+                    raise BinFileError("not a regular file (a pipe, device or folder)",
+                                       path=self.path)
+                if info.st_size == 0:
+                    raise BinFileError("empty file (not a pnnx bin zip archive)",
+                                       path=self.path)
+                self._identity = _identity(info)
+                if in_memory:
+                    self._mm = _read_whole(file, info.st_size, self.path)
+                    if len(self._mm) != info.st_size:
+                        raise BinFileError("the file changed size while being read",
+                                           path=self.path)
+                else:
+                    self._mm = mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ)
         except OSError as exc:
-            raise BinFileError(f"cannot read the file: {exc.strerror}", path=self.path) from None
+            raise BinFileError(f"cannot read the file: {exc.strerror or exc}",
+                               path=self.path) from None
         try:
             self._entries = self._index()
         except BinFileError:
@@ -139,7 +163,8 @@ class PnnxBin:
     def _index(self) -> dict[str, _Entry]:
         """Read the central directory with zipfile, then each local header for the data offset."""
         try:
-            with open(self.path, "rb") as file, zipfile.ZipFile(file) as archive:
+            with zipfile.ZipFile(io.BytesIO(self._mm) if isinstance(self._mm, bytes)
+                                 else open(self.path, "rb")) as archive:
                 infos = archive.infolist()
         except _ZIP_ERRORS as exc:
             if self._starts_like_zip():
@@ -159,8 +184,7 @@ class PnnxBin:
         return entries
 
     def _starts_like_zip(self) -> bool:
-        with open(self.path, "rb") as file:
-            return file.read(4) == _LOCAL_HEADER
+        return self._mapped[:4] == _LOCAL_HEADER
 
     def _locate(self, info: zipfile.ZipInfo) -> _Entry:
         """The entry's data offset: local header offset + 30 + name length + extra length."""
@@ -225,12 +249,30 @@ class PnnxBin:
         """Let the OS drop this process's copy of the entry's pages (whole pages inside the
         entry only): for an entry whose bytes were copied, so that they do not count twice in
         its memory. Views of the entry stay valid; reading one brings the pages back from the
-        file."""
+        file. (Nothing to do for a file read into memory.)"""
         entry = self._entry(key)
-        _drop_pages(self._mapped, entry.offset, entry.size)
+        if isinstance(self._mm, mmap.mmap):
+            _drop_pages(self._mm, entry.offset, entry.size)
+
+    def changed(self) -> str | None:
+        """Why the file on disk is no longer the one opened (another file now at the path, a
+        new size or modification time), or None if it looks the same. A rewrite that keeps
+        the size and the modification time is not seen."""
+        try:
+            now = _identity(os.stat(self.path))
+        except OSError as exc:
+            return f"it cannot be read any more ({exc.strerror or exc})"
+        if now == self._identity:
+            return None
+        (dev, ino, size, _), (dev0, ino0, size0, _) = now, self._identity
+        if (dev, ino) != (dev0, ino0):
+            return "another file has replaced it"
+        if size != size0:
+            return f"its size changed from {size0:,} to {size:,} bytes"
+        return "it was modified"
 
     @property
-    def _mapped(self) -> mmap.mmap:
+    def _mapped(self) -> mmap.mmap | bytes:
         """The mapping, while the file is open (``_entry`` has refused a closed one already)."""
         if self._mm is None:
             raise BinFileError("the file is closed", path=self.path)
@@ -258,24 +300,24 @@ class PnnxBin:
 
     def _suggest(self, key: str) -> str:
         """'; close entries: a, b' for a missing key (or the first few entries if none is close)."""
-        close = difflib.get_close_matches(key, self._entries, n=3, cutoff=0.5)
+        close = close_matches(key, self._entries, n=3, cutoff=0.5)
         if close:
-            return f"; close entries: {', '.join(close)}"
+            return f"; close entries: {', '.join(_cut(name) for name in close)}"
         if self._entries:
             shown = list(self._entries)[:5]
             more = ", ..." if len(self._entries) > len(shown) else ""
-            return f"; entries: {', '.join(shown)}{more}"
+            return f"; entries: {', '.join(_cut(name) for name in shown)}{more}"
         return "; the archive is empty"
 
     # ----- lifetime ---------------------------------------------------------------------------
     def close(self) -> None:
         """Release the mapping, unless arrays still view it (then the last one releases it)."""
-        if self._mm is not None:
+        if isinstance(self._mm, mmap.mmap):
             try:
                 self._mm.close()
             except BufferError:
                 pass  # views are alive; the mapping goes when they do
-            self._mm = None
+        self._mm = None
 
     def __enter__(self) -> PnnxBin:
         return self
@@ -285,6 +327,26 @@ class PnnxBin:
 
     def __repr__(self) -> str:
         return f"PnnxBin({self.path!r}, {len(self._entries)} entries)"
+
+
+def _read_whole(file: io.BufferedReader, size: int, path: str) -> bytes:
+    """All ``size`` bytes of an open file, or a BinFileError if memory runs out."""
+    try:
+        return file.read(size)
+    except MemoryError:
+        raise BinFileError(f"not enough memory to read the file ({size:,} bytes) into memory; "
+                           f"map it instead (RuntimeGraph(..., weights='map'))",
+                           path=path) from None
+
+
+def _cut(name: str, limit: int = 80) -> str:
+    """An entry name for a message, cut to ``limit`` characters."""
+    return name if len(name) <= limit else name[:limit - 3] + "..."
+
+
+def _identity(info: os.stat_result) -> tuple[int, int, int, int]:
+    """What ``changed`` compares: device, inode, size, modification time (ns)."""
+    return info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns
 
 
 def release_pages(array: np.ndarray) -> None:

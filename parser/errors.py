@@ -13,6 +13,7 @@ entry, the position in an expression, or the operator.
     ├── GraphError                   graph structure: cycles, dangling operands, wrong state
     ├── LayerError                   an operator's parameters or weights are unusable
     ├── ShapeError                   input count / rank / shape / dtype an operator cannot take
+    │   └── MemoryBudgetError         a shape plan that would need more memory than allowed
     ├── ImageError                   an image `classify` cannot read or use
     └── ExportError                  a torch model that cannot be loaded, traced or converted
 
@@ -102,6 +103,11 @@ class ShapeError(InferError):
     """Inputs an operator cannot take: wrong count, rank, shape or dtype."""
 
 
+class MemoryBudgetError(ShapeError, MemoryError):
+    """Input shapes whose plan needs more memory than the graph's budget (refused before
+    allocating), or a step that ran out of memory; also a MemoryError."""
+
+
 class ImageError(InferError):
     """An image file (or array) that classification cannot read or use."""
 
@@ -112,6 +118,6 @@ class ExportError(InferError):
 
 __all__ = [
     "InferError", "ParamFileError", "BinFileError", "ExpressionError", "RegistryError",
-    "UnsupportedOperatorError", "GraphError", "LayerError", "ShapeError", "ImageError",
-    "ExportError",
+    "UnsupportedOperatorError", "GraphError", "LayerError", "ShapeError", "MemoryBudgetError",
+    "ImageError", "ExportError",
 ]
