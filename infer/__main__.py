@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 from pathlib import Path
 
@@ -11,12 +12,16 @@ from parser.errors import InferError
 
 
 def _classify(args: argparse.Namespace) -> int:
-    """One block of lines per image; an image that cannot be read is one line on stderr, the
-    others go on, and the exit code is 1 if any failed."""
+    """One block of lines per image; an image that cannot be read or used is one line on
+    stderr, the others go on, and the exit code is 1 if any failed."""
     from tqdm import tqdm
 
+    from infer import images
     from infer.classify import ImageClassifier, ImageError
 
+    # OpenCV reads its pixel limit once, when cv2 is loaded (by read_image, later): so every
+    # format it decodes is held to the budget, not only the PNG and JPEG that classify sizes
+    os.environ.setdefault("OPENCV_IO_MAX_IMAGE_PIXELS", str(images.MAX_PIXELS))
     classifier = ImageClassifier.load(args.model)
     if classifier.card is None:
         pre = classifier.preprocess
@@ -156,7 +161,10 @@ def _note_unsupported(param: Path | str) -> None:
 
 
 def _positive_int(text: str) -> int:
-    value = int(text)
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text[:40]!r}") from None
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
     return value

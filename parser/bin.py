@@ -134,7 +134,9 @@ class PnnxBin:
         self._mm: mmap.mmap | bytes | None = None
         self._verified: set[str] = set()           # entries whose CRC-32 has been checked
         try:
-            with open(self.path, "rb") as file:
+            # opened without blocking: a FIFO at the path would otherwise wait for a writer
+            fd = os.open(self.path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+            with os.fdopen(fd, "rb") as file:
                 info = os.fstat(file.fileno())
                 if not stat.S_ISREG(info.st_mode):
                     raise BinFileError("not a regular file (a pipe, device or folder)",

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import os
 import stat
-from typing import Callable
+from typing import BinaryIO, Callable
 
 MiB = 1 << 20
 
@@ -44,6 +44,8 @@ def read_file(path: str | os.PathLike[str], limit: int,
         raise fail("is a folder, not a file") from None
     except OSError as exc:
         raise fail(f"cannot read the file: {exc.strerror or exc}") from None
+    except ValueError:                          # a NUL character in the path
+        raise fail("not a valid path (it contains a NUL character)") from None
     try:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
@@ -52,13 +54,23 @@ def read_file(path: str | os.PathLike[str], limit: int,
             raise fail(f"the file has {info.st_size:,} bytes, more than the {limit:,} this "
                        f"reader accepts")
         with os.fdopen(fd, "rb", closefd=False) as file:
-            data = file.read(limit + 1)
+            data = _read_at_most(file, info.st_size, limit)
     except OSError as exc:
         raise fail(f"cannot read the file: {exc.strerror or exc}") from None
     finally:
         os.close(fd)
     if len(data) > limit:                       # the file grew while being read
         raise fail(f"the file has more than the {limit:,} bytes this reader accepts")
+    return data
+
+
+def _read_at_most(file: BinaryIO, size: int, limit: int) -> bytes:
+    """The file's bytes, up to ``limit + 1`` of them. A read of n bytes sets n bytes aside
+    first, so the first read asks for the size the file said it has (plus one, to see if it
+    grew), not for the limit."""
+    data = file.read(min(size, limit) + 1)
+    if len(data) > size:                        # it grew (or, like /proc files, said 0)
+        data += file.read(limit + 1 - len(data))
     return data
 
 
@@ -71,5 +83,7 @@ def check_regular(path: str | os.PathLike[str], fail: Callable[[str], Exception]
         raise fail("no such file") from None
     except OSError as exc:
         raise fail(f"cannot read the file: {exc.strerror or exc}") from None
+    except ValueError:
+        raise fail("not a valid path (it contains a NUL character)") from None
     if not stat.S_ISREG(info.st_mode):
         raise fail(f"is {_kind(info.st_mode)}, not a regular file")

@@ -112,12 +112,12 @@ def test_preprocess_cuts_a_very_long_image_to_its_centre_first(monkeypatch):
 
 
 @pytest.mark.parametrize("card, words", [
-    ('{"param": "m.pnnx.param", "bin": "m.pnnx.bin"}', "keys param, bin, labels"),
+    ('{"param": "m.pnnx.param", "bin": "m.pnnx.bin"}', "labels: missing"),
     ('{"param": "m.pnnx.param", "bin": "m.pnnx.bin", "labels": "l.txt", '
-     '"preprocess": {"size": 3}}', "preprocess must be an object"),
-    ('{"param": ', "cannot read the model card"),
+     '"preprocess": {"size": 3}}', "preprocess.'size': not a preprocessing setting"),
+    ('{"param": ', "the model card is not JSON"),
     ('{"param": "m.pnnx.param", "bin": "m.pnnx.bin", "labels": "missing.txt"}',
-     "cannot read the labels"),
+     "labels: 'missing.txt': no such file"),
 ], ids=["no labels", "unknown preprocess key", "bad json", "labels file missing"])
 def test_a_bad_model_card_is_an_infer_error_naming_the_file(tmp_path, card, words):
     from infer.classify import ImageClassifier

@@ -169,7 +169,7 @@ def test_classify_goes_on_past_bad_images_and_fails_at_the_end(tmp_path):
         f"OpenCV reads: png, jpg, bmp, tiff, webp, ...)",
         "error: no/such.png: no such file",
         f"error: {empty}: empty file",
-        f"error: {tmp_path}: is a folder, not an image file"]
+        f"error: {tmp_path}: is a folder, not a regular file"]
     lines = result.stdout.splitlines()
     assert lines[0] == f"{PHOTO}:" and lines[2] == "model_file/images/coffee.png:"
     assert len(lines) == 4 and lines[3].startswith("espresso")
