@@ -39,7 +39,7 @@ def parse_size(text: str | int | float) -> float:
     """Bytes from ``"6G"``, ``"512 MiB"``, ``"1.5GB"``, ``"2e9"``, ``1000000`` or
     ``"unlimited"`` (units are powers of 1024). A GraphError says what is accepted."""
     if isinstance(text, (int, float)) and not isinstance(text, bool):
-        if text > 0:
+        if 0 < text < math.inf:
             return float(text)
     elif isinstance(text, str):
         if text.strip().lower() in ("unlimited", "none", "inf"):
@@ -47,7 +47,7 @@ def parse_size(text: str | int | float) -> float:
         match = _SIZE.fullmatch(text)
         if match:
             size = float(match.group(1)) * UNITS[match.group(2).lower()]
-            if size > 0:
+            if 0 < size < math.inf:
                 return size
     raise GraphError(f"a memory budget is a positive size like 6G, 512M, 1.5GiB or a number "
                      f"of bytes, or 'unlimited'; got {str(text)[:40]!r}")

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any, Iterator, Literal, Sequence
 import numpy as np
 
 from infer.runtime import RuntimeOperator
-from parser.errors import InferError, LayerError, MemoryBudgetError
+from parser.errors import InferError, LayerError, MemoryBudgetError, shorten
 
 if TYPE_CHECKING:
     from infer.memory import Arena, MemoryPlan, Slot
@@ -205,7 +205,7 @@ def operator_error(op: RuntimeOperator, exc: Exception) -> Exception:
             f"ran out of memory (line {op.line}): the machine had less free memory than this "
             f"step needed; lower the memory budget (graph.memory_budget) to be told before "
             f"running, or use smaller inputs", operator=op.label)
-    return LayerError(f"{type(exc).__name__}: {_shorten(str(exc))}{_explain(exc)} "
+    return LayerError(f"{type(exc).__name__}: {shorten(str(exc), 300)}{_explain(exc)} "
                       f"(line {op.line})", operator=op.label)
 
 
@@ -219,11 +219,6 @@ _EXPLAINED = {
     "Python int too large to convert": "a size or index computed here is too large",
     "iterator is too large": "a size computed here is too large for an array",
 }
-
-
-def _shorten(text: str, limit: int = 300) -> str:
-    """``text`` cut to ``limit`` characters (an exception may quote a whole array)."""
-    return text if len(text) <= limit else text[:limit - 4] + " ..."
 
 
 def _explain(exc: Exception) -> str:

@@ -39,7 +39,7 @@ from layers.registry import LayerRegisterer, unsupported_message
 from parser.bin import DTYPES, PnnxBin
 from parser.errors import (GraphError, LayerError, MemoryBudgetError, ShapeError,
                            UnsupportedOperatorError)
-from parser.param import NULL_DTYPE, read_param
+from parser.param import NULL_DTYPE, OperatorRecord, read_param
 from infer.runtime import RuntimeAttribute, RuntimeOperand, RuntimeOperator, RuntimeParameter
 from infer import budget, fusion, threads
 from infer.execution import Execution, RunStep, operator_context
@@ -145,6 +145,7 @@ class RuntimeGraph(GraphTools):
             return operands[name]
 
         for rec in graph.operators:                      # pass 1: operators and producers
+            self._check_io_operator(rec)
             op = RuntimeOperator(
                 type=rec.type, name=rec.name, line=rec.line, input_names=list(rec.input_names),
                 params={k: RuntimeParameter(k, p.type, p.value) for k, p in rec.params.items()},
@@ -170,8 +171,6 @@ class RuntimeGraph(GraphTools):
                 src.consumers.append(op)
                 op.inputs.append(src)
 
-        for op in operators:
-            self._check_io_operator(op)
         self.operators, self.operands = operators, operands
         unpack_outputs(self.operators, self.operands, self.param_path)  # tuples, lists
         self.input_operators = [op for op in self.operators if op.type == INPUT_TYPE]
@@ -183,19 +182,19 @@ class RuntimeGraph(GraphTools):
             raise GraphError(f"{self.param_path}: the graph has no pnnx.Output operator")
         self.state = GraphState.NEED_BUILD
 
-    def _check_io_operator(self, op: RuntimeOperator) -> None:
+    def _check_io_operator(self, rec: OperatorRecord) -> None:
         """pnnx.Input reads nothing and gives one operand; pnnx.Output reads one or more and
         gives nothing."""
+        reads, gives = len(rec.inputs), len(rec.outputs)
         wrong = None
-        if op.type == INPUT_TYPE and (op.inputs or len(op.outputs) != 1):
-            wrong = (f"reads {len(op.inputs)} and gives {len(op.outputs)} operands; a graph "
-                     f"input reads none and gives one")
-        elif op.type == OUTPUT_TYPE and (op.outputs or not op.inputs):
-            wrong = (f"reads {len(op.inputs)} and gives {len(op.outputs)} operands; a graph "
-                     f"output reads one or more and gives none")
+        if rec.type == INPUT_TYPE and (reads or gives != 1):
+            wrong = "a graph input reads none and gives one"
+        elif rec.type == OUTPUT_TYPE and (gives or not reads):
+            wrong = "a graph output reads one or more and gives none"
         if wrong:
-            raise GraphError(f"{self.param_path}:{op.line}: {op.label} {wrong}",
-                             operator=op.label)
+            label = f"{rec.type} {rec.name}"
+            raise GraphError(f"{self.param_path}:{rec.line}: {label} reads {reads} and gives "
+                             f"{gives} operands; {wrong}", operator=label)
 
     # ---------------------------------------------------------------- custom layers
     def register_custom_layer(self, type_name: str, layer_class: type[Layer]) -> None:
@@ -577,6 +576,8 @@ class RuntimeGraph(GraphTools):
         arrays = []
         for op, x in zip(self.input_operators, inputs):
             operand = op.outputs[0]
+            if isinstance(x, np.generic):               # a numpy scalar: a 0-d array
+                x = np.asarray(x)
             if not isinstance(x, np.ndarray):
                 raise ShapeError(f"input {op.name} must be a numpy array, got "
                                  f"{type(x).__name__}", operator=op.label)

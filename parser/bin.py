@@ -55,7 +55,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from parser.errors import BinFileError
+from parser.errors import BinFileError, shorten
 from parser.param import DTYPE_NAMES
 from parser.suggest import close_matches
 
@@ -304,11 +304,11 @@ class PnnxBin:
         """'; close entries: a, b' for a missing key (or the first few entries if none is close)."""
         close = close_matches(key, self._entries, n=3, cutoff=0.5)
         if close:
-            return f"; close entries: {', '.join(_cut(name) for name in close)}"
+            return f"; close entries: {', '.join(shorten(name, 80) for name in close)}"
         if self._entries:
             shown = list(self._entries)[:5]
             more = ", ..." if len(self._entries) > len(shown) else ""
-            return f"; entries: {', '.join(_cut(name) for name in shown)}{more}"
+            return f"; entries: {', '.join(shorten(name, 80) for name in shown)}{more}"
         return "; the archive is empty"
 
     # ----- lifetime ---------------------------------------------------------------------------
@@ -339,11 +339,6 @@ def _read_whole(file: io.BufferedReader, size: int, path: str) -> bytes:
         raise BinFileError(f"not enough memory to read the file ({size:,} bytes) into memory; "
                            f"map it instead (RuntimeGraph(..., weights='map'))",
                            path=path) from None
-
-
-def _cut(name: str, limit: int = 80) -> str:
-    """An entry name for a message, cut to ``limit`` characters."""
-    return name if len(name) <= limit else name[:limit - 3] + "..."
 
 
 def _identity(info: os.stat_result) -> tuple[int, int, int, int]:

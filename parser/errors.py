@@ -22,15 +22,74 @@ Errors raised inside a layer are re-raised by the graph with the operator attach
 Users import them from the package: ``from infer import InferError, ShapeError``; catching
 InferError catches everything the runtime refuses on purpose (a bare KeyError, IndexError,
 UnicodeDecodeError, struct.error or zipfile error escaping is a bug: tests/robustness/test_fuzz.py).
+
+Messages stay readable whatever the file holds: text quoted from a file (a line, a value, an
+expression) goes through ``excerpt`` / ``shorten`` / ``quote``, which keep about QUOTE_LIMIT
+characters (the start and the end, or a window around the place of the problem); and any line
+of a message longer than MESSAGE_LINE_LIMIT is cut the same way when the error is created.
 """
 
 from __future__ import annotations
+
+QUOTE_LIMIT = 120            # characters of a file's text quoted in a message
+MESSAGE_LINE_LIMIT = 1000    # a longer line of a message is cut (a safety net behind QUOTE_LIMIT)
+
+
+def excerpt(text: str, position: int | None = None,
+            limit: int = QUOTE_LIMIT) -> tuple[str, int | None]:
+    """``text`` cut to about ``limit`` characters for a message, and the column of ``position``
+    in what is shown (``0 <= position <= len(text)``; None stays None).
+
+    Text that fits is shown whole. Longer text keeps its start and its end, with the number of
+    characters left out between them; given a position, it keeps a window of ``limit``
+    characters around it instead, with ``...`` where it was cut. Control characters are shown
+    escaped (a CR as ``\\r``), so the message prints as one clean line per line."""
+    if len(text) <= limit:
+        start, stop = 0, len(text)
+    elif position is None:
+        half = limit // 2
+        cut = len(text) - 2 * half
+        return f"{_visible(text[:half])} ...[{cut:,} characters]... {_visible(text[-half:])}", None
+    else:
+        start = min(max(0, position - limit // 2), len(text) - limit)
+        stop = start + limit
+    before = "..." if start > 0 else ""
+    after = "..." if stop < len(text) else ""
+    shown = before + _visible(text[start:stop]) + after
+    if position is None:
+        return shown, None
+    return shown, len(before) + len(_visible(text[start:position]))
+
+
+def _visible(text: str) -> str:
+    """``text`` with its control characters (but tabs) escaped as Python writes them."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() or c == "\t" else repr(c)[1:-1] for c in text)
+
+
+def shorten(text: str, limit: int = QUOTE_LIMIT) -> str:
+    """``text`` cut to about ``limit`` characters, keeping its start and end (see excerpt)."""
+    return excerpt(text, None, limit)[0]
+
+
+def quote(text: str, limit: int = QUOTE_LIMIT) -> str:
+    """``repr(text)`` of the shortened text: how a message quotes a name or value from a file."""
+    return repr(shorten(text, limit))
+
+
+def _readable(message: str) -> str:
+    """The message with every line longer than MESSAGE_LINE_LIMIT shortened."""
+    if len(message) <= MESSAGE_LINE_LIMIT:
+        return message
+    return "\n".join(shorten(line, MESSAGE_LINE_LIMIT) for line in message.split("\n"))
 
 
 class InferError(Exception):
     """Base class of every error this runtime raises on purpose."""
 
     def __init__(self, message: str, *, operator: str | None = None):
+        message = _readable(message)
         super().__init__(message)
         self.message = message
         self.operator = operator
@@ -43,7 +102,7 @@ class InferError(Exception):
 
     def __str__(self) -> str:
         if self.operator:
-            return f"operator {self.operator}: {self.message}"
+            return f"operator {shorten(self.operator)}: {self.message}"
         return self.message
 
 
@@ -56,8 +115,7 @@ class ParamFileError(InferError):
         where = f"{path}:{line}" if line is not None else path
         full = f"{where}: {message}"
         if text is not None:
-            shown = text if len(text) <= 120 else text[:117] + "..."
-            full += f"\n    {shown}"
+            full += f"\n    {shorten(text)}"
         super().__init__(full)
 
 
@@ -66,7 +124,7 @@ class BinFileError(InferError):
 
     def __init__(self, message: str, *, path: str = "<bin>", entry: str | None = None):
         self.path, self.entry = path, entry
-        where = f"{path} [{entry}]" if entry else path
+        where = f"{path} [{shorten(entry)}]" if entry else path
         super().__init__(f"{where}: {message}")
 
 
@@ -77,9 +135,10 @@ class ExpressionError(InferError):
         self.expression, self.position = expression, position
         full = message
         if expression:
-            full += f"\n    {expression}"
-            if position is not None:
-                full += "\n    " + " " * position + "^"
+            shown, column = excerpt(expression, position)
+            full += f"\n    {shown}"
+            if column is not None:
+                full += "\n    " + " " * column + "^"
         super().__init__(full)
 
 

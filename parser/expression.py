@@ -23,19 +23,27 @@ reverse-Polish form a stack machine evaluates (KuiperInfer's expression layer wo
     add(@0,mul(@1,2.0))  ->  @0 @1 2.0 mul add
 
 Nothing is ever evaluated with ``eval``: numbers are matched by patterns and converted by
-``int()`` / ``float()`` / ``complex()``. Errors are ExpressionError with the character position,
-also for what would break the parser itself: nesting deeper than MAX_DEPTH calls or lists
-(Python's recursion limit) and numbers too long for ``int()``.
+``int()`` / ``float()`` / ``complex()``. Errors are ExpressionError with the character position
+(the message shows the text, cut to a window around that position, with a caret under it),
+also for what would break the parser itself or cost out of proportion, at limits far above
+anything pnnx writes:
+
+    MAX_EXPRESSION_LENGTH  2**18 characters  (parsing takes time and memory in proportion)
+    MAX_DEPTH              100 calls and lists nested (the parser and the tree walkers recurse)
+    integers               int64, as torch's; an operand index @N below 2**31
+
+Tokens are cut one at a time as the parser asks for them, so no list of every token is built.
+Floats follow C's strtod: ``1e999999`` is inf.
 """
 
 from __future__ import annotations
 
-import difflib
 import re
 from dataclasses import dataclass, field
-from typing import Union, cast
+from typing import Iterator, NamedTuple, Union, cast
 
-from parser.errors import ExpressionError
+from parser.errors import ExpressionError, quote
+from parser.suggest import close_matches
 
 # ----- the functions pnnx writes ----------------------------------------------------------------
 # Taken from pnnx's expression writer and Python exporter (tools/pnnx/src/pass_level3/
@@ -64,14 +72,17 @@ ARITY: dict[str, tuple[int, int]] = {
 }
 NAMED_CONSTANTS = {"True": True, "False": False, "None": None}
 MAX_DEPTH = 100   # calls and lists nested deeper are refused (pnnx writes a few levels)
+MAX_EXPRESSION_LENGTH = 1 << 18  # characters; a longer expression is refused
+INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
+MAX_OPERAND = (1 << 31) - 1      # the largest N of @N
 
 
 # ----- tokens -----------------------------------------------------------------------------------
 
-@dataclass(frozen=True)
-class Token:
+class Token(NamedTuple):
     """One token: ``kind`` is operand | int | float | complex | name | lparen | rparen | comma |
-    lbracket | rbracket; ``position`` is the index of its first character in the expression."""
+    lbracket | rbracket; ``position`` is the index of its first character in the expression.
+    (A named tuple: the tokenizer makes one per token, and tuples are the cheapest to make.)"""
 
     kind: str
     text: str
@@ -96,7 +107,12 @@ _TOKEN_RE = re.compile("|".join(f"(?P<{kind}>{pattern})" for kind, pattern in _T
 
 def tokenize(expr: str) -> list[Token]:
     """Cut ``expr`` into tokens (whitespace is skipped); an unknown character is an error."""
-    tokens = []
+    _check_length(expr)
+    return list(_scan(expr))
+
+
+def _scan(expr: str) -> Iterator[Token]:
+    """The tokens of ``expr``, one at a time (the parser takes them as it goes)."""
     position = 0
     while position < len(expr):
         match = _TOKEN_RE.match(expr, position)
@@ -105,16 +121,23 @@ def tokenize(expr: str) -> list[Token]:
                                   expression=expr, position=position)
         kind = cast(str, match.lastgroup)      # every alternative of _TOKEN_RE is named
         if kind != "space":
-            tokens.append(Token(kind, match.group(), position))
+            yield Token(kind, match.group(), position)
         position = match.end()
-    return tokens
+
+
+def _check_length(expr: str) -> None:
+    """Refuse an expression longer than MAX_EXPRESSION_LENGTH before looking at it."""
+    if len(expr) > MAX_EXPRESSION_LENGTH:
+        raise ExpressionError(f"an expression of {len(expr):,} characters; this reader takes "
+                              f"at most {MAX_EXPRESSION_LENGTH:,}", expression=expr,
+                              position=MAX_EXPRESSION_LENGTH)
 
 
 # ----- the syntax tree --------------------------------------------------------------------------
 # ``position`` (index in the expression text, for error messages) is left out of comparisons,
 # so trees built by hand compare equal to parsed ones.
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class OperandRef:
     """``@N``: the operator's N-th input."""
 
@@ -122,7 +145,7 @@ class OperandRef:
     position: int = field(default=-1, compare=False)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Constant:
     """A literal: int, float (inf and nan included), complex, bool (True / False) or None."""
 
@@ -130,7 +153,7 @@ class Constant:
     position: int = field(default=-1, compare=False)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Call:
     """``name(args...)``: one of the functions in ARITY, with its arguments."""
 
@@ -139,7 +162,7 @@ class Call:
     position: int = field(default=-1, compare=False)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class ListExpr:
     """``[a,b,...]``: a list of scalars, e.g. the shape argument of a dynamic view/reshape."""
 
@@ -154,36 +177,39 @@ Node = Union[OperandRef, Constant, Call, ListExpr]
 
 def parse_expression(expr: str) -> Node:
     """Parse a pnnx expression into its syntax tree; ExpressionError if it is not valid."""
-    parser = _Parser(expr, tokenize(expr))
-    if not parser.tokens:
+    _check_length(expr)
+    parser = _Parser(expr)
+    if parser.peek() is None:
         raise ExpressionError("empty expression", expression=expr, position=0)
     node = parser.node()
     token = parser.peek()
     if token is not None:
-        raise ExpressionError(f"unexpected {token.text!r} after the end of the expression",
+        raise ExpressionError(f"unexpected {quote(token.text)} after the end of the expression",
                               expression=expr, position=token.position)
     return node
 
 
 class _Parser:
-    """Recursive descent over the token list: one method per grammar rule."""
+    """Recursive descent over the tokens: one method per grammar rule, one token of look-ahead."""
 
-    def __init__(self, expr: str, tokens: list[Token]):
-        self.expr, self.tokens, self.index = expr, tokens, 0
+    def __init__(self, expr: str):
+        self.expr = expr
+        self.tokens = _scan(expr)
+        self.next = next(self.tokens, None)             # the look-ahead token
         self.depth = 0                                  # calls and lists open around here
 
     def peek(self) -> Token | None:
-        return self.tokens[self.index] if self.index < len(self.tokens) else None
+        return self.next
 
     def take(self, *kinds: str) -> Token:
         """Consume the next token, which must be of one of ``kinds``."""
-        token = self.peek()
+        token = self.next
         if token is None or token.kind not in kinds:
             wanted = _describe(kinds)
-            found = "the end of the expression" if token is None else repr(token.text)
+            found = "the end of the expression" if token is None else quote(token.text)
             hint = " (unbalanced brackets?)" if token is None else ""
             raise self.error(f"expected {wanted} but found {found}{hint}", token)
-        self.index += 1
+        self.next = next(self.tokens, None)
         return token
 
     def error(self, message: str, token: Token | None) -> ExpressionError:
@@ -193,13 +219,12 @@ class _Parser:
     # node := operand | number | constant | call | list
     def node(self) -> Node:
         token = self.take("operand", "int", "float", "complex", "name", "lbracket")
-        try:
-            if token.kind == "operand":
-                return OperandRef(int(token.text[1:]), token.position)
-            if token.kind == "int":
-                return Constant(int(token.text), token.position)
-        except ValueError:                        # int() refuses more than 4300 digits
-            raise self.error(f"number too long ({len(token.text)} characters)", token) from None
+        if token.kind == "operand":
+            return OperandRef(self.integer(token, token.text[1:], 0, MAX_OPERAND),
+                              token.position)
+        if token.kind == "int":
+            return Constant(self.integer(token, token.text, INT64_MIN, INT64_MAX),
+                            token.position)
         if token.kind == "float":
             return Constant(float(token.text), token.position)
         if token.kind == "complex":
@@ -207,6 +232,15 @@ class _Parser:
         if token.kind == "lbracket":
             return ListExpr(self.nested(token, "rbracket", allow_empty=True), token.position)
         return self.name(token)
+
+    def integer(self, token: Token, text: str, low: int, high: int) -> int:
+        """``int(text)`` if it lies in [low, high], else an error at the token."""
+        value = _int_in_range(text, low, high)
+        if value is None:
+            shown = quote(token.text, 40)
+            raise self.error(f"operand index {shown} is above {high}" if token.kind == "operand"
+                             else f"integer {shown} is outside the int64 range", token)
+        return value
 
     def nested(self, opening: Token, close: str, allow_empty: bool) -> tuple[Node, ...]:
         """The items of a call or list opened by ``opening``, at most MAX_DEPTH deep."""
@@ -223,11 +257,12 @@ class _Parser:
         if following is None or following.kind != "lparen":
             if token.text in NAMED_CONSTANTS:
                 return Constant(NAMED_CONSTANTS[token.text], token.position)
-            raise self.error(f"{token.text!r} is neither a function call nor a constant", token)
+            raise self.error(f"{quote(token.text)} is neither a function call nor a constant",
+                             token)
         if token.text not in ARITY:
-            close = difflib.get_close_matches(token.text, ARITY, n=3)
+            close = close_matches(token.text, ARITY)
             hint = f"; did you mean {', '.join(close)}?" if close else ""
-            raise self.error(f"unknown function {token.text!r}{hint}", token)
+            raise self.error(f"unknown function {quote(token.text)}{hint}", token)
         self.take("lparen")
         args = self.nested(token, "rparen", allow_empty=False)
         fewest, most = ARITY[token.text]
@@ -260,6 +295,17 @@ def _describe(kinds: tuple[str, ...]) -> str:
     return words[0] if len(words) == 1 else f"{', '.join(words[:-1])} or {words[-1]}"
 
 
+def _int_in_range(text: str, low: int, high: int) -> int | None:
+    """``int(text)`` of a decimal integer text if it lies in [low, high], else None. Leading
+    zeros go first and long texts are refused unread: int() refuses more than 4300 digits."""
+    negative = text.startswith("-")
+    digits = text[negative:].lstrip("0") or "0"
+    if len(digits) > 19:                                  # beyond int64 whatever the digits
+        return None
+    value = -int(digits) if negative else int(digits)
+    return value if low <= value <= high else None
+
+
 def _complex(text: str) -> complex:
     """'1.5e+00-2.0e+00j' (or pnnx's older '1.5e+00+-2.0e+00j') -> complex(1.5, -2.0)."""
     return complex(text.replace("+-", "-"))
@@ -277,9 +323,16 @@ def children(node: Node) -> tuple[Node, ...]:
 
 
 def postorder(node: Node) -> list[Node]:
-    """The nodes children-first: the order a stack machine evaluates them in."""
-    order = [n for child in children(node) for n in postorder(child)]
-    order.append(node)
+    """The nodes children-first: the order a stack machine evaluates them in.
+
+    Walked with a stack, in time proportional to the number of nodes: a node is listed
+    before its children from the last child back, and the list is reversed at the end."""
+    order, stack = [], [node]
+    while stack:
+        current = stack.pop()
+        order.append(current)
+        stack.extend(children(current))
+    order.reverse()
     return order
 
 

@@ -29,21 +29,47 @@ Two operators of one name are an error (the bin stores weights under "<op name>.
 A parameter or attribute key given twice on one line is an error (pnnx writes each once);
 ``#`` annotations may repeat (an operand that is an input twice is annotated twice).
 The reader never evaluates anything: every value is matched against a small set of patterns.
-Errors are ParamFileError naming the file, the 1-based line number and the line text.
+Errors are ParamFileError naming the file, the 1-based line number and the line text (cut to a
+readable length, as is every value a message quotes).
+
+What is accepted around the format: a UTF-8 byte-order mark (which editors add) is skipped;
+CRLF line ends, blank lines and extra whitespace are fine; UTF-16 text, classic-Mac CR line ends
+and a magic number not alone on line 1 are refused with a message saying so.
+
+Limits, far above anything pnnx writes, so that a hostile file costs time and memory in
+proportion to its size (a few tens of bytes of Python objects per byte of text at most) and
+nothing beyond these:
+
+    MAX_PARAM_BYTES   256 MiB   the file (read_param refuses pipes, devices and folders too)
+    MAX_LIST_ITEMS    2**20     items of one list value, e.g. ``shape=(1,1,...)``
+    MAX_RANK          64        dimensions of one shape (numpy 2's limit)
+    MAX_ELEMENTS      2**62     elements of one shape (its non-zero dims multiplied)
+    integers          int64     counts, dims, INT values and the items of INT_ARRAYs
+
+Floats follow C's strtod: ``1e999999`` is inf, and so is an integer of 400 digits in a list of
+floats. Values that pass are read in time in proportion to their length (one regex match per
+list item, and conversion at C speed).
 """
 
 from __future__ import annotations
 
+import codecs
 import enum
+import itertools
 import re
 from dataclasses import dataclass, field
 from os import PathLike
-from pathlib import Path
-from typing import Any, Literal, overload
+from typing import Any, Iterator, Literal, overload
 
-from parser.errors import ParamFileError
+from parser.errors import ParamFileError, quote, shorten
+from parser.files import MiB, read_file
 
 MAGIC = 7767517
+MAX_PARAM_BYTES = 256 * MiB
+MAX_LIST_ITEMS = 1 << 20
+MAX_RANK = 64
+MAX_ELEMENTS = 1 << 62
+INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
 
 # pnnx dtype names, in pnnx's own type-id order (type_to_string in tools/pnnx/src/ir.cpp).
 DTYPE_NAMES: tuple[str, ...] = (
@@ -67,7 +93,7 @@ class ParamType(enum.Enum):
     COMPLEX_ARRAY = 11
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Parameter:
     """One ``key=value`` parameter of an operator line, typed as pnnx types it.
 
@@ -79,7 +105,7 @@ class Parameter:
     value: Any                # its Python type follows ``type`` (see above)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class OperandInfo:
     """What the file says about one operand: ``#0=(1,3,?,?)f32``.
 
@@ -92,7 +118,7 @@ class OperandInfo:
     dtype: str | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class AttributeInfo:
     """An attribute reference ``@weight=(8,3,3,3)f32``: its data lives in the .pnnx.bin zip under
     the entry ``"<op name>.<attr name>"``. The name may contain dots."""
@@ -102,7 +128,7 @@ class AttributeInfo:
     dtype: str
 
 
-@dataclass
+@dataclass(slots=True)
 class OperatorRecord:
     """One operator line, split into its parts, nothing interpreted beyond the value types."""
 
@@ -127,76 +153,174 @@ class ParamGraph:
 
 # ----- reading a file ---------------------------------------------------------------------------
 
+# Byte-order marks of encodings other than UTF-8 (UTF-32 LE first: it begins with UTF-16 LE's).
+_OTHER_BOMS = ((codecs.BOM_UTF32_LE, "UTF-32"), (codecs.BOM_UTF32_BE, "UTF-32"),
+               (codecs.BOM_UTF16_LE, "UTF-16"), (codecs.BOM_UTF16_BE, "UTF-16"))
+
+
 def read_param(path: str | PathLike[str]) -> ParamGraph:
-    """Read and parse a .pnnx.param file. A binary or non-UTF-8 file is a ParamFileError."""
+    """Read and parse a .pnnx.param file. A path that is not a regular file, a file over
+    MAX_PARAM_BYTES, and a binary or non-UTF-8 file are ParamFileErrors naming the path."""
     path = str(path)
+    text = _decode(read_file(path, MAX_PARAM_BYTES,
+                             lambda message: ParamFileError(message, path=path)), path)
+    return parse_param(text, path)                      # (the bytes are gone by now)
+
+
+def _decode(data: bytes, path: str) -> str:
+    """The file's text: UTF-8, with or without a byte-order mark. UTF-16 / UTF-32 text and
+    bytes that are not UTF-8 are a ParamFileError saying so."""
+    for bom, encoding in _OTHER_BOMS:
+        if data.startswith(bom):
+            raise ParamFileError(f"the file is {encoding} text (it starts with a {encoding} "
+                                 f"byte-order mark); pnnx param files are UTF-8: save it as "
+                                 f"UTF-8", path=path, line=1)
+    if _looks_like_utf16(data):
+        raise ParamFileError("the file looks like UTF-16 text (every other byte is 0); pnnx "
+                             "param files are UTF-8: save it as UTF-8", path=path, line=1)
     try:
-        data = Path(path).read_bytes()
-    except OSError as exc:
-        raise ParamFileError(f"cannot read the file: {exc.strerror}", path=path) from None
-    try:
-        text = data.decode("utf-8")
+        return data.decode("utf-8-sig")                     # -sig: skips a UTF-8 BOM
     except UnicodeDecodeError as exc:
         line = data.count(b"\n", 0, exc.start) + 1
         raise ParamFileError(f"not a text file (byte 0x{data[exc.start]:02x} at offset "
                              f"{exc.start} is not UTF-8)", path=path, line=line) from None
-    return parse_param(text, path)
+
+
+def _looks_like_utf16(data: bytes) -> bool:
+    """True when the first bytes are ASCII text with a 0 byte after (or before) each char."""
+    head = data[:64]
+    return len(head) >= 4 and any(
+        head[zeros::2].count(0) == len(head[zeros::2]) and 0 not in head[1 - zeros::2]
+        for zeros in (0, 1))
 
 
 def parse_param(text: str, path: str = "<string>") -> ParamGraph:
-    """Parse the text of a .pnnx.param file (see the module docstring for the format)."""
-    lines = [line.rstrip("\r") for line in text.split("\n")]
-    _check_text(lines, path)
-    operator_count, operand_count = _read_header(lines, path)
+    """Parse the text of a .pnnx.param file (see the module docstring for the format). The
+    text's size is the caller's to bound (read_param refuses files over MAX_PARAM_BYTES)."""
+    text = text.removeprefix("\ufeff")                   # a UTF-8 byte-order mark, decoded
+    _check_text(text, path)
+    first, start = _line_at(text, 0)
+    second, start = _line_at(text, start)
+    _check_magic(first, path)
+    operator_count, operand_count = _read_header(second, path)
+    _check_room(operator_count, text.count("\n", start) + 1, second, path)
 
     operators: list[OperatorRecord] = []
     operands: dict[str, OperandInfo] = {}
     lines_by_name: dict[str, int] = {}
-    for number, line in enumerate(lines[2:], start=3):
-        if line.strip():
-            record = _parse_operator_line(line, number, path, operands)
-            if record.name in lines_by_name:
-                raise ParamFileError(
-                    f"operator name {record.name!r} is already taken by line "
-                    f"{lines_by_name[record.name]} (an operator's weights are stored under its "
-                    f"name, so pnnx names each operator once)", path=path, line=number, text=line)
-            lines_by_name[record.name] = number
-            operators.append(record)
-
-    if len(operators) != operator_count:
+    lines = _content_lines(text, start, number=3)
+    for number, line in itertools.islice(lines, operator_count):
+        record = _parse_operator_line(line, number, path, operands)
+        if record.name in lines_by_name:
+            raise ParamFileError(
+                f"operator name {quote(record.name)} is already taken by line "
+                f"{lines_by_name[record.name]} (an operator's weights are stored under its "
+                f"name, so pnnx names each operator once)", path=path, line=number, text=line)
+        lines_by_name[record.name] = number
+        operators.append(record)
+    found = len(operators) + sum(1 for _ in lines)       # lines beyond the count: just counted
+    if found != operator_count:
         raise ParamFileError(f"the header declares {operator_count} operators but the file has "
-                             f"{len(operators)} operator lines", path=path, line=2, text=lines[1])
+                             f"{found} operator lines", path=path, line=2, text=second)
     if len(operands) != operand_count:
         raise ParamFileError(f"the header declares {operand_count} operands but the operator "
                              f"lines name {len(operands)} distinct operands",
-                             path=path, line=2, text=lines[1])
+                             path=path, line=2, text=second)
     return ParamGraph(path=path, operators=operators, operands=operands)
 
 
-def _check_text(lines: list[str], path: str) -> None:
+# ----- lines ------------------------------------------------------------------------------------
+# The text is never split into a list of lines: a file of a hundred million empty lines would
+# make a list of a hundred million strings. Lines are cut out one at a time, and runs of blank
+# lines are skipped by one regex search.
+
+_CONTENT = re.compile(r"\S")
+
+
+def _line_at(text: str, start: int) -> tuple[str, int]:
+    """The line beginning at offset ``start`` (without its line end) and the next line's
+    offset (past the end of the text after the last line)."""
+    end = text.find("\n", start)
+    end = len(text) if end < 0 else end
+    return text[start:end].rstrip("\r"), end + 1
+
+
+def _content_lines(text: str, start: int, number: int) -> Iterator[tuple[int, str]]:
+    """``(line number, line)`` for each line from offset ``start`` on that is not blank;
+    ``number`` is the number of the line at ``start``."""
+    while start < len(text) and (found := _CONTENT.search(text, start)) is not None:
+        line_end = text.rfind("\n", start, found.start())    # the one before the found char
+        begin = start if line_end < 0 else line_end + 1
+        number += text.count("\n", start, begin)
+        line, start = _line_at(text, begin)
+        yield number, line
+        number += 1
+
+
+def _check_text(text: str, path: str) -> None:
     """Refuse an empty file and a file with NUL characters (a binary file read as text)."""
-    if not any(line.strip() for line in lines):
+    if _CONTENT.search(text) is None:
         raise ParamFileError("empty file (expected the magic number 7767517)", path=path, line=1)
-    for number, line in enumerate(lines, start=1):
-        if "\0" in line:
-            raise ParamFileError("not a text file (contains NUL bytes)", path=path, line=number,
-                                 text=line.replace("\0", "\\0"))
+    at = text.find("\0")
+    if at >= 0:
+        begin = text.rfind("\n", 0, at) + 1
+        line, _ = _line_at(text, begin)
+        raise ParamFileError("not a text file (contains NUL bytes)", path=path,
+                             line=text.count("\n", 0, begin) + 1, text=line)
 
 
-def _read_header(lines: list[str], path: str) -> tuple[int, int]:
-    """Check the magic line and return ``(operator_count, operand_count)`` from line 2."""
-    if lines[0].strip() != str(MAGIC):
-        raise ParamFileError(f"bad magic number (expected {MAGIC}); not a pnnx param file",
-                             path=path, line=1, text=lines[0])
-    counts = lines[1].split() if len(lines) > 1 else []
+def _check_magic(first: str, path: str) -> None:
+    """Line 1 must be the magic number 7767517; a ParamFileError says what is wrong."""
+    if first.strip() == str(MAGIC):
+        return
+    if first.split("\r")[0].strip() == str(MAGIC):
+        problem = ("the file ends its lines with CR alone (classic Mac); pnnx writes LF: "
+                   "convert the line ends")
+    elif not first.strip():
+        problem = f"line 1 is blank; a pnnx param file starts with the magic number {MAGIC}"
+    elif first.split()[0] == str(MAGIC):
+        problem = (f"line 1 holds more than the magic number {MAGIC}; the operator and operand "
+                   f"counts go on line 2")
+    else:
+        problem = f"bad magic number (expected {MAGIC}); not a pnnx param file"
+    raise ParamFileError(problem, path=path, line=1, text=first)
+
+
+def _read_header(second: str, path: str) -> tuple[int, int]:
+    """``(operator_count, operand_count)`` from line 2."""
+    counts = second.split()
     if len(counts) != 2 or not all(_is_count(c) for c in counts):
         raise ParamFileError("line 2 must be 'operator_count operand_count' (two integers >= 0)",
-                             path=path, line=2, text=lines[1] if len(lines) > 1 else "")
-    return int(counts[0]), int(counts[1])
+                             path=path, line=2, text=second)
+    try:
+        return _to_int(counts[0]), _to_int(counts[1])
+    except ValueError as exc:
+        raise ParamFileError(f"line 2: {exc}", path=path, line=2, text=second) from None
+
+
+def _check_room(operator_count: int, lines_left: int, second: str, path: str) -> None:
+    """Refuse at once a header declaring more operators than the file has lines left."""
+    if operator_count > lines_left:
+        raise ParamFileError(f"the header declares {operator_count} operators but the file has "
+                             f"only {lines_left} lines after it", path=path, line=2, text=second)
 
 
 def _is_count(text: str) -> bool:
     return text.isascii() and text.isdigit()
+
+
+def _to_int(text: str) -> int:
+    """``int(text)`` of a decimal integer text (sign optional, leading zeros allowed);
+    ValueError outside the int64 range, before Python's own limit of 4300 digits."""
+    if len(text) <= 18:                                   # in range whatever the digits
+        return int(text)
+    negative = text.startswith("-")
+    digits = text[negative:].lstrip("0") or "0"
+    if len(digits) <= 19:
+        value = -int(digits) if negative else int(digits)
+        if INT64_MIN <= value <= INT64_MAX:
+            return value
+    raise ValueError(f"the integer {shorten(text, 40)} is out of the int64 range")
 
 
 # ----- one operator line ------------------------------------------------------------------------
@@ -216,8 +340,12 @@ def _parse_operator_line(line: str, number: int, path: str,
         raise fail("an operator line needs at least: type name input_count output_count")
     op_type, name, nin_text, nout_text = fields[:4]
     if not (_is_count(nin_text) and _is_count(nout_text)):
-        raise fail(f"input/output counts must be integers >= 0, got {nin_text!r} {nout_text!r}")
-    nin, nout = int(nin_text), int(nout_text)
+        raise fail(f"input/output counts must be integers >= 0, got {quote(nin_text)} "
+                   f"{quote(nout_text)}")
+    try:
+        nin, nout = _to_int(nin_text), _to_int(nout_text)
+    except ValueError as exc:
+        raise fail(f"input/output counts: {exc}") from None
     names = fields[4:4 + nin + nout]
     if len(names) < nin + nout or any("=" in n for n in names):
         listed = len([n for n in names if "=" not in n])
@@ -227,41 +355,60 @@ def _parse_operator_line(line: str, number: int, path: str,
     record = OperatorRecord(type=op_type, name=name, inputs=names[:nin], outputs=names[nin:],
                             input_names=[""] * nin, line=number)
     for operand in names:
-        operands.setdefault(operand, OperandInfo(operand))
+        if operand not in operands:
+            operands[operand] = OperandInfo(operand)
+    places = _Places(record.inputs, record.outputs)
     for item in fields[4 + nin + nout:]:
         try:
-            _apply_key_value(record, item, operands)
+            _apply_key_value(record, item, operands, places)
         except ValueError as exc:
-            raise fail(f"{item!r}: {exc}") from None
+            raise fail(f"{quote(item)}: {exc}") from None
     return record
 
 
-def _apply_key_value(record: OperatorRecord, item: str,
-                     operands: dict[str, OperandInfo]) -> None:
+class _Places:
+    """The operands of one operator line, for the fields that refer to them: which names are
+    its operands, and which input places no ``$name=operand`` field has named yet."""
+
+    def __init__(self, inputs: list[str], outputs: list[str]):
+        self.inputs = inputs
+        self.operands = set(inputs).union(outputs)
+        self._unnamed: dict[str, list[int]] | None = None    # operand -> places, last first
+
+    def take_input(self, operand: str) -> int:
+        """The first input place of ``operand`` not yet named; ValueError if none is left.
+        pnnx writes one $name per named input, in input order: an operand that is an input
+        twice is named in the order of its places."""
+        if self._unnamed is None:
+            self._unnamed = {}
+            for index in reversed(range(len(self.inputs))):
+                self._unnamed.setdefault(self.inputs[index], []).append(index)
+        places = self._unnamed.get(operand)
+        if places is None:
+            raise ValueError(f"names operand {quote(operand)}, which is not an input of this "
+                             f"operator")
+        if not places:
+            raise ValueError(f"operand {quote(operand)} is named more times than it is an input")
+        return places.pop()
+
+
+def _apply_key_value(record: OperatorRecord, item: str, operands: dict[str, OperandInfo],
+                     places: _Places) -> None:
     """Store one ``key=value`` field in ``record`` (or ``operands``); ValueError if malformed."""
     key, sep, value = item.partition("=")
     if not sep or key in ("", "@", "$", "#"):
         raise ValueError("expected key=value")
     kind, bare = key[0], key[1:]
     if (kind == "@" and bare in record.attrs) or key in record.params:
-        raise ValueError(f"{key} is given twice on this line")
+        raise ValueError(f"{shorten(key)} is given twice on this line")
     if kind == "@":
         shape, dtype = _parse_shape_dtype(value, allow_dynamic=False)
         record.attrs[bare] = AttributeInfo(bare, shape, dtype)
     elif kind == "$":
-        if value not in record.inputs:
-            raise ValueError(f"${bare} names operand {value!r}, which is not an input of "
-                             f"this operator")
-        # pnnx writes one $name per named input, in input order: an operand that is an
-        # input twice is named in the order of its places
-        unnamed = [i for i, operand in enumerate(record.inputs)
-                   if operand == value and not record.input_names[i]]
-        if not unnamed:
-            raise ValueError(f"operand {value!r} is named more times than it is an input")
-        record.input_names[unnamed[0]] = bare
+        record.input_names[places.take_input(value)] = bare
     elif kind == "#":
-        if bare not in record.inputs and bare not in record.outputs:
-            raise ValueError(f"operand {bare!r} is not an input or output of this operator")
+        if bare not in places.operands:
+            raise ValueError(f"operand {quote(bare)} is not an input or output of this operator")
         dims, dtype = _parse_shape_dtype(value, allow_dynamic=True)
         operands[bare] = OperandInfo(bare, dims, None if dtype == NULL_DTYPE else dtype)
     elif key == "expr":
@@ -271,6 +418,7 @@ def _apply_key_value(record: OperatorRecord, item: str,
 
 
 _SHAPE_DTYPE = re.compile(r"\((?P<dims>[^()]*)\)(?P<dtype>\w*)")
+_PLAIN_DIMS = re.compile(r"\d{1,18}(?:,\d{1,18})*")        # matched once MAX_RANK is checked
 
 
 @overload
@@ -282,7 +430,8 @@ def _parse_shape_dtype(text: str, allow_dynamic: bool) -> tuple[tuple[int | None
 
 
 def _parse_shape_dtype(text: str, allow_dynamic: bool) -> tuple[tuple[int | None, ...], str]:
-    """``(1,3,?,?)f32`` -> ``((1, 3, None, None), "f32")``; ValueError if malformed.
+    """``(1,3,?,?)f32`` -> ``((1, 3, None, None), "f32")``; ValueError if malformed or beyond
+    MAX_RANK dims or MAX_ELEMENTS elements.
 
     ``?`` and symbolic ``%name`` dims become None (only where ``allow_dynamic``)."""
     match = _SHAPE_DTYPE.fullmatch(text)
@@ -290,17 +439,35 @@ def _parse_shape_dtype(text: str, allow_dynamic: bool) -> tuple[tuple[int | None
         raise ValueError("expected (shape)dtype, e.g. (1,3,224,224)f32")
     dtype = match["dtype"]
     if dtype not in DTYPE_NAMES and dtype != NULL_DTYPE:
-        raise ValueError(f"unknown dtype {dtype!r} (pnnx dtypes: {' '.join(DTYPE_NAMES)})")
+        raise ValueError(f"unknown dtype {quote(dtype)} (pnnx dtypes: {' '.join(DTYPE_NAMES)})")
+    if match["dims"].count(",") >= MAX_RANK:
+        raise ValueError(f"a shape of {match['dims'].count(',') + 1:,} dimensions; this reader "
+                         f"takes at most {MAX_RANK}")
+    if _PLAIN_DIMS.fullmatch(match["dims"]):              # the common case, at C speed
+        shape: list[int | None] = list(map(int, match["dims"].split(",")))
+        _check_elements(shape)
+        return tuple(shape), dtype
     dims = match["dims"].split(",") if match["dims"] else []
-    shape: list[int | None] = []
+    shape = []
     for dim in dims:
         if allow_dynamic and (dim == "?" or dim.startswith("%")):
             shape.append(None)
         elif _is_count(dim):
-            shape.append(int(dim))
+            shape.append(_to_int(dim))
         else:
-            raise ValueError(f"bad dimension {dim!r} in shape")
+            raise ValueError(f"bad dimension {quote(dim)} in shape")
+    _check_elements(shape)
     return tuple(shape), dtype
+
+
+def _check_elements(shape: list[int | None]) -> None:
+    """ValueError if the known non-zero dims multiply to more than MAX_ELEMENTS (sizes in
+    bytes would overflow int64)."""
+    elements = 1
+    for dim in shape:
+        elements *= dim or 1
+        if elements > MAX_ELEMENTS:
+            raise ValueError("a shape of more than 2**62 elements, too many for int64 sizes")
 
 
 # ----- parameter values -------------------------------------------------------------------------
@@ -310,11 +477,13 @@ _UNSIGNED = r"(?:\d+\.\d*(?:[eE][+-]?\d+)?|\.\d+(?:[eE][+-]?\d+)?|\d+(?:[eE][+-]
 _FLOAT = re.compile(rf"-?{_UNSIGNED}")           # tried after _INT, so ints never get here
 # pnnx writes complex numbers as "%e+%ej": 1.000000e+00+-2.000000e+00j (older) or ...e+00-2...j
 _COMPLEX = re.compile(rf"(?P<real>-?{_UNSIGNED})(?P<sign>\+-|[+-])(?P<imag>{_UNSIGNED})j")
+_FLOAT_OR_COMPLEX = re.compile(rf"-?{_UNSIGNED}(?:(?:\+-|[+-]){_UNSIGNED}j)?")
 _LIST_BRACKETS = {"(": ")", "[": "]"}
 
 
 def parse_value(text: str) -> Parameter:
-    """Type one parameter value text as pnnx does (see the module docstring).
+    """Type one parameter value text as pnnx does (see the module docstring); ValueError for
+    an integer outside int64 or a list of more than MAX_LIST_ITEMS items.
 
     Two deliberate differences from pnnx's own reader, both for values pnnx itself writes:
     ``inf``/``-inf``/``nan`` are FLOAT (pnnx would read them back as strings), and a list is
@@ -334,7 +503,7 @@ def parse_value(text: str) -> Parameter:
 def _parse_scalar(text: str) -> Parameter:
     """An int, float or complex when the text is one of those, else the text as a STRING."""
     if _INT.fullmatch(text):
-        return Parameter(ParamType.INT, int(text))
+        return Parameter(ParamType.INT, _to_int(text))
     if _FLOAT.fullmatch(text):
         return Parameter(ParamType.FLOAT, float(text))
     match = _COMPLEX.fullmatch(text)
@@ -348,17 +517,22 @@ def _parse_list(text: str) -> Parameter:
     """``(1,2)`` / ``[0.5,2]`` / ``(a,b)``: an array typed by its elements.
 
     Any non-number element makes a STRING_ARRAY of the raw element texts; otherwise complex
-    beats float beats int, and ints are widened (a list with one float is a FLOAT_ARRAY)."""
+    beats float beats int, and ints are widened (a list with one float is a FLOAT_ARRAY).
+    Each type is recognised by one regex match per item and converted at C speed."""
     if text[-1] != _LIST_BRACKETS[text[0]]:
         raise ValueError(f"list value is not closed with {_LIST_BRACKETS[text[0]]!r}")
-    texts = text[1:-1].split(",")
-    elements = [_parse_scalar(t) for t in texts]
-    kinds = {e.type for e in elements}
-    if ParamType.STRING in kinds:
-        return Parameter(ParamType.STRING_ARRAY, tuple(texts))
-    if ParamType.COMPLEX in kinds:
-        return Parameter(ParamType.COMPLEX_ARRAY, tuple(complex(e.value) for e in elements))
-    if ParamType.FLOAT in kinds:
-        return Parameter(ParamType.FLOAT_ARRAY, tuple(float(e.value) for e in elements))
-    return Parameter(ParamType.INT_ARRAY, tuple(e.value for e in elements))
-
+    inner = text[1:-1]
+    count = inner.count(",") + 1
+    if count > MAX_LIST_ITEMS:
+        raise ValueError(f"a list of {count:,} items; this reader takes at most "
+                         f"{MAX_LIST_ITEMS:,}")
+    texts = inner.split(",")
+    if all(map(_INT.fullmatch, texts)):
+        to_int = int if max(map(len, texts)) <= 18 else _to_int   # 18 characters fit int64
+        return Parameter(ParamType.INT_ARRAY, tuple(map(to_int, texts)))
+    if all(map(_FLOAT.fullmatch, texts)):
+        return Parameter(ParamType.FLOAT_ARRAY, tuple(map(float, texts)))
+    if all(map(_FLOAT_OR_COMPLEX.fullmatch, texts)):
+        texts = inner.replace("+-", "-").split(",")         # 1e+00+-2e+00j is 1e+00-2e+00j
+        return Parameter(ParamType.COMPLEX_ARRAY, tuple(map(complex, texts)))
+    return Parameter(ParamType.STRING_ARRAY, tuple(texts))

@@ -131,3 +131,49 @@ def test_parse_errors_show_the_position(expr, position, words):
         assert f"\n    {expr}\n    {' ' * position}^" in str(error)
 
 
+
+
+# ----- limits: length, depth, numbers -----------------------------------------------------------
+
+def test_length_limit():
+    from parser.expression import MAX_EXPRESSION_LENGTH
+    longest = "add(@0," + " " * (MAX_EXPRESSION_LENGTH - 10) + "1)"
+    assert len(longest) == MAX_EXPRESSION_LENGTH - 1
+    assert parse_expression(longest + " ") == parse_expression("add(@0,1)")
+    for refuse in (parse_expression, tokenize):
+        with pytest.raises(ExpressionError, match="characters; this reader takes at most") as info:
+            refuse(longest + "  ")
+        assert info.value.position == MAX_EXPRESSION_LENGTH and len(str(info.value)) < 500
+
+
+def _postorder_by_recursion(node):
+    from parser.expression import children
+    return [n for child in children(node) for n in _postorder_by_recursion(child)] + [node]
+
+
+@pytest.mark.parametrize("expr", [
+    "add(@0,mul(@1,2.0))", "[1,size(@0,2),-1]", "neg(" * 100 + "@0" + ")" * 100,
+    "[" + ",".join(f"add(@{i},[{i},{i}])" for i in range(300)) + "]",
+])
+def test_postorder_is_children_first_left_to_right(expr):
+    from parser.expression import postorder
+    tree = parse_expression(expr)
+    assert [id(n) for n in postorder(tree)] == [id(n) for n in _postorder_by_recursion(tree)]
+
+
+@pytest.mark.parametrize("expr, position, words", [
+    ("add(@0," + "1" * 30 + ")", 7, f"integer '{'1' * 30}' is outside the int64 range"),
+    ("[" + "0" * 5000 + "1]", None, None),
+    ("@2147483647", None, None),
+    ("@2147483648", 0, "operand index '@2147483648' is above 2147483647"),
+    ("add(@0," + "x" * 100_000 + ")", 7, "'xxxxxxxxxxxxxxxx"),
+    ("[" + "1," * 50_000 + "foo]", 100_001, "'foo' is neither"),
+], ids=["int", "zeros", "operand-max", "operand-beyond", "long-name", "late-error"])
+def test_numbers_and_names_in_long_texts(expr, position, words):
+    if words is None:
+        parse_expression(expr)
+        return
+    with pytest.raises(ExpressionError) as info:
+        parse_expression(expr)
+    assert info.value.position == position and words in str(info.value)
+    assert len(str(info.value)) < 500

@@ -255,3 +255,147 @@ def test_missing_file(tmp_path):
     with pytest.raises(ParamFileError) as info:
         read_param(tmp_path / "nope.pnnx.param")
     assert "nope.pnnx.param" in str(info.value)
+
+
+# ----- close but wrong: encodings, byte-order marks, line ends ---------------------------------
+
+GOOD = graph_text("pnnx.Input in 0 1 0 #0=(1,3)f32", "nn.ReLU relu 1 1 0 1",
+                  "pnnx.Output out 1 0 1")
+
+
+@pytest.mark.parametrize("data", [
+    b"\xef\xbb\xbf" + GOOD.encode(),                       # UTF-8 with a BOM (editors add it)
+    GOOD.replace("\n", "\r\n").encode(),                   # CRLF
+    b"\xef\xbb\xbf" + GOOD.replace("\n", "\r\n").encode(),
+    (" \t" + GOOD).encode(),                               # whitespace before the magic
+], ids=["bom", "crlf", "bom-crlf", "indented"])
+def test_accepted_variants_read_like_the_plain_file(tmp_path, data):
+    path = tmp_path / "m.pnnx.param"
+    path.write_bytes(data)
+    graph = read_param(path)
+    assert [op.name for op in graph.operators] == ["in", "relu", "out"]
+    assert graph.operands["0"].shape == (1, 3) and graph.operators[1].line == 4
+
+
+def test_bom_in_text_is_skipped():
+    assert len(parse_param("\ufeff" + GOOD).operators) == 3
+
+
+@pytest.mark.parametrize("data, words", [
+    (GOOD.encode("utf-16"), "UTF-16 text (it starts with a UTF-16 byte-order mark)"),
+    (GOOD.encode("utf-16-le"), "looks like UTF-16"),
+    (GOOD.encode("utf-16-be"), "looks like UTF-16"),
+    (GOOD.encode("utf-32"), "UTF-32 text"),
+    (GOOD.replace("\n", "\r").encode(), "CR alone"),
+    (("\n" + GOOD).encode(), "line 1 is blank"),
+    (GOOD.replace("7767517\n", "7767517 ").encode(), "holds more than the magic number"),
+    (GOOD.replace("7767517", "7767518").encode(), "bad magic number"),
+], ids=["utf16-bom", "utf16-le", "utf16-be", "utf32", "cr", "blank-first", "joined", "magic"])
+def test_close_but_wrong_files_say_what_is_wrong(tmp_path, data, words):
+    path = tmp_path / "m.pnnx.param"
+    path.write_bytes(data)
+    with pytest.raises(ParamFileError) as info:
+        read_param(path)
+    assert info.value.line == 1 and f"{path}:1:" in str(info.value)
+    assert words in str(info.value)
+    assert "\r" not in str(info.value)                    # shown escaped, not printed
+
+
+# ----- numbers out of range and absurd sizes ----------------------------------------------------
+
+HUGE = "9" * 5000                                         # beyond int()'s 4300 digits
+
+
+@pytest.mark.parametrize("text, line, words", [
+    (f"7767517\n{HUGE} 2\n{OK_LINE}\n", 2, "out of the int64 range"),
+    (f"7767517\n1 {HUGE}\n{OK_LINE}\n", 2, "out of the int64 range"),
+    (f"7767517\n1 {2**63}\n{OK_LINE}\n", 2, "out of the int64 range"),
+    (f"7767517\n{2**40} 2\n{OK_LINE}\n", 2, "1099511627776 operators but the file has only"),
+    (graph_text(f"nn.ReLU relu {HUGE} 1 0 1", operands=2), 3, "input/output counts"),
+    (graph_text(OK_LINE + f" big={HUGE}"), 3, "out of the int64 range"),
+    (graph_text(OK_LINE + f" big=-{2**63 + 1}"), 3, "out of the int64 range"),
+    (graph_text(OK_LINE + f" shape=(1,{HUGE},3)"), 3, "out of the int64 range"),
+    (graph_text(OK_LINE + f" @weight=({HUGE})f32"), 3, "out of the int64 range"),
+    (graph_text(OK_LINE + f" #1=(1,{HUGE})f32"), 3, "out of the int64 range"),
+    (graph_text(OK_LINE + f" #1=(1,{2**62 + 1})f32"), 3, "more than 2**62 elements"),
+    (graph_text(OK_LINE + f" @w=({2**31},{2**31},2)f32"), 3, "more than 2**62 elements"),
+    (graph_text(OK_LINE + " #1=(" + ",".join(["1"] * 65) + ")f32"), 3, "65 dimensions"),
+], ids=["operator-count", "operand-count", "count-2**63", "count-beyond-lines", "input-count",
+        "int", "int-below", "int-list", "attribute-dim",
+        "annotation-dim", "dim-2**62", "elements-2**62", "rank-65"])
+def test_absurd_numbers_name_the_line(text, line, words):
+    with pytest.raises(ParamFileError) as info:
+        parse_param(text, "m.pnnx.param")
+    assert info.value.line == line and f"m.pnnx.param:{line}:" in str(info.value)
+    assert words in str(info.value)
+    assert len(str(info.value)) < 600
+
+
+def test_numbers_at_the_edges_of_the_ranges_are_read():
+    op = one_op(f"{OK_LINE} a={2**63 - 1} b=-{2**63} c={'0' * 5000}7 d=(1,{'0' * 30}2) "
+                f"e=1e999999 f=(-1e999999,{'9' * 5000}.5) @w=({2**31},{2**31})f32 "
+                "#1=(" + ",".join(["1"] * 64) + ")f32")
+    values = {key: parameter.value for key, parameter in op.params.items()}
+    assert values == {"a": 2**63 - 1, "b": -2**63, "c": 7, "d": (1, 2), "e": math.inf,
+                      "f": (-math.inf, math.inf)}
+    assert op.attrs["w"].shape == (2**31, 2**31)
+
+
+def test_long_digit_runs_in_lists_of_other_types():
+    """Only an all-integer list is int64: among floats an integer is a float (as strtod reads
+    it), among strings a string."""
+    assert parse_value("(x,12345678901234567890123)").value == ("x", "12345678901234567890123")
+    assert parse_value("(0.5,12345678901234567890123)").value == (0.5, 1.2345678901234568e22)
+    assert parse_value(f"(0.5,{HUGE})").value == (0.5, math.inf)
+    assert parse_value(f"(1.0e+00+-1.0e+00j,{HUGE})").value == (1 - 1j, complex(math.inf, 0))
+
+
+def test_list_values_up_to_the_limit(monkeypatch):
+    from parser import param
+    monkeypatch.setattr(param, "MAX_LIST_ITEMS", 1000)
+    assert len(parse_value("(" + ",".join(["7"] * 1000) + ")").value) == 1000
+    with pytest.raises(ValueError, match="a list of 1,001 items; this reader takes at most 1,000"):
+        parse_value("(" + ",".join(["7"] * 1001) + ")")
+
+
+@pytest.mark.parametrize("items, kind", [
+    (["3"] * 5 + ["-4"], ParamType.INT_ARRAY),
+    (["3", "0.5", "1e-05", "-inf"], ParamType.FLOAT_ARRAY),
+    (["3", "1.0e+00-1.0e+00j"], ParamType.COMPLEX_ARRAY),
+    (["3", "0.5", "a"], ParamType.STRING_ARRAY),
+    (["3", "12345678901234567890"], None),               # 2**64 > 12345678901234567890 > 2**63
+], ids=["int", "float", "complex", "string", "beyond-int64"])
+def test_lists_typed_whole_and_item_by_item_agree(items, kind):
+    if kind is None:
+        with pytest.raises(ValueError, match="int64"):
+            parse_value("(" + ",".join(items) + ")")
+        return
+    parameter = parse_value("(" + ",".join(items) + ")")
+    assert parameter.type is kind
+    if kind is not ParamType.STRING_ARRAY:
+        singles = [parse_value(item).value for item in items]
+        assert parameter.value == tuple(singles)
+
+
+def test_many_named_inputs_are_matched_in_linear_time():
+    """$name=operand for 20,000 inputs of one operand: each takes the next free place."""
+    count = 20_000
+    line = (f"torch.cat cat {count} 1 " + "x " * count + "y "
+            + " ".join(f"$t{i}=x" for i in range(count)))
+    op = one_op(line)
+    assert op.input_names[:3] == ["t0", "t1", "t2"] and op.input_names[-1] == f"t{count - 1}"
+    with pytest.raises(ParamFileError, match="named more times than it is an input"):
+        parse_param(graph_text(line + " $extra=x"))
+
+
+def test_blank_lines_cost_no_memory_per_line():
+    """A million blank lines between operators: the line numbers still count them."""
+    text = graph_text("pnnx.Input in 0 1 0", "nn.ReLU relu 1 1 0 1").replace(
+        "\nnn.ReLU", "\n" + "\r\n" * 1_000_000 + "nn.ReLU")
+    assert [op.line for op in parse_param(text).operators] == [3, 1_000_004]
+
+
+def test_lines_beyond_the_declared_count_are_counted_not_parsed():
+    text = graph_text(OK_LINE, "nn.ReLU relu2 1 1 1 2", "garbage", operators=1, operands=2)
+    with pytest.raises(ParamFileError, match="declares 1 operators but the file has 3 operator"):
+        parse_param(text)

@@ -10,6 +10,8 @@ tokens, a hand edit), then read. Every outcome must be one of:
 
 within a time bound per example (hypothesis' ``deadline``). Anything else (a bare KeyError,
 IndexError, UnicodeDecodeError, struct.error, zipfile.BadZipFile, RecursionError) fails.
+The last section is malice rather than damage: numbers of thousands of digits, other encodings
+and line ends, values of megabytes, expressions nested a hundred thousand deep.
 
 How many cases run: the ``fuzz`` profile (the normal test run, ~20 s in all); for a long run
 
@@ -45,7 +47,10 @@ _COMMON = dict(database=None, print_blob=True,
                                       HealthCheck.function_scoped_fixture])
 # examples per test: (fuzz, long). The fuzz counts keep the whole file near 20 s on one core.
 _EXAMPLES = {"param_text": (300, 20000), "param_build": (250, 5000), "bin_small": (250, 20000),
-             "bin_lite0": (25, 1000), "expression": (500, 50000)}
+             "bin_lite0": (25, 1000), "expression": (500, 50000),
+             # hostile sizes, numbers and encodings (the last section of this file)
+             "param_numbers": (150, 10000), "param_encoding": (100, 5000),
+             "param_long_values": (60, 3000), "expression_hostile": (150, 10000)}
 PROFILE = os.environ.get("PNNX_FUZZ", "fuzz")
 if PROFILE not in ("fuzz", "long"):
     raise ValueError(f"PNNX_FUZZ must be 'fuzz' or 'long', got {PROFILE!r}")
@@ -359,3 +364,168 @@ def test_fuzz_profile_is_known():
     """The profile named by PNNX_FUZZ sets every test's example count."""
     assert fuzz_settings("expression", 100).max_examples == int(os.environ.get(
         "PNNX_FUZZ_EXAMPLES", _EXAMPLES["expression"][PROFILE == "long"]))
+
+
+# ----- hostile sizes, numbers and encodings -----------------------------------------------------
+# Not damage but malice (issue 21): numbers of thousands of digits anywhere a number goes, files
+# in other encodings or with odd line ends, values of hundreds of thousands of characters, and
+# expressions nested a hundred thousand deep. Every outcome is a parse or the reader's own error,
+# within the time bound, with a message of readable lines.
+
+def _assert_readable(error: Exception) -> None:
+    """No line of the message runs on (quoted text is cut; parser.errors)."""
+    from parser.errors import MESSAGE_LINE_LIMIT
+    assert max(len(line) for line in str(error).splitlines()) <= MESSAGE_LINE_LIMIT + 100
+
+
+@st.composite
+def hostile_numbers(draw) -> str:
+    """A number text at or past a limit: int64's edges, int()'s 4300 digits, float overflow."""
+    digits = draw(st.sampled_from([1, 18, 19, 20, 63, 4300, 4301, 6000]) | st.integers(1, 6000))
+    kind = draw(st.sampled_from(["int", "zeros", "edge", "float", "exponent", "complex"]))
+    if kind == "int":
+        return draw(st.sampled_from(["", "-"])) + "9" * digits
+    if kind == "zeros":
+        return "0" * digits + str(draw(st.integers(0, 2**64)))
+    if kind == "edge":
+        return str(draw(st.sampled_from([2**31, 2**62, 2**63, 2**64])) +
+                   draw(st.integers(-2, 2)) * draw(st.sampled_from([1, -1])))
+    if kind == "float":
+        return "9" * digits + ".5"
+    if kind == "exponent":
+        return f"1e{'9' * min(digits, 30)}"
+    return f"{'1' * digits}.0e+00-1e{'9' * 8}j"
+
+
+@given(data=st.data())
+@fuzz_settings("param_numbers", deadline_ms=2000)
+def test_hostile_numbers_in_a_param_file_parse_or_are_a_param_file_error(data, lite0_text):
+    """One to three runs of digits of a real file (a count, an operand, a dim, a value)
+    replaced by hostile numbers."""
+    text = str(lite0_text)
+    runs = list(re.finditer(r"\d+", text))
+    for _ in range(data.draw(st.integers(1, 3), label="replacements")):
+        run = data.draw(st.sampled_from(runs), label="run")
+        number = data.draw(hostile_numbers(), label="number")
+        text = text[:run.start()] + number + text[run.end():]
+        runs = list(re.finditer(r"\d+", text))
+    try:
+        parse_param(text, "fuzz.pnnx.param")
+    except ParamFileError as error:
+        assert error.line is not None and "fuzz.pnnx.param:" in str(error)
+        _assert_readable(error)
+        event(f"ParamFileError: {'int64' if 'int64' in str(error) else 'other'}")
+        return
+    event("parsed")
+
+
+LINE_ENDS = {"LF": "\n", "CRLF": "\r\n", "CR": "\r"}
+ENCODINGS = ["utf-8", "utf-8-sig", "utf-16", "utf-16-le", "utf-16-be", "utf-32", "latin-1"]
+
+
+@given(data=st.data())
+@fuzz_settings("param_encoding", deadline_ms=2000)
+def test_any_encoding_and_line_end_reads_the_same_or_says_why_not(data, lite0_text,
+                                                                  tmp_path_factory):
+    """The real file saved as an editor might: a BOM, other line ends, leading blanks or
+    whitespace, another encoding, a non-ASCII character. UTF-8 (with or without a BOM) with LF
+    or CRLF line ends reads as the original; anything else is a ParamFileError naming the
+    file and a line."""
+    from parser import read_param
+    line_end = data.draw(st.sampled_from(sorted(LINE_ENDS)), label="line end")
+    encoding = data.draw(st.sampled_from(ENCODINGS), label="encoding")
+    prefix = data.draw(st.sampled_from(["", " ", "\t", "\n", "\ufeff"]), label="prefix")
+    text = prefix + str(lite0_text).replace("\n", LINE_ENDS[line_end])
+    if data.draw(st.booleans(), label="non-ASCII"):
+        at = data.draw(st.integers(0, len(text)), label="at")
+        text = text[:at] + data.draw(st.sampled_from("éü€中\u00a0\u2028"), label="char") + text[at:]
+    try:
+        content = text.encode(encoding)
+    except UnicodeEncodeError:
+        content = text.encode(encoding, errors="replace")
+    path = tmp_path_factory.mktemp("fuzz_encoding", numbered=True) / "fuzz.pnnx.param"
+    path.write_bytes(content)
+    plain = (encoding.startswith("utf-8") and line_end != "CR" and prefix in ("", " ", "\t",
+                                                                               "\ufeff"))
+    try:
+        graph = read_param(path)
+    except ParamFileError as error:
+        assert error.path == str(path) and error.line is not None
+        _assert_readable(error)
+        assert not (plain and text.isascii()), f"refused a plain UTF-8 file: {error}"
+        event(f"ParamFileError ({encoding}, {line_end})")
+        return
+    event(f"read ({encoding}, {line_end})")
+    if plain and text.isascii():
+        original = parse_param(str(lite0_text))
+        assert [op.name for op in graph.operators] == [op.name for op in original.operators]
+
+
+@st.composite
+def long_fields(draw) -> str:
+    """One key=value (or @, #, $) field of up to a few million characters."""
+    count = draw(st.sampled_from([64, 65, 4096, 150_000, 2**20 + 1]) | st.integers(0, 150_000))
+    item = draw(st.sampled_from(["1", "-7", "0.5", "1e-05", "1.0e+00-2.0e+00j", "a", "?",
+                                 "123456789012345678901234", "%h"]))
+    items = ",".join([item] * count)
+    kind = draw(st.sampled_from(["list", "list unclosed", "shape", "attribute", "string",
+                                 "key", "operand", "name"]))
+    return {"list": f"v=({items})", "list unclosed": f"v=[{items}",
+            "shape": f"#0=({items})f32", "attribute": f"@w=({items})f32",
+            "string": "mode=" + "x" * count * 3, "key": "k" * count + "=1",
+            "operand": f"$x={'y' * count}", "name": f"#{'z' * count}=(1)f32"}[kind]
+
+
+@given(data=st.data())
+@fuzz_settings("param_long_values", deadline_ms=2000)
+def test_long_values_parse_in_proportion_or_are_a_param_file_error(data):
+    """A field of up to a few MB on an operator line: read in time in proportion to its size
+    (the deadline), or refused with a readable message naming line 4."""
+    from support import model_text
+    field = data.draw(long_fields(), label="field")
+    text = model_text("pnnx.Input in0 0 1 0 #0=(1,3)f32", f"nn.ReLU relu 1 1 0 1 {field}",
+                      "pnnx.Output out0 1 0 1")
+    try:
+        parse_param(text, "fuzz.pnnx.param")
+    except ParamFileError as error:
+        assert error.line == 4
+        _assert_readable(error)
+        event("ParamFileError")
+        return
+    event("parsed")
+
+
+@st.composite
+def hostile_expressions(draw) -> str:
+    """Deep nesting (up to 100,000), long flat lists, hostile numbers, a stray character."""
+    opening, closing = draw(st.sampled_from([("neg(", ")"), ("[", "]"), ("add(@0,", ")"),
+                                             ("[add(", ",1)]"), ("size(", ",0)")]))
+    depth = draw(st.sampled_from([99, 100, 101, 100_000]) | st.integers(0, 3000))
+    atom = draw(st.sampled_from(["@0", "@1", "2.5", "[]", "True"]) | hostile_numbers())
+    if draw(st.booleans()):
+        atom = "[" + ",".join([atom] * draw(st.integers(0, 30_000))) + "]"
+    expr = opening * depth + atom + closing * depth
+    if draw(st.booleans()) and expr:
+        at = draw(st.integers(0, len(expr) - 1))
+        expr = expr[:at] + draw(st.sampled_from("?;)](,@ x")) + expr[at + 1:]
+    return expr
+
+
+@given(expr=hostile_expressions())
+@fuzz_settings("expression_hostile", deadline_ms=2000)
+def test_hostile_expressions_parse_or_are_an_expression_error(expr):
+    """Never a RecursionError or ValueError; the caret of the (cut) message sits under the
+    character it names."""
+    try:
+        tree = parse_expression(expr)
+    except ExpressionError as error:
+        assert error.expression == expr and error.position is not None
+        assert 0 <= error.position <= len(expr)
+        _assert_readable(error)
+        *_, shown, caret = str(error).splitlines()
+        if error.position < len(expr) and caret.strip() == "^":
+            assert shown[caret.index("^")] == repr(expr[error.position])[1:-1][0]
+        event("ExpressionError")
+        return
+    event("parsed")
+    assert parse_expression(to_text(tree)) is not None

@@ -4,11 +4,14 @@ and never a RecursionError or ValueError."""
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import pytest
 
 from infer import ExpressionError, RuntimeGraph
-from parser.expression import MAX_DEPTH, parse_expression
+from parser.errors import QUOTE_LIMIT
+from parser.expression import MAX_DEPTH, MAX_EXPRESSION_LENGTH, parse_expression, postorder
 from support import expect_error, write_model
 
 
@@ -29,9 +32,16 @@ def expect_expression_error(tmp_path, expr: str, position: int, *words) -> Expre
     error = expect_error(ExpressionError, lambda: build_expression(tmp_path, expr), *words)
     assert (error.expression, error.position) == (expr, position)
     assert error.operator == "pnnx.Expression expr0"
-    shown = str(error).splitlines()
-    assert shown[-2].strip() == expr[:200].strip() or expr in str(error)
-    assert shown[-1] == "    " + " " * position + "^"
+    *_, shown, caret = str(error).splitlines()
+    if len(expr) <= QUOTE_LIMIT:
+        assert shown == "    " + expr and caret == "    " + " " * position + "^"
+    column = caret.index("^")
+    assert set(caret[:column]) == {" "} and caret[column:] == "^"
+    if position < len(expr):                            # the caret is under that character
+        assert shown[column] == expr[position]
+    else:                                               # or just after the end of the text
+        assert column == len(shown)
+    assert len(str(error)) < 600
     return error
 
 
@@ -109,11 +119,84 @@ def test_nesting_deeper_than_the_limit(tmp_path):
 
 
 def test_number_too_long_for_int(tmp_path):
-    expect_expression_error(tmp_path, "add(@0," + "9" * 5000 + ")", 7, "number too long")
-    expect_expression_error(tmp_path / "b", "@" + "1" * 5000, 0, "number too long")
+    expect_expression_error(tmp_path, "add(@0," + "9" * 5000 + ")", 7, "outside the int64")
+    expect_expression_error(tmp_path / "b", "@" + "1" * 5000, 0, "operand index", "above")
 
 
 def test_function_names_are_never_looked_up_in_python(tmp_path):
     """Only the fixed table of functions is known: Python names are unknown functions."""
     for name in ("eval", "exec", "open", "os.system", "np.load"):
         expect_expression_error(tmp_path / name, f"{name}(@0)", 0, f"unknown function '{name}'")
+
+
+# ----- hostile sizes: refused quickly, with a short message and the caret in place --------------
+
+TEN_MB = 10 << 20
+
+
+@pytest.mark.parametrize("shape", ["nested calls", "nested lists", "flat list", "long number"])
+def test_a_10_mb_expression_is_refused_at_once(tmp_path, shape):
+    depth = TEN_MB // 8
+    expr = {"nested calls": "add(" * depth + "@0" + ",1)" * depth,
+            "nested lists": "[" * (TEN_MB // 2) + "]" * (TEN_MB // 2),
+            "flat list": "[" + ",".join(["size(@0,0)"] * (TEN_MB // 11)) + "]",
+            "long number": "add(@0," + "1" * TEN_MB + ")"}[shape]
+    start = time.perf_counter()
+    expect_expression_error(tmp_path, expr, MAX_EXPRESSION_LENGTH,
+                            f"this reader takes at most {MAX_EXPRESSION_LENGTH:,}")
+    assert time.perf_counter() - start < 2.0
+
+
+@pytest.mark.parametrize("depth", [MAX_DEPTH + 1, 1000, 100_000])
+@pytest.mark.parametrize("opening, closing", [("neg(", ")"), ("[", "]"), ("add(@0,", ")"),
+                                              ("[add(", ")]")])
+def test_deep_nesting_is_an_error_never_a_recursion_error(opening, closing, depth):
+    """Checked before each level is entered: the parser never nears Python's stack limit."""
+    expr = opening * depth + "@1" + closing * depth
+    if len(expr) > MAX_EXPRESSION_LENGTH:
+        expr = opening * (MAX_EXPRESSION_LENGTH // (len(opening) + len(closing)) - 1) + "@1"
+    with pytest.raises(ExpressionError, match=f"nested more than {MAX_DEPTH} deep") as info:
+        parse_expression(expr)
+    assert len(str(info.value)) < 600
+
+
+def test_an_expression_at_the_length_limit_parses_in_proportion():
+    """The longest accepted expression, all one flat list, parses in well under a second."""
+    items = (MAX_EXPRESSION_LENGTH - 2) // 2
+    expr = "[" + ",".join(["1"] * items) + "]"
+    expr += " " * (MAX_EXPRESSION_LENGTH - len(expr))
+    start = time.perf_counter()
+    tree = parse_expression(expr)
+    assert time.perf_counter() - start < 2.0 and len(tree.items) == items
+    assert len(postorder(tree)) == items + 1
+
+
+@pytest.mark.parametrize("where", [0.0, 0.3, 0.5, 0.9, 1.0])
+def test_an_error_in_a_long_expression_shows_a_window_with_the_caret_on_it(tmp_path, where):
+    """A 200 KB expression with one bad character: the message shows a window around it."""
+    expr = "[" + ",".join(["mul(@0,@1)"] * 18_000) + "]"
+    position = min(int(where * len(expr)), len(expr) - 1)
+    if expr[position] in "[],":
+        position += 1
+    bad = expr[:position] + "?" + expr[position + 1:]
+    expect_expression_error(tmp_path, bad, position, "unexpected character '?'")
+
+
+@pytest.mark.parametrize("number, value", [
+    ("9" * 5000 + ".5", float("inf")), ("1e999999", float("inf")), ("-1e999999", float("-inf")),
+    ("0" * 5000 + "7", 7), (str(2**63 - 1), 2**63 - 1), (str(-2**63), -2**63),
+    ("1e999999-1e999999j", complex(float("inf"), float("-inf"))),
+])
+def test_huge_numbers_are_a_correct_value(number, value):
+    assert parse_expression(f"add(@0,{number})").args[1].value == value
+
+
+@pytest.mark.parametrize("number", [str(2**63), str(-2**63 - 1), "9" * 20, "9" * 5000,
+                                    "-" + "9" * 100_000])
+def test_integers_beyond_int64_are_an_error(tmp_path, number):
+    expect_expression_error(tmp_path, f"add(@0,{number})", 7, "outside the int64 range")
+
+
+@pytest.mark.parametrize("index", [str(2**31), "9" * 5000])
+def test_operand_indices_beyond_int32_are_an_error(tmp_path, index):
+    expect_expression_error(tmp_path, f"add(@{index},@0)", 4, "operand index", "above")
