@@ -25,6 +25,8 @@ import os
 import re
 from pathlib import Path
 
+import numpy as np
+
 from parser.errors import GraphError
 
 ENV = "PNNX_INFER_MEMORY_BUDGET"
@@ -38,9 +40,9 @@ _CGROUP_LIMITS = ("/sys/fs/cgroup/memory.max",                     # cgroup v2
 def parse_size(text: str | int | float) -> float:
     """Bytes from ``"6G"``, ``"512 MiB"``, ``"1.5GB"``, ``"2e9"``, ``1000000`` or
     ``"unlimited"`` (units are powers of 1024). A GraphError says what is accepted."""
-    if isinstance(text, (int, float)) and not isinstance(text, bool):
+    if isinstance(text, (int, float, np.integer, np.floating)) and not isinstance(text, bool):
         if 0 < text < math.inf:
-            return float(text)
+            return float(text) if text < 1e300 else UNLIMITED    # float(10**400) overflows
     elif isinstance(text, str):
         if text.strip().lower() in ("unlimited", "none", "inf"):
             return UNLIMITED

@@ -35,6 +35,8 @@ import numpy as np
 from infer.runtime import RuntimeOperator
 from parser.errors import InferError, LayerError, MemoryBudgetError, shorten
 
+from layers.base import at_least_1d
+
 if TYPE_CHECKING:
     from infer.memory import Arena, MemoryPlan, Slot
     from layers.base import Layer
@@ -127,9 +129,9 @@ class Execution:
                     if step.in_place and xs[0].flags.writeable:
                         if isolated:
                             ys = [xs[0].copy()]
-                            step.layer.forward_inplace(ys[0])
-                        else:
-                            step.layer.forward_inplace(xs[0])  # nobody else reads this array
+                            step.layer.forward_inplace(at_least_1d(ys[0]))
+                        else:                                   # nobody else reads xs[0]
+                            step.layer.forward_inplace(at_least_1d(xs[0]))
                             ys = xs
                     elif slots is not None and planned and _all_float32(xs):  # into the plan
                         ys = [arena.array(slot) for slot in slots]

@@ -262,9 +262,6 @@ class RuntimeGraph(GraphTools):
         self._steps = self._run_list()
         self._shape_plans.clear()
         self._memory_plans.clear()
-        self.state = GraphState.COMPLETE
-        log.info("built %s: %d operators, %d operands", self.param_path, len(self.operators),
-                 len(self.operands))
         traced = self._traced_input_shapes()
         if traced is not None:
             self._shape_plan(traced, annotated=True)
@@ -272,6 +269,9 @@ class RuntimeGraph(GraphTools):
             for op in self.operators:
                 with operator_context(op):
                     _layer(op).prepare(None)
+        self.state = GraphState.COMPLETE        # last: a forward never sees a half-built graph
+        log.info("built %s: %d operators, %d operands", self.param_path, len(self.operators),
+                 len(self.operands))
 
     def _check_supported(self) -> None:
         registry = LayerRegisterer()
@@ -546,14 +546,33 @@ class RuntimeGraph(GraphTools):
         self._require_complete()
         arrays = self.check_inputs(*inputs)
         memory = self._memory_plan(tuple(a.shape for a in arrays))
-        if memory.peak_bytes > self.memory_budget:
-            shapes = ", ".join(_short(a.shape) for a in arrays)
-            raise MemoryBudgetError(budget.over_budget(
-                f"a forward pass on input shapes {shapes} (its peak is at {memory.peak_step})",
-                memory.peak_bytes, self.memory_budget))
+        self._check_budget(memory, arrays, keep_all)
         given = {op.outputs[0].name: x for op, x in zip(self.input_operators, arrays)}
         return Execution(self._steps, memory, given, [o.name for o in self.output_operands],
                          keep_all=keep_all, hooks=self._hooks if hooks else (), timed=timed)
+
+    def _check_budget(self, memory: MemoryPlan, arrays: list[np.ndarray], keep_all: bool
+                      ) -> None:
+        """Refuse a pass whose arrays would exceed the memory budget: the plan's peak (or all
+        its operands, when ``keep_all`` keeps them), or its arena if that is larger. Arenas
+        that other input sizes' plans keep for reuse count too, and are let go first when
+        they are what makes the difference."""
+        needed = memory.total_bytes if keep_all else max(memory.peak_bytes, memory.arena_bytes)
+        if needed + self._pooled_bytes(memory) > self.memory_budget:
+            for plan in list(self._memory_plans.values()):
+                plan.drop_arenas()
+        if needed > self.memory_budget:
+            shapes = ", ".join(_short(a.shape) for a in arrays)
+            what = ("keeping every operand" if keep_all
+                    else f"its peak is at {memory.peak_step}")
+            raise MemoryBudgetError(budget.over_budget(
+                f"a forward pass on input shapes {shapes} ({what})", needed,
+                self.memory_budget))
+
+    def _pooled_bytes(self, memory: MemoryPlan) -> int:
+        """Bytes of the arenas the other plans keep for their next forward."""
+        return sum(plan.pooled_bytes for plan in list(self._memory_plans.values())
+                   if plan is not memory)
 
     @contextlib.contextmanager
     def running(self) -> Iterator[None]:
@@ -708,10 +727,11 @@ def _layer(op: RuntimeOperator) -> Layer:
 
 
 def itemsize(pnnx_dtype: str | None) -> int:
-    """Bytes per element of an operand whose file annotation says ``pnnx_dtype`` (float32's
-    4 when the file does not say)."""
+    """Bytes per element the budget counts for an operand whose file annotation says
+    ``pnnx_dtype``: at least float32's 4 (an annotation is a hint; most layers compute in
+    float32 whatever it says)."""
     dtype = DTYPES.get(pnnx_dtype or "")
-    return 4 if dtype is None else dtype.itemsize
+    return 4 if dtype is None else max(dtype.itemsize, 4)
 
 
 def _short(shape: Sequence[object], limit: int = 80) -> str:

@@ -9,12 +9,14 @@ never in a traceback, a hang or gigabytes of memory:
   its size before anything is decoded: a larger JPEG is decoded at 1/2, 1/4 or 1/8 of its size
   (libjpeg scales while decoding), a larger PNG is refused. Other formats are held to OpenCV's
   own header check, ``OPENCV_IO_MAX_IMAGE_PIXELS``, which OpenCV reads when cv2 is loaded:
-  2**30 pixels by default, MAX_PIXELS under ``python -m infer classify``.
+  this module sets it to MAX_PIXELS (if cv2 was not imported before it, and the variable is
+  not set already).
 """
 
 from __future__ import annotations
 
 import math
+import os
 import struct
 from contextlib import contextmanager
 from pathlib import Path
@@ -27,6 +29,12 @@ from parser.files import MiB, read_file
 
 MAX_PIXELS = 100_000_000          # decoded image budget: 100 megapixels, 300 MB as RGB
 MAX_IMAGE_BYTES = 256 * MiB
+
+# OpenCV reads its own pixel limit once, when cv2 is first imported (by read_image, later):
+# set it here so that every format OpenCV decodes is held to MAX_PIXELS, not only the PNG
+# and JPEG whose headers read_image checks (unless the user set the variable, or imported
+# cv2 before this module)
+os.environ.setdefault("OPENCV_IO_MAX_IMAGE_PIXELS", str(MAX_PIXELS))
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 JPEG_SIGNATURE = b"\xff\xd8\xff"     # as OpenCV tells a JPEG

@@ -83,12 +83,14 @@ class MemoryPlan:
     docstring). ``str(plan)`` is a table; in a notebook the plan shows as an HTML table."""
 
     def __init__(self, operands: list[PlannedOperand], buffer_sizes: list[int],
-                 step_slots: list[tuple[Slot, ...] | None], peak: tuple[int, str] = (0, "")):
+                 step_slots: list[tuple[Slot, ...] | None],
+                 live: tuple[int, str, int] = (0, "", 0)):
         self.operands = operands
         self.buffer_sizes = buffer_sizes
         self.step_slots = step_slots        # per step: where a forward_into step writes
-        # the most bytes alive at once in a forward pass, and the step where that happens
-        self.peak_bytes, self.peak_step = peak
+        # the most bytes alive at once in a forward pass, the step where that happens, and
+        # the bytes of every operand together (what a pass that keeps them all holds)
+        self.peak_bytes, self.peak_step, self.total_bytes = live
         self._pool: list[Arena] = []
 
     @property
@@ -114,6 +116,15 @@ class MemoryPlan:
         if len(self._pool) < MAX_POOLED_ARENAS:
             self._pool.append(arena)
 
+    @property
+    def pooled_bytes(self) -> int:
+        """Bytes held by the arenas kept for the next calls."""
+        return sum(arena.allocated_bytes for arena in list(self._pool))
+
+    def drop_arenas(self) -> None:
+        """Let the kept arenas go (their memory returns when no call uses them)."""
+        self._pool = []
+
     # ----- display -------------------------------------------------------------------------------
     HEADER = ("operand", "shape", "dtype", "bytes", "buffer", "live (steps)", "filled",
               "written by")
@@ -127,7 +138,8 @@ class MemoryPlan:
         saving = f", {total / arena:.1f}x less" if arena else ""
         into = sum(o.how == INTO for o in self.operands)
         return (f"{len(self.operands)} intermediate operands, {_mib(total)} together; planned "
-                f"arena {_mib(arena)} in {len(self.buffer_sizes)} buffers{saving}. "
+                f"arena {_mib(arena)} in {len(self.buffer_sizes)} buffers{saving}; peak of a "
+                f"forward pass {_mib(self.peak_bytes)} (at {self.peak_step}). "
                 f"{into} operands are written into the arena by their layers now "
                 f"(forward_into); in place: {sum(o.how == IN_PLACE for o in self.operands)}.")
 
@@ -230,23 +242,26 @@ def plan_memory(steps: Sequence[RunStep], shapes: dict[str, Shape],
 
 
 def peak_live(steps: Sequence[RunStep], shapes: dict[str, Shape],
-              dtypes: dict[str, str | None], inputs: Sequence[str]) -> tuple[int, str]:
-    """The most bytes of operands alive at once in a forward pass, and the step at which: each
-    operand lives from the step that writes it to its last reader (graph inputs from the
-    start, outputs to the end); an operand of unknown dtype counts 4 bytes per element. An
-    upper bound: in-place steps share memory and are counted twice."""
+              dtypes: dict[str, str | None], inputs: Sequence[str]) -> tuple[int, str, int]:
+    """The most bytes of operands alive at once in a forward pass, the step at which, and the
+    bytes of all operands together: each operand lives from the step that writes it to its
+    last reader (graph inputs from the start, outputs to the end) and counts at least 4 bytes
+    per element (float32; a '#' dtype annotation is only a hint). In-place steps share memory
+    and are counted twice: more than the truth, never less, for the operands."""
     def nbytes(name: str) -> int:
         dtype = DTYPES.get(dtypes.get(name) or "")
-        return math.prod(shapes[name]) * (4 if dtype is None else dtype.itemsize)
+        return math.prod(shapes[name]) * max(4, 0 if dtype is None else dtype.itemsize)
 
-    live = sum(nbytes(name) for name in inputs)
+    live = total = sum(nbytes(name) for name in inputs)
     peak, where = live, "the graph inputs"
     for step in steps:
-        live += sum(nbytes(name) for name in step.outputs)
+        written = sum(nbytes(name) for name in step.outputs)
+        live += written
+        total += written
         if live > peak:
             peak, where = live, step.label
         live -= sum(nbytes(name) for name in step.free)
-    return peak, where
+    return peak, where, total
 
 
 def _float32(names: Sequence[str], dtypes: dict[str, str | None]) -> bool:

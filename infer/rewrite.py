@@ -43,8 +43,9 @@ class Rewrite:
         self._inserted: dict[int, list[RuntimeOperator]] = {}    # id(anchor) -> new, before it
 
     def remove(self, op: RuntimeOperator) -> None:
-        """Take ``op`` and its output operands out of the graph."""
-        for src in op.inputs:
+        """Take ``op`` and its output operands out of the graph (each source once, however
+        often ``op`` reads it)."""
+        for src in {id(src): src for src in op.inputs}.values():
             src.consumers = [c for c in src.consumers if c is not op]
         for out in op.outputs:
             self.operands.pop(out.name, None)
@@ -67,7 +68,8 @@ class Rewrite:
         self._removed.clear()
         self._inserted.clear()
 
-    def fresh_name(self, base: str, taken: set[str] | dict[str, RuntimeOperand]) -> str:
+    @staticmethod
+    def fresh_name(base: str, taken: set[str] | dict[str, RuntimeOperand]) -> str:
         """``base`` if no name in ``taken`` is it, else ``base_1``, ``base_2``, ..."""
         name, suffix = base, 0
         while name in taken:

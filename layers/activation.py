@@ -465,6 +465,8 @@ class Softmax(Layer):
         return shape
 
     def forward_one(self, x: np.ndarray) -> np.ndarray:
+        if x.ndim == 0:                              # torch: softmax of one value is 1
+            return kernels.softmax(x.reshape(1), 0).reshape(())
         return kernels.softmax(x, self._dim(x.ndim))
 
 
@@ -485,7 +487,7 @@ class Softmin(Softmax):
     """y = softmax(-x) along ``dim`` = exp(-x) / sum(exp(-x))."""
 
     def forward_one(self, x: np.ndarray) -> np.ndarray:
-        return kernels.softmax(np.negative(x), self._dim(x.ndim))
+        return super().forward_one(np.negative(x))
 
 
 @register_layer("nn.GLU", "F.glu")

@@ -213,7 +213,7 @@ class Layer:
     def forward_one(self, x: np.ndarray) -> np.ndarray:
         if self.support_inplace:
             y = x.copy()
-            self.forward_inplace(y)
+            self.forward_inplace(at_least_1d(y))
             return y
         raise NotImplementedError(f"{type(self).__name__} must implement forward_one")
 
@@ -228,13 +228,20 @@ class Layer:
         a one-blob in-place layer has it already: copy the input over, then run in place."""
         if self.one_blob_only and self.support_inplace:
             np.copyto(outputs[0], inputs[0])
-            self.forward_inplace(outputs[0])
+            self.forward_inplace(at_least_1d(outputs[0]))
             return
         raise NotImplementedError(f"{type(self).__name__} does not support forward_into")
 
     def __repr__(self) -> str:
         shown = ", ".join(f"{k}={_short(getattr(self, k, None))}" for k in self.PARAMS)
         return f"{type(self).__name__}({shown})"
+
+
+def at_least_1d(x: np.ndarray) -> np.ndarray:
+    """``x``, or for a 0-d array a (1,) view of the same memory: what forward_inplace is
+    given, so that arithmetic inside it yields arrays, not numpy scalars (``x * 2`` of a 0-d
+    array is a scalar, which ``out=`` refuses), while writes still reach ``x``."""
+    return x.reshape(1) if x.ndim == 0 else x
 
 
 def _short(value: Any) -> str:

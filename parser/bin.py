@@ -165,8 +165,10 @@ class PnnxBin:
     def _index(self) -> dict[str, _Entry]:
         """Read the central directory with zipfile, then each local header for the data offset."""
         try:
-            with zipfile.ZipFile(io.BytesIO(self._mm) if isinstance(self._mm, bytes)
-                                 else open(self.path, "rb")) as archive:
+            # from the bytes already opened (the path could name another file by now)
+            source = self._mapped
+            with zipfile.ZipFile(io.BytesIO(source) if isinstance(source, bytes)
+                                 else source) as archive:  # type: ignore[arg-type]
                 infos = archive.infolist()
         except _ZIP_ERRORS as exc:
             if self._starts_like_zip():

@@ -68,9 +68,9 @@ def _read_at_most(file: BinaryIO, size: int, limit: int) -> bytes:
     """The file's bytes, up to ``limit + 1`` of them. A read of n bytes sets n bytes aside
     first, so the first read asks for the size the file said it has (plus one, to see if it
     grew), not for the limit."""
-    data = file.read(min(size, limit) + 1)
+    data = file.read(min(size, limit) + 1) or b""     # None: nothing there yet (non-blocking)
     if len(data) > size:                        # it grew (or, like /proc files, said 0)
-        data += file.read(limit + 1 - len(data))
+        data += file.read(limit + 1 - len(data)) or b""
     return data
 
 

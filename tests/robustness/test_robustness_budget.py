@@ -202,3 +202,28 @@ def test_messages_explain_numpys_wording(tmp_path):
                                       "pnnx.Output out0 1 0 1"))
     error = expect_error(InferError, graph.build, "infinite")
     assert error.operator == "nn.Upsample op"
+
+
+def test_keeping_every_operand_counts_them_all(tmp_path):
+    """forward_all and the debugger keep every operand: the budget counts them all, not the
+    streaming peak (30 chained ReLUs of 1 MiB: a 2 MiB peak, 31 MiB kept)."""
+    lines = ["pnnx.Input in0 0 1 0 #0=(1,256,32,32)f32"]
+    lines += [f"nn.Sigmoid s{i} 1 1 {i} {i + 1}" for i in range(30)]
+    lines.append("pnnx.Output out0 1 0 30")
+    graph = build(tmp_path, *lines, memory_budget="8M")
+    x = np.ones((1, 256, 32, 32), np.float32)
+    graph.forward(x)
+    expect_error(MemoryBudgetError, lambda: graph.forward_all(x), "keeping every operand",
+                 "31.0 MiB")
+
+
+def test_arenas_kept_for_other_input_sizes_stay_within_the_budget(tmp_path):
+    """Each input size's plan keeps its arena for the next call; over many sizes those arenas
+    are let go before they would take the graph past its budget."""
+    graph = build(tmp_path, "pnnx.Input in0 0 1 0 #0=(1,?,32,32)f32", "nn.ReLU r 1 1 0 1",
+                  "nn.Sigmoid s 1 1 1 2", "pnnx.Output out0 1 0 2", memory_budget="6M")
+    for channels in range(200, 260, 5):                 # 12 sizes of about 1 MiB
+        x = np.ones((1, channels, 32, 32), np.float32)
+        graph.forward(x)
+        plans = [graph.memory_plan(*[(1, c, 32, 32)]) for c in range(200, channels + 1, 5)]
+        assert sum(plan.pooled_bytes for plan in plans) <= 6 << 20

@@ -244,13 +244,15 @@ def test_cli_reports_each_bad_image_in_one_line_and_goes_on(tmp_path):
 @pytest.mark.slow
 def test_cli_holds_every_format_to_the_budget_through_opencv(tmp_path):
     """Formats whose header classify does not read (here BMP and PGM) meet OpenCV's own check,
-    which the command line sets to MAX_PIXELS before cv2 is loaded (here lowered to 1000)."""
+    which infer/images.py sets to MAX_PIXELS before cv2 is loaded (here lowered to 1000, as
+    the environment variable would be)."""
     import cv2
 
     cv2.imwrite(str(tmp_path / "big.bmp"), np.zeros((40, 30, 3), np.uint8))        # 1200
     (tmp_path / "claims.pgm").write_bytes(b"P5\n60000 60000\n255\n" + bytes(100))
     (tmp_path / "small.png").write_bytes(png_bytes(40, 25))                          # 1000
-    code = ("import infer.images\ninfer.images.MAX_PIXELS = 1000\n"
+    code = ("import os\nos.environ['OPENCV_IO_MAX_IMAGE_PIXELS'] = '1000'\n"
+            "import infer.images\ninfer.images.MAX_PIXELS = 1000\n"
             "assert 'cv2' not in sys.modules")
     result = run_cli("classify", *[str(tmp_path / n) for n in ("big.bmp", "claims.pgm",
                                                                "small.png")],

@@ -296,3 +296,35 @@ def test_close_matches_bounds_its_work():
     assert time.perf_counter() - started < 2
     assert close_matches("nn.ReLu", ["nn.ReLU", "nn.ReLU6", "nn.GELU"], cutoff=0.75)[0] \
         == "nn.ReLU"
+
+
+def test_one_operand_repeated_in_a_tuple_builds_quickly(tmp_path):
+    """A tuple of n copies of one operand, read by n graph outputs: unpacking it once per
+    copy would be cubic work (minutes for n = 2000 in a 55 KB file)."""
+    n = 1500
+    lines = [INPUT, "nn.ReLU r 1 1 0 1",
+             f"prim::TupleConstruct t {n} 1 {' '.join(['1'] * n)} tup"]
+    lines += [f"pnnx.Output out{i} 1 0 tup" for i in range(n)]
+    started = time.perf_counter()
+    outputs = build(tmp_path, *lines).forward(X)
+    assert time.perf_counter() - started < 20 and len(outputs) == n * n
+    np.testing.assert_array_equal(outputs[-1], np.maximum(X, 0))
+
+
+ONE_INPUT_TYPES = ["nn.ReLU", "nn.GELU", "F.gelu", "nn.ELU", "nn.Softplus", "nn.Mish",
+                   "nn.SiLU", "nn.Sigmoid", "nn.Tanh", "nn.Hardswish", "nn.LeakyReLU",
+                   "F.softmax", "nn.Softmin", "nn.LogSoftmax", "nn.Hardsigmoid", "nn.SELU"]
+
+
+@pytest.mark.parametrize("reference", [False, True], ids=["fast", "reference"])
+@pytest.mark.parametrize("type_name", ONE_INPUT_TYPES)
+def test_elementwise_layers_on_a_0d_input(tmp_path, type_name, reference):
+    """A 0-d input gives the 0-d result the (1,)-shaped input gives, on every floor."""
+    results = []
+    for annotation, x in (("#0=()f32", np.array(0.7, np.float32)),
+                          ("#0=(1)f32", np.array([0.7], np.float32))):
+        graph = build(tmp_path / str(x.ndim), f"pnnx.Input in0 0 1 0 {annotation}",
+                      f"{type_name} op 1 1 0 1", "pnnx.Output out 1 0 1", reference=reference)
+        results.append(graph.forward(x)[0])
+    assert results[0].shape == () and results[1].shape == (1,)
+    np.testing.assert_allclose(results[0].reshape(1), results[1], rtol=1e-6)
