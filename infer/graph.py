@@ -179,6 +179,7 @@ class RuntimeGraph(GraphTools):
                 op.inputs.append(src)
 
         self.operators, self.operands = operators, operands
+        self._depth_first_order()       # a cycle is refused before the rewrites unpack tuples
         unpack_outputs(self.operators, self.operands, self.param_path)  # tuples, lists
         self.input_operators = [op for op in self.operators if op.type == INPUT_TYPE]
         self.output_operands = [o for op in self.operators if op.type == OUTPUT_TYPE
@@ -322,6 +323,11 @@ class RuntimeGraph(GraphTools):
         when every consumer of ``op`` is done and ``op`` joins the post order."""
         if self.state is GraphState.NEED_INIT:
             self.init()
+        return self._depth_first_order(on_visit)
+
+    def _depth_first_order(self, on_visit: Callable[[str, RuntimeOperator], None] | None = None
+                           ) -> list[RuntimeOperator]:
+        """topological_order's search, on ``operators`` as they are now."""
         notify = on_visit or (lambda event, op: None)
         WHITE, GREY, BLACK = 0, 1, 2
         colour = {id(op): WHITE for op in self.operators}
@@ -567,7 +573,7 @@ class RuntimeGraph(GraphTools):
                     else f"its peak is at {memory.peak_step}")
             raise MemoryBudgetError(budget.over_budget(
                 f"a forward pass on input shapes {shapes} ({what})", needed,
-                self.memory_budget))
+                self.memory_budget), operator=None if keep_all else memory.peak_step)
 
     def _pooled_bytes(self, memory: MemoryPlan) -> int:
         """Bytes of the arenas the other plans keep for their next forward."""

@@ -53,7 +53,8 @@ def read_image(path: str | Path) -> np.ndarray:
     if not data:
         raise ImageError(f"{path}: empty file")
     image = _decode(path, data, decode_flags(path, data))              # (H, W, 3) BGR
-    return cv2.cvtColor(image, cv2.COLOR_BGR2RGB)
+    rgb: np.ndarray = cv2.cvtColor(image, cv2.COLOR_BGR2RGB)
+    return rgb
 
 
 def decode_flags(path: str | Path, data: bytes) -> int:
@@ -131,7 +132,8 @@ def _decode(path: str | Path, data: bytes, flags: int) -> np.ndarray:
     if image is None:
         raise ImageError(f"{path}: cannot decode this file as an image (damaged, or not a "
                          f"format OpenCV reads: png, jpg, bmp, tiff, webp, ...)")
-    return image
+    decoded: np.ndarray = image
+    return decoded
 
 
 @contextmanager

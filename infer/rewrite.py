@@ -23,6 +23,7 @@ from parser.errors import ExpressionError, GraphError
 from parser.expression import ListExpr, Node, OperandRef, parse_expression, to_text
 from infer.runtime import RuntimeOperand, RuntimeOperator, RuntimeParameter
 
+INPUT_TYPE = "pnnx.Input"
 OUTPUT_TYPE = "pnnx.Output"
 EXPRESSION_TYPE = "pnnx.Expression"
 TUPLE_CONSTRUCT = "prim::TupleConstruct"
@@ -136,6 +137,9 @@ def absorb_tuple_unpacks(graph: Rewrite) -> None:
                                           f"one tuple")
         (packed,) = unpack.inputs
         producer = packed.producer
+        if producer is not None and producer.type in (INPUT_TYPE, OUTPUT_TYPE):
+            raise graph.malformed(unpack, f"unpacks {packed.name!r}, which {producer.label} "
+                                          f"gives: a graph input is one array, not a tuple")
         if (producer is None or len(producer.outputs) != 1 or len(packed.consumers) != 1
                 or producer.type == TUPLE_CONSTRUCT):
             continue

@@ -13,7 +13,7 @@ IndexError, UnicodeDecodeError, struct.error, zipfile.BadZipFile, RecursionError
 The last section is malice rather than damage: numbers of thousands of digits, other encodings
 and line ends, values of megabytes, expressions nested a hundred thousand deep.
 
-How many cases run: the ``fuzz`` profile (the normal test run, ~20 s in all); for a long run
+How many cases run: the ``fuzz`` profile (the normal test run, ~35 s in all); for a long run
 
     PNNX_FUZZ=long python -m pytest tests/robustness/test_fuzz.py --hypothesis-show-statistics
 
@@ -529,3 +529,694 @@ def test_hostile_expressions_parse_or_are_an_expression_error(expr):
         return
     event("parsed")
     assert parse_expression(to_text(tree)) is not None
+
+
+# ----- graphs: structure, annotations, memory budget, odd inputs --------------------------------
+# Issue 21's classes at the level of the graph rather than of the text: small models written
+# with support.write_model, built and run on both floors (fast and reference).
+#
+#   structure    random graphs of a small vocabulary with wrong operand counts and with names
+#                the runtime also makes up (<operand>.<i>, <name>_1): an InferError, or the
+#                outputs of an independent numpy interpreter of the same graph
+#   annotations  '#' shapes and dtypes on intermediates: the unannotated result to the bit, or
+#                a ShapeError about an annotation
+#   budget       parameters asking for up to 2**62 elements under a budget of 1 KiB to 1 GiB:
+#                a run whose outputs fit the budget, or an InferError, in time and memory
+#   inputs       arrays of any dtype and rank 0..4: outputs (0-d stays 0-d) or a ShapeError
+
+import contextlib  # noqa: E402  (this section's own imports)
+import math  # noqa: E402
+import resource  # noqa: E402
+import signal  # noqa: E402
+from dataclasses import dataclass, replace  # noqa: E402
+from typing import Iterator  # noqa: E402
+
+from infer import MemoryBudgetError, ShapeError  # noqa: E402
+from support import conv_line, conv_weights, write_model  # noqa: E402
+
+_EXAMPLES.update({"graph_structure": (400, 20000), "graph_annotations": (100, 5000),
+                  "graph_budget": (150, 10000), "graph_inputs": (250, 20000)})
+
+
+class Overrun(Exception):
+    """An example still running when its time is up (a hang, or work out of proportion)."""
+
+
+@contextlib.contextmanager
+def bounded(seconds: float, extra_bytes: int = 2 << 30) -> Iterator[None]:
+    """Run the block with at most ``extra_bytes`` more address space for this process
+    (RLIMIT_AS: a runaway allocation is a MemoryError here, not the machine's out-of-memory
+    killer) and at most ``seconds`` (SIGALRM: a hang is an Overrun, not a stuck test run).
+    The limits are restored after the block. Linux, main thread."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+    mapped = int(re.search(r"VmSize:\s+(\d+)", Path("/proc/self/status").read_text())[1]) << 10
+    cap = mapped + extra_bytes
+    if soft != resource.RLIM_INFINITY:
+        cap = min(cap, soft)
+
+    def overrun(signum: int, frame: object) -> None:
+        raise Overrun(f"still running after {seconds} s")
+
+    previous = signal.signal(signal.SIGALRM, overrun)
+    resource.setrlimit(resource.RLIMIT_AS, (cap, hard))
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, signal.SIG_DFL if previous is None else previous)
+        resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
+
+
+@pytest.fixture(scope="module")
+def started(tmp_path_factory) -> None:
+    """Both floors started once, before any example's time bound: the first fast build on a
+    machine loads (or compiles) the kernels."""
+    paths = write_model(tmp_path_factory.mktemp("fuzz_start"),
+                        "pnnx.Input in0 0 1 0 #0=(1,3,8,8)f32", conv_line(),
+                        "nn.ReLU relu 1 1 1 2", "pnnx.Output out0 1 0 2", weights=conv_weights())
+    x = np.ones((1, 3, 8, 8), np.float32)
+    for reference in (False, True):
+        RuntimeGraph(*paths, reference=reference).build().forward(x)
+
+
+# kind -> (pnnx type, parameters, usual input count, usual output count)
+VOCABULARY = {
+    "input": ("pnnx.Input", "", 0, 1),
+    "output": ("pnnx.Output", "", 1, 0),
+    "relu": ("nn.ReLU", "", 1, 1),
+    "sigmoid": ("nn.Sigmoid", "", 1, 1),
+    "add": ("pnnx.Expression", "expr=add(@0,@1)", 2, 1),
+    "mul": ("pnnx.Expression", "expr=mul(@0,@1)", 2, 1),
+    "list": ("pnnx.Expression", "expr=[@0,@1]", 2, 1),    # a returned list: items are outputs
+    "cat": ("torch.cat", "dim=1", 2, 1),
+    "tuple": ("prim::TupleConstruct", "", 2, 1),
+    "unpack": ("prim::TupleUnpack", "", 1, 2),
+}
+# Names a file may use that the runtime's rewrites make up too: a list's pieces are
+# <operator>.<i> and <operand>.<i>, then <name>_1, _2, ... while those are taken.
+OPERAND_NAMES = ("0", "1", "2", "x", "x.0", "x.1", "t", "t.0", "t.1", "t.0_1", "t_1", "a",
+                 "a_1", "a.0", "l.0", "e.0")
+OPERATOR_NAMES = ("in0", "in1", "r", "s", "e", "l", "t", "t.0", "t.1", "l.0", "l.1", "l.0_1",
+                  "e.0", "x.1", "a_1", "out")
+INPUT_SHAPE = (2, 3)
+
+
+@dataclass(frozen=True)
+class Op:
+    """One operator line of a generated graph."""
+
+    kind: str                       # a key of VOCABULARY
+    name: str
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+
+    def line(self, annotations: dict[str, str]) -> str:
+        """The param line, with ``annotations`` (operand -> "(2,3)f32") of what it gives."""
+        type_name, params = VOCABULARY[self.kind][:2]
+        notes = [f"#{name}={annotations[name]}" for name in self.outputs if name in annotations]
+        fields = [type_name, self.name, str(len(self.inputs)), str(len(self.outputs)),
+                  *self.inputs, *self.outputs, params, *notes]
+        return " ".join(field for field in fields if field)
+
+
+class Graph(tuple):
+    """A generated graph, a tuple of Op; shown as its param lines in a falsifying example."""
+
+    def lines(self, annotations: dict[str, str] | None = None) -> list[str]:
+        """The operator lines: graph inputs annotated (2,3)f32, other operands as given."""
+        shape = f"({','.join(map(str, INPUT_SHAPE))})f32"
+        given = {name: shape for op in self if op.kind == "input" for name in op.outputs}
+        return [op.line({**given, **(annotations or {})}) for op in self]
+
+    def inputs(self) -> list[np.ndarray]:
+        """An array for every pnnx.Input line (in file order), each of values of its own."""
+        base = np.linspace(-3, 3, math.prod(INPUT_SHAPE), dtype=np.float32).reshape(INPUT_SHAPE)
+        return [base + 10 * i for i in range(sum(op.kind == "input" for op in self))]
+
+    def __repr__(self) -> str:
+        return "Graph(\n    " + "\n    ".join(self.lines()) + ")"
+
+
+# ----- the numpy interpreter of that vocabulary ---------------------------------------------
+
+class Malformed(Exception):
+    """The interpreter's verdict: the runtime must refuse this graph."""
+
+
+class Tup(tuple):
+    """A tuple's value: its members, flattened, as the runtime splices a tuple into whatever
+    reads it (infer/rewrite.py); only a prim::TupleUnpack takes it whole."""
+
+
+class Lst(tuple):
+    """A returned list's value ``[@0,@1]``: pnnx.Output gives its items as separate outputs;
+    no other operator may read it."""
+
+
+class Interpreter:
+    """What a generated graph computes, by numpy, from its Op records (not the runtime's
+    parser or rewrites): ``run(inputs)`` gives the outputs, or raises Malformed for a graph
+    the runtime must refuse. ``must_run`` turns False where the graph is readable but the
+    runtime may still refuse it: a line read before the line that writes it (the tuple
+    rewrites follow the file's order), unused extra inputs of an expression, an unpack of a
+    plain array (not a tuple), a returned list that no pnnx.Output reads."""
+
+    def __init__(self, graph: Graph):
+        self.graph = graph
+        self.must_run = True
+        self.values: dict[str, object] = {}         # operand -> array, Tup or Lst
+        self.outputs: list[np.ndarray] = []
+        self._read_by_output: set[int] = set()      # id() of the Lst values pnnx.Output reads
+
+    def run(self, inputs: list[np.ndarray]) -> list[np.ndarray]:
+        graph = self.graph
+        if len({op.name for op in graph}) < len(graph):
+            raise Malformed("two operators of one name")
+        producer: dict[str, int] = {}
+        for index, op in enumerate(graph):
+            if op.kind == "input" and (op.inputs or len(op.outputs) != 1):
+                raise Malformed("a pnnx.Input reads none and gives one")
+            if op.kind == "output" and (op.outputs or not op.inputs):
+                raise Malformed("a pnnx.Output reads some and gives none")
+            for name in op.outputs:
+                if name in producer:
+                    raise Malformed("an operand is written twice")
+                producer[name] = index
+        for index, op in enumerate(graph):
+            for name in op.inputs:
+                if name not in producer:
+                    raise Malformed("an operand is read, never written")
+                if producer[name] >= index:
+                    self.must_run = False
+        feed = iter(inputs)
+        for op in graph:
+            if op.kind == "input":
+                self.values[op.outputs[0]] = next(feed)
+        done: dict[int, bool] = {}                  # index -> finished (False: on the stack)
+
+        def visit(index: int) -> None:
+            if done.get(index) is False:
+                raise Malformed("a cycle")
+            if index in done:
+                return
+            done[index] = False
+            op = graph[index]
+            for name in op.inputs:
+                visit(producer[name])
+            if op.kind != "input":
+                given = self.apply(op, [self.values[name] for name in op.inputs])
+                self.values.update(zip(op.outputs, given))
+            done[index] = True
+
+        for index in range(len(graph)):
+            visit(index)
+        if not self.outputs:
+            raise Malformed("no graph outputs")
+        lists = [value for value in self.values.values() if isinstance(value, Lst)]
+        if any(id(value) not in self._read_by_output for value in lists):
+            self.must_run = False
+        return self.outputs
+
+    def apply(self, op: Op, args: list[object]) -> list[object]:
+        """The values ``op`` gives for the values it reads."""
+        if op.kind == "unpack":
+            if len(args) != 1:
+                raise Malformed("an unpack reads one tuple")
+            (packed,) = args
+            if isinstance(packed, Tup):
+                if len(packed) != len(op.outputs):
+                    raise Malformed("an unpack gives each member of its tuple")
+                return list(packed)
+            if len(op.outputs) != 1:
+                raise Malformed("an unpack of an array into several")
+            self.must_run = False
+            return [packed]
+        flat = [member for value in args
+                for member in (value if isinstance(value, Tup) else (value,))]
+        if op.kind == "output":
+            for value in flat:
+                if isinstance(value, Lst):
+                    self._read_by_output.add(id(value))
+                self.outputs.extend(value if isinstance(value, Lst) else [value])
+            return []
+        if len(op.outputs) != 1:
+            raise Malformed("an operator gives one operand")
+        if op.kind == "tuple":
+            return [Tup(flat)]
+        if any(isinstance(value, Lst) for value in flat):
+            raise Malformed("a list read by an operator")
+        arrays = flat                                   # no tuple, no list: arrays
+        least = 1 if op.kind == "cat" else VOCABULARY[op.kind][2]
+        if len(arrays) < least or (op.kind in ("relu", "sigmoid") and len(arrays) > 1):
+            raise Malformed("an operator reads too few or too many arrays")
+        if op.kind in ("add", "mul", "list") and len(arrays) > 2:
+            self.must_run = False
+        a = arrays[0]
+        if op.kind == "relu":
+            return [np.maximum(a, np.float32(0))]
+        if op.kind == "sigmoid":
+            return [np.float32(1) / (np.float32(1) + np.exp(-a))]
+        if op.kind == "cat":
+            if any(x.shape[0] != a.shape[0] for x in arrays):
+                raise Malformed("cat of arrays of other heights")
+            return [np.concatenate(arrays, axis=1)]
+        b = arrays[1]
+        if op.kind == "list":
+            return [Lst((a, b))]
+        if a.shape != b.shape:
+            raise Malformed("arrays of two widths")
+        return [a + b if op.kind == "add" else a * b]
+
+
+def interpret(graph: Graph, inputs: list[np.ndarray]) -> tuple[list[np.ndarray] | None, bool]:
+    """(the outputs, whether the runtime must run the graph); (None, False) if it must refuse
+    the graph."""
+    interpreter = Interpreter(graph)
+    try:
+        return interpreter.run(inputs), interpreter.must_run
+    except Malformed as why:
+        event(f"malformed: {why}")
+        return None, False
+
+
+# ----- generated graphs -----------------------------------------------------------------------
+
+@st.composite
+def valid_graphs(draw) -> Graph:
+    """A well-formed graph: one or two inputs of shape (2,3); one to six operators of the
+    vocabulary, each reading operands written before it, with the right counts; one
+    pnnx.Output reading every returned list and some other operands. Names are drawn from
+    the pools of names the runtime makes up too."""
+    ops: list[Op] = []
+    widths: dict[str, int] = {}              # array operand -> its width: every array is (2, w)
+    tuples: dict[str, list[int]] = {}        # tuple operand -> its (flattened) members' widths
+    lists: list[str] = []
+    taken: set[str] = set()
+
+    def fresh(pool: tuple[str, ...], prefix: str) -> str:
+        free = [name for name in pool if name not in taken]
+        name = draw(st.sampled_from(free)) if free else f"{prefix}{len(taken)}"
+        taken.add(name)
+        return name
+
+    def add(kind: str, inputs: list[str], count: int) -> tuple[str, ...]:
+        outputs = tuple(fresh(OPERAND_NAMES, "v") for _ in range(count))
+        ops.append(Op(kind, fresh(OPERATOR_NAMES, "op"), tuple(inputs), outputs))
+        return outputs
+
+    for _ in range(draw(st.integers(1, 2))):
+        (name,) = add("input", [], 1)
+        widths[name] = INPUT_SHAPE[1]
+    for _ in range(draw(st.integers(1, 6))):
+        kind = draw(st.sampled_from(["relu", "sigmoid", "add", "mul", "cat", "tuple", "list"]
+                                    + ["unpack"] * bool(tuples)))
+        arrays = sorted(widths)
+        a = draw(st.sampled_from(arrays))
+        if kind in ("relu", "sigmoid"):
+            (out,) = add(kind, [a], 1)
+            widths[out] = widths[a]
+        elif kind in ("add", "mul", "list"):
+            b = draw(st.sampled_from([name for name in arrays if widths[name] == widths[a]]))
+            (out,) = add(kind, [a, b], 1)
+            if kind == "list":
+                lists.append(out)
+            else:
+                widths[out] = widths[a]
+        elif kind == "cat":
+            parts = [a, *draw(st.lists(st.sampled_from(arrays), max_size=2))]
+            (out,) = add(kind, parts, 1)
+            widths[out] = sum(widths[part] for part in parts)
+        elif kind == "tuple":
+            parts = draw(st.lists(st.sampled_from(arrays + sorted(tuples)), min_size=1,
+                                  max_size=3))
+            (out,) = add(kind, parts, 1)
+            tuples[out] = [w for part in parts
+                           for w in (tuples[part] if part in tuples else [widths[part]])]
+        else:
+            packed = draw(st.sampled_from(sorted(tuples)))
+            widths.update(zip(add("unpack", [packed], len(tuples[packed])), tuples[packed]))
+    some = draw(st.lists(st.sampled_from(sorted(widths) + sorted(tuples)), min_size=1,
+                         max_size=3))
+    add("output", draw(st.permutations(some + lists)), 0)
+    return Graph(ops)
+
+
+MUTATIONS = ("drop input", "extra input", "drop output", "extra output", "rename input",
+             "rename output", "rename operator", "change kind", "swap lines", "delete line",
+             "insert unpack", "insert tuple")
+
+
+@st.composite
+def mutated_graphs(draw) -> Graph:
+    """A valid graph after zero to three mutations of its lines: an operand more or less, an
+    operand renamed (often to a name the runtime makes up, or to one already written), an
+    operator renamed or of another kind, two lines swapped, a line deleted, or an inserted
+    prim::TupleUnpack or prim::TupleConstruct that a later line reads."""
+    ops = list(draw(valid_graphs()))
+    for _ in range(draw(st.integers(0, 3))):
+        used = {name for op in ops for name in op.inputs + op.outputs}
+        names = sorted(used | set(OPERAND_NAMES))
+        at = draw(st.integers(0, len(ops) - 1))
+        op = ops[at]
+        mutation = draw(st.sampled_from(MUTATIONS))
+        field = "inputs" if "input" in mutation else "outputs"
+        operands = getattr(op, field)
+        if mutation.startswith(("drop", "rename ")) and mutation != "rename operator":
+            if operands:
+                i = draw(st.integers(0, len(operands) - 1))
+                new = (draw(st.sampled_from(names)),) if mutation.startswith("rename") else ()
+                ops[at] = replace(op, **{field: operands[:i] + new + operands[i + 1:]})
+        elif mutation.startswith("extra"):
+            i = draw(st.integers(0, len(operands)))
+            new = (draw(st.sampled_from(names)),)
+            ops[at] = replace(op, **{field: operands[:i] + new + operands[i:]})
+        elif mutation == "rename operator":
+            ops[at] = replace(op, name=draw(st.sampled_from(OPERATOR_NAMES)))
+        elif mutation == "change kind":
+            ops[at] = replace(op, kind=draw(st.sampled_from(sorted(VOCABULARY))))
+        elif mutation == "swap lines":
+            other = draw(st.integers(0, len(ops) - 1))
+            ops[at], ops[other] = ops[other], ops[at]
+        elif mutation == "delete line":
+            if len(ops) > 1:
+                del ops[at]
+        else:
+            unpack = mutation == "insert unpack"
+            reads = draw(st.lists(st.sampled_from(op.outputs or names), min_size=int(unpack),
+                                  max_size=1 if unpack else 3))
+            free = [name for name in OPERAND_NAMES if name not in used] + [f"w{len(ops)}"]
+            gives = tuple(draw(st.lists(st.sampled_from(free), unique=True,
+                                        min_size=1, max_size=3 if unpack else 1)))
+            ops.insert(at + 1, Op("unpack" if unpack else "tuple",
+                                  draw(st.sampled_from(OPERATOR_NAMES)), tuple(reads), gives))
+            later = [i for i in range(at + 2, len(ops)) if ops[i].inputs]
+            if later:                            # a later line reads what it gives
+                reader = ops[draw(st.sampled_from(later))]
+                i = draw(st.integers(0, len(reader.inputs) - 1))
+                ops[ops.index(reader)] = replace(
+                    reader, inputs=reader.inputs[:i] + gives[:1] + reader.inputs[i + 1:])
+    return Graph(ops)
+
+
+def _assert_outputs(outputs: list[np.ndarray], expected: list[np.ndarray], exact: bool) -> None:
+    """The same number of arrays, of the same shapes and dtypes, equal (or within float32
+    rounding, where numpy's sigmoid may differ from the layer's in the last bit)."""
+    assert len(outputs) == len(expected), f"{len(outputs)} outputs, expected {len(expected)}"
+    for i, (got, want) in enumerate(zip(outputs, expected)):
+        assert isinstance(got, np.ndarray), f"output {i} is a {type(got).__name__}"
+        assert (got.shape, got.dtype) == (want.shape, want.dtype), f"output {i}"
+        if exact:
+            np.testing.assert_array_equal(got, want, err_msg=f"output {i}")
+        else:
+            np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6, err_msg=f"output {i}")
+
+
+@given(graph=mutated_graphs())
+@fuzz_settings("graph_structure", deadline_ms=3000)
+def test_random_graphs_compute_what_numpy_says_or_are_refused(graph, started,
+                                                              tmp_path_factory):
+    """Any graph of the vocabulary, on both floors: outputs equal to the numpy interpreter's
+    for a well-formed graph (one it can read, and the runtime must run), an InferError for a
+    malformed one, never another exception, never outputs for a graph it calls malformed."""
+    inputs = graph.inputs()
+    expected, must_run = interpret(graph, inputs)
+    paths = write_model(tmp_path_factory.mktemp("fuzz_structure", numbered=True), *graph.lines())
+    for reference in (False, True):
+        try:
+            with bounded(seconds=2):
+                outputs = RuntimeGraph(*paths, reference=reference).build().forward(*inputs)
+        except InferError as error:
+            _assert_readable(error)
+            assert not must_run, f"refused a well-formed graph: {type(error).__name__}: {error}"
+            event(f"{type(error).__name__}{'' if expected is None else ' (may refuse)'}")
+            continue
+        assert expected is not None, "ran a graph the interpreter finds malformed"
+        _assert_outputs(outputs, expected, exact=False)
+        event("ran" if must_run else "ran (may refuse)")
+
+
+# ----- '#' annotations on intermediates -------------------------------------------------------
+
+ANNOTATION_DTYPES = ("f32", "f16", "bf16", "f64", "i8", "u8", "i32", "i64", "bool", "c64", "null")
+
+
+@st.composite
+def annotations(draw, graph: Graph, values: dict[str, object]) -> tuple[dict[str, str], bool]:
+    """'#' annotations of some intermediate operands of ``graph`` (``values``: what each one
+    holds), each of any dtype and mostly of the operand's shape (some dims maybe '?'), else
+    another; and whether any shape is not the operand's (a tuple or list has none)."""
+    intermediates = sorted({name for op in graph if op.kind != "input" for name in op.outputs})
+    chosen = draw(st.lists(st.sampled_from(intermediates), min_size=1, unique=True))
+    notes, wrong = {}, False
+    for name in chosen:
+        value = values[name]
+        shape = value.shape if isinstance(value, np.ndarray) else None
+        if shape is not None and draw(st.integers(0, 7)):
+            dims = [str(d) if draw(st.integers(0, 3)) else "?" for d in shape]
+        else:
+            other = tuple(draw(st.lists(st.integers(0, 7), max_size=4)))
+            wrong = wrong or other != shape
+            dims = list(map(str, other))
+        notes[name] = f"({','.join(dims)}){draw(st.sampled_from(ANNOTATION_DTYPES))}"
+    return notes, wrong
+
+
+@given(graph=valid_graphs(), data=st.data())
+@fuzz_settings("graph_annotations", deadline_ms=3000)
+def test_annotations_on_intermediates_never_change_results(graph, data, started,
+                                                           tmp_path_factory):
+    """A well-formed graph with '#' shapes and dtypes on some intermediates, on both floors:
+    the outputs of the unannotated graph to the bit, in float32 (annotations are hints,
+    never a reason to round into f16 buffers or cast), twice (the arena's second use); or,
+    where an annotated shape is wrong, a ShapeError that says so."""
+    inputs = graph.inputs()
+    interpreter = Interpreter(graph)
+    computed = interpreter.run(inputs)
+    notes, wrong = data.draw(annotations(graph, interpreter.values), label="annotations")
+    folder = tmp_path_factory.mktemp("fuzz_annotations", numbered=True)
+    plain = write_model(folder, *graph.lines(), name="plain")
+    annotated = write_model(folder, *graph.lines(notes), name="annotated")
+    for reference in (False, True):
+        with bounded(seconds=2):
+            expected = RuntimeGraph(*plain, reference=reference).build().forward(*inputs)
+            _assert_outputs(expected, computed, exact=False)
+            try:
+                runtime = RuntimeGraph(*annotated, reference=reference).build()
+                results = [runtime.forward(*inputs) for _ in range(2)]
+            except ShapeError as error:
+                assert wrong and "annotated" in str(error), f"{type(error).__name__}: {error}"
+                _assert_readable(error)
+                event("ShapeError: a wrong annotated shape")
+                continue
+        for outputs in results:
+            _assert_outputs(outputs, expected, exact=True)
+        event("same results" + (" (a wrong shape let through)" if wrong else ""))
+
+
+# ----- sizes over the memory budget -------------------------------------------------------------
+
+@st.composite
+def sizes(draw) -> int:
+    """A size: mostly small, else up to 2**62, or one at an edge of int32 / int64 sizes."""
+    kind = draw(st.sampled_from(["small", "small", "medium", "huge", "edge"]))
+    if kind == "small":
+        return draw(st.integers(0, 40))
+    if kind == "medium":
+        return draw(st.integers(41, 1 << 20))
+    if kind == "huge":
+        return draw(st.integers(1 << 20, 1 << 62))
+    return draw(st.sampled_from([(1 << 31) - 1, 1 << 31, 1 << 32, 1 << 40, (1 << 62) - 1,
+                                 1 << 62]))
+
+
+@st.composite
+def hungry_operators(draw) -> tuple[str, tuple[int, ...], dict[str, np.ndarray]]:
+    """(operator line, input shape, weights): an operator whose output size follows
+    parameters drawn from ``sizes`` (scale factors, pads, expand / repeat / zeros sizes,
+    arange's end and step, conv padding). Its output is operand 1, its input operand 0."""
+    kind = draw(st.sampled_from(["upsample", "upsample_size", "pad", "expand", "repeat",
+                                 "zeros", "arange", "conv"]))
+
+    def numbers(count: int, negative: bool = False) -> str:
+        values = [draw(sizes()) * (draw(st.sampled_from([1, -1])) if negative else 1)
+                  for _ in range(count)]
+        return ",".join(map(str, values))
+
+    if kind == "upsample":
+        scale = draw(st.sampled_from([0.5, 1.0, 2.0, 3.5]) | st.floats(0, 2.0**62)
+                     | sizes().map(float))
+        mode = draw(st.sampled_from(["nearest", "bilinear"]))
+        return (f"nn.Upsample op 1 1 0 1 mode={mode} scale_factor=({scale!r},{scale!r})",
+                (1, 2, 4, 4), {})
+    if kind == "upsample_size":
+        return f"nn.Upsample op 1 1 0 1 mode=nearest size=({numbers(2)})", (1, 2, 4, 4), {}
+    if kind == "pad":
+        return (f"F.pad op 1 1 0 1 mode=constant pad=({numbers(4, negative=True)}) value=0.0",
+                (1, 2, 4, 4), {})
+    if kind == "expand":
+        return f"Tensor.expand op 1 1 0 1 sizes=({numbers(3)})", (1, 1, 1), {}
+    if kind == "repeat":
+        return f"Tensor.repeat op 1 1 0 1 sizes=({numbers(draw(st.integers(2, 4)))})", (2, 2), {}
+    if kind == "zeros":
+        count = draw(st.integers(1, 4))
+        return f"torch.zeros op 0 1 1 size=({numbers(count)}) dtype=torch.float", (1,), {}
+    if kind == "arange":
+        end, step = draw(sizes()), draw(st.sampled_from([1, 2, 1e-3, 1e-9, -1]))
+        return f"torch.arange op 0 1 1 start=0 end={end} step={step} dtype=torch.float", (1,), {}
+    return (f"nn.Conv2d op 1 1 0 1 in_channels=2 out_channels=2 kernel_size=(1,1) "
+            f"padding=({numbers(2)}) stride=(1,1) dilation=(1,1) groups=1 bias=False "
+            f"padding_mode=zeros @weight=(2,2,1,1)f32", (1, 2, 4, 4),
+            {"op.weight": np.ones((2, 2, 1, 1), np.float32)})
+
+
+@st.composite
+def budgets(draw) -> int:
+    """A memory budget from 1 KiB to 1 GiB, as likely in each power of two."""
+    power = draw(st.integers(10, 29))
+    return draw(st.integers(1 << power, 1 << (power + 1)))
+
+
+def _peak_rss() -> int:
+    """The most memory this process has had resident, in bytes (Linux counts KiB)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss << 10
+
+
+@given(case=hungry_operators(), budget=budgets())
+@fuzz_settings("graph_budget", deadline_ms=8000)
+def test_huge_sizes_fit_the_budget_or_are_refused(case, budget, started, tmp_path_factory):
+    """A one-operator model asking for up to 2**62 elements, under a budget of 1 KiB to
+    1 GiB, on both floors: outputs that fit the budget, or an InferError (a
+    MemoryBudgetError for sizes over it, naming the operator); never a bare MemoryError or
+    OverflowError; at most 2 GiB more memory (bounded) and a few seconds."""
+    line, shape, weights = case
+    dims = ",".join(map(str, shape))
+    paths = write_model(tmp_path_factory.mktemp("fuzz_budget", numbered=True),
+                        f"pnnx.Input in0 0 1 0 #0=({dims})f32", line,
+                        "pnnx.Output out0 1 0 1", weights=weights)
+    x = np.ones(shape, np.float32)
+    peak = _peak_rss()
+    for reference in (False, True):
+        try:
+            with bounded(seconds=6):
+                runtime = RuntimeGraph(*paths, reference=reference, memory_budget=budget)
+                outputs = runtime.build().forward(x)
+        except MemoryBudgetError as error:
+            assert isinstance(error, MemoryError) and "memory budget" in str(error), str(error)
+            assert error.operator is not None or " op" in str(error), str(error)
+            _assert_readable(error)
+            event("MemoryBudgetError")
+            continue
+        except InferError as error:
+            _assert_readable(error)
+            event(type(error).__name__)
+            continue
+        (y,) = outputs
+        assert y.nbytes <= budget, f"an output of {y.nbytes} bytes under a budget of {budget}"
+        event("ran")
+    assert _peak_rss() - peak < 2 << 30
+
+
+# ----- inputs of any dtype and rank ---------------------------------------------------------
+
+ODD_DTYPES = (np.float16, np.float32, np.float64, np.longdouble, ">f4", np.int8, np.uint8,
+              np.int32, np.int64, np.uint64, np.bool_, np.complex64, np.complex128, object,
+              "U3", "S3", np.dtypes.StringDType(), "datetime64[D]", "timedelta64[s]",
+              [("a", "f4")], "V4")
+FLOATING = (np.float16, np.float32, np.float64, np.longdouble, ">f4")
+
+
+@st.composite
+def odd_arrays(draw, rank: int | None) -> np.ndarray:
+    """An array of a dtype numpy has (half of them floating), of rank 0 to 4 (``rank`` half
+    of the time, if given) and sizes 0 to 3: as it is, a view that is not contiguous
+    (reversed, transposed, broadcast), or a rank-0 one as a numpy scalar."""
+    dtype = np.dtype(draw(st.sampled_from(FLOATING) | st.sampled_from(ODD_DTYPES)))
+    if rank is None or draw(st.booleans()):
+        rank = draw(st.integers(0, 4))
+    shape = tuple(draw(st.lists(st.integers(0, 3), min_size=rank, max_size=rank)))
+    values = ((np.arange(math.prod(shape), dtype=np.float64) - 2) * 0.75).reshape(shape)
+    if dtype.kind == "u":
+        x = np.abs(values).astype(dtype)
+    elif dtype.kind in "Mm":
+        x = values.astype(np.int64).astype(dtype)
+    elif dtype.kind == "V":
+        x = np.zeros(shape, dtype)
+    else:                                # numbers, bools, objects, bytes, str, StringDType
+        x = values.astype(dtype)
+    view = draw(st.sampled_from(["as is", "reversed", "transposed", "broadcast", "scalar"]))
+    if view == "reversed":
+        x = x[(slice(None, None, -1),) * x.ndim]
+    elif view == "transposed":
+        x = x.T
+    elif view == "broadcast" and x.size:
+        x = np.broadcast_to(x.reshape(-1)[:1].reshape((1,) * x.ndim), x.shape)
+    elif view == "scalar" and x.ndim == 0:
+        x = x[()]
+    return x
+
+
+@pytest.fixture(scope="module")
+def declared_graphs(tmp_path_factory):
+    """``graph(declaration, reference)``: the built graph ``x -> relu -> mul 2`` (float
+    input) or ``x -> mul 2 -> add 1`` (i64 input) with the input annotated ``declaration``
+    ("" for none), built once."""
+    folder = tmp_path_factory.mktemp("fuzz_inputs")
+    built: dict[tuple[str, bool], RuntimeGraph] = {}
+
+    def graph(declaration: str, reference: bool) -> RuntimeGraph:
+        if (declaration, reference) not in built:
+            first = ("pnnx.Expression e 1 1 0 1 expr=mul(@0,2)" if declaration.endswith("i64")
+                     else "nn.ReLU r 1 1 0 1")
+            second = ("pnnx.Expression f 1 1 1 2 expr=add(@0,1)" if declaration.endswith("i64")
+                      else "pnnx.Expression e 1 1 1 2 expr=mul(@0,2)")
+            name = f"m{len(built)}"
+            paths = write_model(folder, f"pnnx.Input in0 0 1 0 {declaration}".strip(), first,
+                                second, "pnnx.Output out0 1 0 2", name=name)
+            built[declaration, reference] = RuntimeGraph(*paths, reference=reference).build()
+        return built[declaration, reference]
+
+    return graph
+
+
+@st.composite
+def declarations(draw) -> str:
+    """The annotation of a graph input: none (a float32 input of any shape), or a rank of
+    0 to 4 with sizes or '?', of f32 or i64."""
+    if draw(st.booleans()):
+        return ""
+    dims = draw(st.lists(st.sampled_from(["?", "1", "2", "3"]), max_size=4))
+    return f"#0=({','.join(dims)}){draw(st.sampled_from(['f32', 'i64']))}"
+
+
+@given(data=st.data())
+@fuzz_settings("graph_inputs", deadline_ms=2000)
+def test_inputs_of_any_dtype_and_rank_run_or_are_a_shape_error(data, declared_graphs):
+    """On both floors: an array of the input's kind (floating for a float32 input, integer
+    for an i64 one) and of its declared rank gives the numpy result, of the input's shape
+    (0-d stays 0-d; sizes other than the traced ones are fine here) and dtype; anything else
+    (another kind, another rank, not an array) is a ShapeError. Never a bare exception."""
+    declaration = data.draw(declarations(), label="declaration")
+    rank = None if not declaration else declaration.count(",") + ("()" not in declaration)
+    x = data.draw(odd_arrays(rank), label="x")
+    integer = declaration.endswith("i64")
+    want = np.dtype(np.int64 if integer else np.float32)
+    kind = str(getattr(x, "dtype", type(x).__name__))
+    takes = (isinstance(x, (np.ndarray, np.generic)) and x.dtype.kind in ("iu" if integer else "f")
+             and rank in (None, np.ndim(x)))
+    for reference in (False, True):
+        graph = declared_graphs(declaration, reference)
+        try:
+            with bounded(seconds=2):
+                (y,) = graph.forward(x)
+        except ShapeError as error:
+            assert not takes, f"refused {kind} of shape {np.shape(x)}: {error}"
+            _assert_readable(error)
+            event(f"ShapeError ({kind})")
+            continue
+        assert takes, f"ran on {kind} of shape {np.shape(x)}"
+        cast = np.asarray(x).astype(want)
+        expected = cast * 2 + 1 if integer else np.maximum(cast, 0) * 2
+        assert isinstance(y, np.ndarray) and (y.shape, y.dtype) == (np.shape(x), want)
+        np.testing.assert_array_equal(y, expected)
+        event(f"ran ({'0-d' if y.ndim == 0 else f'rank {y.ndim}'})")

@@ -328,3 +328,27 @@ def test_elementwise_layers_on_a_0d_input(tmp_path, type_name, reference):
         results.append(graph.forward(x)[0])
     assert results[0].shape == () and results[1].shape == (1,)
     np.testing.assert_allclose(results[0].reshape(1), results[1], rtol=1e-6)
+
+
+@pytest.mark.parametrize("lines", [
+    ["prim::TupleConstruct t 2 1 0 a a", "pnnx.Output out 1 0 0"],
+    ["prim::TupleConstruct t 1 1 a a", "pnnx.Output out 1 0 0"],
+    ["prim::TupleConstruct c 2 1 x 0 p", "prim::TupleUnpack u 1 2 p x y", "pnnx.Output out 1 0 0"],
+    ["prim::TupleConstruct c 2 1 x 0 p", "prim::TupleUnpack u 1 2 p y x", "pnnx.Output out 1 0 0"],
+    ["nn.ReLU r 1 1 0 1", "prim::TupleUnpack u 1 1 a a", "pnnx.Output out 1 0 1"],
+], ids=["reads_itself", "reads_itself_once", "unpacks_into_its_tuple", "swapped", "unpack_loop"])
+def test_cycles_through_tuple_operators_are_refused_before_unpacking(tmp_path, lines):
+    """Found by the fuzzer: unpacking a tuple that reads itself grew a list forever (23 GB);
+    cycles are refused before the rewrites run."""
+    expect_error(GraphError, lambda: build(tmp_path, "pnnx.Input in0 0 1 0 #0=(2,3)f32", *lines),
+                 "model.pnnx.param:")
+
+
+@pytest.mark.parametrize("outputs", ["2 0 a b", "1 0 a"])
+def test_unpacking_a_graph_input_is_refused(tmp_path, outputs):
+    """Found by the fuzzer: a TupleUnpack of a pnnx.Input's operand made the input give two
+    operands (a bare KeyError at forward, or a silently malformed graph)."""
+    expect_error(GraphError, lambda: build(tmp_path, "pnnx.Input in0 0 1 0 #0=(2,3)f32",
+                                           "prim::TupleUnpack u 1 2 0 a b",
+                                           f"pnnx.Output out {outputs}"),
+                 "graph input is one array")
