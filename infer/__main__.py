@@ -1,4 +1,4 @@
-"""Command line: ``python -m infer classify|ops|export|convert ...`` (``--help`` on each)."""
+"""Command line: ``python -m infer classify|detect|ops|export|convert ...`` (``--help`` on each)."""
 
 from __future__ import annotations
 
@@ -12,16 +12,24 @@ from parser.errors import InferError
 
 
 def _classify(args: argparse.Namespace) -> int:
-    """One block of lines per image; an image that cannot be read or used is one line on
-    stderr, the others go on, and the exit code is 1 if any failed."""
+    """One block of lines per image, or one CSV row each with --output; an image or folder
+    that cannot be read or used is one line on stderr, the others go on, and the exit code is
+    1 if any failed. A folder job (a folder among the names, or --output) ends with a line on
+    stderr saying how many images were classified, how fast."""
+    import csv
+    import time
+    from contextlib import nullcontext
+
     from tqdm import tqdm
 
-    from infer import images
-    from infer.classify import ImageClassifier, ImageError
+    from infer.classify import ImageClassifier, ImageError, csv_header, csv_row, image_paths
 
-    # OpenCV reads its pixel limit once, when cv2 is loaded (by read_image, later): so every
-    # format it decodes is held to the budget, not only the PNG and JPEG that classify sizes
-    os.environ.setdefault("OPENCV_IO_MAX_IMAGE_PIXELS", str(images.MAX_PIXELS))
+    for stream in (sys.stdout, sys.stderr):        # file names that are not UTF-8: escaped
+        if hasattr(stream, "reconfigure"):
+            stream.reconfigure(errors="backslashreplace")
+    args.ray = args.ray or args.address is not None
+    if args.workers and not args.ray:
+        raise InferError("--workers: the number of Ray workers, for --ray")
     classifier = ImageClassifier.load(args.model)
     if classifier.card is None:
         pre = classifier.preprocess
@@ -31,26 +39,153 @@ def _classify(args: argparse.Namespace) -> int:
               f"says otherwise (see infer/classify.py)", file=sys.stderr)
     if args.threads:
         classifier.graph.set_num_threads(args.threads)
+    try:
+        output = (open(args.output, "w", newline="", encoding="utf-8", errors="surrogateescape")
+                  if args.output else nullcontext(None))
+    except OSError as exc:
+        raise InferError(f"cannot write {args.output}: {exc.strerror or exc}") from None
     failed = 0
-    with tqdm(args.images, desc="classifying", unit="image", file=sys.stderr,
-              disable=len(args.images) < 2 or not sys.stderr.isatty()) as progress:
-        for path in progress:
-            try:
-                results = classifier.classify(path, top=args.top)
-            except ImageError as err:                    # this image only: go on with the rest
-                failed += 1
-                progress.write(f"error: {err}", file=sys.stderr)
+
+    def report(err: ImageError, write=print) -> None:
+        nonlocal failed
+        failed += 1
+        write(f"error: {err}", file=sys.stderr)
+
+    paths = image_paths(args.images, args.recursive, report)
+    folder_job = args.output is not None or any(os.path.isdir(name) for name in args.images)
+    if args.ray:
+        from infer.cluster import classify_on_ray
+
+        results = classify_on_ray(paths, args.model, top=args.top, batch=args.batch,
+                                  workers=args.workers, threads=args.threads or 1,
+                                  address=args.address)
+    else:
+        results = classifier.classify_many(paths, top=args.top, batch=args.batch,
+                                           threads=args.threads or min(8, os.cpu_count() or 1))
+    classified, started = 0, time.perf_counter()
+    with output as file, tqdm(total=len(paths), desc="classifying", unit="image",
+                              file=sys.stderr, disable=len(paths) < 2 or args.ray
+                              or not sys.stderr.isatty()) as progress:
+        table = csv.writer(file) if file else None
+        if table:
+            table.writerow(csv_header(args.top))
+        for result in results:
+            progress.update()
+            if result.error is not None:                 # this image only: go on
+                report(result.error, progress.write)
                 continue
-            if len(args.images) > 1:
-                progress.write(f"{path}:")
-            width = max(len(label) for label, _ in results)
-            for label, probability in results:
+            classified += 1
+            if table:
+                table.writerow(csv_row(result, args.top))
+                continue
+            if len(paths) > 1 or folder_job:
+                progress.write(f"{result.path}:")
+            width = max(len(label) for label, _ in result.top)
+            for label, probability in result.top:
                 progress.write(f"{label:<{width}}  {probability:.4f}")
+    seconds = time.perf_counter() - started
+    if folder_job:
+        print(f"{classified} images classified, {failed} skipped, in {seconds:.1f} s: "
+              f"{classified / max(seconds, 1e-9):.1f} images/s (batch {args.batch}"
+              f"{', on Ray' if args.ray else ''})"
+              + (f"; results in {args.output}" if args.output else ""), file=sys.stderr)
     return 1 if failed else 0
 
 
 def _numbers(values) -> str:
     return ",".join(f"{v:g}" for v in values)
+
+
+def _detect(args: argparse.Namespace) -> int:
+    """Per image a line ``PATH: N faces``, then per face its score, box and landmarks; with
+    --out the image with them drawn. An image that cannot be read, used or written is one line
+    on stderr, the others go on, and the exit code is 1 if any failed."""
+    from tqdm import tqdm
+
+    from infer import images
+    from infer.detect import LANDMARKS, FaceDetector, draw_faces, write_image
+    from parser.errors import ImageError, MemoryBudgetError
+
+    for stream in (sys.stdout, sys.stderr):        # file names that are not UTF-8: escaped
+        if hasattr(stream, "reconfigure"):
+            stream.reconfigure(errors="backslashreplace")
+    targets = _detect_targets(args.images, args.out)
+    detector = FaceDetector(min_face_size=args.min_face_size)
+    if args.threads:
+        detector.set_num_threads(args.threads)
+    failed = 0
+    with tqdm(args.images, desc="detecting", unit="image", file=sys.stderr,
+              disable=len(args.images) < 2 or not sys.stderr.isatty()) as progress:
+        for path, target in zip(progress, targets):
+            try:
+                image = images.read_image(path)
+                faces = detector.detect(image)
+                if target is not None:
+                    write_image(target, draw_faces(image, faces))
+            except (ImageError, MemoryBudgetError) as err:     # this image only: go on
+                failed += 1
+                named = isinstance(err, ImageError)              # its message starts with a path
+                progress.write(f"error: {'' if named else f'{path}: '}{err}", file=sys.stderr)
+                continue
+            progress.write(f"{path}: {len(faces)} face{'' if len(faces) == 1 else 's'}"
+                           + (f" (drawn in {target})" if target is not None else ""))
+            for face in faces:
+                progress.write(f"  score {face.score:.4f}  box {_coordinates(face.box)}")
+                progress.write("    " + "  ".join(f"{name} {_coordinates(point)}" for name, point
+                                                  in zip(LANDMARKS, face.landmarks)))
+    return 1 if failed else 0
+
+
+def _coordinates(values) -> str:
+    return " ".join(f"{v:.1f}" for v in values)
+
+
+def _detect_targets(names: list[str], out: str | None) -> list[Path | None]:
+    """Where ``detect`` draws each image: nowhere without --out; with one image, --out itself
+    (a file), unless --out is a folder; else FOLDER/<stem>_faces.png per image, the folder
+    made if missing. Checked before anything runs: an InferError if two images would share a
+    file, OpenCV writes no such file type, or the file's folder is missing."""
+    import cv2
+
+    if out is None:
+        return [None] * len(names)
+    folder = Path(out)
+    if len(names) == 1 and not folder.is_dir() and not out.endswith(("/", os.sep)):
+        if not cv2.haveImageWriter(out):
+            raise InferError(f"--out {out}: OpenCV writes no such image type (give a .png or "
+                             f".jpg file, or a folder)")
+        if not folder.resolve().parent.is_dir():
+            raise InferError(f"--out {out}: no folder {folder.parent} to write it in")
+        return [folder]
+    targets = [folder / f"{Path(name).stem}_faces.png" for name in names]
+    shared = {str(t) for t in targets if targets.count(t) > 1}
+    if shared:
+        raise InferError(f"--out {out}: images of the same name would be drawn into the same "
+                         f"file ({', '.join(sorted(shared))}); run them separately")
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise InferError(f"--out {out}: cannot make the folder: {exc.strerror or exc}") from None
+    return list(targets)
+
+
+def _add_detect_command(detect: argparse.ArgumentParser) -> None:
+    detect.description = (
+        "Find faces with MTCNN (three networks in model_file/mtcnn/, weights of facenet-pytorch). "
+        "Per image it prints 'PATH: N faces', then per face, best first, its score (the face "
+        "probability), its box x1 y1 x2 y2 and five landmarks x y (left eye, right eye, nose, "
+        "mouth left, mouth right, as seen in the image), in pixels.")
+    detect.add_argument("images", nargs="+", metavar="IMAGE", help="image files (png, jpg, ...)")
+    detect.add_argument("--out", metavar="PATH", default=None,
+                        help="draw the boxes and landmarks: with one image, into this file "
+                             "(annotated.png; its extension gives the type); with several "
+                             "images (or if it is a folder, or ends with /), into this folder, "
+                             "as <stem>_faces.png each")
+    detect.add_argument("--min-face-size", metavar="PIXELS", type=_positive_int, default=20,
+                        help="smallest face to look for, in pixels")
+    detect.add_argument("--threads", type=_positive_int, default=None,
+                        help="cap on CPU threads (default: every core)")
+    detect.set_defaults(run=_detect)
 
 
 def _ops(args: argparse.Namespace) -> int:
@@ -244,7 +379,15 @@ def build_parser() -> argparse.ArgumentParser:
                                    **kwargs)
 
     classify = command("classify", help="classify images with a shipped model")
-    classify.add_argument("images", nargs="+", help="image files (png, jpg, ...)")
+    classify.add_argument("images", nargs="+", metavar="IMAGE",
+                          help="image files (png, jpg, ...), and folders of them")
+    classify.add_argument("-r", "--recursive", action="store_true",
+                          help="a folder's subfolders too")
+    classify.add_argument("--batch", type=_positive_int, default=8,
+                          help="images per forward pass")
+    classify.add_argument("-o", "--output", metavar="CSV", default=None,
+                          help="write the results into this CSV file (path, then label_i and "
+                               "score_i for the best classes) instead of printing them")
     shipped = ", ".join(shipped_models()) or "none found"
     classify.add_argument("--model", default=DEFAULT_MODEL,
                           help=f"a shipped model ({shipped}; - or _ alike), a folder with a "
@@ -253,8 +396,22 @@ def build_parser() -> argparse.ArgumentParser:
     classify.add_argument("--top", type=_positive_int, default=5,
                           help="classes to print per image")
     classify.add_argument("--threads", type=_positive_int, default=None,
-                          help="cap on CPU threads (default: every core)")
+                          help="cap on CPU threads, for the model and for reading images "
+                               "(default: every core; with --ray: per worker, default 1)")
+    classify.add_argument("--ray", action="store_true",
+                          help="run on Ray Data (pip install -e \".[cluster]\"): the cluster "
+                               "at --address, else the one `ray start` runs on this machine, "
+                               "else a new Ray instance here")
+    classify.add_argument("--address", default=None,
+                          help="the Ray cluster to run on, HOST:6379 (implies --ray; auto: "
+                               "RAY_ADDRESS or the one `ray start` runs on this machine; "
+                               "local: a new instance here)")
+    classify.add_argument("--workers", type=_positive_int, default=None,
+                          help="with --ray: classifier workers, each loading the model once "
+                               "(default: the cluster's CPUs / --threads)")
     classify.set_defaults(run=_classify)
+
+    _add_detect_command(command("detect", help="find faces and their landmarks (MTCNN)"))
 
     ops = command("ops", help="list the pnnx operator types this runtime runs")
     ops.add_argument("--markdown", action="store_true",

@@ -24,29 +24,44 @@ naming the file, never in a traceback, a hang or gigabytes of memory.
   ``resize`` and ``crop`` are whole numbers from 1 to MAX_SIDE (4096), crop <= resize; ``mean``
   is three numbers within MEAN_RANGE, ``std`` three within STD_RANGE (so never 0, NaN or inf).
 - The labels file holds one label per line, as many as the model has classes; the model returns
-  one (1, classes) array (or (1, classes, 1, 1)) of finite numbers.
+  one (1, classes) array (or (1, classes, 1, 1)) of finite numbers, (N, classes) for N images.
+
+Many images (``python -m infer classify DIR``): ``list_images`` lists a folder's image files,
+``ImageClassifier.classify_many`` reads and preprocesses them in a pool of threads while the
+calling thread runs the model on batches of N stacked images (the graph plans each batch size
+once), and yields one ``Classified`` per image, in order; ``csv_header`` / ``csv_row`` make the
+CSV. infer/cluster.py runs the same ``classify_many`` on the workers of a Ray cluster.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
+import logging
 import math
+import os
 import reprlib
+from collections import deque
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Sequence, TypeGuard
+from typing import Callable, Iterable, Iterator, Sequence, TypeGuard
 
 import numpy as np
 
 from model_file import MODEL_DIR
 from parser.errors import ImageError, InferError
 from parser.files import MiB, check_regular, read_file
+from infer import images
 from infer.graph import RuntimeGraph
 from infer.images import MAX_IMAGE_BYTES, MAX_PIXELS, as_rgb, read_image
 
-__all__ = ["ImageClassifier", "Preprocess", "read_image", "as_rgb", "softmax", "read_labels",
-           "read_model_card", "check_model_card", "shipped_models", "MODEL_DIR",
+__all__ = ["ImageClassifier", "Classified", "Preprocess", "read_image", "as_rgb", "softmax",
+           "read_labels", "read_model_card", "check_model_card", "shipped_models",
+           "list_images", "image_paths", "csv_header", "csv_row", "IMAGE_EXTENSIONS", "MODEL_DIR",
            "MAX_IMAGE_BYTES", "MAX_PIXELS", "ImageError"]
+
+log = logging.getLogger(__name__)
 
 DEFAULT_MODEL = "efficientnet_lite0"
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
@@ -57,6 +72,7 @@ MAX_LABELS_BYTES = 4 * MiB
 MAX_SIDE = 4096                   # resize and crop; (1, 3, 4096, 4096) float32 is 200 MB
 MEAN_RANGE = (-1000.0, 1000.0)    # pixels are scaled to [0, 1] before mean and std apply
 STD_RANGE = (0.0001, 1000.0)      # 1/255 (a model that wants 0..255) is well inside
+IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg", ".bmp", ".tif", ".tiff", ".webp")   # any case
 
 
 @dataclass
@@ -289,20 +305,28 @@ class ImageClassifier:
     def probabilities(self, image_rgb: np.ndarray) -> np.ndarray:
         """(classes,) class probabilities for one RGB image: the softmax of the model's
         output, or the output itself if the card says ``outputs_probabilities``."""
-        scores = self._scores(self.graph.forward(self.preprocess(image_rgb)))
+        probs: np.ndarray = self.batch_probabilities(self.preprocess(image_rgb))[0]
+        return probs
+
+    def batch_probabilities(self, x: np.ndarray) -> np.ndarray:
+        """(N, classes) class probabilities for N preprocessed images stacked as
+        (N, 3, crop, crop): one forward pass, each row what that image alone would give
+        (up to float rounding: a batch may sum in another order)."""
+        scores = self._scores(self.graph.forward(x), len(x))
         return scores if self.outputs_probabilities else softmax(scores)
 
-    def _scores(self, outputs: list[np.ndarray]) -> np.ndarray:
-        """The model's one output as (classes,) float64. An InferError unless it is one (1,
-        classes) array of finite numbers, or (1, classes, 1, 1) as from a 1x1 convolution
-        head; probabilities (``outputs_probabilities``) must also lie in [0, 1]."""
+    def _scores(self, outputs: list[np.ndarray], count: int = 1) -> np.ndarray:
+        """The model's one output for ``count`` images as (count, classes) float64. An
+        InferError unless it is one (count, classes) array of finite numbers, or (count,
+        classes, 1, 1) as from a 1x1 convolution head; probabilities
+        (``outputs_probabilities``) must also lie in [0, 1]."""
         shape = outputs[0].shape if len(outputs) == 1 else ()
-        if (len(shape) < 2 or shape[0] != 1 or shape[1] < 1 or any(d != 1 for d in shape[2:])
-                or outputs[0].dtype.kind not in "fiu"):
-            raise InferError(f"{self.graph.param_path}: a classifier returns one (1, classes) "
-                             f"array of numbers, this model returns "
+        if (len(shape) < 2 or shape[0] != count or shape[1] < 1
+                or any(d != 1 for d in shape[2:]) or outputs[0].dtype.kind not in "fiu"):
+            raise InferError(f"{self.graph.param_path}: a classifier returns one ({count}, "
+                             f"classes) array of numbers, this model returns "
                              f"{_shown([f'{o.shape} {o.dtype}' for o in outputs])}")
-        scores = outputs[0].reshape(-1).astype(np.float64)                   # (classes,)
+        scores = outputs[0].reshape(count, -1).astype(np.float64)            # (N, classes)
         if not np.isfinite(scores).all():
             raise InferError(f"{self.graph.param_path}: the model's output holds NaN or "
                              f"infinity (damaged weights, or inputs it was not made for)")
@@ -316,13 +340,79 @@ class ImageClassifier:
         """The ``top`` (at least 1) most likely (label, probability) pairs, best first. An
         ImageError if ``image`` cannot be read or used, an InferError if the model's classes
         and the labels do not match one to one."""
-        if not isinstance(top, (int, np.integer)) or isinstance(top, bool) or top < 1:
-            raise InferError(f"top: a whole number of at least 1, got {_shown(top)}")
+        _check_count("top", top)
         image_rgb = read_image(image) if isinstance(image, (str, Path)) else image
-        probs = self.probabilities(image_rgb)
+        return self._best(self.probabilities(image_rgb), top)
+
+    def _best(self, probs: np.ndarray, top: int) -> list[tuple[str, float]]:
+        """The ``top`` (label, probability) pairs of (classes,) ``probs``, best first."""
         self._check_labels(len(probs))
         best = np.argsort(-probs, kind="stable")[:top]
         return [(self.labels[i], float(probs[i])) for i in best]
+
+    def classify_many(self, paths: Iterable[str | Path], top: int = 5, batch: int = 8,
+                      threads: int = 2) -> Iterator[Classified]:
+        """One ``Classified`` per path, in the order of ``paths``: what ``classify(path, top)``
+        gives (up to float rounding), or the ImageError of an image that cannot be read or
+        used (the others go on).
+
+        ``threads`` threads read and preprocess the images (``read_image``, then
+        ``preprocess``: OpenCV works outside Python's lock) while the calling thread runs the
+        model on ``batch`` images at a time, stacked as (batch, 3, crop, crop); the last
+        batch may be smaller (the graph plans each batch size once and keeps the plan), and
+        so may one among many bad files. At most 2 * batch + threads images are read ahead,
+        and as many wait for their batch, so memory stays bounded however many paths there
+        are. A model traced at batch 1 (exported without ``--dynamic``: its shapes may hold
+        the 1) runs one image at a time. OpenCV's log is quiet for the whole job (the
+        threads' own switching of it would otherwise race). An InferError (the model's
+        output, the memory budget) ends the job."""
+        _check_count("top", top)
+        _check_count("batch", batch)
+        _check_count("threads", threads)
+        traced = (getattr(self.graph, "input_shapes", None) or [None])[0]
+        if batch > 1 and traced and traced[0] == 1:
+            log.info("%s was traced at batch 1: one image per forward pass",
+                     self.graph.param_path)
+            batch = 1
+        waiting = iter([paths] if isinstance(paths, (str, Path)) else paths)
+        most = 2 * batch + threads                                     # read ahead at most
+        ahead: deque[tuple[str | Path, Future[np.ndarray]]] = deque()  # being read, in order
+        group: list[tuple[str | Path, np.ndarray | ImageError]] = []     # read, not yet run
+        pool = ThreadPoolExecutor(threads, thread_name_prefix="classify-read")
+        try:
+            with images._opencv_quiet():
+                while True:
+                    for path in itertools.islice(waiting, most - len(ahead)):
+                        ahead.append((path, pool.submit(self._read, path)))
+                    if not ahead:
+                        break
+                    path, future = ahead.popleft()
+                    try:
+                        group.append((path, future.result()))
+                    except ImageError as err:
+                        group.append((path, err))
+                    images_read = sum(isinstance(x, np.ndarray) for _, x in group)
+                    if images_read == batch or len(group) >= most:      # (many bad files)
+                        yield from self._run_group(group, top)
+                        group = []
+                yield from self._run_group(group, top)
+        finally:                     # also when the caller stops early (or Ctrl-C)
+            pool.shutdown(wait=True, cancel_futures=True)
+
+    def _read(self, path: str | Path) -> np.ndarray:
+        """One image file, read and preprocessed: (1, 3, crop, crop) float32."""
+        return self.preprocess(read_image(path))
+
+    def _run_group(self, group: list[tuple[str | Path, np.ndarray | ImageError]],
+                   top: int) -> Iterator[Classified]:
+        """The images of ``group`` in one forward pass, and a Classified for each entry."""
+        arrays = [x for _, x in group if isinstance(x, np.ndarray)]
+        probs = iter(self.batch_probabilities(np.concatenate(arrays)) if arrays else [])
+        for path, x in group:                                # (N, 3, crop, crop) above
+            if isinstance(x, ImageError):
+                yield Classified(path, [], x)
+            else:
+                yield Classified(path, self._best(next(probs), top))
 
     def _check_labels(self, classes: int) -> None:
         """Labels and classes pair by position: a count that differs (a labels file of another
@@ -335,6 +425,105 @@ class ImageClassifier:
         raise InferError(f"{self.graph.param_path}: the model gives {classes} classes, but "
                          f"there are {len(self.labels)} labels (a model without a model.json "
                          f"gets the ImageNet labels: write one naming its labels file)")
+
+
+@dataclass(frozen=True)
+class Classified:
+    """One image of ``classify_many``: its path and its ``top`` (label, probability) pairs,
+    best first; or, for an image that could not be read or used, no pairs and the error."""
+
+    path: str | Path
+    top: list[tuple[str, float]]
+    error: ImageError | None = None
+
+
+def _check_count(name: str, value: object) -> None:
+    """An InferError unless ``value`` is a whole number (not a bool) of at least 1."""
+    if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < 1:
+        raise InferError(f"{name}: a whole number of at least 1, got {_shown(value)}")
+
+
+def list_images(folder: str | Path, recursive: bool = False,
+                on_error: Callable[[ImageError], None] | None = None) -> list[Path]:
+    """The image files of ``folder`` (names ending in IMAGE_EXTENSIONS, in any case), sorted
+    by name; with ``recursive`` its subfolders' too, each folder's files before its
+    subfolders, in os.walk's top-down order. Symbolic links are followed, but each folder is
+    listed once: a link to a folder listed already (a loop, or a second way in) is skipped.
+    A folder that cannot be read is an ImageError, raised, or given to ``on_error`` and
+    skipped. What the listed files hold is not checked here (``read_image`` does that: a
+    broken link or a FIFO named x.png is listed, and refused when read)."""
+    def failed(exc: OSError) -> None:
+        err = ImageError(f"{exc.filename}: cannot list this folder: {exc.strerror or exc}")
+        if on_error is None:
+            raise err
+        on_error(err)
+
+    found: list[Path] = []
+    seen: set[tuple[int, int]] = set()                # (device, inode) of each folder listed
+    for here, folders, files in os.walk(folder, onerror=failed, followlinks=True):
+        try:
+            info = os.stat(here)
+        except OSError as exc:                        # removed since os.walk listed it
+            failed(exc)
+            continue
+        if (info.st_dev, info.st_ino) in seen:
+            log.info("%s: a folder listed already (a link loop, or a second way in): skipped",
+                     here)
+            folders.clear()
+            continue
+        seen.add((info.st_dev, info.st_ino))
+        found += [Path(here, name) for name in sorted(files)
+                  if name.lower().endswith(IMAGE_EXTENSIONS)]
+        if recursive:
+            folders.sort()                            # os.walk goes into them in this order
+        else:
+            folders.clear()
+    return found
+
+
+def image_paths(names: Iterable[str | Path], recursive: bool = False,
+                on_error: Callable[[ImageError], None] | None = None) -> list[str | Path]:
+    """What ``python -m infer classify NAME...`` classifies: each name of a folder replaced by
+    its images (``list_images``), the other names kept as they are (``read_image`` says what
+    is wrong with them, if anything). A folder that cannot be listed, or holds no images, is
+    an ImageError, raised, or given to ``on_error`` and skipped."""
+    errors: list[ImageError] = []
+
+    def failed(err: ImageError) -> None:
+        if on_error is None:
+            raise err
+        errors.append(err)
+        on_error(err)
+
+    paths: list[str | Path] = []
+    for name in names:
+        if _kind(Path(name)) != "folder":
+            paths.append(name)
+            continue
+        reported = len(errors)
+        found = list_images(name, recursive, failed)
+        if not found and len(errors) == reported:           # (not: unreadable, said already)
+            failed(ImageError(f"{name}: no images in this folder (files named *"
+                              f"{', *'.join(IMAGE_EXTENSIONS)})"
+                              + ("" if recursive else "; --recursive looks in its subfolders")))
+        paths += found
+    return paths
+
+
+def csv_header(top: int) -> list[str]:
+    """The CSV columns of ``classify_many``'s results: path, then label_i and score_i for
+    the i-th best class, i from 1 to ``top``."""
+    return ["path"] + [f"{column}_{i}" for i in range(1, top + 1)
+                       for column in ("label", "score")]
+
+
+def csv_row(result: Classified, top: int) -> list[str]:
+    """One CSV row of ``csv_header(top)``'s columns for an image that was classified; a model
+    with fewer than ``top`` classes leaves the last cells empty. Probabilities have 6
+    decimals."""
+    cells = [value for label, probability in result.top[:top]
+             for value in (label, f"{probability:.6f}")]
+    return [str(result.path)] + cells + [""] * (2 * top - len(cells))
 
 
 def _kind(path: Path) -> str | None:

@@ -31,7 +31,7 @@ def main(wheel_dir: str) -> None:
     assert len(names) == 1000, len(names)
     (HERE / "imagenet_classes.txt").write_text("\n".join(names) + "\n", encoding="utf-8")
     with zipfile.ZipFile(next(folder.glob("scikit_image-0.26.0-*.whl"))) as archive:
-        for photo in ("chelsea.png", "coffee.png"):
+        for photo in ("astronaut.png", "chelsea.png", "coffee.png"):
             (HERE / "images" / photo).write_bytes(archive.read(f"skimage/data/{photo}"))
 
 

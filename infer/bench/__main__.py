@@ -1,6 +1,7 @@
 """python -m infer.bench [--models ...] [--batches ...] [--rounds N] [--threads N] [--quick]
                          [--write | --output FILE]
 python -m infer.bench --layers [--models ...] [--batches ...]    (operator by operator)
+python -m infer.bench --folder [N] [--models ...] [--batches ...] (images/s through classify DIR)
 
 The tables are printed; only ``--write`` (or ``--output FILE``) puts them into a file."""
 
@@ -12,7 +13,7 @@ import shlex
 import sys
 from pathlib import Path
 
-from infer.bench import report
+from infer.bench import folder, report
 from infer.bench.models import DEFAULT_MODELS, MODELS, REPO
 from infer.bench.operators import compare_layers
 from infer.bench.run import ENGINES, Settings, run_benchmark
@@ -68,6 +69,13 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
                              "own per-node profile (medians of 20 runs, 3 with --quick), "
                              "paired by what they compute, and print the table "
                              "(infer/bench/operators.py)")
+    parser.add_argument("--folder", nargs="?", type=int, const=0, default=None, metavar="N",
+                        help=f"instead: images per second through the folder pipeline of "
+                             f"`python -m infer classify DIR` on N generated images (default "
+                             f"{folder.FOLDER_IMAGES}; with --quick {folder.QUICK_IMAGES}), "
+                             f"this runtime beside onnxruntime, at batch max(--batches); "
+                             f"model: {' '.join(folder.FOLDER_MODELS)} unless --models "
+                             f"(infer/bench/folder.py)")
     args = parser.parse_args(argv)
     for name in ("rounds", "threads"):
         if getattr(args, name) < 1:
@@ -79,6 +87,16 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     if args.layers and (args.write or args.output):
         parser.error("--layers prints its tables only; --write / --output are for the "
                      "latency tables")
+    if args.folder is not None:
+        if args.layers or args.write or args.output:
+            parser.error("--folder prints its table only, without --layers / --write / "
+                         "--output")
+        if args.folder < 0:
+            parser.error("--folder: a number of images, at least 1")
+        args.folder = args.folder or (folder.QUICK_IMAGES if args.quick
+                                      else folder.FOLDER_IMAGES)
+        if not args.quick:
+            args.models = args.models or list(folder.FOLDER_MODELS)
     args.models = tuple(args.models or (QUICK_MODELS if args.quick else DEFAULT_MODELS))
     args.batches = tuple(args.batches or (QUICK_BATCHES if args.quick else DEFAULT_BATCHES))
     args.onnx_exporter = args.onnx_exporter or ("legacy" if args.quick else "dynamo")
@@ -107,8 +125,13 @@ def main(argv: list[str] | None = None) -> int:
         for section in sections:
             print("\n" + section)
         return 0 if ok else 1
-    results = run_benchmark(settings, say=lambda line: print(line, flush=True))
     command = "python -m infer.bench " + shlex.join(sys.argv[1:] if argv is None else argv)
+    if args.folder is not None:
+        found = folder.run_folder_benchmark(settings, args.folder,
+                                            say=lambda line: print(line, flush=True))
+        print("\n" + folder.markdown(found, command.strip()))
+        return 0 if folder.ok(found) else 1
+    results = run_benchmark(settings, say=lambda line: print(line, flush=True))
     section = report.markdown(results, command.strip())
     print("\n" + section)
     if args.output is not None:

@@ -3,12 +3,14 @@
     python infer/bench/worker.py '{"engine": "onnxruntime", "onnx": "m.onnx", ...}'
 
 prints one JSON line with what it measured (with ``"profile": true`` in the job, each
-operator's time instead: ``profile_operators``, for infer/bench/operators.py). It is started
-as a script, not as a module of the ``infer`` package, so that only the pnnx-infer worker
-imports the runtime. A fresh process per measurement keeps the engines apart: each has its
-own thread pools, which keep spinning for a while after a run and would slow down whichever
-engine runs next in the same process, and its own memory, so the process's peak resident
-set is that engine's. The worker imports only its own engine.
+operator's time instead: ``profile_operators``, for infer/bench/operators.py; with ``"kind":
+"folder"``, images per second through the folder pipeline: ``measure_folder``, for
+infer/bench/folder.py). It is started as a script, not as a module of the ``infer`` package,
+so that only the pnnx-infer worker imports the runtime (the folder pipeline's workers both
+import its reading and preprocessing). A fresh process per measurement keeps the engines
+apart: each has its own thread pools, which keep spinning for a while after a run and would
+slow down whichever engine runs next in the same process, and its own memory, so the
+process's peak resident set is that engine's. The worker imports only its own engine.
 
 What it measures, in order:
   import   importing the engine's library (torch is slow to import; numba too)
@@ -166,6 +168,43 @@ def profile_operators(job: dict) -> dict:
     raise SystemExit(f"no operator profile for engine {job['engine']!r}")
 
 
+class OnnxGraph:
+    """An onnxruntime session with what ImageClassifier uses of a RuntimeGraph:
+    ``forward(x) -> [outputs]`` and ``param_path`` (for its messages)."""
+
+    def __init__(self, job: dict) -> None:
+        self.session, self.input_name = _onnxruntime_session(job)
+        self.param_path = job["onnx"]
+
+    def forward(self, x: np.ndarray) -> list[np.ndarray]:
+        return list(self.session.run(None, {self.input_name: x}))
+
+
+def measure_folder(job: dict) -> dict:
+    """The folder pipeline (infer/bench/folder.py): one engine's pass over the job's folder
+    through ``classify_many``, timed, after one batch of warm-up: {"seconds", "images",
+    "load_s", "top": [[[label, probability] x 5] per image]}. Both engines import
+    infer.classify here, for the same reading and preprocessing."""
+    from infer.classify import ImageClassifier, Preprocess, list_images
+
+    started = time.perf_counter()
+    graph = _pnnx_graph(job) if job["engine"] == "pnnx-infer" else OnnxGraph(job)
+    classifier = ImageClassifier(graph, job["labels"], Preprocess(**job["preprocess"]))
+    loaded = time.perf_counter()
+    paths = list_images(job["folder"])
+    batch, threads = job["batch"], job["threads"]
+    for _ in classifier.classify_many(paths[:batch], batch=batch, threads=threads):
+        pass
+    began = time.perf_counter()
+    results = list(classifier.classify_many(paths, batch=batch, threads=threads))
+    seconds = time.perf_counter() - began
+    failed = [str(r.error) for r in results if r.error]
+    if failed:
+        raise SystemExit(f"{len(failed)} images failed, the first: {failed[0]}")
+    return {"seconds": seconds, "images": len(results), "load_s": loaded - started,
+            "top": [[[label, p] for label, p in r.top] for r in results]}
+
+
 def _status_kib(field: str) -> int:
     """A memory field of /proc/self/status (VmRSS, VmHWM), in KiB."""
     for line in Path("/proc/self/status").read_text().splitlines():
@@ -185,4 +224,7 @@ def _reset_peak() -> bool:
 
 if __name__ == "__main__":
     job = json.loads(sys.argv[1])
-    print(json.dumps(profile_operators(job) if job.get("profile") else measure(job)))
+    if job.get("kind") == "folder":             # the folder pipeline (infer/bench/folder.py)
+        print(json.dumps(measure_folder(job)))
+    else:
+        print(json.dumps(profile_operators(job) if job.get("profile") else measure(job)))

@@ -155,13 +155,13 @@ def test_export_resnet18_with_random_weights_when_asked(tmp_path):
 # ================================================================ classify: one bad image of many
 
 def test_classify_goes_on_past_bad_images_and_fails_at_the_end(tmp_path):
-    """A missing file, a damaged PNG, an empty file and a folder: one line each on stderr,
+    """A missing file, a damaged PNG, an empty file and a device: one line each on stderr,
     naming the file and why, nothing of OpenCV's own; the good photos are classified; exit 1."""
     damaged = tmp_path / "damaged.png"
     damaged.write_bytes((REPO / PHOTO).read_bytes()[:3000])
     empty = tmp_path / "empty.jpg"
     empty.write_bytes(b"")
-    result = run("classify", str(damaged), PHOTO, "no/such.png", str(empty), str(tmp_path),
+    result = run("classify", str(damaged), PHOTO, "no/such.png", str(empty), "/dev/null",
                  "model_file/images/coffee.png", "--top", "1")
     assert result.returncode == 1
     assert result.stderr.splitlines() == [
@@ -169,7 +169,7 @@ def test_classify_goes_on_past_bad_images_and_fails_at_the_end(tmp_path):
         f"OpenCV reads: png, jpg, bmp, tiff, webp, ...)",
         "error: no/such.png: no such file",
         f"error: {empty}: empty file",
-        f"error: {tmp_path}: is a folder, not a regular file"]
+        "error: /dev/null: is a device, not a regular file"]
     lines = result.stdout.splitlines()
     assert lines[0] == f"{PHOTO}:" and lines[2] == "model_file/images/coffee.png:"
     assert len(lines) == 4 and lines[3].startswith("espresso")
