@@ -45,7 +45,8 @@ def shown(notebook) -> list[tuple[int, str]]:
                 parts.append(output.text)       # not stderr: a first run's build messages
             elif output.output_type in ("execute_result", "display_data"):
                 parts.append(output.get("data", {}).get("text/plain", ""))
-        text = ADDRESS.sub("0x?", TEMPORARY.sub("<tmp>", DECIMAL.sub("#", "".join(parts))))
+        # temporary paths first: their random names hold digits the decimal mask would cut
+        text = ADDRESS.sub("0x?", DECIMAL.sub("#", TEMPORARY.sub("<tmp>", "".join(parts))))
         texts.append((index, re.sub(r"[ \t]+", " ", text)))
     return texts
 
