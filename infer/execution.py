@@ -36,12 +36,12 @@ from infer.runtime import RuntimeOperator
 from parser.errors import InferError, LayerError, MemoryBudgetError, shorten
 
 from layers.base import at_least_1d
+from infer.memory import INTO_DTYPE
 
 if TYPE_CHECKING:
     from infer.memory import Arena, MemoryPlan, Slot
     from layers.base import Layer
 
-FLOAT32 = np.dtype(np.float32)
 # what the loop yields per operator: the step, its inputs, its outputs, its layer's seconds
 Record = tuple["RunStep", list[np.ndarray], list[np.ndarray], float]
 
@@ -169,7 +169,7 @@ class Execution:
 def _all_float32(xs: list[np.ndarray]) -> bool:
     """forward_into's contract: float32 inputs (its slots are float32; anything else runs
     forward, which allocates arrays of the dtype it computes)."""
-    return all(x.dtype == FLOAT32 for x in xs)
+    return all(x.dtype == INTO_DTYPE for x in xs)
 
 
 class NewArrays:

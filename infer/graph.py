@@ -50,7 +50,7 @@ from parser.param import NULL_DTYPE, OperatorRecord, read_param
 from infer.runtime import RuntimeAttribute, RuntimeOperand, RuntimeOperator, RuntimeParameter
 from infer import budget, fusion, threads
 from infer.execution import Execution, RunStep, operator_context
-from infer.memory import MemoryPlan, plan_memory
+from infer.memory import MemoryPlan, counted_itemsize, plan_memory
 from infer.rewrite import unpack_outputs
 from infer.tools import GraphTools
 
@@ -481,7 +481,7 @@ class RuntimeGraph(GraphTools):
             raise ShapeError(f"computes the shape {_short(sizes)} for {operand.name}: a "
                              f"negative size (a bad parameter, or a size too large for 64-bit "
                              f"integers that overflowed)")
-        nbytes = math.prod(sizes) * itemsize(operand.dtype)
+        nbytes = math.prod(sizes) * counted_itemsize(operand.dtype)
         if nbytes > self.memory_budget:
             raise MemoryBudgetError(budget.over_budget(
                 f"output {operand.name} of shape {_short(sizes)}", nbytes, self.memory_budget))
@@ -730,14 +730,6 @@ def _layer(op: RuntimeOperator) -> Layer:
     """The operator's layer, which build() created."""
     assert op.layer is not None, f"{op.label} has no layer before build()"
     return op.layer
-
-
-def itemsize(pnnx_dtype: str | None) -> int:
-    """Bytes per element the budget counts for an operand whose file annotation says
-    ``pnnx_dtype``: at least float32's 4 (an annotation is a hint; most layers compute in
-    float32 whatever it says)."""
-    dtype = DTYPES.get(pnnx_dtype or "")
-    return 4 if dtype is None else max(dtype.itemsize, 4)
 
 
 def _short(shape: Sequence[object], limit: int = 80) -> str:

@@ -249,8 +249,7 @@ def peak_live(steps: Sequence[RunStep], shapes: dict[str, Shape],
     per element (float32; a '#' dtype annotation is only a hint). In-place steps share memory
     and are counted twice: more than the truth, never less, for the operands."""
     def nbytes(name: str) -> int:
-        dtype = DTYPES.get(dtypes.get(name) or "")
-        return math.prod(shapes[name]) * max(4, 0 if dtype is None else dtype.itemsize)
+        return math.prod(shapes[name]) * counted_itemsize(dtypes.get(name))
 
     live = total = sum(nbytes(name) for name in inputs)
     peak, where = live, "the graph inputs"
@@ -311,6 +310,14 @@ def _best_fit(nbytes: int, free: list[int], sizes: list[int]) -> int:
         return len(sizes) - 1
     free.remove(buffer)
     return buffer
+
+
+def counted_itemsize(pnnx_dtype: str | None) -> int:
+    """Bytes per element the memory budget counts for an operand whose file annotation says
+    ``pnnx_dtype``: at least float32's 4 (an annotation is a hint; most layers compute in
+    float32 whatever it says)."""
+    dtype = DTYPES.get(pnnx_dtype or "")
+    return 4 if dtype is None else max(dtype.itemsize, 4)
 
 
 def _mib(nbytes: int) -> str:

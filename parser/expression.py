@@ -43,6 +43,7 @@ from dataclasses import dataclass, field
 from typing import Iterator, NamedTuple, Union, cast
 
 from parser.errors import ExpressionError, quote
+from parser.numbers import INT64_MAX, INT64_MIN, int_in_range
 from parser.suggest import close_matches
 
 # ----- the functions pnnx writes ----------------------------------------------------------------
@@ -73,7 +74,6 @@ ARITY: dict[str, tuple[int, int]] = {
 NAMED_CONSTANTS = {"True": True, "False": False, "None": None}
 MAX_DEPTH = 100   # calls and lists nested deeper are refused (pnnx writes a few levels)
 MAX_EXPRESSION_LENGTH = 1 << 18  # characters; a longer expression is refused
-INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
 MAX_OPERAND = (1 << 31) - 1      # the largest N of @N
 
 
@@ -235,7 +235,7 @@ class _Parser:
 
     def integer(self, token: Token, text: str, low: int, high: int) -> int:
         """``int(text)`` if it lies in [low, high], else an error at the token."""
-        value = _int_in_range(text, low, high)
+        value = int_in_range(text, low, high)
         if value is None:
             shown = quote(token.text, 40)
             raise self.error(f"operand index {shown} is above {high}" if token.kind == "operand"
@@ -293,17 +293,6 @@ def _describe(kinds: tuple[str, ...]) -> str:
     """("operand", "int", "lbracket") -> "an operand, a number or '['"."""
     words = list(dict.fromkeys(_DESCRIBE[kind] for kind in kinds))
     return words[0] if len(words) == 1 else f"{', '.join(words[:-1])} or {words[-1]}"
-
-
-def _int_in_range(text: str, low: int, high: int) -> int | None:
-    """``int(text)`` of a decimal integer text if it lies in [low, high], else None. Leading
-    zeros go first and long texts are refused unread: int() refuses more than 4300 digits."""
-    negative = text.startswith("-")
-    digits = text[negative:].lstrip("0") or "0"
-    if len(digits) > 19:                                  # beyond int64 whatever the digits
-        return None
-    value = -int(digits) if negative else int(digits)
-    return value if low <= value <= high else None
 
 
 def _complex(text: str) -> complex:

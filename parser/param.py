@@ -63,13 +63,13 @@ from typing import Any, Iterator, Literal, overload
 
 from parser.errors import ParamFileError, quote, shorten
 from parser.files import MiB, read_file
+from parser.numbers import int_in_range
 
 MAGIC = 7767517
 MAX_PARAM_BYTES = 256 * MiB
 MAX_LIST_ITEMS = 1 << 20
 MAX_RANK = 64
 MAX_ELEMENTS = 1 << 62
-INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
 
 # pnnx dtype names, in pnnx's own type-id order (type_to_string in tools/pnnx/src/ir.cpp).
 DTYPE_NAMES: tuple[str, ...] = (
@@ -314,12 +314,9 @@ def _to_int(text: str) -> int:
     ValueError outside the int64 range, before Python's own limit of 4300 digits."""
     if len(text) <= 18:                                   # in range whatever the digits
         return int(text)
-    negative = text.startswith("-")
-    digits = text[negative:].lstrip("0") or "0"
-    if len(digits) <= 19:
-        value = -int(digits) if negative else int(digits)
-        if INT64_MIN <= value <= INT64_MAX:
-            return value
+    value = int_in_range(text)
+    if value is not None:
+        return value
     raise ValueError(f"the integer {shorten(text, 40)} is out of the int64 range")
 
 
