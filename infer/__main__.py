@@ -400,11 +400,11 @@ def build_parser() -> argparse.ArgumentParser:
                                "(default: every core; with --ray: per worker, default 1)")
     classify.add_argument("--ray", action="store_true",
                           help="run on Ray Data (pip install -e \".[cluster]\"): the cluster "
-                               "at --address, else the one `ray start` runs on this machine, "
+                               "at --address, else the one `ray start` runs on the local machine, "
                                "else a new Ray instance here")
     classify.add_argument("--address", default=None,
                           help="the Ray cluster to run on, HOST:6379 (implies --ray; auto: "
-                               "RAY_ADDRESS or the one `ray start` runs on this machine; "
+                               "RAY_ADDRESS or the one `ray start` runs on the local machine; "
                                "local: a new instance here)")
     classify.add_argument("--workers", type=_positive_int, default=None,
                           help="with --ray: classifier workers, each loading the model once "

@@ -1,7 +1,7 @@
 """Classifying more images than one machine handles: the single-process job on Ray Data.
 
     pip install -e ".[cluster]"                                # Ray Data, on every machine
-    python -m infer classify DIR -r --ray -o results.csv       # a Ray instance on this machine
+    python -m infer classify DIR -r --ray -o results.csv       # a Ray instance on the local machine
     ray start --head                                           # or a cluster: on the head,
     ray start --address HEAD_IP:6379                           # on each other node,
     python -m infer classify DIR -r --address auto -o results.csv       # then on the head
@@ -76,8 +76,8 @@ def classify_on_ray(paths: Iterable[str | Path], model: str | Path, top: int = 5
     """``ImageClassifier.load(model).classify_many(paths, top, batch)``, on Ray: ``workers``
     actors (default: the cluster's CPUs / ``threads``) of ``threads`` CPUs each, unless
     ``ray.init`` ran already: ``ray.init(address)`` joins the cluster at ``address``
-    ("host:6379"; "auto": RAY_ADDRESS, or the one ``ray start`` runs on this machine), or
-    for None that one if there is one, else starts a Ray instance on this machine's cores
+    ("host:6379"; "auto": RAY_ADDRESS, or the one ``ray start`` runs on the local machine), or
+    for None that one if there is one, else starts a Ray instance on the local machine's cores
     ("local": always). Yields one Classified per path, in order."""
     try:
         import ray
@@ -91,7 +91,7 @@ def classify_on_ray(paths: Iterable[str | Path], model: str | Path, top: int = 5
             ray.init(address=address, include_dashboard=False)
         except ConnectionError as exc:       # a cluster that stopped (or never started)
             raise InferError(f"{exc} (is it running? `ray status` says; `--address local` "
-                             f"starts a new Ray instance on this machine)") from None
+                             f"starts a new Ray instance on the local machine)") from None
     ray.data.DataContext.get_current().execution_options.preserve_order = True
     if workers is None:
         workers = max(1, int(ray.cluster_resources().get("CPU", 1)) // threads)
