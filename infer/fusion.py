@@ -31,7 +31,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from layers.base import Layer
-from layers.expression import ExpressionLayer
 from layers.padding import PadModule
 from layers.registry import LayerRegisterer, is_built_in
 from infer.runtime import RuntimeOperand, RuntimeOperator
@@ -49,14 +48,14 @@ def fuse(graph: "RuntimeGraph") -> int:
     folded: set[int] = set()
     registry = LayerRegisterer()
     own = {name: (registry.layer_class(name), registry.layer_class(name, fast=True))
-           for name in ("nn.Conv2d", "nn.Linear")}
+           for name in ("nn.Conv2d", "nn.Linear", "pnnx.Expression")}
     for op in graph.operators:
         if id(op) in folded:                           # already folded into another
             continue
         conv = _is_own(op.layer, own["nn.Conv2d"])
         if conv:
             _fold_padding(graph, op, outputs, folded)
-            _fold_residual_add(graph, op, outputs, folded)
+            _fold_residual_add(graph, op, outputs, folded, own["pnnx.Expression"])
         if conv or _is_own(op.layer, own["nn.Linear"]):
             _fold_activation(graph, op, outputs, folded)
     if folded:
@@ -123,10 +122,10 @@ def _fold_padding(graph: "RuntimeGraph", op: RuntimeOperator, outputs: set[int],
 
 
 def _fold_residual_add(graph: "RuntimeGraph", op: RuntimeOperator, outputs: set[int],
-                       folded: set[int]) -> None:
+                       folded: set[int], expressions: tuple[type[Layer], type[Layer]]) -> None:
     """Conv2d -> add(conv, r): r becomes the conv's second input, added to its output."""
     add = _only_consumer(op.outputs[0], outputs)
-    if (add is None or type(add.layer) is not ExpressionLayer or len(add.inputs) != 2
+    if (add is None or not _is_own(add.layer, expressions) or len(add.inputs) != 2
             or add.layer.expr.replace(" ", "") not in RESIDUAL_ADDS
             or add.inputs[0] is add.inputs[1] or len(op.outputs) != 1
             or op.layer.fused_activation is not None or op.layer.fused_residual

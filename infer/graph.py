@@ -90,8 +90,11 @@ class RuntimeGraph(GraphTools):
         # False: every operator of the file runs on its own (to step through each one); the
         # reference graph never fuses
         self.fuse = fuse and not reference
-        # the fast floor shares its kernels with helper threads (infer/threads.py)
-        self.helpers = not reference
+        # "compiling" / "failed": the fast kernels are not there yet (layers/fast/backend.py),
+        # so the graph was built on the reference floor; forward() moves it once they are
+        self._kernels_missing: str | None = None
+        self._running = 0                  # forward passes under running(), now
+        self._running_lock = threading.Lock()
         self.param_path = str(param_path)
         if bin_path is None:
             bin_path = _default_bin_path(self.param_path)
@@ -118,6 +121,26 @@ class RuntimeGraph(GraphTools):
         self._memory_plans: dict[tuple[Shape, ...], MemoryPlan] = {}
         self._plan_lock = threading.Lock()
         self._build_lock = threading.RLock()
+
+    @property
+    def floor(self) -> str:
+        """What the layers run on: "fast" (the compiled kernels), "reference" (numpy), or,
+        while the fast kernels are still being compiled in the background (the first build
+        on a machine), "reference until the fast kernels are compiled": forward() moves the
+        graph to the fast floor between two passes once they are ready."""
+        if self.reference:
+            return "reference"
+        if self._kernels_missing == "compiling":
+            return "reference until the fast kernels are compiled"
+        if self._kernels_missing:
+            return "reference (the fast kernels could not be compiled)"
+        return "fast"
+
+    @property
+    def helpers(self) -> bool:
+        """Whether forward passes share each kernel with helper threads (infer/threads.py):
+        on the fast floor."""
+        return self.floor == "fast"
 
     @property
     def memory_budget(self) -> float:
@@ -217,7 +240,7 @@ class RuntimeGraph(GraphTools):
     def _create_layer(self, op: RuntimeOperator) -> Layer:
         layer_class = self._custom_layers.get(op.type)
         if layer_class is None:                     # the fast floor's, else the reference
-            layer_class = LayerRegisterer().layer_class(op.type, fast=not self.reference)
+            layer_class = LayerRegisterer().layer_class(op.type, fast=self.floor == "fast")
         layer = layer_class()
         layer.name, layer.type = op.name, op.type
         layer.input_names = list(op.input_names)
@@ -239,7 +262,9 @@ class RuntimeGraph(GraphTools):
                 if not self.reference:          # the fast layers join the registry, and
                     from layers import fast     # their kernels are bound, not mid-forward
 
-                    fast.start()
+                    started = fast.start(wait=False)
+                    self._kernels_missing = (started if started in (fast.COMPILING, fast.FAILED)
+                                             else None)
                 with threads.setup(self.num_threads, self.helpers):  # packing weights
                     self._build()
             except BaseException:
@@ -253,10 +278,18 @@ class RuntimeGraph(GraphTools):
         for op in self.operators:
             with operator_context(op):
                 self._load_weights(op)
+        self._make_layers()
+
+    def _make_layers(self) -> None:
+        """Create and configure every operator's layer (their weights loaded), fuse (on the
+        fast floor), order, and plan the traced shapes: build() after reading the weights,
+        and again to move from the reference floor to the fast one."""
+        for op in self.operators:
+            with operator_context(op):
                 op.layer = self._create_layer(op)
                 op.layer.load_param(op.param_values())
                 op.layer.load_model(op.weights())
-        if self.fuse:                           # conv -> add -> relu becomes one operator
+        if self.fuse and self.floor == "fast":  # conv -> add -> relu becomes one operator
             fusion.fuse(self)
         self.operators = self.topological_order()
         self._free_after = self._liveness()
@@ -534,6 +567,8 @@ class RuntimeGraph(GraphTools):
     # ---------------------------------------------------------------- forward
     def forward(self, *inputs: np.ndarray) -> list[np.ndarray]:
         """Run the graph on NCHW arrays given in pnnx.Input order; one array per output."""
+        if self._kernels_missing == "compiling":
+            self._move_to_fast_floor()
         with self.running():
             # refuses bad shapes; a new size's plan packs weights with the helpers' help
             run = self.execute(*inputs).run_all()
@@ -585,8 +620,39 @@ class RuntimeGraph(GraphTools):
         """What a forward pass runs under: this graph's thread cap (and helper threads, on the
         fast floor), and numpy's floating-point warnings off (NaN and Inf flow through
         silently, as in torch)."""
-        with threads.limit(self.num_threads, self.helpers), np.errstate(all="ignore"):
-            yield
+        with self._running_lock:
+            self._running += 1
+        try:
+            with threads.limit(self.num_threads, self.helpers), np.errstate(all="ignore"):
+                yield
+        finally:
+            with self._running_lock:
+                self._running -= 1
+
+    def _move_to_fast_floor(self) -> None:
+        """Once the fast kernels compiled in the background are ready, remake the layers on
+        the fast floor (weights as read at build, fusion, plans), between two passes: not
+        while another thread runs one (the next forward tries again)."""
+        from layers import fast
+
+        started = fast.start(wait=False)
+        if started in (fast.COMPILING, fast.FAILED):
+            self._kernels_missing = started
+            return
+        with self._build_lock, self._running_lock:
+            if self._running or self._kernels_missing is None:
+                return
+            self._kernels_missing = None
+            try:
+                with threads.setup(self.num_threads, self.helpers), _collector_paused():
+                    self._make_layers()
+            except Exception as exc:            # stays on the floor it ran on
+                log.warning("%s stays on the reference floor: its fast layers failed (%s)",
+                            self.param_path, exc)
+                self._kernels_missing = "failed"
+                self._make_layers()
+                return
+        log.info("%s moved to the fast floor", self.param_path)
 
     @property
     def run_list(self) -> list[RunStep]:

@@ -4,12 +4,17 @@ support.py; the layer helper (check_layer) in helpers.py."""
 
 from __future__ import annotations
 
+import os
 import sys
 import zlib
 from pathlib import Path
 
 import numpy as np
 import pytest
+
+# A graph built before the fast kernels are compiled would run on the reference floor until
+# they are (layers/fast/backend.py): the tests of the fast floor wait for them instead.
+os.environ.setdefault("PNNX_INFER_BUILD", "wait")
 
 
 @pytest.fixture(autouse=True)

@@ -112,6 +112,12 @@ def _check_floor(layer: Layer, arrays: list[np.ndarray], expected: list[np.ndarr
         x = arrays[0].copy()
         layer.forward_inplace(x)
         np.testing.assert_array_equal(x, outputs[0], err_msg="forward_inplace differs")
+    if layer.support_forward_into and all(a.dtype == np.float32 for a in (*arrays, *outputs)):
+        into = [np.full(out.shape, np.nan, np.float32) for out in outputs]   # as the graph
+        layer.forward_into(arrays, into)                                    # calls it
+        for got, out in zip(into, outputs):
+            np.testing.assert_allclose(got, out, atol=atol, rtol=rtol,
+                                       err_msg="forward_into differs from forward")
     return outputs
 
 

@@ -40,7 +40,7 @@ jobs.py); the matrix products run in this package's register tiles, or on numpy'
 where a layer's product is a plain matrix product (grouped convolutions, nn.Linear).
 """
 
-from layers.fast.backend import start
+from layers.fast.backend import COMPILING, FAILED, start
 import layers.fast.layers  # noqa: E402,F401  (registers the fast layers)
 
-__all__ = ["start"]
+__all__ = ["start", "COMPILING", "FAILED"]

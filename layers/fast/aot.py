@@ -86,6 +86,17 @@ def module_names() -> list[str]:
     return [f"kernels_{digest}_{part}" for part in range(PARTS)]
 
 
+_names_of_this_process: list[str] = []
+
+
+def _names() -> list[str]:
+    """``module_names()``, worked out once per process (the key hashes every kernel source;
+    a background build is polled on every forward)."""
+    if not _names_of_this_process:
+        _names_of_this_process.extend(module_names())
+    return _names_of_this_process
+
+
 def cache_dir() -> Path:
     """Where the module is kept (see the module docstring)."""
     if os.environ.get("NUMBA_CACHE_DIR"):
@@ -94,6 +105,13 @@ def cache_dir() -> Path:
     if _writable(beside):
         return beside
     return Path.home() / ".cache" / "pnnx-infer"
+
+
+def modules_present() -> bool:
+    """Whether every module of the current key is in the cache (a stat each, nothing
+    imported): what ``load_or_build`` would import without building."""
+    directory = cache_dir()
+    return all(_module_path(directory, name) is not None for name in _names())
 
 
 def load_or_build() -> SimpleNamespace | None:
@@ -251,9 +269,7 @@ def _build_in_children(directory: Path, parts: list[int]) -> None:
         log.info("compiling the fast kernels for this CPU, once (about a minute): %d modules "
                  "into %s", len(parts), directory)
         started = time.perf_counter()
-        env = dict(os.environ)
-        root = str(HERE.parent.parent)                 # the directory holding layers/
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [root, env.get("PYTHONPATH")]))
+        env, root = _child_env(), str(HERE.parent.parent)
         # an empty numba cache of their own: numba would reuse a kernel's code compiled before
         # an edit to a file it calls (binding._stale_with_any_source)
         numba_cache = tempfile.TemporaryDirectory(dir=directory, prefix="numba_cache_")
@@ -307,6 +323,82 @@ def _build_in_children(directory: Path, parts: list[int]) -> None:
                  directory)
 
 
+# ----- the build in the background ---------------------------------------------------------
+class BackgroundBuild:
+    """The modules built by a detached process (``python -m layers.fast.aot --log FILE``, in
+    a session of its own: Ctrl-C here, or this process ending, leaves it running, and the
+    next process finds the modules) while this process goes on without them. ``state()``:
+    "compiling", "ready" (every module is in the cache) or "failed" (the builder ended
+    without them; one warning says why, from its log)."""
+
+    def __init__(self) -> None:
+        directory = cache_dir()
+        directory.mkdir(parents=True, exist_ok=True)
+        self.log_path = directory / f"{_names()[0]}_build_{os.getpid()}.log"
+        self.started = time.perf_counter()
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "layers.fast.aot", "--log", str(self.log_path)],
+            env=_child_env(), cwd=HERE.parent.parent, stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        self._state = "compiling"
+        with _progress_shown():
+            log.info("compiling the fast kernels for this CPU in the background, once (about a "
+                     "minute; python -m layers.fast.aot waits for them and shows progress). "
+                     "Until they are ready, graphs run on the reference floor: numpy, slower, "
+                     "the same answers")
+
+    def state(self) -> str:
+        if self._state == "compiling":
+            if modules_present():
+                self._state = "ready"
+                with _progress_shown():
+                    log.info("the fast kernels are ready (compiled in the background in %.0f "
+                             "s)", time.perf_counter() - self.started)
+            elif self.process.poll() is not None and not modules_present():
+                self._state = "failed"
+                log.warning("the fast kernels could not be built in the background (%s); "
+                            "graphs stay on the reference floor. python -m layers.fast.aot -v "
+                            "builds them and shows why", self._last_words())
+        return self._state
+
+    def _last_words(self) -> str:
+        """The builder's last line of log, or its exit status."""
+        try:
+            lines = [line.strip() for line in self.log_path.read_text().splitlines()
+                     if line.strip()]
+        except OSError:
+            lines = []
+        return lines[-1][:300] if lines else f"exit status {self.process.returncode}"
+
+
+_background: BackgroundBuild | None = None
+
+
+def build_in_background() -> BackgroundBuild | None:
+    """This process's background build, started by the first call that finds modules
+    missing; None if there is nothing to wait for (the modules are in the cache) or if they
+    cannot be built here (no C compiler, ...: ``load_or_build`` then says why and numba's
+    JIT takes over)."""
+    global _background
+    if _background is None:
+        if modules_present() or _missing_tool() is not None:
+            return None
+        try:
+            _background = BackgroundBuild()
+        except OSError:                        # no cache folder, no process: build here
+            return None
+    return _background
+
+
+def _child_env() -> dict[str, str]:
+    """The environment of a builder process: this one's, with the repository's root first on
+    PYTHONPATH (the ``layers`` package of this checkout is the one compiled)."""
+    env = dict(os.environ)
+    root = str(HERE.parent.parent)                 # the directory holding layers/
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [root, env.get("PYTHONPATH")]))
+    return env
+
+
 def _child_command(directory: Path, part: int) -> list[str]:
     """The command of the child process that builds part ``part`` into ``directory``."""
     return [sys.executable, "-m", "layers.fast.aot", "--part", str(part), "--into",
@@ -356,15 +448,22 @@ def _remove_stale(directory: Path, names: list[str]) -> None:
             path.unlink(missing_ok=True)
 
 
-def _import(directory: Path, name: str) -> ModuleType | None:
+def _module_path(directory: Path, name: str) -> Path | None:
     for suffix in importlib.machinery.EXTENSION_SUFFIXES:
         path = directory / f"{name}{suffix}"
         if path.exists():
-            spec = importlib.util.spec_from_file_location(name, path)
-            module = importlib.util.module_from_spec(spec)
-            spec.loader.exec_module(module)
-            return module
+            return path
     return None
+
+
+def _import(directory: Path, name: str) -> ModuleType | None:
+    path = _module_path(directory, name)
+    if path is None:
+        return None
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 class _lock:
@@ -432,17 +531,22 @@ def main(argv: list[str] | None = None) -> int:
                         help="also show the compiler's output")
     parser.add_argument("--part", type=int, help=argparse.SUPPRESS)     # a child: build
     parser.add_argument("--into", type=Path, help=argparse.SUPPRESS)    # this part there
+    parser.add_argument("--log", type=Path, help=argparse.SUPPRESS)     # a background build
     args = parser.parse_args(argv)
     if args.part is not None:
         build(args.into, args.part)
         return 0
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
-                        format="%(message)s")
+                        format="%(message)s", filename=args.log)
     kernels = load_or_build()
     if kernels is None:
         print("not built: see above", file=sys.stderr)
         return 1
-    print(f"{len(vars(kernels))} kernels in {cache_dir()}")
+    if args.log is not None:                    # built: nobody needs to read why not
+        logging.shutdown()
+        args.log.unlink(missing_ok=True)
+    else:
+        print(f"{len(vars(kernels))} kernels in {cache_dir()}")
     return 0
 
 

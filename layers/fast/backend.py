@@ -37,8 +37,8 @@ from layers.fast.binding import declared_intrinsics, declared_kernels, exported_
 from layers.fast.kernel import FLOAT, INT, Declared, array, intrinsic, kernel, set_first_call
 from parser.errors import InferError
 
-__all__ = ["start", "wanted_backend", "compiled", "use_jit", "declared_kernels",
-           "declared_intrinsics", "exported_kernels",
+__all__ = ["start", "wanted_backend", "build_mode", "COMPILING", "FAILED", "compiled",
+           "use_jit", "declared_kernels", "declared_intrinsics", "exported_kernels",
            # the declarations, where they were before kernel.py
            "kernel", "intrinsic", "Declared", "array", "INT", "FLOAT"]
 
@@ -52,13 +52,27 @@ def compiled(declared: Declared) -> Callable:
     return function
 
 
-def start() -> str:
-    """Choose the back end once per process and bind the kernels; returns its name,
-    "aot" or "jit" (see the module docstring)."""
+COMPILING, FAILED = "compiling", "failed"      # start(wait=False): nothing bound yet
+
+
+def start(wait: bool = True) -> str:
+    """Choose the back end once per process and bind the kernels; returns its name, "aot"
+    or "jit" (see the module docstring). With ``wait=False``, when the compiled modules are
+    not built yet and ``PNNX_INFER_BUILD`` is "background" (the default), a detached process
+    builds them (aot.build_in_background) and this returns at once: "compiling" while it
+    runs, "failed" if it ended without them; a later call binds them once they are there."""
     global _backend
     with _starting:
         if _backend is None:
-            _backend = _bind_backend(wanted_backend())
+            wanted = wanted_backend()
+            if not wait and wanted == "aot" and build_mode() == "background":
+                from layers.fast import aot
+
+                build = aot.build_in_background()
+                state = "ready" if build is None else build.state()
+                if state != "ready":
+                    return state
+            _backend = _bind_backend(wanted)
     return _backend
 
 
@@ -68,6 +82,16 @@ def wanted_backend() -> str:
     if wanted not in ("aot", "jit"):
         raise InferError(f"PNNX_INFER_KERNELS={wanted!r}: expected 'aot' or 'jit'")
     return wanted
+
+
+def build_mode() -> str:
+    """``PNNX_INFER_BUILD``: "background" (the default: a graph built before the compiled
+    modules exist runs on the reference floor until they do) or "wait" (its build waits for
+    them, about a minute, once per machine)."""
+    mode = os.environ.get("PNNX_INFER_BUILD", "background").strip().lower()
+    if mode not in ("background", "wait"):
+        raise InferError(f"PNNX_INFER_BUILD={mode!r}: expected 'background' or 'wait'")
+    return mode
 
 
 _backend: str | None = None

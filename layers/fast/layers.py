@@ -13,6 +13,8 @@ for) it hands over to the reference code with ``super()``.
     FastFunctionalConv2d  F.conv2d / F.conv1d, weights as inputs: packed on every call
     FastLinear            nn.Linear: the product shared with the helper threads (workers.py)
     FastMaxPool2d         nn.MaxPool2d / nn.MaxPool1d / aten::max_pool2d: pool.py's kernel
+    FastExpression        pnnx.Expression of one elementwise function (add(@0,@1), ...):
+                          numpy's ufunc straight into the planned buffer
 """
 
 from __future__ import annotations
@@ -24,12 +26,14 @@ import numpy as np
 from layers import kernels
 from layers.base import FusesActivation, Layer, Shape
 from layers.convolution import Conv1d, Conv2d, FunctionalConv1d, FunctionalConv2d, lift_shape
+from layers.expression import ExpressionLayer
 from layers.fast import pool, workers
 from layers.fast.conv import PackedConv2d
 from layers.fast.epilogue import IDENTITY, Activation, activation_of
 from layers.linear import Linear
 from layers.pooling import AtenMaxPool2d, MaxPool1d, MaxPool2d
 from layers.registry import register_fast_layer
+from parser.expression import Call, Constant, OperandRef
 
 Pads = tuple[int, int, int, int]
 
@@ -227,3 +231,36 @@ class FastAtenMaxPool2d(AtenMaxPool2d):
 
     def prepare(self, input_shapes: Sequence[Shape] | None) -> None:
         pool.load_kernel()                         # at build, not in the first inference
+
+
+# functions of two values whose float32 result, for float32 arrays and Python numbers, is
+# numpy's ufunc with no casting (torch's type promotion gives float32 too)
+UFUNCS = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.true_divide,
+          "max": np.maximum, "maximum": np.maximum, "min": np.minimum, "minimum": np.minimum}
+
+
+@register_fast_layer("pnnx.Expression")
+class FastExpression(ExpressionLayer):
+    """An expression that is one function of UFUNCS over inputs and numbers (``add(@0,@1)``,
+    ``mul(@0,0.5)``), on float32 inputs: y = ufunc(a, b), written straight into the planned
+    buffer (forward_into) instead of walking the tree. Every other expression, and other
+    dtypes, run the reference layer's evaluation."""
+
+    def check_params(self) -> None:
+        super().check_params()
+        tree = self.tree
+        self.operands: list[int | float] | None = None
+        if (isinstance(tree, Call) and tree.name in UFUNCS and len(tree.args) == 2
+                and all(isinstance(a, (OperandRef, Constant)) for a in tree.args)
+                and any(isinstance(a, OperandRef) for a in tree.args)
+                and all(isinstance(a.value, (int, float)) and not isinstance(a.value, bool)
+                        for a in tree.args if isinstance(a, Constant))):
+            self.ufunc = UFUNCS[tree.name]
+            # an input's index, or a number (as a float: float32 arrays stay float32)
+            self.operands = [a.index if isinstance(a, OperandRef) else float(a.value)
+                             for a in tree.args]
+        self.support_forward_into = self.operands is not None
+
+    def forward_into(self, inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray]) -> None:
+        a, b = (inputs[o] if isinstance(o, int) else o for o in self.operands or ())
+        self.ufunc(a, b, out=outputs[0])

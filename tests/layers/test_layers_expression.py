@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 import torch
 
+from layers.fast.layers import UFUNCS as FAST_UFUNCS, FastExpression
 from layers.expression import ExpressionLayer, evaluate, promote_types, result_dtype
 from layers.registry import LayerRegisterer
 from parser.errors import ExpressionError, LayerError, ShapeError
@@ -443,3 +444,36 @@ def test_real_pnnx_expression_matches_torch(tmp_path):
     [op] = [op for op in graph.operators if op.type == "pnnx.Expression"]
     x = sample(-2, 2, (1, 2, 12, 7))  # a third size: size() is read at run time
     check(run(op.params["expr"].value, x), Formula()(torch.from_numpy(x)))
+
+
+# ----- the fast floor's expression: one ufunc, into the planned buffer --------------------------
+
+@pytest.mark.parametrize("name", sorted(FAST_UFUNCS))
+@pytest.mark.parametrize("form", ["@0,@1", "@0,@0", "@1,@0", "@0,-1.75", "3,@0"])
+@pytest.mark.parametrize("b_shape", [SHAPE, BROADCAST_SHAPE], ids=["same", "broadcast"])
+def test_fast_expression_writes_what_the_reference_computes(name, form, b_shape):
+    """FastExpression.forward_into gives the reference's float32 result bit for bit (and
+    torch's), NaN and infinities included, on equal and broadcast shapes."""
+    a, b = sample(-3, 3, signed=True), sample(0.5, 3, shape=b_shape, signed=True)
+    a.flat[:4] = [np.nan, np.inf, -np.inf, 0.0]
+    expr = f"{name}({form})"
+    fast = FastExpression(expr=expr)
+    assert fast.support_forward_into
+    want = ExpressionLayer(expr=expr).forward([a, b])[0]
+    out = np.full(want.shape, 7.0, np.float32)
+    with np.errstate(all="ignore"):                # as a graph's pass runs it (running())
+        fast.forward_into([a, b], [out])
+    assert want.dtype == np.float32
+    np.testing.assert_array_equal(out, want)
+    ta, tb = torch.from_numpy(a), torch.from_numpy(b)
+    args = {"@0,@1": (ta, tb), "@0,@0": (ta, ta), "@1,@0": (tb, ta),
+            "@0,-1.75": (ta, torch.tensor(-1.75)), "3,@0": (torch.tensor(3.0), ta)}[form]
+    torch_name = {"max": "maximum", "min": "minimum", "div": "true_divide"}.get(name, name)
+    np.testing.assert_allclose(out, getattr(torch, torch_name)(*args).numpy(), rtol=1e-6,
+                               atol=0, equal_nan=True)
+
+
+@pytest.mark.parametrize("expr", ["add(mul(@0,2),@1)", "size(@0,0)", "add(@0,True)",
+                                  "pow(@0,2)", "neg(@0)", "add(2,3)", "atan2(@0,@1)"])
+def test_other_expressions_evaluate_their_tree_on_the_fast_floor(expr):
+    assert not FastExpression(expr=expr).support_forward_into

@@ -5,6 +5,7 @@ The graph creates, per operator, the graph's custom layer, else the fast layer (
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import textwrap
@@ -186,3 +187,54 @@ def test_a_global_replacement_of_a_built_in_layer_serves_both_floors(tmp_path):
     assert run.returncode == 0, run.stderr
     name, *_, error = run.stdout.split()
     assert name == "MyLinear" and "'nn.ReLU'" in run.stdout and float(error) < 1e-5, run.stdout
+
+
+BACKGROUND_RUN = """
+import os, shutil, signal, numpy as np
+from pathlib import Path
+from infer import RuntimeGraph
+from layers.fast import aot
+
+graph = RuntimeGraph(PARAM).build()
+print("built on:", graph.floor, graph.helpers)
+build = aot._background
+os.killpg(build.process.pid, signal.SIGKILL)      # the builder and the compilers it started
+build.process.wait()
+for module in MODULES:                            # the test brings them, or not
+    shutil.copy(module, aot.cache_dir())
+x = np.random.default_rng(0).random(SHAPE, dtype=np.float32)
+np.save(OUT, graph(x)[0])
+print("then on:", graph.floor, graph.helpers, any(op.fused for op in graph.operators))
+"""
+
+
+@pytest.mark.parametrize("ready", [True, False], ids=["compiled", "failed"])
+def test_a_graph_built_while_the_kernels_compile_runs_then_moves(tmp_path, ready):
+    """PNNX_INFER_BUILD=background: the first build on a machine returns at once on the
+    reference floor while a detached process compiles the kernels; the first forward after
+    they are in the cache moves the graph to the fast floor (fused); if the builder ends
+    without them, the graph stays on the reference floor, with a warning. Same answers."""
+    from layers import fast
+    from layers.fast import aot
+
+    fast.start()                                  # this process's modules: copied, or not
+    modules = [str(aot._module_path(aot.cache_dir(), name)) for name in aot.module_names()]
+    out = tmp_path / "y.npy"
+    script = (f"PARAM = {str(LITE0)!r}\nSHAPE = (1, 3, 224, 224)\nOUT = {str(out)!r}\n"
+              f"MODULES = {modules if ready else []!r}\n" + textwrap.dedent(BACKGROUND_RUN))
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path / "cache"), PNNX_INFER_BUILD="background")
+    run = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True,
+                         text=True, timeout=300, env=env)
+    assert run.returncode == 0, run.stderr
+    assert "built on: reference until the fast kernels are compiled False" in run.stdout
+    assert "compiling the fast kernels for this CPU in the background" in run.stderr
+    if ready:
+        assert "then on: fast True True" in run.stdout
+        assert "the fast kernels are ready" in run.stderr
+    else:
+        assert "then on: reference (the fast kernels could not be compiled) False False" in (
+            run.stdout)
+        assert "could not be built in the background" in run.stderr
+    x = np.random.default_rng(0).random((1, 3, 224, 224), dtype=np.float32)
+    expected = RuntimeGraph(LITE0, reference=True).build().forward(x)[0]
+    np.testing.assert_allclose(np.load(out), expected, rtol=1e-4, atol=1e-5)
