@@ -16,7 +16,7 @@ which the first Wo are copied out. The activation then runs over the whole plane
 
 Channels last (``_depthwise_channels_last``, weight packed by ``pack_channel_blocks`` as
 (ceil(C / 128), kh, kw, 128)): for small outputs (``uses_channels_last``: 3x3 or 5x5,
-C_out == C_in, at most CHANNELS_LAST_MAX_OUTPUTS outputs a plane, 4x as many strided), the
+C_out == C_in, at most CHANNELS_LAST_MAX_OUTPUTS outputs a plane, 2x as many strided), the
 image is transposed block of CHANNEL_BLOCK channels by block into a zero-padded
 (PH, PW, block) buffer, and every output pixel is one loop over the block's channels.
 
@@ -271,7 +271,7 @@ def uses_channels_last(c_in: int, c_out: int, kernel: tuple[int, int],
     outputs = out_hw[0] * out_hw[1]
     strided = stride != (1, 1)
     return (c_out == c_in and kernel in ((3, 3), (5, 5))
-            and outputs <= CHANNELS_LAST_MAX_OUTPUTS * (4 if strided else 1))
+            and outputs <= CHANNELS_LAST_MAX_OUTPUTS * (2 if strided else 1))
 
 
 def pack_channel_blocks(weight: np.ndarray) -> np.ndarray:

@@ -13,7 +13,8 @@ import pytest
 
 from layers.fast import algorithms, jobs
 from layers.fast.algorithms import (WINOGRAD_F2_LARGE, WINOGRAD_F2_LARGE_MIN_TILES,
-                                    WINOGRAD_F2_MIN_TILES, WINOGRAD_MAX_PACKED,
+                                    WINOGRAD_F2_MIN_TILES, WINOGRAD_MAX_CHANNELS,
+                                    WINOGRAD_MAX_PACKED, WINOGRAD_MIN_CHANNELS,
                                     WINOGRAD_MIN_TILES)
 from layers.fast.conv import PackedConv2d
 from layers.fast.depthwise import uses_channels_last
@@ -42,7 +43,8 @@ def documented_rule(c_in, c_out, k, stride, dilation, groups, winograd, batch, o
     if not (winograd and k == 3 and stride == 1 and dilation == 1 and groups == 1):
         return "gemm"
     tiles4 = batch * -(-out_hw[0] // 4) * -(-out_hw[1] // 4)
-    if tiles4 >= WINOGRAD_MIN_TILES and 36 * c_out * c_in * 4 <= WINOGRAD_MAX_PACKED:
+    if (WINOGRAD_MIN_CHANNELS <= c_in <= WINOGRAD_MAX_CHANNELS and tiles4 >= WINOGRAD_MIN_TILES
+            and 36 * c_out * c_in * 4 <= WINOGRAD_MAX_PACKED):
         return "winograd"
     tiles2 = batch * -(-out_hw[0] // 2) * -(-out_hw[1] // 2)
     large = 16 * c_out * c_in * 4 > WINOGRAD_F2_LARGE
@@ -85,8 +87,8 @@ RESNET18 = [   # c_in, c_out, k, stride, out size at 224x224; batch 1, batch 8
     (64, 64, 3, 1, 56, "winograd", "winograd"),
     (64, 128, 3, 2, 28, "gemm", "gemm"),                        # strided
     (64, 128, 1, 2, 28, "gemm", "gemm"),                        # downsample
-    (128, 128, 3, 1, 28, "winograd", "winograd"),
-    (256, 256, 3, 1, 14, "winograd", "winograd"),               # 16 tiles of 4x4
+    (128, 128, 3, 1, 28, "winograd_f2", "winograd_f2"),         # F(4x4): up to 64 channels
+    (256, 256, 3, 1, 14, "winograd_f2", "winograd_f2"),
     (512, 512, 3, 1, 7, "gemm", "winograd_f2"),                 # F(2x2) packs 16 MiB
 ]
 EFFICIENTNET_LITE0 = [   # c_in, c_out, k, stride, groups, out size at 224x224; batch 1, 8
@@ -95,7 +97,7 @@ EFFICIENTNET_LITE0 = [   # c_in, c_out, k, stride, groups, out size at 224x224; 
     (32, 16, 1, 1, 1, 112, "gemm", "gemm"),                     # 1x1, a large image
     (144, 144, 5, 2, 144, 28, "depthwise", "depthwise"),
     (240, 240, 3, 2, 240, 14, "depthwise", "depthwise"),
-    (672, 672, 5, 2, 672, 7, "depthwise_channels_last", "depthwise_channels_last"),
+    (672, 672, 5, 2, 672, 7, "depthwise", "depthwise"),
     (1152, 1152, 5, 1, 1152, 7, "depthwise", "depthwise"),
     (672, 112, 1, 1, 1, 14, "gemm", "gemm"),
     (1152, 192, 1, 1, 1, 7, "pointwise_transposed", "pointwise_transposed"),
@@ -135,18 +137,20 @@ def test_the_candidates_are_every_algorithm_some_size_may_choose():
         else:
             assert candidates[-1] == "gemm"
             assert ("pointwise_transposed" in candidates) == packed.pointwise
-            assert ("winograd" in candidates) == ("winograd_f2" in candidates) \
-                == packed.winograd_ok
+            assert ("winograd_f2" in candidates) == packed.winograd_ok
+            assert ("winograd" in candidates) == (packed.winograd_ok and WINOGRAD_MIN_CHANNELS
+                                                  <= c_in <= WINOGRAD_MAX_CHANNELS)
 
 
-def test_only_an_f2_packing_that_fits_where_f4_does_not_is_made_at_build():
+def test_only_an_f2_packing_that_fits_where_f4_never_runs_is_made_at_build():
+    """F(4x4) never runs with too many or too few channels, or a packing too large."""
     packs = []
-    for c_in, c_out in ((64, 64), (256, 512), (512, 512), (256, 256)):
+    for c_in, c_out in ((64, 64), (256, 512), (512, 512), (256, 256), (8, 8)):
         packed = conv(c_in, c_out, 3)
         chosen = [a.name for a in algorithms.candidates(packed)
                   if a.pack_at_build is not None and a.pack_at_build(packed)]
         packs.append(chosen)
-    assert packs == [[], ["winograd_f2"], [], []]
+    assert packs == [[], ["winograd_f2"], [], ["winograd_f2"], ["winograd_f2"]]
 
 
 def test_every_algorithm_is_declared_once_with_every_part():
