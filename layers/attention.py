@@ -340,9 +340,9 @@ class MultiheadAttention(Layer):
         query, key, value, mask = self._split(inputs)
         batched = query.ndim == 3
         query, key, value = (self._batch_first(x) for x in (query, key, value))  # (N, len, dim)
-        q = kernels.linear(query, self.q_weight, self.q_bias)          # (N, L, E)
-        k = kernels.linear(key, self.k_weight, self.k_bias)            # (N, S, E)
-        v = kernels.linear(value, self.v_weight, self.v_bias)          # (N, S, E)
+        q = self._project(query, self.q_weight, self.q_bias)           # (N, L, E)
+        k = self._project(key, self.k_weight, self.k_bias)             # (N, S, E)
+        v = self._project(value, self.v_weight, self.v_bias)           # (N, S, E)
         bias = None if mask is None else additive_mask(mask, masked_value=True)
         if bias is not None and bias.ndim == 3:
             bias = bias.reshape(N, self.num_heads, L, S)               # (N, H, L, S)
@@ -355,14 +355,14 @@ class MultiheadAttention(Layer):
             zeros = np.zeros((N, self.num_heads, 1, self.head_dim), np.float32)
             k, v = np.concatenate([k, zeros], 2), np.concatenate([v, zeros], 2)
             bias = _pad_last(bias)
-        scores = np.matmul(q * np.float32(1.0 / math.sqrt(self.head_dim)),
-                           np.swapaxes(k, -1, -2))                     # (N, H, L, S')
+        scores = self._products(q * np.float32(1.0 / math.sqrt(self.head_dim)), k,
+                                transposed=True)                       # (N, H, L, S')
         if bias is not None:
             scores = scores + bias
         with np.errstate(invalid="ignore"):
             weights = kernels.softmax(scores, -1)                      # a blocked row: NaN
-        out = np.matmul(weights, v).transpose(0, 2, 1, 3).reshape(N, L, self.embed_dim)
-        out = kernels.linear(out, self.out_weight, self.out_bias)      # (N, L, E)
+        out = self._products(weights, v).transpose(0, 2, 1, 3).reshape(N, L, self.embed_dim)
+        out = self._project(out, self.out_weight, self.out_bias)       # (N, L, E)
         if not batched:
             out = out[0]                                               # (L, E)
         elif not self.batch_first:
@@ -372,6 +372,15 @@ class MultiheadAttention(Layer):
             mean = weights.mean(axis=1)                                # (N, L, S')
             results.append(mean if batched else mean[0])
         return results
+
+    def _project(self, x: np.ndarray, weight: np.ndarray, bias: np.ndarray | None
+                 ) -> np.ndarray:
+        """x @ weight.T + bias over the last dim (a fast layer shares it over threads)."""
+        return kernels.linear(x, weight, bias)
+
+    def _products(self, a: np.ndarray, b: np.ndarray, transposed: bool = False) -> np.ndarray:
+        """a @ b (a @ b^T if ``transposed``) over the last two dims, the others batched."""
+        return np.matmul(a, np.swapaxes(b, -1, -2) if transposed else b)
 
     def _batch_first(self, x: np.ndarray) -> np.ndarray:
         """(N, len, dim) view of a batched (batch_first or not) or unbatched input."""

@@ -15,6 +15,9 @@ for) it hands over to the reference code with ``super()``.
     FastMaxPool2d         nn.MaxPool2d / nn.MaxPool1d / aten::max_pool2d: pool.py's kernel
     FastExpression        pnnx.Expression of one elementwise function (add(@0,@1), ...):
                           numpy's ufunc straight into the planned buffer
+    FastGELU              nn.GELU / F.gelu (erf form): one vectorised pass (epilogue.py)
+    FastMultiheadAttention  nn.MultiheadAttention: its projections and its per-head products
+                          shared with the helper threads
 """
 
 from __future__ import annotations
@@ -29,7 +32,10 @@ from layers.convolution import Conv1d, Conv2d, FunctionalConv1d, FunctionalConv2
 from layers.expression import ExpressionLayer
 from layers.fast import pool, workers
 from layers.fast.conv import PackedConv2d
-from layers.fast.epilogue import IDENTITY, Activation, activation_of
+from layers.activation import GELU
+from layers.attention import MultiheadAttention
+from layers.fast.epilogue import (IDENTITY, Activation, activation_of,
+                                  bias_residual_activation)
 from layers.linear import Linear
 from layers.pooling import AtenMaxPool2d, MaxPool1d, MaxPool2d
 from layers.registry import register_fast_layer
@@ -183,16 +189,23 @@ class FastLinear(KernelActivation, Linear):
     def _linear(self, x: np.ndarray) -> np.ndarray:
         if x.ndim < 1 or x.dtype != np.float32:
             return super()._linear(x)
-        rows = x.reshape(-1, self.in_features)                  # (M, in)
-        y = np.empty((rows.shape[0], self.out_features), np.float32)
-        team = workers.current()
-        if team is not None and _kernel_ready(rows) and _kernel_ready(self.weight):
-            team.matmul(rows[None], self.weight[None], y[None], transposed=True)
-        else:
-            np.matmul(rows, self.weight.T, out=y)
-        if self.bias is not None:
-            y += self.bias
-        return y.reshape(*x.shape[:-1], self.out_features)
+        return shared_linear(x, self.weight, self.bias)
+
+
+def shared_linear(x: np.ndarray, weight: np.ndarray, bias: np.ndarray | None) -> np.ndarray:
+    """x (..., in) float32 @ weight.T (in, out) + bias: one product, shared with the helper
+    threads when the forward has them (np.matmul otherwise)."""
+    out_features, in_features = weight.shape
+    rows = x.reshape(-1, in_features)                           # (M, in)
+    y = np.empty((rows.shape[0], out_features), np.float32)
+    team = workers.current()
+    if team is not None and _kernel_ready(rows) and _kernel_ready(weight):
+        team.matmul(rows[None], weight[None], y[None], transposed=True)
+    else:
+        np.matmul(rows, weight.T, out=y)
+    if bias is not None:
+        y += bias
+    return y.reshape(*x.shape[:-1], out_features)
 
 
 def _kernel_ready(a: np.ndarray) -> bool:
@@ -264,3 +277,42 @@ class FastExpression(ExpressionLayer):
     def forward_into(self, inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray]) -> None:
         a, b = (inputs[o] if isinstance(o, int) else o for o in self.operands or ())
         self.ufunc(a, b, out=outputs[0])
+
+
+@register_fast_layer("nn.GELU", "F.gelu")
+class FastGELU(GELU):
+    """GELU's erf form on a float32 array in one vectorised pass (epilogue.py's GELU: erf as
+    a rational function, within torch's own float32 error); the tanh form and other arrays
+    run the reference."""
+
+    def forward_inplace(self, x: np.ndarray) -> None:
+        activation = activation_of(self)
+        if activation is not None and _kernel_ready(x) and x.flags.writeable:
+            bias_residual_activation(x.reshape(1, 1, x.size), None, None, activation)
+        else:
+            super().forward_inplace(x)
+
+
+@register_fast_layer("nn.MultiheadAttention")
+class FastMultiheadAttention(MultiheadAttention):
+    """nn.MultiheadAttention with its four projections (``shared_linear``) and its per-head
+    products q @ k^T and weights @ v (a stack of N * heads products) shared with the helper
+    threads, as FastLinear's product is; float32 only (else the reference)."""
+
+    def _project(self, x: np.ndarray, weight: np.ndarray, bias: np.ndarray | None
+                 ) -> np.ndarray:
+        if x.dtype != np.float32 or weight.dtype != np.float32:
+            return super()._project(x, weight, bias)
+        return shared_linear(np.ascontiguousarray(x), weight, bias)
+
+    def _products(self, a: np.ndarray, b: np.ndarray, transposed: bool = False) -> np.ndarray:
+        team = workers.current()
+        if (team is None or a.dtype != np.float32 or b.dtype != np.float32
+                or a.shape[:-2] != b.shape[:-2]):
+            return super()._products(a, b, transposed)
+        a3 = np.ascontiguousarray(a).reshape(-1, *a.shape[-2:])        # (T, M, K)
+        b3 = np.ascontiguousarray(b).reshape(-1, *b.shape[-2:])        # (T, K, N) or (T, N, K)
+        out = np.empty((a3.shape[0], a3.shape[1], b3.shape[1 if transposed else 2]),
+                       np.float32)
+        team.matmul(a3, b3, out, transposed=transposed)
+        return out.reshape(*a.shape[:-1], out.shape[-1])
