@@ -3,6 +3,7 @@
     python -m infer.bench            # ResNet18 and EfficientNet-Lite0, batch 1 and 8: printed
     python -m infer.bench --write    # the same, and the tables written into BENCHMARKS.md
     python -m infer.bench --quick    # a small CNN, one short round: a smoke test, seconds
+    python -m infer.bench --models breadth   # six models, one of each family (breadth.py)
 
 How to compare inference engines fairly, and how this benchmark does it:
 
@@ -27,6 +28,6 @@ How to compare inference engines fairly, and how this benchmark does it:
 - Ratios, not absolute times. Targets are stated as ratios to onnxruntime measured in the
   same run, which survive a change of machine better than milliseconds do.
 
-run.py drives the workers, report.py makes the tables (and, with --write, writes them into
-BENCHMARKS.md).
+models.py names the models (breadth.py writes the breadth ones), run.py drives the workers,
+report.py makes the tables (and, with --write, writes them into BENCHMARKS.md).
 """

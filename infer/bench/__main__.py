@@ -3,6 +3,8 @@
 python -m infer.bench --layers [--models ...] [--batches ...]    (operator by operator)
 python -m infer.bench --folder [N] [--models ...] [--batches ...] (images/s through classify DIR)
 
+``--models breadth`` names the breadth models (BREADTH_MODELS: one of each family).
+
 The tables are printed; only ``--write`` (or ``--output FILE``) puts them into a file."""
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import sys
 from pathlib import Path
 
 from infer.bench import folder, report
-from infer.bench.models import DEFAULT_MODELS, MODELS, REPO
+from infer.bench.models import BREADTH_MODELS, DEFAULT_MODELS, MODELS, REPO
 from infer.bench.operators import compare_layers
 from infer.bench.run import ENGINES, Settings, run_benchmark
 
@@ -22,6 +24,7 @@ DEFAULT_OUTPUT = REPO / "BENCHMARKS.md"
 DEFAULT_BATCHES = (1, 8)
 QUICK_MODELS = ("tiny",)            # --quick without --models: exports in seconds
 QUICK_BATCHES = (1,)
+GROUPS = {"breadth": BREADTH_MODELS}  # a name for --models that stands for several
 
 
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
@@ -30,9 +33,11 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
         description="Time this runtime, onnxruntime and PyTorch on the same models, each in "
                     "its own process, and print the tables; --write puts them into "
                     "BENCHMARKS.md.")
-    parser.add_argument("--models", nargs="+", choices=sorted(MODELS), default=None,
+    parser.add_argument("--models", nargs="+", choices=sorted(MODELS) + sorted(GROUPS),
+                        default=None,
                         help=f"default: {' '.join(DEFAULT_MODELS)}; with --quick: "
-                             f"{' '.join(QUICK_MODELS)}")
+                             f"{' '.join(QUICK_MODELS)}; breadth: "
+                             f"{' '.join(BREADTH_MODELS)}"),
     parser.add_argument("--batches", nargs="+", type=int, default=None,
                         help=f"default: {' '.join(map(str, DEFAULT_BATCHES))}; with --quick: "
                              f"{' '.join(map(str, QUICK_BATCHES))}")
@@ -98,6 +103,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
         if not args.quick:
             args.models = args.models or list(folder.FOLDER_MODELS)
     args.models = tuple(args.models or (QUICK_MODELS if args.quick else DEFAULT_MODELS))
+    args.models = tuple(dict.fromkeys(model for name in args.models      # groups expanded,
+                                      for model in GROUPS.get(name, (name,))))  # no repeats
     args.batches = tuple(args.batches or (QUICK_BATCHES if args.quick else DEFAULT_BATCHES))
     args.onnx_exporter = args.onnx_exporter or ("legacy" if args.quick else "dynamo")
     if args.output is None and args.write:

@@ -143,10 +143,10 @@ def _labels_and_preprocess(model) -> tuple[list[str], dict]:
         card = json.loads((REPO / model.shipped_param).with_name("model.json").read_text())
         folder = (REPO / model.shipped_param).parent
         return read_labels(folder / card["labels"]), card.get("preprocess", {})
-    classes = 1000 if model.image_size == 224 else 10
+    size = model.input_size[0]                  # a classifier's input is square
+    classes = 1000 if size == 224 else 10
     labels = (read_labels(REPO / "model_file" / "imagenet_classes.txt") if classes == 1000
               else [f"class {i}" for i in range(classes)])
-    size = model.image_size
     return labels, {"resize": round(size * 256 / 224), "crop": size}
 
 

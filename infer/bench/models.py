@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Callable
 
 from infer import export
+from infer.bench import breadth
 
 log = logging.getLogger(__name__)
 
@@ -30,8 +31,11 @@ class BenchModel:
     name: str
     make: Callable[[], object]                 # the torch module, with its weights, in eval mode
     about: str                                 # one line for BENCHMARKS.md
-    image_size: int = 224
+    input_size: tuple[int, int] = (224, 224)   # the input's (height, width): (N, 3, H, W)
     shipped_param: str | None = None           # pnnx files shipped in the repo, if any
+
+    def input_shape(self, batch: int) -> tuple[int, int, int, int]:
+        return (batch, 3, *self.input_size)
 
 
 def _tiny():
@@ -68,9 +72,37 @@ MODELS: dict[str, BenchModel] = {
         "efficientnet_lite0", export.efficientnet_lite0,
         "EfficientNet-Lite0 with its ImageNet weights (the model the repo ships)",
         shipped_param="model_file/efficientnet_lite0/efficientnet_lite0.pnnx.param"),
-    "tiny": BenchModel("tiny", _tiny, "a small CNN for the benchmark's own test", image_size=32),
+    "tiny": BenchModel("tiny", _tiny, "a small CNN for the benchmark's own test",
+                       input_size=(32, 32)),
+    "mobilenet_v2": BenchModel(
+        "mobilenet_v2", breadth.make_mobilenet_v2,
+        "torchvision's MobileNetV2 architecture, seeded random weights"),
+    "mobilenet_v3_small": BenchModel(
+        "mobilenet_v3_small", breadth.make_mobilenet_v3_small,
+        "torchvision's MobileNetV3-small architecture, seeded random weights"),
+    "vit_small": BenchModel(
+        "vit_small", breadth.make_vit_small,
+        "ViT-S/16-ish: torchvision's VisionTransformer, patch 16, 6 layers, 6 heads, hidden "
+        "384, MLP 1536, 1000 classes, seeded random weights"),
+    "yolo_320": BenchModel(
+        "yolo_320", breadth.make_yolo,
+        "a YOLOv8-n-sized detector (C2f backbone, SPPF, PAN neck, three decoupled heads with "
+        "DFL, 80 classes), seeded random weights", input_size=(320, 320)),
+    "unet_256": BenchModel(
+        "unet_256", breadth.make_unet,
+        "a 4-level UNet (16-128 channels, bottleneck 256, BatchNorm + ReLU, transposed-conv "
+        "decoder, 1 class), seeded random weights", input_size=(256, 256)),
+    "text_recognizer": BenchModel(
+        "text_recognizer", breadth.make_text_recognizer,
+        "a CTC text recognizer: conv stem to an 80-step sequence, 3 pre-norm transformer "
+        "blocks (dim 192, 6 heads), linear head over 97 classes, log_softmax; seeded random "
+        "weights", input_size=(48, 320)),
 }
 DEFAULT_MODELS = ("resnet18", "efficientnet_lite0")
+# one model of each family a CPU meets; target: pnnx-infer's latency ratios to onnxruntime
+# at most 1.3x in geometric mean, none above 2x
+BREADTH_MODELS = ("mobilenet_v2", "mobilenet_v3_small", "vit_small", "yolo_320", "unet_256",
+                  "text_recognizer")
 
 
 @dataclass(frozen=True)
@@ -88,8 +120,7 @@ def prepare(model: BenchModel, folder: Path, onnx_exporter: str = "dynamo") -> M
 
     folder.mkdir(parents=True, exist_ok=True)
     module = model.make()
-    example = torch.rand(1, 3, model.image_size, model.image_size,
-                         generator=torch.Generator().manual_seed(0))
+    example = torch.rand(model.input_shape(1), generator=torch.Generator().manual_seed(0))
     if model.shipped_param:
         param = REPO / model.shipped_param
         binary = param.with_name(param.name.replace(".param", ".bin"))

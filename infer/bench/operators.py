@@ -158,7 +158,7 @@ def compare_layers(settings: Settings, say: Callable[[str], None] = print
             say(f"preparing {name} (pnnx and ONNX files) in {workdir}")
             files = prepare(model, workdir / name, settings.onnx_exporter)
             for batch in settings.batches:
-                x_path = _input(Path(scratch), name, batch, model.image_size)
+                x_path = _input(Path(scratch), name, batch, model.input_size)
                 profiles = {}
                 for engine in ("pnnx-infer", "onnxruntime"):
                     job = _job(settings, engine, files, x_path,

@@ -4,12 +4,14 @@ between two marker lines of BENCHMARKS.md (the text around them is left as it is
 from __future__ import annotations
 
 import datetime
+import math
 import os
 import platform
 import statistics
 from importlib import metadata
 from pathlib import Path
 
+from infer.bench.models import BREADTH_MODELS
 from infer.bench.run import BASELINE, REFERENCE, TOLERANCE, Results
 
 BEGIN = "<!-- benchmark results: written by python -m infer.bench -->"
@@ -58,6 +60,8 @@ def markdown(results: Results, command: str) -> str:
 
 # latency targets of pnnx-infer, as ratios to onnxruntime in the same run: (model, batch) -> ratio
 LATENCY_TARGETS = {("resnet18", 1): 1.3, ("resnet18", 8): 1.3, ("efficientnet_lite0", 1): 1.5}
+# over the breadth models, per batch: the geometric mean of the ratios, and the largest
+BREADTH_MEAN_TARGET, BREADTH_MAX_TARGET = 1.3, 2.0
 
 
 def _targets(results: Results) -> list[str]:
@@ -81,10 +85,33 @@ def _targets(results: Results) -> list[str]:
                      f"{_mark(ours.first_ms <= 3 * ours.median_ms)}; outputs within "
                      f"{TOLERANCE:g} of {REFERENCE} "
                      f"{'(not measured)' if ours.agrees is None else _mark(ours.agrees)}")
+    lines += _breadth_targets(results)
     if not lines:
         return []
     return ["pnnx-infer against its targets (ratios to onnxruntime measured in this run):",
             ""] + lines
+
+
+def _breadth_targets(results: Results) -> list[str]:
+    """Per batch, over the breadth models run: the geometric mean of pnnx-infer's latency
+    ratios to onnxruntime, exp(mean(log ratio)), and the largest ratio."""
+    lines = []
+    for batch in results.settings.batches:
+        ratios = {}
+        for model in BREADTH_MODELS:
+            ours, base = (results.find(model, batch, e) for e in ("pnnx-infer", BASELINE))
+            if ours and base and ours.ok and base.ok:
+                ratios[model] = ours.median_ms / base.median_ms
+        if not ratios:
+            continue
+        mean = math.exp(statistics.fmean(math.log(r) for r in ratios.values()))
+        worst = max(ratios, key=ratios.__getitem__)
+        lines.append(f"- breadth models batch {batch} ({len(ratios)} of {len(BREADTH_MODELS)}):"
+                     f" latency geometric mean {mean:.2f}x {BASELINE} (target "
+                     f"{BREADTH_MEAN_TARGET}x) {_mark(mean <= BREADTH_MEAN_TARGET)}; largest "
+                     f"{ratios[worst]:.2f}x, {worst} (target {BREADTH_MAX_TARGET:g}x) "
+                     f"{_mark(ratios[worst] <= BREADTH_MAX_TARGET)}")
+    return lines
 
 
 def _count(n: int, thing: str) -> str:

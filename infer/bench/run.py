@@ -116,16 +116,17 @@ def run_benchmark(settings: Settings, say: Callable[[str], None] = print) -> Res
             numba_cache = None                   # the machine's own kernel cache, unless:
             if settings.cold_start and "pnnx-infer" in settings.engines:
                 numba_cache = Path(tempfile.mkdtemp(prefix="numba_", dir=scratch))
-                cold_starts += _cold_start(settings, model.name, model.image_size, files,
+                cold_starts += _cold_start(settings, model.name, model.input_size, files,
                                            numba_cache, Path(scratch), say)
             for batch in settings.batches:
-                measurements += _measure(settings, name, model.image_size, batch, files,
+                measurements += _measure(settings, name, model.input_size, batch, files,
                                          numba_cache, Path(scratch), say)
         return Results(settings, measurements, cold_starts, exporters)
 
 
-def _measure(settings: Settings, model: str, size: int, batch: int, files: ModelFiles,
-             numba_cache: Path | None, scratch: Path, say) -> list[Measurement]:
+def _measure(settings: Settings, model: str, size: tuple[int, int], batch: int,
+             files: ModelFiles, numba_cache: Path | None, scratch: Path, say
+             ) -> list[Measurement]:
     x_path = _input(scratch, model, batch, size)
     results = {engine: Measurement(model, batch, engine) for engine in settings.engines}
     outputs: dict[str, Path] = {}
@@ -164,7 +165,7 @@ def _compare_outputs(results: dict[str, Measurement], outputs: dict[str, Path]) 
         m.agrees = bool(np.allclose(got, want, atol=TOLERANCE, rtol=TOLERANCE))
 
 
-def _cold_start(settings: Settings, model: str, size: int, files: ModelFiles,
+def _cold_start(settings: Settings, model: str, size: tuple[int, int], files: ModelFiles,
                 numba_cache: Path, scratch: Path, say) -> list[ColdStart]:
     """Two pnnx-infer workers at batch 1 sharing an empty NUMBA_CACHE_DIR: the first compiles
     (and writes the cache), the second starts from the cache."""
@@ -184,12 +185,13 @@ def _cold_start(settings: Settings, model: str, size: int, files: ModelFiles,
     return starts
 
 
-def _input(scratch: Path, model: str, batch: int, size: int) -> Path:
-    """The same seeded input for every engine, in a .npy file the workers read."""
+def _input(scratch: Path, model: str, batch: int, size: tuple[int, int]) -> Path:
+    """The same seeded input for every engine, (batch, 3, height, width) = (batch, 3, *size),
+    in a .npy file the workers read."""
     path = scratch / f"{model}_b{batch}_input.npy"
     if not path.exists():
         rng = np.random.default_rng(batch)
-        np.save(path, rng.standard_normal((batch, 3, size, size), dtype=np.float32))
+        np.save(path, rng.standard_normal((batch, 3, *size), dtype=np.float32))
     return path
 
 
@@ -205,10 +207,12 @@ def run_worker(job: dict, numba_cache: Path | None) -> dict:
     """Run worker.py in a new process with every thread pool capped at ``job['threads']``,
     and with ``numba_cache`` as its compiled kernels' cache (None: the one it would use
     anyway, where the kernels are usually compiled already); its report, or RuntimeError with
-    its last words."""
+    its last words. PNNX_INFER_BUILD=wait: a graph built before the kernels are compiled
+    waits for them (its load time is the compilation) rather than running on the reference
+    floor while a detached process compiles them, so every timing is of the fast floor."""
     threads = str(job["threads"])
     env = dict(os.environ, OMP_NUM_THREADS=threads, OPENBLAS_NUM_THREADS=threads,
-               MKL_NUM_THREADS=threads, NUMBA_NUM_THREADS=threads,
+               MKL_NUM_THREADS=threads, NUMBA_NUM_THREADS=threads, PNNX_INFER_BUILD="wait",
                PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
     if numba_cache is not None:
         env["NUMBA_CACHE_DIR"] = str(numba_cache)

@@ -15,6 +15,7 @@ pytest.importorskip("onnxruntime")
 from infer.bench import __main__ as bench_main  # noqa: E402
 from infer.bench import report, run  # noqa: E402
 from infer.bench.__main__ import main, parse, settings_of  # noqa: E402
+from infer.bench.models import BREADTH_MODELS, MODELS  # noqa: E402
 
 OLD_RESULTS = "Run on 2026-01-01 00:00 UTC: `old`\n"
 
@@ -203,3 +204,50 @@ def test_layers_mode_reports_a_failed_worker_and_exits_1(workdir, capsys, monkey
     assert code == 1
     assert "tiny batch 1 pnnx-infer: FAILED worker exited with 1: ValueError" in out
     assert "| # |" not in out
+
+
+def test_breadth_group_and_its_targets_line():
+    """``--models breadth`` names the six breadth models; the report gives, per batch, the
+    geometric mean of their latency ratios to onnxruntime and the largest."""
+    assert parse(["--models", "breadth", "tiny"]).models == BREADTH_MODELS + ("tiny",)
+    assert set(BREADTH_MODELS) <= set(MODELS) and not set(BREADTH_MODELS) & set(
+        parse([]).models)
+
+    def measured(model, engine, ms):
+        m = run.Measurement(model, 1, engine)
+        m.rounds = [{"import_s": 0.5, "load_s": 0.1, "first_s": ms / 1e3,
+                     "times": [ms / 1e3] * 5, "peak_rss_mib": 200.0, "inference_rss_mib": 2.0}]
+        return m
+
+    results = run.Results(run.Settings(models=("unet_256", "vit_small"), batches=(1,)),
+                          [measured("unet_256", "pnnx-infer", 12.0),
+                           measured("unet_256", "onnxruntime", 10.0),
+                           measured("vit_small", "pnnx-infer", 24.0),
+                           measured("vit_small", "onnxruntime", 10.0)], [], {})
+    text = report.markdown(results, "python -m infer.bench --models breadth")
+    assert ("- breadth models batch 1 (2 of 6): latency geometric mean 1.70x onnxruntime "
+            "(target 1.3x) (**not met**); largest 2.40x, vit_small (target 2x) (**not met**)"
+            in text)
+
+
+@pytest.mark.slow
+@pytest.mark.filterwarnings("ignore::torch.jit.TracerWarning")
+@pytest.mark.parametrize("name", BREADTH_MODELS)
+def test_breadth_model_runs_as_torch_does(name, tmp_path):
+    """Each breadth model, exported with pnnx as the benchmark exports it (free batch), gives
+    torch's output within 1e-4 at batch 1."""
+    import numpy as np
+    import torch
+
+    from infer import RuntimeGraph
+    from infer.export import export_module
+
+    model = MODELS[name]
+    module = model.make()
+    x = torch.rand(model.input_shape(1), generator=torch.Generator().manual_seed(1))
+    param, binary = export_module(module, (x,), tmp_path, name, dynamic=True)
+    got = RuntimeGraph(param, binary).build().forward(x.numpy())[0]
+    with torch.no_grad():
+        want = module(x).numpy()
+    assert got.shape == want.shape
+    assert np.abs(got - want).max() <= run.TOLERANCE
