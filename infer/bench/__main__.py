@@ -118,7 +118,7 @@ def settings_of(args: argparse.Namespace) -> Settings:
                         workdir=args.workdir, onnx_exporter=args.onnx_exporter)
     if args.quick:       # compiling the kernels into an empty cache takes about a minute
         settings.rounds, settings.seconds, settings.min_runs, settings.warmup = 1, 0.0, 2, 1
-        settings.cold_start = False
+        settings.cold_start = settings.fixed_cost = False
     return settings
 
 

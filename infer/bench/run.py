@@ -15,6 +15,7 @@ from typing import Callable
 
 import numpy as np
 
+from infer.bench import fixed as fixed_model
 from infer.bench.models import MODELS, REPO, ModelFiles, prepare
 
 ENGINES = ("pnnx-infer", "onnxruntime", "torch")
@@ -37,6 +38,7 @@ class Settings:
     warmup: int = 2
     cold_start: bool = True         # pnnx-infer's start with its kernel cache cold and warm
                                     # (compiling the kernels: about a minute per model)
+    fixed_cost: bool = True         # pnnx-infer's forward on a 30-operator graph (fixed.py)
     onnx_exporter: str = "dynamo"   # or "legacy": torch.onnx.export(dynamo=False)
     workdir: Path | None = None     # exported files are kept (and reused) here; None: a temp dir
 
@@ -96,6 +98,7 @@ class Results:
     measurements: list[Measurement]
     cold_starts: list[ColdStart]
     onnx_exporters: dict[str, str]
+    fixed_cost: dict | None = None          # the worker's report on fixed.py's graph
 
     def find(self, model: str, batch: int, engine: str) -> Measurement | None:
         for m in self.measurements:
@@ -121,7 +124,31 @@ def run_benchmark(settings: Settings, say: Callable[[str], None] = print) -> Res
             for batch in settings.batches:
                 measurements += _measure(settings, name, model.input_size, batch, files,
                                          numba_cache, Path(scratch), say)
-        return Results(settings, measurements, cold_starts, exporters)
+        fixed = None
+        if settings.fixed_cost and "pnnx-infer" in settings.engines:
+            fixed = fixed_cost(settings, Path(scratch), say)
+        return Results(settings, measurements, cold_starts, exporters, fixed)
+
+
+def fixed_cost(settings: Settings, scratch: Path, say) -> dict | None:
+    """pnnx-infer's forward on fixed.py's 30-operator graph, in a worker: the fixed cost of a
+    forward (the report's median over at least 1000 inferences)."""
+    param, binary = fixed_model.write_model(scratch / "fixed_cost")
+    x_path = scratch / "fixed_cost_input.npy"
+    np.save(x_path, np.random.default_rng(0).standard_normal(fixed_model.INPUT_SHAPE,
+                                                             dtype=np.float32))
+    job = {"engine": "pnnx-infer", "param": str(param), "bin": str(binary), "input": str(x_path),
+           "output": str(scratch / "fixed_cost_output.npy"), "threads": settings.threads,
+           "seconds": min(settings.seconds, 1.0), "min_runs": 1000, "max_runs": 20000,
+           "warmup": 50}
+    try:
+        report = run_worker(job, None)
+    except RuntimeError as exc:
+        say(f"  fixed cost: FAILED {exc}")
+        return None
+    say(f"  fixed cost: {1e3 * statistics.median(report['times']):.3f} ms per forward of "
+        f"{fixed_model.FIXED_OPERATORS} operators")
+    return report
 
 
 def _measure(settings: Settings, model: str, size: tuple[int, int], batch: int,
@@ -167,15 +194,17 @@ def _compare_outputs(results: dict[str, Measurement], outputs: dict[str, Path]) 
 
 def _cold_start(settings: Settings, model: str, size: tuple[int, int], files: ModelFiles,
                 numba_cache: Path, scratch: Path, say) -> list[ColdStart]:
-    """Two pnnx-infer workers at batch 1 sharing an empty NUMBA_CACHE_DIR: the first compiles
-    (and writes the cache), the second starts from the cache."""
+    """Two pnnx-infer workers at batch 1 sharing an empty NUMBA_CACHE_DIR: the first starts
+    as a user's first run does (PNNX_INFER_BUILD=background: its first inferences on the
+    reference floor while a detached process compiles the kernels) and infers until its graph
+    is on the fast floor; the second starts from the cache that left."""
     x_path = _input(scratch, model, 1, size)
     starts = []
     for cache in ("cold", "warm"):
         job = _job(settings, "pnnx-infer", files, x_path, scratch / f"{model}_{cache}.npy")
-        job.update(seconds=0.0, min_runs=3, warmup=0)
+        job.update(seconds=0.0, min_runs=3, warmup=0, until_fast=cache == "cold")
         try:
-            report = run_worker(job, numba_cache)
+            report = run_worker(job, numba_cache, build="background")
         except RuntimeError as exc:
             say(f"  {model} kernel cache {cache}: FAILED {exc}")
             return starts
@@ -203,16 +232,16 @@ def _job(settings: Settings, engine: str, files: ModelFiles, x_path: Path, out: 
             "max_runs": settings.max_runs, "warmup": settings.warmup}
 
 
-def run_worker(job: dict, numba_cache: Path | None) -> dict:
+def run_worker(job: dict, numba_cache: Path | None, build: str = "wait") -> dict:
     """Run worker.py in a new process with every thread pool capped at ``job['threads']``,
     and with ``numba_cache`` as its compiled kernels' cache (None: the one it would use
     anyway, where the kernels are usually compiled already); its report, or RuntimeError with
-    its last words. PNNX_INFER_BUILD=wait: a graph built before the kernels are compiled
-    waits for them (its load time is the compilation) rather than running on the reference
-    floor while a detached process compiles them, so every timing is of the fast floor."""
+    its last words. ``build`` is its PNNX_INFER_BUILD: "wait" (a graph built before the
+    kernels are compiled waits for them, so every timing is of the fast floor) or
+    "background" (a user's first run: the cold-start measurement)."""
     threads = str(job["threads"])
     env = dict(os.environ, OMP_NUM_THREADS=threads, OPENBLAS_NUM_THREADS=threads,
-               MKL_NUM_THREADS=threads, NUMBA_NUM_THREADS=threads, PNNX_INFER_BUILD="wait",
+               MKL_NUM_THREADS=threads, NUMBA_NUM_THREADS=threads, PNNX_INFER_BUILD=build,
                PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
     if numba_cache is not None:
         env["NUMBA_CACHE_DIR"] = str(numba_cache)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import re
 import shutil
 
+import numpy as np
 import pytest
 
 pytest.importorskip("onnxruntime")
@@ -123,19 +124,37 @@ def test_markdown_has_the_cold_start_table_and_the_targets():
                      "inference_rss_mib": 20.0}]
         return m
 
-    cold = {"import_s": 0.5, "load_s": 60.0, "first_s": 0.02, "times": [0.01] * 3}
+    cold = {"import_s": 0.5, "load_s": 0.1, "first_s": 0.9, "fast_s": 61.0,
+            "times": [0.01] * 3}
+    fixed = {"times": [0.25e-3] * 1000}
     results = run.Results(run.Settings(), [measured("pnnx-infer", 12.0),
                                            measured("onnxruntime", 10.0),
                                            measured("torch", 11.0)],
                           [run.ColdStart("resnet18", "cold", cold),
-                           run.ColdStart("resnet18", "warm", {**cold, "load_s": 0.1})],
-                          {"resnet18": "legacy"})
+                           run.ColdStart("resnet18", "warm", {**cold, "fast_s": None})],
+                          {"resnet18": "legacy"}, fixed)
     text = report.markdown(results, "python -m infer.bench")
-    assert [numbers(line)[1] for line in text.splitlines()
-            if line.startswith("| resnet18 | cold |") or line.startswith("| resnet18 | warm |")
-            ] == ["cold", "warm"]
+    rows = {numbers(line)[1]: numbers(line) for line in text.splitlines()
+            if line.startswith(("| resnet18 | cold |", "| resnet18 | warm |"))}
+    assert list(rows) == ["cold", "warm"]
+    assert rows["cold"][5:7] == ["1.50", "61"] and rows["warm"][5:7] == ["1.50", "1.50"]
     assert "pnnx-infer against its targets" in text and "issue" not in text
-    assert "- resnet18 batch 1: latency 1.20x onnxruntime (target 1.3x) (met)" in text
+    assert "- resnet18 batch 1: latency 1.20x onnxruntime (target 0.9x) (**not met**)" in text
+    assert "- resnet18 first run on a machine: first answer after 1.5 s (target 30 s) (met)" in (
+        text)
+    assert ("- fixed cost of a forward, 30 operators on 1x8x4x4 (infer/bench/fixed.py): 0.250 ms "
+            "(target 0.3 ms) (met)") in text
+    assert "- vectors: AVX" in text or "- vectors: other" in text
+
+
+def test_fixed_cost_graph_has_thirty_operators_and_runs(tmp_path):
+    from infer import RuntimeGraph
+    from infer.bench import fixed
+
+    graph = RuntimeGraph(*fixed.write_model(tmp_path)).build()
+    assert len(graph.run_list) == fixed.FIXED_OPERATORS
+    x = np.random.default_rng(0).standard_normal(fixed.INPUT_SHAPE, dtype=np.float32)
+    assert graph(x)[0].shape == fixed.INPUT_SHAPE
 
 
 def test_write_appends_the_section_to_a_file_without_markers(tmp_path):
