@@ -223,9 +223,11 @@ def build(directory: Path, part: int) -> Path:
     def compile_with_kernel_options(typingctx, targetctx, func, args, return_type, flags,
                                     locals, library):
         """pycc compiles every function with the same default flags; give each kernel its
-        own (fastmath) and let it run without the GIL, as the just-in-time kernels do."""
+        own (fastmath, error model) and let it run without the GIL, as the just-in-time
+        kernels do."""
         flags = flags.copy()
         flags.release_gil = True
+        flags.error_model = options[func].get("error_model", "python")
         if options[func].get("fastmath"):
             flags.fastmath = cpu.FastMathOptions(options[func]["fastmath"])
         return compile_extra(typingctx, targetctx, func, args, return_type, flags, locals,

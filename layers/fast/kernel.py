@@ -49,9 +49,11 @@ INTRINSICS: list[Declared] = []        # every @intrinsic, in declaration order
 def kernel(*, exported: tuple[str, ...] | None = None, **options) -> Callable:
     """Mark a function as a numba kernel compiled with ``options`` (numba.njit's). Kernels
     called from Python give ``exported``: their argument types in numba's notation (``array``,
-    ``INT``, ``FLOAT``), for which the ahead-of-time module compiles them."""
+    ``INT``, ``FLOAT``), for which the ahead-of-time module compiles them. Every kernel has
+    numpy's error model: a float division by zero gives inf or NaN, as in numpy, instead of
+    Python's check for it, a branch that keeps a loop with a division from being vectorised."""
     def declare(func: Callable) -> Declared:
-        declared = Declared(func, options, exported)
+        declared = Declared(func, {"error_model": "numpy", **options}, exported)
         DECLARED.append(declared)
         return declared
     return declare
