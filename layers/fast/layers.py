@@ -18,6 +18,7 @@ for) it hands over to the reference code with ``super()``.
     FastGELU              nn.GELU / F.gelu (erf form): one vectorised pass (epilogue.py)
     FastMultiheadAttention  nn.MultiheadAttention: its projections and its per-head products
                           shared with the helper threads
+    FastLayerNorm         nn.LayerNorm over the last dim: norm.py's kernel, row by row
 """
 
 from __future__ import annotations
@@ -30,13 +31,14 @@ from layers import kernels
 from layers.base import FusesActivation, Layer, Shape
 from layers.convolution import Conv1d, Conv2d, FunctionalConv1d, FunctionalConv2d, lift_shape
 from layers.expression import ExpressionLayer
-from layers.fast import pool, workers
+from layers.fast import norm, pool, workers
 from layers.fast.conv import PackedConv2d
 from layers.activation import GELU
 from layers.attention import MultiheadAttention
 from layers.fast.epilogue import (IDENTITY, Activation, activation_of,
                                   bias_residual_activation)
 from layers.linear import Linear
+from layers.normalization import LayerNorm
 from layers.pooling import AtenMaxPool2d, MaxPool1d, MaxPool2d
 from layers.registry import register_fast_layer
 from parser.expression import Call, Constant, OperandRef
@@ -316,3 +318,31 @@ class FastMultiheadAttention(MultiheadAttention):
                        np.float32)
         team.matmul(a3, b3, out, transposed=transposed)
         return out.reshape(*a.shape[:-1], out.shape[-1])
+
+
+@register_fast_layer("nn.LayerNorm")
+class FastLayerNorm(LayerNorm):
+    """nn.LayerNorm over the last dim (the usual normalized_shape of one size) of a float32
+    array, by norm.py's kernel (one row at a time, float64 statistics); other shapes and
+    dtypes run the reference."""
+
+    support_forward_into = True
+
+    def forward_one(self, x: np.ndarray) -> np.ndarray:
+        if not self._kernel_takes(x):
+            return super().forward_one(x)
+        y = np.empty(x.shape, np.float32)
+        self.forward_into([x], [y])
+        return y
+
+    def forward_into(self, inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray]) -> None:
+        x = inputs[0]
+        if not self._kernel_takes(x):
+            np.copyto(outputs[0], super().forward_one(x))
+            return
+        self.check_input(x.shape)
+        norm.layer_norm(np.ascontiguousarray(x), self.weight, self.bias, self.eps, outputs[0])
+
+    def _kernel_takes(self, x: np.ndarray) -> bool:
+        return (x.dtype == np.float32 and len(self.normalized_shape) == 1 and x.ndim >= 1
+                and all(w is None or w.dtype == np.float32 for w in (self.weight, self.bias)))

@@ -98,3 +98,23 @@ def test_a_transformer_block_matches_torch_on_any_number_of_threads(pnnx_export,
     np.testing.assert_allclose(got, want, atol=1e-4, rtol=1e-4)
     reference = RuntimeGraph(param, binary, reference=True).build()(x)[0]
     np.testing.assert_allclose(got, reference, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("shape", [(197, 384), (2, 5, 1536), (3, 7)])
+def test_fast_layer_norm_is_as_exact_as_torchs(shape):
+    from layers.fast.layers import FastLayerNorm
+
+    rng = np.random.default_rng(len(shape))
+    x = (rng.standard_normal(shape) * 3 + 5).astype(np.float32)       # an offset mean
+    weight = rng.standard_normal(shape[-1]).astype(np.float32)
+    bias = rng.standard_normal(shape[-1]).astype(np.float32)
+    layer = FastLayerNorm(normalized_shape=(shape[-1],), eps=1e-6)
+    layer.weight, layer.bias = weight, bias
+    args = ((shape[-1],), torch.from_numpy(weight), torch.from_numpy(bias), 1e-6)
+    want = torch.nn.functional.layer_norm(torch.from_numpy(x).double(), args[0],
+                                          args[1].double(), args[2].double(), 1e-6).numpy()
+    torch_error = np.abs(torch.nn.functional.layer_norm(torch.from_numpy(x), *args).numpy()
+                         - want).max()
+    fast = layer.forward_one(x)
+    assert fast.dtype == np.float32 and fast.shape == x.shape
+    assert np.abs(fast - want).max() <= 4 * torch_error + 1e-7
