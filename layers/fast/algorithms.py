@@ -13,16 +13,22 @@ pays (``choose``); ``conv`` is a PackedConv2d (layers/fast/conv.py), which keeps
 packing and each call. The rules, in order:
 
     depthwise_channels_last  depthwise 3x3 or 5x5, C_out == C_in, at most 16 outputs a
-                             plane (64 strided): channels last, by blocks of channels
+                             plane (32 strided): channels last, by blocks of channels
     depthwise                groups == C_in > 1, one input channel per group: plane by plane
     pointwise_transposed     1x1, stride 1, groups 1, on images small enough that channels
                              in the vector lanes fill MORE_FILLED more of them
-    winograd                 3x3, stride 1, dilation 1, groups 1: F(4x4, 3x3), from
+    winograd                 3x3, stride 1, dilation 1, groups 1, with WINOGRAD_MIN_CHANNELS
+                             to WINOGRAD_MAX_CHANNELS input channels: F(4x4, 3x3), from
                              WINOGRAD_MIN_TILES 4x4 tiles, if its packing fits WINOGRAD_MAX_PACKED
-    winograd_f2              the same convolutions: F(2x2, 3x3), from WINOGRAD_F2_MIN_TILES
-                             2x2 tiles (WINOGRAD_F2_LARGE_MIN_TILES if it packs more than
-                             WINOGRAD_F2_LARGE bytes)
+    winograd_f2              3x3, stride 1, dilation 1, groups 1, any channels: F(2x2, 3x3),
+                             from WINOGRAD_F2_MIN_TILES 2x2 tiles (WINOGRAD_F2_LARGE_MIN_TILES
+                             if it packs more than WINOGRAD_F2_LARGE bytes)
     gemm                     any convolution: 1x1 in register tiles, k x k through im2col
+
+F(4x4)'s channel range is where its largest error against float64 stays within 4x torch's
+(layers/fast/winograd.py, tests/fast/test_precision.py): its output transform amplifies the
+rounding of each product's sum, which dominates with few channels (a handful of products,
+torch's error a few ulps) and grows with many; F(2x2)'s stays within it at any count.
 
 Winograd's transforms add and subtract a whole tile's inputs, so an Inf or NaN would spread
 over the tile (inf - inf) where torch keeps it in the windows that read it: an input that is
@@ -57,6 +63,8 @@ Pair = tuple[int, int]
 Pads = tuple[int, int, int, int]                   # (top, bottom, left, right)
 Call = Callable[[np.ndarray, "np.ndarray | None", np.ndarray], None]   # (x, residual, y)
 
+WINOGRAD_MIN_CHANNELS = 16               # F(4x4): this many input channels at least ...
+WINOGRAD_MAX_CHANNELS = 64               # ... and at most (its error against float64)
 WINOGRAD_MIN_TILES = 16                  # F(4x4): at least this many 4x4 tiles (all images)
 WINOGRAD_MAX_PACKED = 16 * 2 ** 20       # F(4x4): at most this many bytes of packed weights
 WINOGRAD_F2_MIN_TILES = 16               # F(2x2): at least this many 2x2 tiles
@@ -186,6 +194,12 @@ def _is_winograd_ok(conv: Convolution) -> bool:
     return conv.winograd_ok
 
 
+def _f4_accurate(conv: Convolution) -> bool:
+    """F(4x4) computes conv within 4x torch's error: Winograd's convolutions with
+    WINOGRAD_MIN_CHANNELS to WINOGRAD_MAX_CHANNELS input channels."""
+    return conv.winograd_ok and WINOGRAD_MIN_CHANNELS <= conv.c_in <= WINOGRAD_MAX_CHANNELS
+
+
 def _tiles(batch: int, out_hw: Pair, tile: int) -> int:
     return batch * -(-out_hw[0] // tile) * -(-out_hw[1] // tile)
 
@@ -210,9 +224,10 @@ def _f2_pays(conv: Convolution, batch: int, out_hw: Pair) -> bool:
 
 
 def _f2_at_build(conv: Convolution) -> bool:
-    """Any size of 16 or more 2x2 tiles runs F(2x2) when F(4x4) does not fit: pack it at
-    build, unless that packing is large too (then a batch that needs it packs it)."""
-    return not _f4_fits(conv) and not _f2_large(conv)
+    """Any size of 16 or more 2x2 tiles runs F(2x2) when F(4x4) never runs (too many or too
+    few channels, or a packing that does not fit): pack it at build, unless that packing is
+    large too (then a batch that needs it packs it)."""
+    return not (_f4_accurate(conv) and _f4_fits(conv)) and not _f2_large(conv)
 
 
 def _on_every_core(pack: Callable) -> Callable[[Convolution], np.ndarray]:
@@ -281,7 +296,7 @@ ALGORITHMS: tuple[Algorithm, ...] = (
     Algorithm("pointwise_transposed", fits=_is_pointwise, pays=_lanes_fill_better,
               pack=_panels, make_call=_transposed_call, warm=_warm_transposed,
               releases_weight=True),
-    Algorithm("winograd", fits=_is_winograd_ok, pays=_f4_pays,
+    Algorithm("winograd", fits=_f4_accurate, pays=_f4_pays,
               pack=_on_every_core(pack_winograd_weight),
               make_call=_winograd_call("winograd", winograd_conv2d),
               warm=_warm_winograd(pack_winograd_weight, winograd_conv2d),

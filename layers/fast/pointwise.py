@@ -10,18 +10,25 @@ registers, other activations run on the block's rows right after it is written. 
 is read as it is; ``weight`` may also be a stack (N, C_out, C_in), one matrix per image
 (Winograd's products).
 
+The sum over C_in is taken in chains of fused multiply-adds, each from zero and added in
+turn to the sum of those before (``tile_add``): chains of K_BLOCK channels for one matrix,
+of STACK_CHAIN for a stack, whose sums Winograd's output transform amplifies (a chain's
+float32 error grows with the partial sums it carries; short chains added up stay nearer
+the exact sum: tests/fast/test_precision.py).
+
 Work is cut into bands of pixels of at most X_BLOCK floats of x (``block_width``), each band
 into blocks of ROWS channels, so that a band of x stays in cache while every block reads it.
 A sum over more than K_BLOCK channels is taken in slices: each slice's partial sums are
 stored as the float32 the registers hold and the next slice carries on from them
-(``tile_load``), so the result has the bits of one chain. A widening convolution
+(``tile_load``), so the result has the bits of the uncut sum. A widening convolution
 (C_out >= C_in) first copies its band of x into the chunk's work space (``space``); a
 narrowing one reads x in place.
 
 A band's last tile is usually partial: its rows of x are still read as whole vectors where
 the array goes on (those lanes are summed and never stored); only at the very end of x does
-a masked load read less. Each value of y is the same chain of fused multiply-adds wherever
-its block falls, so the result does not depend on how many threads share the work.
+a masked load read less. Each value of y is the same sum (the same chains, added in the
+same order) wherever its block falls, so the result does not depend on how many threads
+share the work.
 """
 
 from __future__ import annotations
@@ -32,11 +39,12 @@ import numpy as np
 
 from layers.fast.kernel import FLOAT, INT, array, kernel
 from layers.fast.epilogue import CLAMP, NONE, RELU, Activation, activate_row, clamp_bounds
-from layers.fast.simd import COLUMNS, ROWS, tile_fma, tile_load, tile_store, tile_zero
+from layers.fast.simd import COLUMNS, ROWS, tile_add, tile_fma, tile_load, tile_store, tile_zero
 from layers.fast.team import current_team, scratch
 
 X_BLOCK = 1 << 16      # floats of x a band of pixels reads (256 KiB)
 K_BLOCK = 256          # input channels summed per pass over the output (when C_in is more)
+STACK_CHAIN = 16       # channels per chain of a stack's sums (Winograd's products)
 
 
 @kernel(nogil=True, exported=(array(3), array(3), array(1), array(3), array(3), array(1), INT,
@@ -85,6 +93,7 @@ def pointwise_blocks(weight, x, bias, residual, y, space, code, a, b, first, las
     w, ys = weight.reshape(weight.size), y.reshape(y.size)
     rs = residual.reshape(residual.size)
     pack = c_out >= c_in                              # x read again for each 6 channels
+    chain = STACK_CHAIN if stacked else K_BLOCK       # channels per chain of the sum
     packed, xs = space[:min(c_in, K_BLOCK) * width], x.reshape(x.size)
     no_bias, no_residual = np.zeros(ROWS, np.float32), rs[:0]     # for partial sums
     for k0 in range(0, max(c_in, 1), K_BLOCK):       # a slice of the sum over k ...
@@ -115,15 +124,19 @@ def pointwise_blocks(weight, x, bias, residual, y, space, code, a, b, first, las
                     tile = tile_zero()
                 else:                                 # carry on from the slices before
                     tile = tile_load(ys, at, length, rows, count)
-                if origin + (k1 - 1) * step + p0 + COLUMNS <= source.size:
-                    for k in range(k0, k1):           # tile += weight[c0:, k] x[k, p0:]
-                        tile = tile_fma(tile, w, w0 + k, c_in, rows, source,
-                                        origin + k * step + p0, COLUMNS)   # whole vectors
-                else:                                 # the tile at the very end of x
-                    for k in range(k0, k1):
-                        at_x = origin + k * step + p0     # whole vectors up to x's end
-                        tile = tile_fma(tile, w, w0 + k, c_in, rows, source, at_x,
-                                        min(COLUMNS, source.size - at_x))
+                inside = origin + (k1 - 1) * step + p0 + COLUMNS <= source.size
+                for h0 in range(k0, k1, chain):       # tile += a chain, from zero
+                    part = tile_zero()
+                    if inside:
+                        for k in range(h0, min(k1, h0 + chain)):   # weight[c0:, k] x[k, p0:]
+                            part = tile_fma(part, w, w0 + k, c_in, rows, source,
+                                            origin + k * step + p0, COLUMNS)   # whole vectors
+                    else:                             # the tile at the very end of x
+                        for k in range(h0, min(k1, h0 + chain)):
+                            at_x = origin + k * step + p0     # whole vectors up to x's end
+                            part = tile_fma(part, w, w0 + k, c_in, rows, source, at_x,
+                                            min(COLUMNS, source.size - at_x))
+                    tile = tile_add(tile, part)
                 if not whole:                         # a partial sum, stored as it is
                     tile_store(tile, ys, at, length, rows, count, no_bias, 0, no_residual,
                                open_lo, open_hi)

@@ -14,9 +14,10 @@ channels (``pack_panels``)::
 A finished tile is stored into a small work space (a band of at most BAND pixels by COLUMNS
 channels), and the epilogue writes the band into y (C_out, L) transposed, adding bias and
 residual and applying the activation on the way. A sum over more than K_BLOCK channels is
-taken in slices whose partial sums stay in the work space. Each value of y is the same
-chain of fused multiply-adds over k as in pointwise.py, then bias, residual and activation
-in the same order: the two kernels give the same bits, on any number of threads.
+taken in slices whose partial sums stay in the work space; each slice is one chain of fused
+multiply-adds, from zero, added to the slices before. Each value of y is the same sum as in
+pointwise.py (a single matrix's), then bias, residual and activation in the same order: the
+two kernels give the same bits, on any number of threads.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ import numpy as np
 from layers.fast.kernel import FLOAT, INT, array, kernel
 from layers.fast.epilogue import CLAMP, NONE, RELU, Activation, activate_row, clamp_bounds
 from layers.fast.pointwise import K_BLOCK, NO_RESIDUAL, _zeros
-from layers.fast.simd import COLUMNS, ROWS, tile_fma, tile_load, tile_store, tile_zero
+from layers.fast.simd import COLUMNS, ROWS, tile_add, tile_fma, tile_load, tile_store, tile_zero
 from layers.fast.team import current_team, scratch
 
 BAND = 40 * ROWS       # pixels of one unit of work at most (its partial sums: BAND x COLUMNS)
@@ -109,9 +110,11 @@ def transposed_units(panels, x, bias, residual, y, space, code, a, b, first, las
                     tile = tile_zero()
                 else:                                 # carry on from the slices before
                     tile = tile_load(space, at, COLUMNS, rows, COLUMNS)
-                for k in range(k0, k1):               # tile += x[k, p0:] (x) panels[k, :]
-                    tile = tile_fma(tile, xs, x0 + k * length + p0, 1, rows, ws,
+                part = tile_zero()                    # the slice's chain, from zero
+                for k in range(k0, k1):               # part += x[k, p0:] (x) panels[k, :]
+                    part = tile_fma(part, xs, x0 + k * length + p0, 1, rows, ws,
                                     w0 + k * COLUMNS, COLUMNS)
+                tile = tile_add(tile, part)
                 tile_store(tile, space, at, COLUMNS, rows, COLUMNS, no_bias, 0, no_residual,
                            open_lo, open_hi)
         for j in range(min(COLUMNS, c_out - c0)):     # the epilogue, into y transposed

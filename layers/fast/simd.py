@@ -13,21 +13,23 @@ holds ``LANES`` floats: 16 with AVX-512 (32 registers), else 8 (AVX2's 16 regist
 12 accumulators, 2 rows of B and a broadcast), so a tile is 6 x 32 or 6 x 16; wider vectors
 than the registers would spill the accumulators to memory on every k. numba's arrays live in
 memory, so the block is a value of its own type, an LLVM array of 12 ``<LANES x float>``
-vectors that the compiler keeps in registers, and three intrinsics work on it::
+vectors that the compiler keeps in registers, and four intrinsics work on it::
 
     tile = tile_zero()                                    # or tile_load(c, ...): carry on
     tile = tile_fma(tile, a, a_first, a_step, rows, b, b_first, count)
+    tile = tile_add(tile, part)                           # a sum taken in parts
     tile_store(tile, c, c_first, c_step, rows, count, bias, bias_first, residual, lo, hi)
 
 Edges: only ``count`` columns and ``rows`` rows are real. A whole vector of B or C is read or
 written with a plain load or store, a part of one with a masked one (nothing past ``count``
 is touched), and a vector with no real lane not at all (masking whole vectors too is slow for
 some addresses). The rows past ``rows`` read A's last real row again and are not stored.
-Each value of C is the same chain of fused multiply-adds over k = 0 .. K-1 wherever its
-block starts, so a product cut differently (over more threads) gives the same bits. LLVM
-lowers the vectors to what the CPU has, since aot.py compiles for the host CPU (and its key
-includes LANES). This module declares intrinsics (kernel.py) and reads the CPU (cpu.py);
-it imports no other module of layers.fast.
+Each value of C is the same sum wherever its block starts (chains of fused multiply-adds
+over the same ranges of k, added in the same order: pointwise.py), so a product cut
+differently (over more threads) gives the same bits. LLVM lowers the vectors to what the
+CPU has, since aot.py compiles for the host CPU (and its key includes LANES). This module
+declares intrinsics (kernel.py) and reads the CPU (cpu.py); it imports no other module of
+layers.fast.
 """
 
 from __future__ import annotations
@@ -279,6 +281,25 @@ def tile_fma():
             return tile
         return tile(tile, a, a_first, a_step, rows, b, b_first, count), codegen
     return tile_fma
+
+
+@intrinsic
+def tile_add():
+    from numba.extending import intrinsic as numba_intrinsic
+
+    @numba_intrinsic
+    def tile_add(typingctx, tile, other):
+        """tile + other, lane by lane: a sum over k taken in parts, one part added to the
+        sum of those before."""
+        def codegen(context, builder, signature, args):
+            tile, other = args
+            for slot in range(ROWS * VECTORS):
+                total = builder.fadd(builder.extract_value(tile, slot),
+                                     builder.extract_value(other, slot))
+                tile = builder.insert_value(tile, total, slot)
+            return tile
+        return tile(tile, other), codegen
+    return tile_add
 
 
 @intrinsic

@@ -13,10 +13,18 @@ one per position k of the 6x6 transformed tile::
     M[k] = U[k] @ V[k]    (C_out, T)       36 products in register tiles (pointwise.py)
     y    = A^T M A        + bias, residual, activation, written into (N, C_out, Ho, Wo)
 
-The transforms B, G, A use the points 0, 1, -1, 2, -2 and infinity; they are small exact
-rationals, so float32 keeps the result within a few ulps of the direct convolution at these
-sizes (tests compare with torch). Tiles hanging over the border read zeros and write nothing
-outside the output.
+The transforms B, G, A interpolate at the points 0, +-1/sqrt(2), +-sqrt(2) and infinity.
+In float32 the error of output (i, j) grows with s_i s_j, where
+
+    s_i^2 = sum_k A^T[i, k]^2 |G[k]|^2 |B^T[k]|^2
+
+and these points give a largest s_i^2 within 1% of the least found for any five points and
+infinity, 4.4x below that of 0, +-1, +-2. Most of the error is the float32 rounding of the
+36 sums over input channels, which A amplifies: they run in chains of 16 channels
+(pointwise.STACK_CHAIN), and algorithms.py runs F(4x4) only with WINOGRAD_MIN_CHANNELS to
+WINOGRAD_MAX_CHANNELS input channels, where its largest error against float64 stays within
+4x torch's (tests/fast/test_precision.py). The transforms run in float32, with float32
+constants. Tiles hanging over the border read zeros and write nothing outside the output.
 """
 
 from __future__ import annotations
@@ -29,27 +37,30 @@ from layers.fast.pointwise import pointwise_conv2d
 from layers.fast.team import current_team, scratch
 
 NO_RESIDUAL = np.zeros((0, 0, 0, 0), np.float32)
-F2, F4, F5, F8 = np.float32(2), np.float32(4), np.float32(5), np.float32(8)
 TILE, TAPS = 4, 6                      # outputs per tile side, inputs per tile side (4 + 3 - 1)
+R2 = np.sqrt(2.0)
+QUARTER, HALF, TWO, FIVE_HALVES, SQRT2 = (np.float32(v) for v in (0.25, 0.5, 2, 2.5, R2))
 
-G = np.array([[1 / 4, 0, 0],
-              [-1 / 6, -1 / 6, -1 / 6],
-              [-1 / 6, 1 / 6, -1 / 6],
-              [1 / 24, 1 / 12, 1 / 6],
-              [1 / 24, -1 / 12, 1 / 6],
+# points p = 1/sqrt(2), -1/sqrt(2), sqrt(2), -sqrt(2) in columns 1-4, 0 in column 0,
+# infinity in column 5: A^T[i, k] = p^i, G[k] = (1, p, p^2) / prod_{l != k}(p - p_l)
+G = np.array([[1, 0, 0],
+              [-2 / 3, -R2 / 3, -1 / 3],
+              [-2 / 3, R2 / 3, -1 / 3],
+              [1 / 6, R2 / 6, 1 / 3],
+              [1 / 6, -R2 / 6, 1 / 3],
               [0, 0, 1]])
 GG_T = np.kron(G, G).T                 # (9, 36): g (3x3, flat) -> G g G^T (6x6, flat)
 GG_T_32 = GG_T.astype(np.float32)
-B_T = np.array([[4, 0, -5, 0, 1, 0],
-                [0, -4, -4, 1, 1, 0],
-                [0, 4, -4, -1, 1, 0],
-                [0, -2, -1, 2, 1, 0],
-                [0, 2, -1, -2, 1, 0],
-                [0, 4, 0, -5, 0, 1]], dtype=np.float64)
+B_T = np.array([[1, 0, -5 / 2, 0, 1, 0],
+                [0, -R2, -2, R2 / 2, 1, 0],
+                [0, R2, -2, -R2 / 2, 1, 0],
+                [0, -R2 / 2, -1 / 2, R2, 1, 0],
+                [0, R2 / 2, -1 / 2, -R2, 1, 0],
+                [0, 1, 0, -5 / 2, 0, 1]])
 A_T = np.array([[1, 1, 1, 1, 1, 0],
-                [0, 1, -1, 2, -2, 0],
-                [0, 1, 1, 4, 4, 0],
-                [0, 1, -1, 8, -8, 1]], dtype=np.float64)
+                [0, R2 / 2, -R2 / 2, R2, -R2, 0],
+                [0, 1 / 2, 1 / 2, 2, 2, 0],
+                [0, R2 / 4, -R2 / 4, 2 * R2, -2 * R2, 1]])
 
 
 def pack_winograd_weight(weight: np.ndarray) -> np.ndarray:
@@ -79,22 +90,24 @@ def transform_filters(weight: np.ndarray, gg_t: np.ndarray) -> np.ndarray:
 
 @kernel(inline="always")
 def _bt(d0, d1, d2, d3, d4, d5):
-    """B^T applied to one column of 6 values (float32 constants keep float32 arithmetic)."""
-    return (F4 * d0 - F5 * d2 + d4,
-            -F4 * d1 - F4 * d2 + d3 + d4,
-            F4 * d1 - F4 * d2 - d3 + d4,
-            -F2 * d1 - d2 + F2 * d3 + d4,
-            F2 * d1 - d2 - F2 * d3 + d4,
-            F4 * d1 - F5 * d3 + d5)
+    """B^T applied to one column of 6 values: rows 1 and 2 (3 and 4) are the sum and the
+    difference of one even and one odd part, 8 multiplications (4 by powers of 2) and 12
+    additions (float32 constants keep float32 arithmetic)."""
+    even, odd = d4 - TWO * d2, (HALF * d3 - d1) * SQRT2
+    even_2, odd_2 = d4 - HALF * d2, (d3 - HALF * d1) * SQRT2
+    return (d0 - FIVE_HALVES * d2 + d4, even + odd, even - odd, even_2 + odd_2,
+            even_2 - odd_2, d1 - FIVE_HALVES * d3 + d5)
 
 
 @kernel(inline="always")
 def _at(m0, m1, m2, m3, m4, m5):
-    """A^T applied to one column of 6 values."""
-    return (m0 + m1 + m2 + m3 + m4,
-            m1 - m2 + F2 * m3 - F2 * m4,
-            m1 + m2 + F4 * m3 + F4 * m4,
-            m1 - m2 + F8 * m3 - F8 * m4 + m5)
+    """A^T applied to one column of 6 values: sums and differences of the pairs of points
+    (m1, m2) and (m3, m4), 7 multiplications (5 by powers of 2) and 10 additions."""
+    low_sum, low_diff, high_sum, high_diff = m1 + m2, m1 - m2, m3 + m4, m3 - m4
+    return (m0 + low_sum + high_sum,
+            (HALF * low_diff + high_diff) * SQRT2,
+            HALF * low_sum + TWO * high_sum,
+            (QUARTER * low_diff + TWO * high_diff) * SQRT2 + m5)
 
 
 @kernel(nogil=True, inline="always")
