@@ -52,8 +52,9 @@ from layers.fast import workers
 from layers.fast.depthwise import depthwise_conv2d, pack_channel_blocks, uses_channels_last
 from layers.fast.epilogue import IDENTITY, NO_ARRAY, Activation, bias_residual_activation
 from layers.fast.gemm import gemm_conv2d, pack_gemm_weight
-from layers.fast.pointwise_transposed import (pack_panels, pointwise_transposed_conv2d,
-                                              transposed_pays)
+from layers.fast.pointwise_transposed import (lanes_filled, pack_panels,
+                                              pointwise_transposed_conv2d, transposed_pays)
+from layers.fast.simd import COLUMNS
 from layers.fast.winograd import TAPS, TILE, pack_winograd_weight, winograd_conv2d
 from layers.fast.winograd_f2 import TAPS as TAPS_F2
 from layers.fast.winograd_f2 import TILE as TILE_F2
@@ -70,6 +71,7 @@ WINOGRAD_MAX_PACKED = 16 * 2 ** 20       # F(4x4): at most this many bytes of pa
 WINOGRAD_F2_MIN_TILES = 16               # F(2x2): at least this many 2x2 tiles
 WINOGRAD_F2_LARGE = 8 * 2 ** 20          # F(2x2) packings of more bytes than this ...
 WINOGRAD_F2_LARGE_MIN_TILES = 64         # ... need this many tiles (4 images of 7x7)
+PANELS_AT_BUILD_FILL = 0.9              # transposed 1x1: panels packed at build from this
 
 
 class Convolution(Protocol):
@@ -223,6 +225,19 @@ def _f2_pays(conv: Convolution, batch: int, out_hw: Pair) -> bool:
     return _tiles(batch, out_hw, TILE_F2) >= least
 
 
+def _f4_at_build(conv: Convolution) -> bool:
+    """Any size of WINOGRAD_MIN_TILES or more 4x4 tiles runs F(4x4) where it fits (16 to 64
+    channels: a packing of at most 36 x 64 x 64 floats): pack it at build."""
+    return _f4_fits(conv)
+
+
+def _panels_at_build(conv: Convolution) -> bool:
+    """Small images run the transposed 1x1 kernel when C_out fills nearly all its lanes (at
+    least PANELS_AT_BUILD_FILL): pack its panels (a copy of the weight) at build, so that a
+    graph whose sizes are known only when it runs does not pack them in its first inference."""
+    return lanes_filled(conv.c_out, COLUMNS) >= PANELS_AT_BUILD_FILL
+
+
 def _f2_at_build(conv: Convolution) -> bool:
     """Any size of 16 or more 2x2 tiles runs F(2x2) when F(4x4) never runs (too many or too
     few channels, or a packing that does not fit): pack it at build, unless that packing is
@@ -295,12 +310,12 @@ ALGORITHMS: tuple[Algorithm, ...] = (
               warm=_warm_depthwise(blocks=False)),
     Algorithm("pointwise_transposed", fits=_is_pointwise, pays=_lanes_fill_better,
               pack=_panels, make_call=_transposed_call, warm=_warm_transposed,
-              releases_weight=True),
+              releases_weight=True, pack_at_build=_panels_at_build),
     Algorithm("winograd", fits=_f4_accurate, pays=_f4_pays,
               pack=_on_every_core(pack_winograd_weight),
               make_call=_winograd_call("winograd", winograd_conv2d),
               warm=_warm_winograd(pack_winograd_weight, winograd_conv2d),
-              releases_weight=True),
+              releases_weight=True, pack_at_build=_f4_at_build),
     Algorithm("winograd_f2", fits=_is_winograd_ok, pays=_f2_pays,
               pack=_on_every_core(pack_winograd_f2_weight),
               make_call=_winograd_call("winograd_f2", winograd_f2_conv2d),

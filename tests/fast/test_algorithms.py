@@ -18,6 +18,7 @@ from layers.fast.algorithms import (WINOGRAD_F2_LARGE, WINOGRAD_F2_LARGE_MIN_TIL
                                     WINOGRAD_MIN_TILES)
 from layers.fast.conv import PackedConv2d
 from layers.fast.depthwise import uses_channels_last
+from layers.fast.simd import COLUMNS
 from layers.fast.pointwise_transposed import transposed_pays
 from support import REPO
 
@@ -142,15 +143,19 @@ def test_the_candidates_are_every_algorithm_some_size_may_choose():
                                                   <= c_in <= WINOGRAD_MAX_CHANNELS)
 
 
-def test_only_an_f2_packing_that_fits_where_f4_never_runs_is_made_at_build():
-    """F(4x4) never runs with too many or too few channels, or a packing too large."""
+def test_what_is_packed_at_build_for_sizes_known_late():
+    """F(4x4) where it runs (16 to 64 channels); else F(2x2) if that packing is not large
+    (F(4x4) never runs with too many or too few channels); a 1x1's transposed panels where
+    C_out fills their lanes."""
     packs = []
-    for c_in, c_out in ((64, 64), (256, 512), (512, 512), (256, 256), (8, 8)):
-        packed = conv(c_in, c_out, 3)
+    for c_in, c_out, k in ((64, 64, 3), (256, 512, 3), (512, 512, 3), (256, 256, 3),
+                           (8, 8, 3), (64, 2 * COLUMNS, 1), (64, COLUMNS // 2, 1)):
+        packed = conv(c_in, c_out, k)
         chosen = [a.name for a in algorithms.candidates(packed)
                   if a.pack_at_build is not None and a.pack_at_build(packed)]
         packs.append(chosen)
-    assert packs == [[], ["winograd_f2"], [], ["winograd_f2"], ["winograd_f2"]]
+    assert packs == [["winograd"], ["winograd_f2"], [], ["winograd_f2"], ["winograd_f2"],
+                     ["pointwise_transposed"], []]
 
 
 def test_every_algorithm_is_declared_once_with_every_part():

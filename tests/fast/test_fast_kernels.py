@@ -477,7 +477,7 @@ def test_max_pool_fast_path_matches_reference_and_torch(case, nan_every):
 def test_a_dynamic_graph_packs_at_build_what_any_size_will_need(monkeypatch):
     """Shapes unknown at build: a convolution whose F(4x4) packing would be too large (or
     that has too few channels for F(4x4)) runs F(2x2) at any size worth it, so that packing
-    is made at build; others wait for a size."""
+    is made at build; one that fits F(4x4) gets that packing; others wait for a size."""
     from layers.fast import algorithms
 
     monkeypatch.setattr(algorithms, "WINOGRAD_MAX_PACKED", 36 * 8 * 32 * 4 - 1)
@@ -486,7 +486,8 @@ def test_a_dynamic_graph_packs_at_build_what_any_size_will_need(monkeypatch):
                              for c in (48, 32, 16, 8))
     for packed in (huge, big, small, few):
         packed.prepare_for_any_size()
-    assert list(big._packs) == ["winograd_f2"] and small._packs == {} and huge._packs == {}
+    assert list(big._packs) == ["winograd_f2"] and list(small._packs) == ["winograd"]
+    assert huge._packs == {}
     assert list(few._packs) == ["winograd_f2"]
     assert big.algorithm(8, (7, 7)) == "winograd_f2" and small.algorithm(8, (7, 7)) == "winograd"
     assert huge.algorithm(1, (7, 7)) == "gemm" and huge.algorithm(4, (7, 7)) == "winograd_f2"
