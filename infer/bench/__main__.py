@@ -53,6 +53,9 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
                         help="torch.onnx.export(dynamo=True) (needs onnxscript) or the older "
                              "TorchScript-based exporter (dynamo=False): faster to export. "
                              "Default: dynamo; with --quick: legacy")
+    parser.add_argument("--no-cold-start", action="store_true",
+                        help="skip pnnx-infer's start with an empty kernel cache (the kernels "
+                             "compile in the background: a minute or two per model)")
     parser.add_argument("--quick", action="store_true",
                         help="a check that everything runs, not a measurement, in seconds: "
                              "the tiny model at batch 1 (unless --models / --batches say "
@@ -115,7 +118,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
 def settings_of(args: argparse.Namespace) -> Settings:
     settings = Settings(models=args.models, batches=args.batches, engines=tuple(args.engines),
                         rounds=args.rounds, threads=args.threads, seconds=args.seconds,
-                        workdir=args.workdir, onnx_exporter=args.onnx_exporter)
+                        workdir=args.workdir, onnx_exporter=args.onnx_exporter,
+                        cold_start=not args.no_cold_start)
     if args.quick:       # compiling the kernels into an empty cache takes about a minute
         settings.rounds, settings.seconds, settings.min_runs, settings.warmup = 1, 0.0, 2, 1
         settings.cold_start = settings.fixed_cost = False
