@@ -11,7 +11,10 @@ The graph moves through three states, as KuiperInfer's does:
 init()    reads the param file into RuntimeOperators / RuntimeOperands, joined by operand name.
 build()   creates each operator's layer (a graph's custom layers first, then the global
           LayerRegisterer), hands it its parameters and weights, orders the operators by a
-          reverse depth-first search, and plans shapes for the traced input shapes.
+          reverse depth-first search, and plans shapes for the traced input shapes. On a
+          machine whose fast kernels are not compiled yet, it returns at once on the
+          reference floor while a detached process compiles them; forward() moves the graph
+          to the fast floor when they are there (``floor`` says which runs).
 forward() checks the inputs, plans shapes and memory for them (re-planning for a new input
           size, as MNN does), and drains execute(): the one loop over the run list (one
           precomputed step per operator, infer/execution.py) that the debugger, hooks and the

@@ -13,6 +13,7 @@
     phases.py      a padded plane split into stride phases: every tap reads a unit-stride window
     epilogue.py    bias + residual + activation in one pass; the activation codes
     pool.py        max pooling, separable: rows, then columns
+    norm.py        layer normalisation, row by row
     simd.py        a register tile of a matrix product as numba intrinsics (LLVM IR)
     atomics.py     atomics, a float array at an address, BLAS by address: numba intrinsics
     jobs.py        a kernel call as a job cut into chunks that threads take without locks

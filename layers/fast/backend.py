@@ -9,10 +9,11 @@ ends:
 
 * **ahead of time** (the default): the ``exported`` kernels (the ones Python calls) are
   compiled once per machine, with numba's ``pycc``, into CPython extension modules kept on
-  disk (layers/fast/aot.py). A process that finds them imports them like any extension:
-  numba and LLVM are never imported, which saves their import time and memory. Each call
-  checks its array arguments first (dtype, dimensions, C order, alignment), because the
-  compiled code trusts them.
+  disk (layers/fast/aot.py); ``start(wait=False)``, which a graph's build calls, has a
+  detached process build them and returns while it runs (``PNNX_INFER_BUILD``). A process
+  that finds them imports them like any extension: numba and LLVM are never imported, which
+  saves their import time and memory. Each call checks its array arguments first (dtype,
+  dimensions, C order, alignment), because the compiled code trusts them.
 * **just in time**: ``numba.njit(cache=True, **options)`` on every kernel, compiled on first
   call and cached by numba on disk. Used when ``PNNX_INFER_KERNELS=jit`` (to work on a
   kernel without rebuilding the modules), or when the modules cannot be built (no C
