@@ -15,6 +15,7 @@ packing and each call. The rules, in order:
     depthwise_channels_last  depthwise 3x3 or 5x5, C_out == C_in, at most 16 outputs a
                              plane (32 strided): channels last, by blocks of channels
     depthwise                groups == C_in > 1, one input channel per group: plane by plane
+    gemv                     1x1, stride 1, groups 1, on 1x1 images: BLAS, then the epilogue
     pointwise_transposed     1x1, stride 1, groups 1, on images small enough that channels
                              in the vector lanes fill MORE_FILLED more of them
     winograd                 3x3, stride 1, dilation 1, groups 1, with WINOGRAD_MIN_CHANNELS
@@ -157,9 +158,39 @@ def _warm_depthwise(blocks: bool) -> Callable[[], None]:
     return warm
 
 
-# ----- 1x1 on small images: layers/fast/pointwise_transposed.py ----------------------------
+# ----- 1x1 on 1x1 images (a squeeze-and-excitation block's): a matrix-vector product -----
 def _is_pointwise(conv: Convolution) -> bool:
     return conv.pointwise
+
+
+def _one_pixel(conv: Convolution, batch: int, out_hw: Pair) -> bool:
+    return out_hw == (1, 1)
+
+
+def _matrix(conv: Convolution) -> np.ndarray:
+    return np.ascontiguousarray(conv.weight.reshape(conv.c_out, conv.c_in), np.float32)
+
+
+def _gemv_call(conv: Convolution, pads: Pads, out_hw: Pair, activation: Activation) -> Call:
+    """y (N, C_out) = x (N, C_in) @ weight.T by BLAS (a GEMV at batch 1), then bias,
+    residual and activation in one pass: the register tiles would fill one lane of 32."""
+    if any(pads):                                 # zeros around x: not a plain product
+        return _gemm_call(conv, pads, out_hw, activation)
+    weight, bias, c_in, c_out = conv.packed("gemv"), conv.bias, conv.c_in, conv.c_out
+
+    def gemv(x, residual, y):
+        images = x.shape[0]
+        np.matmul(x.reshape(images, c_in), weight.T, out=y.reshape(images, c_out))
+        bias_residual_activation(y, bias, residual, activation)
+    return gemv
+
+
+def _warm_gemv() -> None:
+    bias_residual_activation(np.zeros((1, 2, 1, 1), np.float32), np.zeros(2, np.float32),
+                             None, IDENTITY)
+
+
+# ----- 1x1 on small images: layers/fast/pointwise_transposed.py ----------------------------
 
 
 def _lanes_fill_better(conv: Convolution, batch: int, out_hw: Pair) -> bool:
@@ -308,6 +339,8 @@ ALGORITHMS: tuple[Algorithm, ...] = (
     Algorithm("depthwise", fits=_is_depthwise,
               pack=_depthwise_filters, make_call=_depthwise_call("depthwise"),
               warm=_warm_depthwise(blocks=False)),
+    Algorithm("gemv", fits=_is_pointwise, pays=_one_pixel, pack=_matrix, make_call=_gemv_call,
+              warm=_warm_gemv),
     Algorithm("pointwise_transposed", fits=_is_pointwise, pays=_lanes_fill_better,
               pack=_panels, make_call=_transposed_call, warm=_warm_transposed,
               releases_weight=True, pack_at_build=_panels_at_build),

@@ -39,6 +39,8 @@ def documented_rule(c_in, c_out, k, stride, dilation, groups, winograd, batch, o
         if uses_channels_last(c_in, c_out, (k, k), (stride, stride), out_hw):
             return "depthwise_channels_last"
         return "depthwise"
+    if k == 1 and stride == 1 and groups == 1 and out_hw == (1, 1):
+        return "gemv"
     if k == 1 and stride == 1 and groups == 1 and transposed_pays(out_hw[0] * out_hw[1], c_out):
         return "pointwise_transposed"
     if not (winograd and k == 3 and stride == 1 and dilation == 1 and groups == 1):

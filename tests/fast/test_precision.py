@@ -47,6 +47,7 @@ CONVOLUTIONS = {
     "depthwise_channels_last 5x5": ("depthwise_channels_last", 5, 1, 0, 0, 4),
     "depthwise 3x3": ("depthwise", 3, 1, 0, 0, 12),
     "pointwise_transposed 1x1": ("pointwise_transposed", 1, 1, 1, 32, 7),
+    "gemv 1x1 on 1x1": ("gemv", 1, 1, 1, 32, 1),
     "winograd F(4x4) 3x3": ("winograd", 3, 1, 1, 32, 16),
     "winograd_f2 F(2x2) 3x3": ("winograd_f2", 3, 1, 1, 32, 16),
     "gemm 1x1": ("gemm", 1, 1, 1, 32, 12),
