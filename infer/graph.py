@@ -96,6 +96,7 @@ class RuntimeGraph(GraphTools):
         # "compiling" / "failed": the fast kernels are not there yet (layers/fast/backend.py),
         # so the graph was built on the reference floor; forward() moves it once they are
         self._kernels_missing: str | None = None
+        self._fast_failed = False          # its fast layers failed once: reference for good
         self._running = 0                  # forward passes under running(), now
         self._running_lock = threading.Lock()
         self.param_path = str(param_path)
@@ -266,6 +267,8 @@ class RuntimeGraph(GraphTools):
                     from layers import fast     # their kernels are bound, not mid-forward
 
                     started = fast.start(wait=False)
+                    if self._fast_failed:
+                        started = fast.FAILED
                     self._kernels_missing = (started if started in (fast.COMPILING, fast.FAILED)
                                              else None)
                 with threads.setup(self.num_threads, self.helpers):  # packing weights
@@ -643,17 +646,21 @@ class RuntimeGraph(GraphTools):
             self._kernels_missing = started
             return
         with self._build_lock, self._running_lock:
-            if self._running or self._kernels_missing is None:
+            if (self._running or self._kernels_missing is None
+                    or self.state is not GraphState.COMPLETE):
                 return
             self._kernels_missing = None
             try:
                 with threads.setup(self.num_threads, self.helpers), _collector_paused():
                     self._make_layers()
-            except Exception as exc:            # stays on the floor it ran on
+            except Exception as exc:
+                # fusion may have rewired the operators: build anew from the files, on the
+                # reference floor for good
                 log.warning("%s stays on the reference floor: its fast layers failed (%s)",
                             self.param_path, exc)
-                self._kernels_missing = "failed"
-                self._make_layers()
+                self._fast_failed = True
+                self.close()
+                self.build()
                 return
         log.info("%s moved to the fast floor", self.param_path)
 
@@ -742,6 +749,7 @@ class RuntimeGraph(GraphTools):
         self._steps = []
         self._shape_plans.clear()
         self._memory_plans.clear()
+        self._kernels_missing = None
         self.state = GraphState.NEED_INIT
 
     def __enter__(self) -> "RuntimeGraph":

@@ -345,4 +345,5 @@ class FastLayerNorm(LayerNorm):
 
     def _kernel_takes(self, x: np.ndarray) -> bool:
         return (x.dtype == np.float32 and len(self.normalized_shape) == 1 and x.ndim >= 1
+                and x.shape[-1] > 0
                 and all(w is None or w.dtype == np.float32 for w in (self.weight, self.bias)))

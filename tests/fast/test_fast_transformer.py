@@ -118,3 +118,4 @@ def test_fast_layer_norm_is_as_exact_as_torchs(shape):
     fast = layer.forward_one(x)
     assert fast.dtype == np.float32 and fast.shape == x.shape
     assert np.abs(fast - want).max() <= 4 * torch_error + 1e-7
+

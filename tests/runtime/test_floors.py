@@ -238,3 +238,44 @@ def test_a_graph_built_while_the_kernels_compile_runs_then_moves(tmp_path, ready
     x = np.random.default_rng(0).random((1, 3, 224, 224), dtype=np.float32)
     expected = RuntimeGraph(LITE0, reference=True).build().forward(x)[0]
     np.testing.assert_allclose(np.load(out), expected, rtol=1e-4, atol=1e-5)
+
+
+def _built_while_compiling(monkeypatch, param) -> RuntimeGraph:
+    """A graph built as if the fast kernels were still compiling in the background."""
+    import layers.fast as fast
+
+    real_start = fast.start
+    monkeypatch.setattr(fast, "start", lambda wait=True: fast.COMPILING)
+    graph = RuntimeGraph(param).build()
+    monkeypatch.setattr(fast, "start", real_start)
+    assert graph.floor == "reference until the fast kernels are compiled"
+    return graph
+
+
+def test_a_graph_whose_fast_layers_fail_stays_on_the_reference_floor(small_model, monkeypatch,
+                                                                       caplog):
+    """Moving to the fast floor fuses and packs; if that fails, the graph is built anew from
+    its files on the reference floor (not left half fused) and answers as the reference."""
+    graph = _built_while_compiling(monkeypatch, small_model[0])
+
+    def broken(self, input_shapes):
+        raise MemoryError("no room to pack")
+    monkeypatch.setattr(FastConv2d, "prepare", broken)
+    x = np.random.default_rng(0).random((1, 3, 12, 12), dtype=np.float32)
+    got = graph(x)[0]
+    assert graph.floor == "reference (the fast kernels could not be compiled)"
+    assert "stays on the reference floor" in caplog.text
+    assert not any(op.fused for op in graph.operators)
+    want = RuntimeGraph(small_model[0], reference=True).build()(x)[0]
+    np.testing.assert_array_equal(got, want)
+    monkeypatch.undo()
+    assert graph.floor.startswith("reference (") and graph(x)[0].shape == want.shape
+
+
+def test_a_closed_graph_is_not_moved_to_the_fast_floor(small_model, monkeypatch):
+    from parser.errors import GraphError
+
+    graph = _built_while_compiling(monkeypatch, small_model[0])
+    graph.close()
+    with pytest.raises(GraphError, match="call build"):
+        graph(np.zeros((1, 3, 12, 12), np.float32))
