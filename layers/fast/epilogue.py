@@ -39,9 +39,6 @@ from layers.registry import is_built_in
 from layers.fast.kernel import FLOAT, INT, array, kernel
 
 NONE, RELU, CLAMP, LEAKY, SIGMOID, SILU, HARDSWISH, HARDSIGMOID, TANH, GELU = range(10)
-# the activations a kernel computes with plain arithmetic (no exp, tanh: numpy's own loops
-# are vectorised there, numba's calls to libm are not)
-ARITHMETIC = (NONE, RELU, CLAMP, LEAKY, HARDSWISH, HARDSIGMOID, GELU)
 
 # GELU's erf(z) = z * P(z^2) / Q(z^2) on [-4, 4] (the module docstring): coefficients from z^0
 ERF_P0, ERF_P1, ERF_P2, ERF_P3, ERF_P4, ERF_P5, ERF_P6 = np.float32(

@@ -30,7 +30,7 @@ import numpy as np
 from layers import kernels
 from layers.base import FusesActivation, Layer, Shape
 from layers.convolution import Conv1d, Conv2d, FunctionalConv1d, FunctionalConv2d, lift_shape
-from layers.expression import ExpressionLayer
+from layers.expression import ELEMENTWISE, ExpressionLayer
 from layers.fast import norm, pool, workers
 from layers.fast.conv import PackedConv2d
 from layers.activation import GELU
@@ -249,9 +249,10 @@ class FastAtenMaxPool2d(AtenMaxPool2d):
 
 
 # functions of two values whose float32 result, for float32 arrays and Python numbers, is
-# numpy's ufunc with no casting (torch's type promotion gives float32 too)
-UFUNCS = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.true_divide,
-          "max": np.maximum, "maximum": np.maximum, "min": np.minimum, "minimum": np.minimum}
+# numpy's ufunc with no casting (torch's type promotion gives float32 too): the reference's
+# own ufuncs for them (layers/expression.py's ELEMENTWISE)
+UFUNCS = {name: ELEMENTWISE[name][0]
+          for name in ("add", "sub", "mul", "div", "max", "maximum", "min", "minimum")}
 
 
 @register_fast_layer("pnnx.Expression")

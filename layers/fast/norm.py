@@ -16,6 +16,7 @@ import math
 
 import numpy as np
 
+from layers.fast.epilogue import NO_ARRAY
 from layers.fast.kernel import FLOAT, array, kernel
 
 
@@ -48,13 +49,10 @@ def _layer_norm(x, weight, bias, eps, y):
                 out[i] += bias[i]
 
 
-NO_WEIGHT = np.zeros(0, np.float32)
-
-
 def layer_norm(x: np.ndarray, weight: np.ndarray | None, bias: np.ndarray | None, eps: float,
                out: np.ndarray) -> None:
     """x (..., D) float32 C-contiguous, normalised over its last dim D into ``out`` (x's
     shape); weight and bias (D,) float32 or None."""
     size = x.shape[-1]
-    _layer_norm(x.reshape(-1, size), NO_WEIGHT if weight is None else weight,
-                NO_WEIGHT if bias is None else bias, float(eps), out.reshape(-1, size))
+    _layer_norm(x.reshape(-1, size), NO_ARRAY if weight is None else weight,
+                NO_ARRAY if bias is None else bias, float(eps), out.reshape(-1, size))
