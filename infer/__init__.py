@@ -6,27 +6,52 @@
 
 Looking inside (infer/tools.py lists them): g.debug(x), g.add_hook(...), g.verbose = True,
 g.forward_all(x), g.compare_with_torch(x), g.profile(x), g.draw(), g.summary().
+
+`import infer` itself loads nothing: each name below is imported from its module the first time
+it is used (PEP 562), so the command line starts at once and can catch a Ctrl-C while numpy
+and the layers load.
 """
 
-from parser.errors import (BinFileError, ExportError, ExpressionError, GraphError, ImageError,
-                           InferError, LayerError, MemoryBudgetError, ParamFileError,
-                           RegistryError, ShapeError, UnsupportedOperatorError)
-from layers import Layer, LayerRegisterer, Param, register_layer
-from infer.runtime import RuntimeAttribute, RuntimeOperand, RuntimeOperator, RuntimeParameter
-from infer.graph import GraphState, RuntimeGraph
-from infer.debug import Debugger, HookHandle, Step
-from infer.inspection import ArrayStats
-from infer.compare import Comparison, compare_with_torch
-from infer.profile import Profile
-from infer.draw import Drawing
-from infer.table import Table
+from __future__ import annotations
 
-__all__ = [
-    "RuntimeGraph", "GraphState", "RuntimeOperator", "RuntimeOperand", "RuntimeParameter",
-    "RuntimeAttribute", "Layer", "Param", "LayerRegisterer", "register_layer",
-    "InferError", "ParamFileError", "BinFileError", "ExpressionError", "RegistryError",
-    "UnsupportedOperatorError", "GraphError", "LayerError", "ShapeError", "MemoryBudgetError",
-    "ImageError", "ExportError",
-    "Debugger", "Step", "HookHandle", "ArrayStats", "Comparison", "compare_with_torch",
-    "Profile", "Drawing", "Table",
-]
+from typing import TYPE_CHECKING
+
+from parser.lazy import lazy_names
+
+if TYPE_CHECKING:        # for type checkers only; at run time lazy_names imports
+    # ruff: noqa: F401
+    from infer.compare import Comparison, compare_with_torch
+    from infer.debug import Debugger, HookHandle, Step
+    from infer.draw import Drawing
+    from infer.graph import GraphState, RuntimeGraph
+    from infer.inspection import ArrayStats
+    from infer.profile import Profile
+    from infer.runtime import (RuntimeAttribute, RuntimeOperand, RuntimeOperator,
+                               RuntimeParameter)
+    from infer.table import Table
+    from layers import Layer, LayerRegisterer, Param, register_layer
+    from parser.errors import (BinFileError, ExportError, ExpressionError, GraphError,
+                               ImageError, InferError, LayerError, MemoryBudgetError,
+                               ParamFileError, RegistryError, ShapeError,
+                               UnsupportedOperatorError)
+
+_MODULE_OF = {
+    **dict.fromkeys(["RuntimeGraph", "GraphState"], "infer.graph"),
+    **dict.fromkeys(["RuntimeOperator", "RuntimeOperand", "RuntimeParameter",
+                     "RuntimeAttribute"], "infer.runtime"),
+    **dict.fromkeys(["Layer", "Param", "LayerRegisterer", "register_layer"], "layers"),
+    **dict.fromkeys(["InferError", "ParamFileError", "BinFileError", "ExpressionError",
+                     "RegistryError", "UnsupportedOperatorError", "GraphError", "LayerError",
+                     "ShapeError", "MemoryBudgetError", "ImageError", "ExportError"],
+                    "parser.errors"),
+    **dict.fromkeys(["Debugger", "Step", "HookHandle"], "infer.debug"),
+    "ArrayStats": "infer.inspection",
+    **dict.fromkeys(["Comparison", "compare_with_torch"], "infer.compare"),
+    "Profile": "infer.profile",
+    "Drawing": "infer.draw",
+    "Table": "infer.table",
+}
+
+__all__ = list(_MODULE_OF)
+
+__getattr__, __dir__ = lazy_names(globals(), _MODULE_OF)

@@ -6,20 +6,37 @@
     parser.expression  parse_expression(text) -> syntax tree; to_rpn(tree) -> ['@0', '2', 'mul'];
                        to_text(tree) -> text
     parser.errors      the project's exception tree
+
+The names below are imported from their module on first use (PEP 562): `parser.errors` loads
+without numpy, so the command line can catch a Ctrl-C while the rest loads.
 """
 
-from parser.bin import DTYPES, PnnxBin
-from parser.errors import BinFileError, ExpressionError, InferError, ParamFileError
-from parser.expression import (Call, Constant, ListExpr, OperandRef, Token, operand_indices,
-                               parse_expression, to_rpn, to_text, tokenize)
-from parser.param import (AttributeInfo, OperandInfo, OperatorRecord, Parameter, ParamGraph,
-                          ParamType, parse_param, parse_value, read_param)
+from __future__ import annotations
 
-__all__ = [
-    "DTYPES", "PnnxBin",
-    "BinFileError", "ExpressionError", "InferError", "ParamFileError",
-    "Call", "Constant", "ListExpr", "OperandRef", "Token", "operand_indices", "parse_expression",
-    "to_rpn", "to_text", "tokenize",
-    "AttributeInfo", "OperandInfo", "OperatorRecord", "Parameter", "ParamGraph", "ParamType",
-    "parse_param", "parse_value", "read_param",
-]
+from typing import TYPE_CHECKING
+
+from parser.lazy import lazy_names
+
+if TYPE_CHECKING:        # for type checkers only; at run time lazy_names imports
+    # ruff: noqa: F401
+    from parser.bin import DTYPES, PnnxBin
+    from parser.errors import BinFileError, ExpressionError, InferError, ParamFileError
+    from parser.expression import (Call, Constant, ListExpr, OperandRef, Token,
+                                   operand_indices, parse_expression, to_rpn, to_text, tokenize)
+    from parser.param import (AttributeInfo, OperandInfo, OperatorRecord, Parameter,
+                              ParamGraph, ParamType, parse_param, parse_value, read_param)
+
+_MODULE_OF = {
+    **dict.fromkeys(["DTYPES", "PnnxBin"], "parser.bin"),
+    **dict.fromkeys(["BinFileError", "ExpressionError", "InferError", "ParamFileError"],
+                    "parser.errors"),
+    **dict.fromkeys(["Call", "Constant", "ListExpr", "OperandRef", "Token", "operand_indices",
+                     "parse_expression", "to_rpn", "to_text", "tokenize"], "parser.expression"),
+    **dict.fromkeys(["AttributeInfo", "OperandInfo", "OperatorRecord", "Parameter",
+                     "ParamGraph", "ParamType", "parse_param", "parse_value", "read_param"],
+                    "parser.param"),
+}
+
+__all__ = list(_MODULE_OF)
+
+__getattr__, __dir__ = lazy_names(globals(), _MODULE_OF)

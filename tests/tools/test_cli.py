@@ -202,6 +202,41 @@ def test_ctrl_c_ends_with_one_line():
     assert stderr == "interrupted\n"
 
 
+
+def test_ctrl_c_while_loading_ends_with_one_line():
+    """SIGINT while numpy and the runtime load (the first half second of a command): the
+    same one line. `import infer` loads nothing, so main() is running by then."""
+    stop_at_numpy = ("import builtins, runpy, sys\n"
+                     "real_import = builtins.__import__\n"
+                     "def interrupted_import(name, *args, **kwargs):\n"
+                     "    if name == 'numpy':\n"
+                     "        raise KeyboardInterrupt\n"
+                     "    return real_import(name, *args, **kwargs)\n"
+                     "builtins.__import__ = interrupted_import\n"
+                     "sys.argv = ['infer', 'classify', sys.argv[1]]\n"
+                     "runpy.run_module('infer', run_name='__main__', alter_sys=True)\n")
+    done = subprocess.run([sys.executable, "-c", stop_at_numpy, str(PHOTO)], cwd=REPO,
+                          capture_output=True, text=True, timeout=60)
+    assert (done.returncode, done.stderr) == (130, "interrupted\n")
+
+
+def test_import_infer_loads_nothing_until_used():
+    code = ("import sys, infer, parser\n"
+            "assert 'numpy' not in sys.modules, 'import infer loaded numpy'\n"
+            "from infer import RuntimeGraph, InferError\n"
+            "assert RuntimeGraph.__module__ == 'infer.graph' and 'numpy' in sys.modules\n"
+            "assert parser.read_param.__module__ == 'parser.param'\n"
+            "assert {'RuntimeGraph', 'Table'} <= set(dir(infer))\n"
+            "try:\n"
+            "    infer.no_such_name\n"
+            "except AttributeError as err:\n"
+            "    assert 'no_such_name' in str(err)\n"
+            "else:\n"
+            "    raise SystemExit('no AttributeError')\n")
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+
 # ================================================================ command-line consistency
 
 def test_model_names_take_either_spelling():
