@@ -200,7 +200,7 @@ def operator_error(op: RuntimeOperator, exc: Exception) -> Exception:
     becomes a LayerError naming the operator, with numpy's wording explained where it is
     obscure; running out of memory is a MemoryBudgetError (a MemoryError too)."""
     if isinstance(exc, InferError):
-        exc.with_operator(op.label)
+        exc.with_operator(op.label, op.line)
         return exc
     if isinstance(exc, MemoryError):
         return MemoryBudgetError(

@@ -93,17 +93,22 @@ class InferError(Exception):
         super().__init__(message)
         self.message = message
         self.operator = operator
+        self.operator_line = 0       # the operator's line in the param file, when known
 
-    def with_operator(self, operator: str) -> InferError:
-        """Attach the operator ("type name") this error happened in, unless one is already set."""
+    def with_operator(self, operator: str, line: int = 0) -> InferError:
+        """Attach the operator ("type name") this error happened in and its line in the param
+        file, unless an operator is already set."""
         if self.operator is None:
-            self.operator = operator
+            self.operator, self.operator_line = operator, line
         return self
 
     def __str__(self) -> str:
-        if self.operator:
-            return f"operator {shorten(self.operator)}: {self.message}"
-        return self.message
+        if not self.operator:
+            return self.message
+        line = self.operator_line
+        where = (f" (line {line})" if line and f":{line}:" not in self.message
+                 and f"line {line}" not in self.message else "")
+        return f"operator {shorten(self.operator)}{where}: {self.message}"
 
 
 class ParamFileError(InferError):

@@ -160,7 +160,7 @@ def test_layer_parameters_it_cannot_accept(tmp_path, line, kind, words):
     op = " ".join(line.split()[:2])
     error = expect_build_error(kind, tmp_path, INPUT, line, "pnnx.Output out0 1 0 1",
                                words=(words,))
-    assert error.operator == op and str(error).startswith(f"operator {op}: ")
+    assert error.operator == op and str(error).startswith(f"operator {op} (line 4): ")
 
 
 def test_linear_weight_that_disagrees_with_its_features(tmp_path):
