@@ -54,7 +54,7 @@ from infer.runtime import RuntimeAttribute, RuntimeOperand, RuntimeOperator, Run
 from infer import budget, fusion, threads
 from infer.execution import Execution, RunStep, operator_context
 from infer.memory import MemoryPlan, counted_itemsize, plan_memory
-from infer.rewrite import unpack_outputs
+from infer.rewrite import rewrite_graph
 from infer.tools import GraphTools
 
 log = logging.getLogger(__name__)
@@ -207,7 +207,7 @@ class RuntimeGraph(GraphTools):
 
         self.operators, self.operands = operators, operands
         self._depth_first_order()       # a cycle is refused before the rewrites unpack tuples
-        unpack_outputs(self.operators, self.operands, self.param_path)  # tuples, lists
+        rewrite_graph(self.operators, self.operands, self.param_path)  # tuples, lists, ...
         self.input_operators = [op for op in self.operators if op.type == INPUT_TYPE]
         self.output_operands = [o for op in self.operators if op.type == OUTPUT_TYPE
                                 for o in op.inputs]

@@ -9,7 +9,25 @@ had returned them one by one.
     after:   a, b ----------------------------> pnnx.Output
 
 An operator that takes a list of tensors and returns one (``aten::meshgrid``) is unpacked the
-same way: it reads the list's members and produces the members of its result itself.
+same way: it reads the list's members and produces the members of its result itself; and
+``x[i]`` (Tensor.index reading x and a list ``[@0]``) reads x and the index tensors.
+
+One rewrite mends a pnnx mis-export. pnnx turns ``reshape -> permute -> reshape`` into
+nn.PixelShuffle without checking the first reshape's input: ``F.fold`` with kernel = stride
+(MobileViT-v2's patches back to an image), traced on a (B, C, P, N) tensor, comes out as a
+PixelShuffle reading that tensor directly. The output annotation (B, C, H, W) keeps the truth;
+the PixelShuffle's input is then read as (B, C*r*r, H/r, W/r), which is what the dropped
+reshape made of it:
+
+    before:  t (B, C, P, N) -> nn.PixelShuffle r -> y (B, C, H, W)
+    after:   t -> Tensor.reshape (B, C*r*r, H/r, W/r) -> nn.PixelShuffle r -> y
+
+A module called from two places (CoaT's shared positional encoding) comes out of pnnx as an
+nn.Conv2d that has its own @weight and @bias and also reads them as inputs, from
+pnnx.Attribute operators; the module reads only its data input here:
+
+    before:  w, b (pnnx.Attribute), x -> nn.Conv2d @weight @bias -> y
+    after:   x -> nn.Conv2d @weight @bias -> y
 
 Each rewrite is linear in the size of the graph (a ``Rewrite`` collects the operators to drop
 and to insert and applies them to the list in one pass), a tuple operator with the wrong
@@ -19,9 +37,15 @@ operand (``<name>.<i>``) is checked against every name in the file.
 
 from __future__ import annotations
 
+import logging
+import math
+
 from parser.errors import ExpressionError, GraphError
 from parser.expression import ListExpr, Node, OperandRef, parse_expression, to_text
+from parser.param import ParamType
 from infer.runtime import RuntimeOperand, RuntimeOperator, RuntimeParameter
+
+log = logging.getLogger(__name__)
 
 INPUT_TYPE = "pnnx.Input"
 OUTPUT_TYPE = "pnnx.Output"
@@ -30,6 +54,14 @@ TUPLE_CONSTRUCT = "prim::TupleConstruct"
 TUPLE_UNPACK = "prim::TupleUnpack"
 LIST_UNPACK = "prim::ListUnpack"
 MESHGRID = "aten::meshgrid"
+INDEX = "Tensor.index"
+PIXEL_SHUFFLES = ("nn.PixelShuffle", "F.pixel_shuffle")
+ATTRIBUTE_TYPE = "pnnx.Attribute"
+# modules with weights that take one array: pnnx writes any other input as a repeat of a weight
+ONE_INPUT_MODULES = {f"nn.{name}" for name in (
+    "Conv1d", "Conv2d", "Conv3d", "ConvTranspose1d", "ConvTranspose2d", "ConvTranspose3d",
+    "Linear", "BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "LayerNorm", "GroupNorm",
+    "InstanceNorm1d", "InstanceNorm2d", "InstanceNorm3d", "Embedding", "PReLU")}
 
 
 class Rewrite:
@@ -82,11 +114,14 @@ class Rewrite:
         return GraphError(f"{self.path}:{op.line}: {op.label} {what}", operator=op.label)
 
 
-def unpack_outputs(operators: list[RuntimeOperator], operands: dict[str, RuntimeOperand],
-                   path: str = "<graph>") -> None:
-    """Replace tuples and lists of outputs by their members, in place."""
+def rewrite_graph(operators: list[RuntimeOperator], operands: dict[str, RuntimeOperand],
+                  path: str = "<graph>") -> None:
+    """Replace tuples and lists of outputs by their members and mend pnnx's mis-exported
+    pixel shuffles, in place."""
     graph = Rewrite(operators, operands, path)
-    for rewrite in (flatten_tuples, split_output_lists, absorb_tuple_unpacks, unpack_meshgrids):
+    for rewrite in (flatten_tuples, split_output_lists, absorb_tuple_unpacks, unpack_meshgrids,
+                    unpack_index_lists, reshape_before_folded_pixel_shuffles,
+                    drop_repeated_weight_inputs):
         rewrite(graph)
         graph.apply()
 
@@ -189,6 +224,93 @@ def unpack_meshgrids(graph: Rewrite) -> None:
             member.producer = op
         unpack.inputs, unpack.outputs = [], []
         graph.remove(unpack)
+
+
+def unpack_index_lists(graph: Rewrite) -> None:
+    """``x[i, j]``: pnnx writes Tensor.index reading x and a pnnx.Expression ``[@0,@1]``;
+    the operator reads x, i, j (a None item stays a None expression: that dim is whole)."""
+    for op in [op for op in graph.operators if op.type == INDEX]:
+        if len(op.inputs) != 2:
+            continue
+        packed = op.inputs[1]
+        members = list_members(graph, packed.producer)
+        if members is None:
+            continue
+        packed.consumers = [c for c in packed.consumers if c is not op]
+        if not packed.consumers and packed.producer is not None:
+            graph.remove(packed.producer)
+        op.inputs = [op.inputs[0], *members]
+        op.input_names = []
+        for member in members:
+            member.consumers.append(op)
+
+
+def reshape_before_folded_pixel_shuffles(graph: Rewrite) -> None:
+    """A PixelShuffle whose annotated input and output disagree, in the way pnnx's fusion of
+    F.fold leaves them, reads its input through a Tensor.reshape (module docstring). Any other
+    disagreement is left for shape planning to report."""
+    for op in [op for op in graph.operators if op.type in PIXEL_SHUFFLES]:
+        factor = op.params.get("upscale_factor")
+        if len(op.inputs) != 1 or len(op.outputs) != 1 or factor is None:
+            continue
+        source, result = op.inputs[0], op.outputs[0]
+        r = factor.value
+        shape = _known(source.shape)
+        out = _known(result.shape)
+        if (not isinstance(r, int) or r <= 0 or shape is None or out is None or len(out) != 4
+                or out[2] % r or out[3] % r or math.prod(shape) != math.prod(out)):
+            continue
+        folded = (out[0], out[1] * r * r, out[2] // r, out[3] // r)
+        if shape == folded:
+            continue
+        reshaped = RuntimeOperand(graph.fresh_name(f"{source.name}.folded", graph.operands),
+                                  shape=folded, dtype=source.dtype)
+        reshape = RuntimeOperator(
+            type="Tensor.reshape", line=op.line, inputs=[source], outputs=[reshaped],
+            name=graph.fresh_name(f"{op.name}.reshape", graph.operator_names),
+            params={"shape": RuntimeParameter("shape", ParamType.INT_ARRAY, list(folded))})
+        reshaped.producer = reshape
+        reshaped.consumers = [op]
+        source.consumers = [reshape if c is op else c for c in source.consumers]
+        op.inputs = [reshaped]
+        graph.operands[reshaped.name] = reshaped
+        graph.insert_before(op, reshape)
+        log.info("%s:%d: %s reads %s %s as %s: pnnx wrote F.fold as a pixel shuffle without "
+                 "the reshape before it", graph.path, op.line, op.label, source.name, shape,
+                 folded)
+
+
+def drop_repeated_weight_inputs(graph: Rewrite) -> None:
+    """A one-input module with weights that also reads pnnx.Attribute operands shaped as its
+    own weights reads only its data input (module docstring); an Attribute no one reads any
+    more leaves the graph. Any other extra input is left for the layer to refuse."""
+    for op in [op for op in graph.operators if op.type in ONE_INPUT_MODULES]:
+        if len(op.inputs) < 2 or not op.attrs:
+            continue
+        weight_shapes = {tuple(attr.shape) for attr in op.attrs.values()}
+        repeats = [src for src in op.inputs if src.producer is not None
+                   and src.producer.type == ATTRIBUTE_TYPE and src.shape is not None
+                   and tuple(src.shape) in weight_shapes]
+        if len(op.inputs) - len(repeats) != 1:
+            continue
+        dropped = {id(src) for src in repeats}
+        if len(op.input_names) == len(op.inputs):
+            op.input_names = [name for name, src in zip(op.input_names, op.inputs)
+                              if id(src) not in dropped]
+        op.inputs = [src for src in op.inputs if id(src) not in dropped]
+        for src in {id(src): src for src in repeats}.values():
+            src.consumers = [c for c in src.consumers if c is not op]
+            if not src.consumers and src.producer is not None:
+                graph.remove(src.producer)
+        log.info("%s:%d: %s reads its weights as inputs too (a module used twice): "
+                 "reading only %s", graph.path, op.line, op.label, op.inputs[0].name)
+
+
+def _known(shape: tuple[int | None, ...] | None) -> tuple[int, ...] | None:
+    """An annotated shape whose every size is known, else None."""
+    if shape is None or any(not isinstance(size, int) for size in shape):
+        return None
+    return tuple(int(size) for size in shape)        # type: ignore[arg-type]
 
 
 def list_members(graph: Rewrite, op: RuntimeOperator | None) -> list[RuntimeOperand] | None:

@@ -15,6 +15,8 @@ import layers.shape  # noqa: E402,F401
 import layers.split  # noqa: E402,F401
 import layers.padding  # noqa: E402,F401
 import layers.resize  # noqa: E402,F401
+import layers.patches  # noqa: E402,F401
+import layers.sampling  # noqa: E402,F401
 import layers.create  # noqa: E402,F401
 import layers.elementwise  # noqa: E402,F401
 import layers.reduction  # noqa: E402,F401

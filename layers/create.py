@@ -71,9 +71,10 @@ class Creation(NamedArgumentLayer):
         return self.FILL
 
 
-@register_layer("torch.zeros_like", "torch.empty_like")
+@register_layer("torch.zeros_like", "torch.empty_like", "aten::zero")
 class ZerosLike(Creation):
-    """``torch.zeros_like(x, dtype=None)``: zeros of x's shape (and dtype unless given)."""
+    """``torch.zeros_like(x, dtype=None)``: zeros of x's shape (and dtype unless given);
+    ``aten::zero`` is pnnx's name for ``x.zero_()``."""
 
     def infer_shapes_from(self, input_shapes: Sequence[Shape],
                           input_values: Sequence[np.ndarray | None]) -> list[Shape]:

@@ -454,6 +454,52 @@ class Repeat(NamedArgumentLayer):
         return [np.tile(x, self._sizes(x.ndim, inputs))]
 
 
+@register_layer("torch.repeat_interleave", "Tensor.repeat_interleave")
+class RepeatInterleave(NamedArgumentLayer):
+    """``torch.repeat_interleave(x, repeats, dim=None)``: each element repeated in place along
+    ``dim`` (of the flattened x when dim is None), e.g. [a, b] with repeats=2 -> [a, a, b, b];
+    repeats is one count, or one count per element along dim (np.repeat)."""
+
+    repeats = Param(None, as_ints)
+    dim = Param(None, optional(as_int))
+    output_size = Param(None, optional(as_int))
+    INPUTS = ("input", "repeats")
+
+    def _plan(self, shape: Shape, items: Sequence[Any]) -> tuple[int | None, tuple[int, ...]]:
+        """(axis or None for flattened, counts), checked as torch checks them."""
+        repeats = self.argument("repeats", items)
+        if repeats is None:
+            raise ShapeError("repeat_interleave needs repeats")
+        if self.dim is not None and not shape:
+            raise ShapeError(f"a 0-d input repeats with dim=None, not dim={self.dim} (as torch)")
+        dim = None if self.dim is None else normalize_dim(self.dim, len(shape))
+        length = math.prod(shape) if dim is None else shape[dim]
+        if any(r < 0 for r in repeats):
+            raise ShapeError(f"repeats {repeats} must be >= 0")
+        if len(repeats) != 1 and len(repeats) != length:
+            raise ShapeError(f"repeats has {len(repeats)} counts for {length} elements along "
+                             f"dim {self.dim} of {tuple(shape)}")
+        return dim, repeats
+
+    def infer_shapes_from(self, input_shapes: Sequence[Shape],
+                          input_values: Sequence[np.ndarray | None]) -> list[Shape]:
+        shape = tuple(input_shapes[0])
+        dim, repeats = self._plan(shape, input_values)
+        length = math.prod(shape) if dim is None else shape[dim]
+        total = repeats[0] * length if len(repeats) == 1 else sum(repeats)
+        if dim is None:
+            return [(total,)]
+        return [shape[:dim] + (total,) + shape[dim + 1:]]
+
+    def forward(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+        x = inputs[0]
+        dim, repeats = self._plan(x.shape, inputs)
+        counts = repeats[0] if len(repeats) == 1 else np.asarray(repeats)
+        if dim is None:
+            return [np.repeat(x.reshape(-1), counts)]
+        return [np.repeat(x, counts, axis=dim)]
+
+
 @register_layer("torch.tile", "Tensor.tile")
 class Tile(Layer):
     """``torch.tile(x, dims)``: like repeat, but fewer dims than the input's rank are padded

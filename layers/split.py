@@ -1,5 +1,5 @@
 """Taking tensors apart and putting them together: slice / select / narrow, cat / stack, split /
-chunk / tensor_split / unbind (several outputs), index_select and gather.
+chunk / tensor_split / unbind (several outputs), index_select, gather and ``x[index]``.
 
 A slice bound the model computes from input sizes (``x[:, :, :x.size(2) // 2]``) comes as a
 named input (``$end=1``), or, when pnnx fuses several slices into one operator, as a list built
@@ -13,10 +13,11 @@ from typing import Any, Sequence
 import numpy as np
 
 from layers.base import (Layer, NamedArgumentLayer, Param, Shape, as_int, as_ints,
-                         normalize_dim)
+                         normalize_dim, optional, optional_input)
 from layers.registry import register_layer
 from layers.shape import KnownValues, read_only_alias
-from parser.errors import LayerError, ShapeError
+from parser.errors import ExpressionError, LayerError, ShapeError
+from parser.expression import Constant, ListExpr, parse_expression
 
 NO_SELECT = 2147483647     # pnnx's INT_MAX: "this dim is sliced, not selected"; also "to the end"
 
@@ -480,3 +481,89 @@ class Gather(Layer):
         window = tuple(slice(None) if d == axis else slice(0, n)
                        for d, n in enumerate(index.shape))
         return [np.take_along_axis(x[window], index, axis=axis)]
+
+
+def index_list_text(value: Any) -> str:
+    """Tensor.index's ``expr`` as text: pnnx's param reader splits ``[None,[0,2,-1]]`` at
+    its commas (a string array), which joined again gives the list back."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value):
+        return "[" + ",".join(value) + "]"
+    raise TypeError(f"expected a list of indices, got {value!r}")
+
+
+def constant_indices(text: str) -> list[Any]:
+    """``[None,[0,2,-1]]`` -> [None, array([0, 2, -1])]: one index per leading dim."""
+    tree = parse_expression(text)
+    if not isinstance(tree, ListExpr):
+        raise ValueError(f"expected a list of indices, got {text!r}")
+
+    def value(node: Any) -> Any:
+        if isinstance(node, Constant) and (node.value is None or isinstance(node.value, int)):
+            return node.value
+        if isinstance(node, ListExpr):
+            return [value(item) for item in node.items]
+        raise ValueError(f"an index must be None, an integer or a list of them: {text!r}")
+
+    return [None if item is None else np.asarray(item, np.int64)
+            for item in map(value, tree.items)]
+
+
+@register_layer("Tensor.index")
+class Index(Layer):
+    """``x[i0, i1, ...]`` with integer index tensors (aten::index): one index per leading dim,
+    a None keeping that dim whole (``x[:, i]``). The indices are inputs after x (infer/
+    rewrite.py unpacks pnnx's list ``[@0]``) or, when pnnx folded them, the ``expr`` list.
+    numpy's advanced indexing follows torch's rules: the index tensors broadcast together
+    and their shape replaces the dims they index."""
+
+    expr = Param(None, optional(index_list_text))
+    one_blob_only = False
+
+    def check_params(self) -> None:
+        try:
+            self._constants = None if self.expr is None else constant_indices(self.expr)
+        except (ExpressionError, ValueError) as exc:
+            raise LayerError(f"expr={self.expr!r}: {exc}") from None
+
+    def _indices(self, items: Sequence[Any]) -> list[Any]:
+        if len(items) > 1:
+            return list(items[1:])
+        if self._constants is None:
+            raise ShapeError("x[index] needs the tensor and at least one index")
+        return self._constants
+
+    @staticmethod
+    def _key(shape: Shape, indices: Sequence[Any]) -> tuple[Any, ...]:
+        if len(indices) > len(shape):
+            raise ShapeError(f"{len(indices)} indices for a tensor of {len(shape)} dims")
+        return tuple(slice(None) if index is None else index for index in indices)
+
+    def infer_shapes_from(self, input_shapes: Sequence[Shape],
+                          input_values: Sequence[np.ndarray | None]) -> list[Shape]:
+        shape = tuple(input_shapes[0])
+        if len(input_shapes) > 1:       # a None index is a known 0-d object array holding
+            probes = [None if value is not None and optional_input(value) is None   # None
+                      else np.zeros(index_shape, np.intp)
+                      for index_shape, value in zip(input_shapes[1:], input_values[1:])]
+        else:
+            probes = [None if index is None else np.zeros(index.shape, np.intp)
+                      for index in self._indices(input_shapes)]
+        empty = np.broadcast_to(np.zeros((), np.uint8), shape)
+        try:
+            return [empty[self._key(shape, probes)].shape]
+        except IndexError as exc:                 # index shapes that do not broadcast
+            raise ShapeError(f"indices of shapes "
+                             f"{[None if p is None else p.shape for p in probes]} for "
+                             f"{shape}: {exc}") from None
+
+    def forward(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+        x = inputs[0]
+        indices = [optional_input(i) for i in self._indices(inputs)]
+        for axis, index in enumerate(indices[:x.ndim]):
+            if index is not None and index.dtype.kind in "iu" and index.size and not (
+                    -x.shape[axis] <= index.min() and index.max() < x.shape[axis]):
+                raise ShapeError(f"index {axis} holds values outside [-{x.shape[axis]}, "
+                                 f"{x.shape[axis]})")
+        return [np.ascontiguousarray(x[self._key(x.shape, indices)])]

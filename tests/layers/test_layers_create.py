@@ -18,6 +18,7 @@ from parser.errors import LayerError, ShapeError
 @pytest.mark.parametrize("type_name, params, torch_fn", [
     ("torch.zeros_like", {"dtype": None}, torch.zeros_like),
     ("torch.ones_like", {"dtype": None}, torch.ones_like),
+    ("aten::zero", {}, lambda t: t.clone().zero_()),
     ("torch.full_like", {"dtype": None, "fill_value": 2.5}, lambda t: torch.full_like(t, 2.5)),
     ("Tensor.fill", {"value": 2}, lambda t: t.clone().fill_(2)),
     ("Tensor.new_zeros", {"dtype": None, "size": (2, 3)}, lambda t: t.new_zeros((2, 3))),

@@ -199,6 +199,44 @@ def test_tile_matches_torch(dims):
     check_layer("torch.tile", lambda t: torch.tile(t, dims), [(2, 3, 4)], {"dims": dims})
 
 
+@pytest.mark.parametrize("repeats, dim, shape", [
+    (3, 0, (2, 3)), (2, -1, (2, 3, 4)), ((1, 0, 2), 1, (2, 3)), (2, None, (2, 3)),
+    ((4,), 0, (2, 3)), (0, 1, (2, 3)), (2, None, ()), ((2, 1), None, (2,)),
+], ids=case_id)
+def test_repeat_interleave_matches_torch(repeats, dim, shape):
+    counts = torch.tensor(repeats) if isinstance(repeats, tuple) else repeats
+    check_layer("torch.repeat_interleave",
+                lambda t: torch.repeat_interleave(t, counts, dim=dim), [shape],
+                {"repeats": repeats, "dim": dim})
+
+
+@pytest.mark.parametrize("repeats, dim, shape, message", [
+    ((1, 2), 1, (2, 3), "2 counts for 3 elements"), (-1, 0, (2, 3), "must be >= 0"),
+    (2, 2, (2, 3), "dim"), (3, 0, (), "0-d input repeats with dim=None"),
+], ids=case_id)
+def test_repeat_interleave_refuses_bad_counts(repeats, dim, shape, message):
+    layer = make_layer("torch.repeat_interleave", {"repeats": repeats, "dim": dim})
+    with pytest.raises((ShapeError, LayerError), match=message):
+        layer.infer_shapes_from([shape], [None])
+
+
+class WindowRepeat(nn.Module):
+    """GC-ViT's global query, repeated once per window."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("counts", torch.tensor([1, 0, 3]))
+
+    def forward(self, x):
+        return (torch.repeat_interleave(x, 4, dim=0), x.repeat_interleave(2, dim=-1),
+                torch.repeat_interleave(x, self.counts, dim=1))
+
+
+def test_pnnx_export_of_repeat_interleave_matches_torch(pnnx_export):
+    check_export(pnnx_export, WindowRepeat(), [(2, 3, 5)], "window_repeat",
+                 ["torch.repeat_interleave"])
+
+
 # ----- flip / roll ------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("dims", [(1,), (-1, 0), (0, 1, 2)], ids=str)

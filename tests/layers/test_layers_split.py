@@ -9,6 +9,8 @@ import torch
 from torch import nn
 
 from helpers import check_export, check_layer, make_layer, rand
+from support import case_id, write_model
+from infer import RuntimeGraph
 from layers import LayerRegisterer
 from layers import split as split_layers
 from parser.errors import LayerError, ShapeError
@@ -315,3 +317,49 @@ def test_pnnx_export_of_assignments_into_slices(pnnx_export):
     ("torch.index_select", split_layers.IndexSelect), ("torch.gather", split_layers.Gather)])
 def test_registered_under_pnnx_names(type_name, layer_class):
     assert LayerRegisterer().layer_class(type_name) is layer_class
+
+
+# ----- x[index] (aten::index) ------------------------------------------------------------------
+
+class AdvancedIndexing(nn.Module):
+    """MViT-v2's relative positions: a table indexed by integer tensors, computed (here: an
+    input) or constant (pnnx folds them into the operator's ``expr``)."""
+
+    def forward(self, x, rows):
+        cols = torch.tensor([0, 2, -1])
+        return (x[rows], x[:, rows.flatten()], x[rows, rows - 1], x[cols], x[:, cols],
+                x[cols, cols], x[:, :, cols])
+
+
+def test_pnnx_export_of_advanced_indexing_matches_torch(pnnx_export):
+    rows = np.array([[2, 1, 0], [3, 2, 1], [4, 3, 2], [1, 0, 3]], np.int64)
+    check_export(pnnx_export, AdvancedIndexing(), [(6, 5, 3), rows], "advanced_indexing",
+                 ["Tensor.index"])
+
+
+def test_indices_pnnx_folded_into_a_wrong_list_are_refused_by_the_annotation(tmp_path):
+    """pnnx writes a folded 2-D index tensor as its first row only (``x[rows]`` with rows of
+    shape (4, 3) comes out as ``expr=[[2,1,0,3]]`` annotated (4, 3, 5, 3)): the annotation
+    check names the operator rather than letting a wrong answer through."""
+    param, binary = write_model(
+        tmp_path, "pnnx.Input in0 0 1 0 #0=(6,5,3)f32",
+        "Tensor.index ix 1 1 0 1 expr=[[2,1,0,3]] #0=(6,5,3)f32 #1=(4,3,5,3)f32",
+        "pnnx.Output out0 1 0 1")
+    with pytest.raises(ShapeError, match=r"annotated \(4, 3, 5, 3\) but Tensor.index ix "
+                                         r"computes \(4, 5, 3\)"):
+        RuntimeGraph(param, binary).build()
+
+
+@pytest.mark.parametrize("index_shapes, message", [
+    ([(2,), (3,)], "indices of shapes"), ([(2,)] * 4, "4 indices"),
+], ids=case_id)
+def test_index_refuses_indices_that_do_not_fit(index_shapes, message):
+    layer = make_layer("Tensor.index")
+    with pytest.raises(ShapeError, match=message):
+        layer.infer_shapes_from([(6, 5, 3), *index_shapes], [None] * (1 + len(index_shapes)))
+
+
+def test_index_out_of_range_is_a_shape_error():
+    x, index = np.zeros((4, 2), np.float32), np.array([0, 4])
+    with pytest.raises(ShapeError, match=r"outside \[-4, 4\)"):
+        make_layer("Tensor.index").forward([x, index])

@@ -370,6 +370,97 @@ class MobileViTish(nn.Module):
         y = y.reshape(N * C * nh, nw, self.ph, self.pw).transpose(1, 2).reshape(N, C, nh * self.ph, nw * self.pw)
         return self.fuse(y)
 
+
+class MobileViTv2ish(nn.Module):
+    """MobileViT-v2 (timm): patches (N, C, P, patches) by reshape and permute, separable
+    linear attention, back by reshape, permute, reshape; pnnx writes that last as a
+    PixelShuffle without its first reshape (mended in infer/rewrite.py)."""
+
+    def __init__(self, p=2):
+        super().__init__()
+        self.p = p
+        self.local = nn.Sequential(nn.Conv2d(3, 8, 3, 2, 1), nn.SiLU(), nn.Conv2d(8, 16, 1))
+        self.norm = nn.GroupNorm(1, 16)
+        self.qkv = nn.Conv2d(16, 1 + 2 * 16, 1)
+        self.out = nn.Conv2d(16, 16, 1)
+        self.fuse = nn.Conv2d(16, 8, 1)
+
+    def forward(self, x):
+        y = self.local(x)
+        N, C, H, W = y.shape
+        p, nh, nw = self.p, H // self.p, W // self.p
+        patches = y.reshape(N, C, nh, p, nw, p).permute(0, 1, 3, 5, 2, 4).reshape(N, C, p * p, nh * nw)
+        q, k, v = self.qkv(self.norm(patches)).split([1, C, C], dim=1)
+        context = (k * q.softmax(dim=-1)).sum(dim=-1, keepdim=True)
+        patches = patches + self.out(F.relu(v) * context)
+        y = patches.reshape(N, C, p, p, nh, nw).permute(0, 1, 4, 2, 5, 3).reshape(N, C, H, W)
+        return self.fuse(y)
+
+
+class SharedPosEnc(nn.Module):
+    def __init__(self, c):
+        super().__init__()
+        self.proj = nn.Conv2d(c, c, 3, 1, 1, groups=c)
+
+    def forward(self, x):
+        return self.proj(x) + x
+
+
+class CoaTBlock(nn.Module):
+    def __init__(self, c, shared):
+        super().__init__()
+        self.cpe = shared                                # the same module in every block
+        self.mlp = nn.Sequential(nn.Conv2d(c, 2 * c, 1), nn.GELU(), nn.Conv2d(2 * c, c, 1))
+
+    def forward(self, x):
+        x = self.cpe(x)
+        return x + self.mlp(x)
+
+
+class CoaTish(nn.Module):
+    """CoaT (timm): one convolutional position encoding shared by the blocks of a stage; pnnx
+    writes its second use as a conv reading its weights as inputs (infer/rewrite.py)."""
+
+    def __init__(self, c=16):
+        super().__init__()
+        self.stem = nn.Conv2d(3, c, 4, 4)
+        self.cpe = SharedPosEnc(c)
+        self.blocks = nn.ModuleList([CoaTBlock(c, self.cpe) for _ in range(3)])
+        self.head = nn.Linear(c, 10)
+
+    def forward(self, x):
+        x = self.stem(x)
+        for block in self.blocks:
+            x = block(x)
+        return self.head(x.mean(dim=(2, 3)))
+
+
+class HaloNetish(nn.Module):
+    """HaloNet (timm): each block's queries attend to its neighbourhood with a halo, cut by
+    x.unfold(2, win, block).unfold(3, win, block)."""
+
+    def __init__(self, c=8, block=4, halo=1):
+        super().__init__()
+        self.block, self.halo, self.win = block, halo, block + 2 * halo
+        self.stem = nn.Conv2d(3, c, 3, 2, 1)
+        self.q = nn.Conv2d(c, c, 1)
+        self.kv = nn.Conv2d(c, 2 * c, 1)
+
+    def forward(self, x):
+        x = self.stem(x)
+        B, C, H, W = x.shape
+        b, win, nh, nw = self.block, self.win, H // self.block, W // self.block
+        q = self.q(x).reshape(B, C, nh, b, nw, b).permute(0, 2, 4, 3, 5, 1)
+        q = q.reshape(B, nh * nw, b * b, C)
+        kv = F.pad(self.kv(x), [self.halo] * 4)
+        kv = kv.unfold(2, win, b).unfold(3, win, b)             # B, 2C, nh, nw, win, win
+        kv = kv.reshape(B, 2 * C, nh * nw, win * win).permute(0, 2, 3, 1)
+        k, v = kv.split([C, C], dim=-1)
+        attn = (q @ k.transpose(-1, -2) * C ** -0.5).softmax(dim=-1)
+        out = (attn @ v).reshape(B, nh, nw, b, b, C).permute(0, 5, 1, 3, 2, 4)
+        return out.reshape(B, C, H, W)
+
+
 class ASPP(nn.Module):
     def __init__(self, cin, c):
         super().__init__()
@@ -639,6 +730,9 @@ MODELS = {
     "convnextish": (ConvNeXtish, [(1, 3, 64, 64)]),
     "swinish": (Swinish, [(1, 3, 64, 64)]),
     "mobilevitish": (MobileViTish, [(1, 3, 64, 64)]),
+    "mobilevitv2ish": (MobileViTv2ish, [(1, 3, 32, 48)]),
+    "coatish": (CoaTish, [(1, 3, 32, 32)]),
+    "halonetish": (HaloNetish, [(2, 3, 32, 48)]),
     "deeplabish": (DeepLabish, [(1, 3, 64, 64)]),
     "fpnish": (FPNish, [(1, 3, 64, 64)]),
     "crnnish": (CRNNish, [(1, 1, 32, 96)]),
