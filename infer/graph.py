@@ -273,6 +273,9 @@ class RuntimeGraph(GraphTools):
                                              else None)
                 with threads.setup(self.num_threads, self.helpers):  # packing weights
                     self._build()
+                if self.floor == "fast":
+                    with self.running():        # the helper threads start now, not in the
+                        pass                    # first forward (3 ms of it)
             except BaseException:
                 self.close()                    # back to NEED_INIT: init() reads the file anew
                 raise
@@ -305,6 +308,7 @@ class RuntimeGraph(GraphTools):
         traced = self._traced_input_shapes()
         if traced is not None:
             self._shape_plan(traced, annotated=True)
+            self._memory_plan(tuple(tuple(shape) for shape in traced))   # the first forward's
         else:                                   # sizes known only at run time
             for op in self.operators:
                 with operator_context(op):
