@@ -19,18 +19,17 @@ from typing import TYPE_CHECKING
 from parser.lazy import lazy_names
 
 if TYPE_CHECKING:        # for type checkers only; at run time lazy_names imports
-    # ruff: noqa: F401
-    from infer.compare import Comparison, compare_with_torch
-    from infer.debug import Debugger, HookHandle, Step
-    from infer.draw import Drawing
-    from infer.graph import GraphState, RuntimeGraph
-    from infer.inspection import ArrayStats
-    from infer.profile import Profile
-    from infer.runtime import (RuntimeAttribute, RuntimeOperand, RuntimeOperator,
+    from infer.compare import Comparison, compare_with_torch  # noqa: F401
+    from infer.debug import Debugger, HookHandle, Step  # noqa: F401
+    from infer.draw import Drawing  # noqa: F401
+    from infer.graph import GraphState, RuntimeGraph  # noqa: F401
+    from infer.inspection import ArrayStats  # noqa: F401
+    from infer.profile import Profile  # noqa: F401
+    from infer.runtime import (RuntimeAttribute, RuntimeOperand, RuntimeOperator,  # noqa: F401
                                RuntimeParameter)
-    from infer.table import Table
-    from layers import Layer, LayerRegisterer, Param, register_layer
-    from parser.errors import (BinFileError, ExportError, ExpressionError, GraphError,
+    from infer.table import Table  # noqa: F401
+    from layers import Layer, LayerRegisterer, Param, register_layer  # noqa: F401
+    from parser.errors import (BinFileError, ExportError, ExpressionError, GraphError,  # noqa: F401
                                ImageError, InferError, LayerError, MemoryBudgetError,
                                ParamFileError, RegistryError, ShapeError,
                                UnsupportedOperatorError)

@@ -273,9 +273,8 @@ class RuntimeGraph(GraphTools):
                                              else None)
                 with threads.setup(self.num_threads, self.helpers):  # packing weights
                     self._build()
-                if self.floor == "fast":
-                    with self.running():        # the helper threads start now, not in the
-                        pass                    # first forward (3 ms of it)
+                if self.floor == "fast":        # now, not in the first forward (3 ms)
+                    threads.start_helpers(self.num_threads, self.helpers)
             except BaseException:
                 self.close()                    # back to NEED_INIT: init() reads the file anew
                 raise
@@ -287,6 +286,7 @@ class RuntimeGraph(GraphTools):
         for op in self.operators:
             with operator_context(op):
                 self._load_weights(op)
+                self._check_weight_copies(op)
         self._make_layers()
 
     def _make_layers(self) -> None:
@@ -353,6 +353,20 @@ class RuntimeGraph(GraphTools):
                 data.flags.writeable = False
                 binary.release(entry)
             attr.data = data
+
+    def _check_weight_copies(self, op: RuntimeOperator) -> None:
+        """The Attributes a module read as inputs (infer/rewrite.py) must hold its weights."""
+        for copy in op.weight_copies:
+            self._load_weights(copy)
+            for attr in copy.attrs.values():
+                data = attr.data
+                if data is None or not any(
+                        own.data is not None and own.data.shape == data.shape
+                        and np.array_equal(own.data, data) for own in op.attrs.values()):
+                    raise GraphError(
+                        f"{self.param_path}:{op.line}: {op.label} reads {copy.label} (line "
+                        f"{copy.line}) as an input, shaped as one of its weights but holding "
+                        f"other values; a {op.type} takes one input", operator=op.label)
 
     def topological_order(self, on_visit: Callable[[str, RuntimeOperator], None] | None = None
                           ) -> list[RuntimeOperator]:

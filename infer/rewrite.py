@@ -27,7 +27,7 @@ nn.Conv2d that has its own @weight and @bias and also reads them as inputs, from
 pnnx.Attribute operators; the module reads only its data input here:
 
     before:  w, b (pnnx.Attribute), x -> nn.Conv2d @weight @bias -> y
-    after:   x -> nn.Conv2d @weight @bias -> y
+    after:   x -> nn.Conv2d @weight @bias -> y     (build checks that w, b equal @weight, @bias)
 
 Each rewrite is linear in the size of the graph (a ``Rewrite`` collects the operators to drop
 and to insert and applies them to the list in one pass), a tuple operator with the wrong
@@ -55,6 +55,7 @@ TUPLE_UNPACK = "prim::TupleUnpack"
 LIST_UNPACK = "prim::ListUnpack"
 MESHGRID = "aten::meshgrid"
 INDEX = "Tensor.index"
+MASKS = ("bool", "u8")                    # index dtypes torch reads as masks
 PIXEL_SHUFFLES = ("nn.PixelShuffle", "F.pixel_shuffle")
 ATTRIBUTE_TYPE = "pnnx.Attribute"
 # modules with weights that take one array: pnnx writes any other input as a repeat of a weight
@@ -228,7 +229,8 @@ def unpack_meshgrids(graph: Rewrite) -> None:
 
 def unpack_index_lists(graph: Rewrite) -> None:
     """``x[i, j]``: pnnx writes Tensor.index reading x and a pnnx.Expression ``[@0,@1]``;
-    the operator reads x, i, j (a None item stays a None expression: that dim is whole)."""
+    the operator reads x, i, j (a None item stays a None expression: that dim is whole), and
+    its ``masks`` parameter lists the members annotated bool or u8."""
     for op in [op for op in graph.operators if op.type == INDEX]:
         if len(op.inputs) != 2:
             continue
@@ -243,12 +245,16 @@ def unpack_index_lists(graph: Rewrite) -> None:
         op.input_names = []
         for member in members:
             member.consumers.append(op)
+        masks = [number for number, member in enumerate(members) if member.dtype in MASKS]
+        if masks:
+            op.params["masks"] = RuntimeParameter("masks", ParamType.INT_ARRAY, masks)
 
 
 def reshape_before_folded_pixel_shuffles(graph: Rewrite) -> None:
-    """A PixelShuffle whose annotated input and output disagree, in the way pnnx's fusion of
-    F.fold leaves them, reads its input through a Tensor.reshape (module docstring). Any other
-    disagreement is left for shape planning to report."""
+    """A PixelShuffle whose annotated input is F.fold's, (B, C, r*r, L) or (B, C*r*r, L) with
+    L = H/r * W/r for its annotated output (B, C, H, W), as pnnx's fusion of F.fold leaves
+    it, reads its input through a Tensor.reshape (module docstring). Any other disagreement
+    is left for shape planning to report."""
     for op in [op for op in graph.operators if op.type in PIXEL_SHUFFLES]:
         factor = op.params.get("upscale_factor")
         if len(op.inputs) != 1 or len(op.outputs) != 1 or factor is None:
@@ -260,15 +266,17 @@ def reshape_before_folded_pixel_shuffles(graph: Rewrite) -> None:
         if (not isinstance(r, int) or r <= 0 or shape is None or out is None or len(out) != 4
                 or out[2] % r or out[3] % r or math.prod(shape) != math.prod(out)):
             continue
-        folded = (out[0], out[1] * r * r, out[2] // r, out[3] // r)
-        if shape == folded:
-            continue
+        batch, channels, patches = out[0], out[1], (out[2] // r) * (out[3] // r)
+        if shape not in ((batch, channels, r * r, patches), (batch, channels * r * r, patches)):
+            continue                               # not what F.fold's fusion leaves
+        folded = (batch, channels * r * r, out[2] // r, out[3] // r)
         reshaped = RuntimeOperand(graph.fresh_name(f"{source.name}.folded", graph.operands),
                                   shape=folded, dtype=source.dtype)
-        reshape = RuntimeOperator(
+        reshape = RuntimeOperator(                 # any batch: the rest is fixed by the file
             type="Tensor.reshape", line=op.line, inputs=[source], outputs=[reshaped],
             name=graph.fresh_name(f"{op.name}.reshape", graph.operator_names),
-            params={"shape": RuntimeParameter("shape", ParamType.INT_ARRAY, list(folded))})
+            params={"shape": RuntimeParameter("shape", ParamType.INT_ARRAY,
+                                              [-1, *folded[1:]])})
         reshaped.producer = reshape
         reshaped.consumers = [op]
         source.consumers = [reshape if c is op else c for c in source.consumers]
@@ -283,7 +291,8 @@ def reshape_before_folded_pixel_shuffles(graph: Rewrite) -> None:
 def drop_repeated_weight_inputs(graph: Rewrite) -> None:
     """A one-input module with weights that also reads pnnx.Attribute operands shaped as its
     own weights reads only its data input (module docstring); an Attribute no one reads any
-    more leaves the graph. Any other extra input is left for the layer to refuse."""
+    more leaves the graph. The Attributes are kept in ``op.weight_copies``: build checks their
+    data equal the module's weights. Any other extra input is left for the layer to refuse."""
     for op in [op for op in graph.operators if op.type in ONE_INPUT_MODULES]:
         if len(op.inputs) < 2 or not op.attrs:
             continue
@@ -300,8 +309,11 @@ def drop_repeated_weight_inputs(graph: Rewrite) -> None:
         op.inputs = [src for src in op.inputs if id(src) not in dropped]
         for src in {id(src): src for src in repeats}.values():
             src.consumers = [c for c in src.consumers if c is not op]
-            if not src.consumers and src.producer is not None:
-                graph.remove(src.producer)
+            attribute = src.producer
+            assert attribute is not None            # an Attribute's output, as chosen above
+            op.weight_copies.append(attribute)
+            if not src.consumers:
+                graph.remove(attribute)
         log.info("%s:%d: %s reads its weights as inputs too (a module used twice): "
                  "reading only %s", graph.path, op.line, op.label, op.inputs[0].name)
 

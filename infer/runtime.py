@@ -82,6 +82,9 @@ class RuntimeOperator:
     fused_types: set[str] = field(default_factory=set)       # and their types
     # after fusion: the folded operator whose output this one now produces (its torch twin)
     output_of: str | None = None
+    # pnnx.Attribute operators this module read as inputs, copies of its own weights (a module
+    # used twice, infer/rewrite.py); build checks that their data are equal
+    weight_copies: list[RuntimeOperator] = field(default_factory=list)
 
     @property
     def label(self) -> str:

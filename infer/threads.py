@@ -83,6 +83,14 @@ def limit(num_threads: int | None, helpers: bool = True):
             yield
 
 
+def start_helpers(num_threads: int | None, helpers: bool = True) -> None:
+    """Start the helper threads a forward capped at ``num_threads`` shares its kernels with
+    (and find numpy's BLAS for them), so that the first forward does not pay for it."""
+    workers = _workers(helpers)
+    if workers is not None:
+        workers.start_team(num_threads)
+
+
 @contextlib.contextmanager
 def setup(num_threads: int | None, helpers: bool = True):
     """For a graph's one-time work (building, packing weights for new input shapes): BLAS

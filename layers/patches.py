@@ -57,6 +57,7 @@ class Unfold(_Windows):
         return (*shape[:-3], shape[-3] * kh * kw, out_h * out_w)
 
     def forward_one(self, x: np.ndarray) -> np.ndarray:
+        self.infer_shape(x.shape)
         x4 = x if x.ndim == 4 else x[None]
         n, c, h, w = x4.shape
         out_hw = self._blocks(h, w)
@@ -91,6 +92,7 @@ class Fold(_Windows):
         return (*shape[:-2], columns // (kh * kw), height, width)
 
     def forward_one(self, x: np.ndarray) -> np.ndarray:
+        self.infer_shape(x.shape)
         x3 = x if x.ndim == 3 else x[None]
         c, height, width = self.infer_shape(x3.shape)[1:]
         (kh, kw), (ph, pw) = self.kernel_size, self.padding
@@ -102,7 +104,6 @@ class Fold(_Windows):
             tap += cols[:, :, i, j]                     # tap is a view into `padded`
         y = padded[:, :, ph:ph + height, pw:pw + width]
         return np.ascontiguousarray(y if x.ndim == 3 else y[0])
-
 
 
 @register_layer("Tensor.unfold", "aten::unfold")

@@ -15,6 +15,7 @@ bicubic the padding applies to each of the 16 taps, for the others to (ix, iy) f
 
 from __future__ import annotations
 
+import math
 from typing import Sequence
 
 import numpy as np
@@ -29,9 +30,12 @@ PADDING_MODES = ("zeros", "border", "reflection")
 
 
 def unnormalize(coord: np.ndarray, size: int, align_corners: bool) -> np.ndarray:
+    """Pixel coordinates, in float32 and in the order torch's CPU kernel computes them (a
+    position half-way between two pixels must round as torch's does)."""
+    coord = coord.astype(np.float32)
     if align_corners:
-        return (coord + 1) / 2 * (size - 1)
-    return ((coord + 1) * size - 1) / 2
+        return (coord + 1) * np.float32((size - 1) / 2)
+    return (coord + 1) * np.float32(size / 2) - np.float32(0.5)
 
 
 def reflect(coord: np.ndarray, twice_low: int, twice_high: int) -> np.ndarray:
@@ -60,20 +64,21 @@ def gather(x: np.ndarray, iy: np.ndarray, ix: np.ndarray) -> np.ndarray:
     """x[n, :, iy, ix] for integer (N, Ho, Wo) positions -> (N, C, Ho, Wo); zeros outside."""
     n, c, h, w = x.shape
     inside = (ix >= 0) & (ix < w) & (iy >= 0) & (iy < h)
-    flat = (np.clip(iy, 0, h - 1) * w + np.clip(ix, 0, w - 1)).reshape(n, 1, -1)
-    values = np.take_along_axis(x.reshape(n, c, h * w), np.broadcast_to(flat, (n, c,
-                                                                              flat.shape[2])),
-                                axis=2).reshape(n, c, *ix.shape[1:])
-    return values * inside[:, None]
+    positions = math.prod(ix.shape[1:])
+    flat = (np.clip(iy, 0, h - 1) * w + np.clip(ix, 0, w - 1)).reshape(n, 1, positions)
+    values = np.take_along_axis(x.reshape(n, c, h * w),
+                                np.broadcast_to(flat, (n, c, positions)), axis=2)
+    values = values.reshape(n, c, *ix.shape[1:])
+    return np.where(inside[:, None], values, 0)          # a NaN at the edge stays outside
 
 
 def grid_sample(x: np.ndarray, grid: np.ndarray, mode: str = "bilinear",
                 padding_mode: str = "zeros", align_corners: bool = False) -> np.ndarray:
     """(N, C, H, W) sampled at grid (N, Ho, Wo, 2) -> (N, C, Ho, Wo)."""
     h, w = x.shape[2:]
-    coords = grid.astype(np.float64)
-    ix = unnormalize(coords[..., 0], w, align_corners)
-    iy = unnormalize(coords[..., 1], h, align_corners)
+    x = np.ascontiguousarray(x)
+    ix = unnormalize(grid[..., 0], w, align_corners)
+    iy = unnormalize(grid[..., 1], h, align_corners)
     if mode == "bicubic":
         x0, y0 = np.floor(ix), np.floor(iy)
         wx, wy = cubic_weights(ix - x0), cubic_weights(iy - y0)      # (4, N, Ho, Wo) each

@@ -487,6 +487,8 @@ class RepeatInterleave(NamedArgumentLayer):
         dim, repeats = self._plan(shape, input_values)
         length = math.prod(shape) if dim is None else shape[dim]
         total = repeats[0] * length if len(repeats) == 1 else sum(repeats)
+        if self.output_size is not None and self.output_size != total:
+            raise ShapeError(f"output_size={self.output_size}, but the repeats make {total}")
         if dim is None:
             return [(total,)]
         return [shape[:dim] + (total,) + shape[dim + 1:]]

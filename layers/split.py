@@ -494,31 +494,49 @@ def index_list_text(value: Any) -> str:
 
 
 def constant_indices(text: str) -> list[Any]:
-    """``[None,[0,2,-1]]`` -> [None, array([0, 2, -1])]: one index per leading dim."""
+    """``[None,[0,2,-1]]`` -> [None, array([0, 2, -1])]: one index per leading dim; a list of
+    True / False is a mask (a bool array)."""
     tree = parse_expression(text)
     if not isinstance(tree, ListExpr):
         raise ValueError(f"expected a list of indices, got {text!r}")
 
     def value(node: Any) -> Any:
-        if isinstance(node, Constant) and (node.value is None or isinstance(node.value, int)):
+        if isinstance(node, Constant) and (node.value is None
+                                           or isinstance(node.value, (bool, int))):
             return node.value
         if isinstance(node, ListExpr):
             return [value(item) for item in node.items]
-        raise ValueError(f"an index must be None, an integer or a list of them: {text!r}")
+        raise ValueError(f"an index must be None, an integer, True / False or a list of them: "
+                         f"{text!r}")
 
-    return [None if item is None else np.asarray(item, np.int64)
-            for item in map(value, tree.items)]
+    def as_index(item: Any) -> np.ndarray | None:
+        if item is None:
+            return None
+        leaves = np.asarray(item, dtype=object).reshape(-1)
+        kinds = {isinstance(leaf, bool) for leaf in leaves}
+        if len(kinds) > 1:
+            raise ValueError(f"an index mixes True / False with integers: {text!r}")
+        return np.asarray(item, np.bool_ if kinds == {True} else np.int64)
+
+    return [as_index(item) for item in map(value, tree.items)]
+
+
+def as_index(index: np.ndarray) -> np.ndarray:
+    """An index array as torch reads it: uint8 is a mask (torch still accepts it so)."""
+    return index.astype(np.bool_) if index.dtype == np.uint8 else index
 
 
 @register_layer("Tensor.index")
 class Index(Layer):
-    """``x[i0, i1, ...]`` with integer index tensors (aten::index): one index per leading dim,
-    a None keeping that dim whole (``x[:, i]``). The indices are inputs after x (infer/
-    rewrite.py unpacks pnnx's list ``[@0]``) or, when pnnx folded them, the ``expr`` list.
-    numpy's advanced indexing follows torch's rules: the index tensors broadcast together
-    and their shape replaces the dims they index."""
+    """``x[i0, i1, ...]`` (aten::index): one index per leading dim, each an integer tensor, a
+    bool mask, or None to keep that dim whole (``x[:, i]``). The indices are inputs after x
+    (infer/rewrite.py unpacks pnnx's list ``[@0]`` and lists in ``masks`` the inputs annotated
+    bool or u8) or, when pnnx folded them, the ``expr`` list. numpy's advanced indexing follows
+    torch's rules: the index tensors broadcast together and their shape replaces the dims
+    they index; a mask picks its True positions."""
 
     expr = Param(None, optional(index_list_text))
+    masks = Param((), as_ints)
     one_blob_only = False
 
     def check_params(self) -> None:
@@ -529,41 +547,40 @@ class Index(Layer):
 
     def _indices(self, items: Sequence[Any]) -> list[Any]:
         if len(items) > 1:
-            return list(items[1:])
+            return [None if index is None else as_index(np.asarray(index))
+                    for index in map(optional_input, items[1:])]
         if self._constants is None:
             raise ShapeError("x[index] needs the tensor and at least one index")
         return self._constants
 
     @staticmethod
-    def _key(shape: Shape, indices: Sequence[Any]) -> tuple[Any, ...]:
-        if len(indices) > len(shape):
-            raise ShapeError(f"{len(indices)} indices for a tensor of {len(shape)} dims")
-        return tuple(slice(None) if index is None else index for index in indices)
+    def _take(x: np.ndarray, indices: Sequence[Any]) -> np.ndarray:
+        if len(indices) > x.ndim:
+            raise ShapeError(f"{len(indices)} indices for a tensor of {x.ndim} dims")
+        try:
+            return x[tuple(slice(None) if index is None else index for index in indices)]
+        except IndexError as exc:                 # out of range, shapes that do not broadcast
+            raise ShapeError(f"x[index] on {x.shape}: {exc}") from None
 
     def infer_shapes_from(self, input_shapes: Sequence[Shape],
                           input_values: Sequence[np.ndarray | None]) -> list[Shape]:
         shape = tuple(input_shapes[0])
-        if len(input_shapes) > 1:       # a None index is a known 0-d object array holding
-            probes = [None if value is not None and optional_input(value) is None   # None
-                      else np.zeros(index_shape, np.intp)
-                      for index_shape, value in zip(input_shapes[1:], input_values[1:])]
-        else:
-            probes = [None if index is None else np.zeros(index.shape, np.intp)
-                      for index in self._indices(input_shapes)]
+        if len(input_shapes) == 1:                 # constants: the very indices
+            probes = self._indices(input_shapes)
+        else:                                      # an unknown value is None
+            probes = []
+            for number, (index_shape, value) in enumerate(zip(input_shapes[1:],
+                                                               input_values[1:])):
+                if value is not None:
+                    probes.append(self._indices([None, value])[0])
+                elif number in self.masks:
+                    raise ShapeError(f"x[mask]: how many elements the bool mask (index "
+                                     f"{number}) picks is known only while the graph runs, "
+                                     f"and this runtime plans every shape before running")
+                else:
+                    probes.append(np.zeros(index_shape, np.intp))
         empty = np.broadcast_to(np.zeros((), np.uint8), shape)
-        try:
-            return [empty[self._key(shape, probes)].shape]
-        except IndexError as exc:                 # index shapes that do not broadcast
-            raise ShapeError(f"indices of shapes "
-                             f"{[None if p is None else p.shape for p in probes]} for "
-                             f"{shape}: {exc}") from None
+        return [self._take(empty, probes).shape]
 
     def forward(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
-        x = inputs[0]
-        indices = [optional_input(i) for i in self._indices(inputs)]
-        for axis, index in enumerate(indices[:x.ndim]):
-            if index is not None and index.dtype.kind in "iu" and index.size and not (
-                    -x.shape[axis] <= index.min() and index.max() < x.shape[axis]):
-                raise ShapeError(f"index {axis} holds values outside [-{x.shape[axis]}, "
-                                 f"{x.shape[axis]})")
-        return [np.ascontiguousarray(x[self._key(x.shape, indices)])]
+        return [np.ascontiguousarray(self._take(inputs[0], self._indices(inputs)))]

@@ -18,12 +18,11 @@ from typing import TYPE_CHECKING
 from parser.lazy import lazy_names
 
 if TYPE_CHECKING:        # for type checkers only; at run time lazy_names imports
-    # ruff: noqa: F401
-    from parser.bin import DTYPES, PnnxBin
-    from parser.errors import BinFileError, ExpressionError, InferError, ParamFileError
-    from parser.expression import (Call, Constant, ListExpr, OperandRef, Token,
+    from parser.bin import DTYPES, PnnxBin  # noqa: F401
+    from parser.errors import BinFileError, ExpressionError, InferError, ParamFileError  # noqa: F401
+    from parser.expression import (Call, Constant, ListExpr, OperandRef, Token,  # noqa: F401
                                    operand_indices, parse_expression, to_rpn, to_text, tokenize)
-    from parser.param import (AttributeInfo, OperandInfo, OperatorRecord, Parameter,
+    from parser.param import (AttributeInfo, OperandInfo, OperatorRecord, Parameter,  # noqa: F401
                               ParamGraph, ParamType, parse_param, parse_value, read_param)
 
 _MODULE_OF = {

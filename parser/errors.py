@@ -31,6 +31,8 @@ of a message longer than MESSAGE_LINE_LIMIT is cut the same way when the error i
 
 from __future__ import annotations
 
+import re
+
 QUOTE_LIMIT = 120            # characters of a file's text quoted in a message
 MESSAGE_LINE_LIMIT = 1000    # a longer line of a message is cut (a safety net behind QUOTE_LIMIT)
 
@@ -105,9 +107,9 @@ class InferError(Exception):
     def __str__(self) -> str:
         if not self.operator:
             return self.message
-        line = self.operator_line
-        where = (f" (line {line})" if line and f":{line}:" not in self.message
-                 and f"line {line}" not in self.message else "")
+        line = self.operator_line      # unless the message already cites it: "...param:12:"
+        cited = re.search(rf"\.param:{line}:|\(line {line}\)", self.message)
+        where = f" (line {line})" if line and not cited else ""
         return f"operator {shorten(self.operator)}{where}: {self.message}"
 
 

@@ -239,6 +239,13 @@ def sharing(num_threads: int | None):
         team.in_use.release()
 
 
+def start_team(num_threads: int | None) -> None:
+    """Make the team a forward capped at ``num_threads`` would share its work with."""
+    wanted = threads_wanted(num_threads)
+    if wanted >= 2:
+        _team(wanted - 1)
+
+
 def _team(helpers: int) -> Team | None:
     with _teams_lock:
         team = _teams.get(helpers)

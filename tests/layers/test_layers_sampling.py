@@ -3,7 +3,6 @@ grids reaching past the image, pnnx exports of a spatial transformer and a flow 
 
 import numpy as np
 import pytest
-import torch
 import torch.nn.functional as F
 from torch import nn
 
@@ -35,6 +34,38 @@ def test_grid_sample_of_one_pixel_wide_images(shape):
     params = {"mode": "bilinear", "padding_mode": "reflection", "align_corners": True}
     check_layer("F.grid_sample", lambda t, g: F.grid_sample(t, g, **params),
                 [shape, grid((shape[0], 3, 4, 2))], params)
+
+
+@pytest.mark.parametrize("width", [5, 10, 224])
+@pytest.mark.parametrize("align_corners", [False, True])
+@pytest.mark.parametrize("mode", ["nearest", "bilinear"])
+def test_positions_half_way_between_pixels_round_as_torch(width, align_corners, mode):
+    """A position exactly half-way between two pixels: nearest must pick torch's pixel (its
+    coordinates are float32, computed in torch's order)."""
+    halves = np.arange(-2, 2 * width + 2) / 2.0                  # pixel coordinates
+    gx = halves / ((width - 1) / 2) - 1 if align_corners else (halves + 0.5) / (width / 2) - 1
+    g = np.stack([gx, np.zeros_like(gx)], -1).reshape(1, 1, -1, 2).astype(np.float32)
+    x = np.random.default_rng(3).standard_normal((1, 2, 3, width)).astype(np.float32)
+    params = {"mode": mode, "padding_mode": "zeros", "align_corners": align_corners}
+    check_layer("F.grid_sample", lambda t, grid_: F.grid_sample(t, grid_, **params), [x, g],
+                params)
+
+
+@pytest.mark.parametrize("padding_mode", ["zeros", "border", "reflection"])
+def test_a_nan_pixel_is_not_read_from_outside_the_image(padding_mode):
+    x = np.arange(10, dtype=np.float32).reshape(1, 1, 2, 5)
+    x[..., -1] = np.nan
+    params = {"mode": "bilinear", "padding_mode": padding_mode, "align_corners": False}
+    got = check_layer("F.grid_sample", lambda t, g: F.grid_sample(t, g, **params),
+                      [x, np.array([[[[1.5, 0.0], [-0.5, 0.0]]]], np.float32)], params)
+    assert not np.isnan(got[0]).all()
+
+
+@pytest.mark.parametrize("shapes", [[(0, 2, 3, 3), (0, 2, 2, 2)], [(2, 2, 3, 3), (2, 0, 4, 2)]],
+                         ids=case_id)
+def test_grid_sample_of_empty_batches_and_grids(shapes):
+    params = {"mode": "bicubic", "padding_mode": "zeros", "align_corners": False}
+    check_layer("F.grid_sample", lambda t, g: F.grid_sample(t, g, **params), shapes, params)
 
 
 @pytest.mark.parametrize("size", [(2, 3, 5, 7), (1, 1, 1, 4), (1, 2, 6, 1)], ids=case_id)

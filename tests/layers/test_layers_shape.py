@@ -345,3 +345,9 @@ def test_movedim_and_tril_refuse_bad_arguments():
             [(2, 3, 4), (), ()], [None, np.array(3), np.array(0)])
     with pytest.raises(ShapeError, match="rank 2 or more"):
         make_layer("aten::tril").infer_shapes([(5,), ()])
+
+
+def test_repeat_interleave_checks_output_size_as_torch():
+    layer = make_layer("torch.repeat_interleave", {"repeats": 2, "dim": 0, "output_size": 5})
+    with pytest.raises(ShapeError, match="output_size=5, but the repeats make 4"):
+        layer.infer_shapes_from([(2, 3)], [None])

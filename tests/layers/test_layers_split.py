@@ -331,6 +331,7 @@ class AdvancedIndexing(nn.Module):
                 x[cols, cols], x[:, :, cols])
 
 
+@pytest.mark.filterwarnings("ignore::torch.jit.TracerWarning")
 def test_pnnx_export_of_advanced_indexing_matches_torch(pnnx_export):
     rows = np.array([[2, 1, 0], [3, 2, 1], [4, 3, 2], [1, 0, 3]], np.int64)
     check_export(pnnx_export, AdvancedIndexing(), [(6, 5, 3), rows], "advanced_indexing",
@@ -350,8 +351,47 @@ def test_indices_pnnx_folded_into_a_wrong_list_are_refused_by_the_annotation(tmp
         RuntimeGraph(param, binary).build()
 
 
+class MaskIndexing(nn.Module):
+    """Masks: a constant one (pnnx folds it into ``expr``) and one computed from x, whose
+    count of True values is known only while the graph runs."""
+
+    def __init__(self, computed: bool):
+        super().__init__()
+        self.computed = computed
+
+    def forward(self, x):
+        if self.computed:
+            return x[x[:, 0, 0] > 0]
+        return x[:, torch.tensor([True, False, True])], x[torch.tensor([True] * 6)]
+
+
+@pytest.mark.filterwarnings("ignore::torch.jit.TracerWarning")
+def test_a_constant_mask_picks_what_torch_picks(pnnx_export):
+    check_export(pnnx_export, MaskIndexing(computed=False), [(6, 3, 2)], "constant_mask",
+                 ["Tensor.index"])
+
+
+def test_a_computed_mask_is_refused_at_build_as_a_data_dependent_shape(pnnx_export):
+    param, binary = pnnx_export(MaskIndexing(computed=True), (torch.rand(6, 3, 2) - 0.5,),
+                                "computed_mask")
+    with pytest.raises(ShapeError, match=r"x\[mask\]: how many elements the bool mask"):
+        RuntimeGraph(param, binary).build()
+
+
+def test_a_uint8_index_is_a_mask_as_in_torch():
+    x = rand(4, 3)
+    index = np.array([1, 0, 0, 1], np.uint8)
+    want = torch.from_numpy(x)[torch.from_numpy(index).bool()].numpy()
+    np.testing.assert_array_equal(make_layer("Tensor.index").forward([x, index])[0], want)
+
+
+def test_indices_that_mix_masks_and_integers_are_refused():
+    with pytest.raises(LayerError, match="mixes True / False with integers"):
+        make_layer("Tensor.index", {"expr": "[[True,1]]"})
+
+
 @pytest.mark.parametrize("index_shapes, message", [
-    ([(2,), (3,)], "indices of shapes"), ([(2,)] * 4, "4 indices"),
+    ([(2,), (3,)], "shape mismatch"), ([(2,)] * 4, "4 indices"),
 ], ids=case_id)
 def test_index_refuses_indices_that_do_not_fit(index_shapes, message):
     layer = make_layer("Tensor.index")
@@ -361,5 +401,5 @@ def test_index_refuses_indices_that_do_not_fit(index_shapes, message):
 
 def test_index_out_of_range_is_a_shape_error():
     x, index = np.zeros((4, 2), np.float32), np.array([0, 4])
-    with pytest.raises(ShapeError, match=r"outside \[-4, 4\)"):
+    with pytest.raises(ShapeError, match=r"index 4 is out of bounds"):
         make_layer("Tensor.index").forward([x, index])

@@ -68,3 +68,14 @@ def test_any_message_line_is_cut_to_a_readable_length():
     lines = str(error).splitlines()
     assert [len(line) <= MESSAGE_LINE_LIMIT + 40 for line in lines] == [True, True]
     assert lines[1] == "second line" and error.message == str(error)
+
+
+def test_an_operator_error_names_its_line_unless_the_message_cites_it():
+    from parser.errors import ShapeError
+
+    told = ShapeError("a shape 2:3:4, and line 12 of something else").with_operator("nn.ReLU r", 3)
+    assert str(told).startswith("operator nn.ReLU r (line 3): a shape 2:3:4")
+    cited = ShapeError("/m/model.pnnx.param:3: bad").with_operator("nn.ReLU r", 3)
+    assert str(cited) == "operator nn.ReLU r: /m/model.pnnx.param:3: bad"
+    unknown = ShapeError("bad").with_operator("nn.ReLU r")
+    assert str(unknown) == "operator nn.ReLU r: bad"

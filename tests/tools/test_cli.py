@@ -202,7 +202,6 @@ def test_ctrl_c_ends_with_one_line():
     assert stderr == "interrupted\n"
 
 
-
 def test_ctrl_c_while_loading_ends_with_one_line():
     """SIGINT while numpy and the runtime load (the first half second of a command): the
     same one line. `import infer` loads nothing, so main() is running by then."""
@@ -236,6 +235,7 @@ def test_import_infer_loads_nothing_until_used():
     done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True,
                           text=True, timeout=60)
     assert done.returncode == 0, done.stderr
+
 
 # ================================================================ command-line consistency
 
