@@ -12,7 +12,7 @@ An operator that takes a list of tensors and returns one (``aten::meshgrid``) is
 same way: it reads the list's members and produces the members of its result itself; and
 ``x[i]`` (Tensor.index reading x and a list ``[@0]``) reads x and the index tensors.
 
-One rewrite mends a pnnx mis-export. pnnx turns ``reshape -> permute -> reshape`` into
+Two rewrites mend pnnx mis-exports. pnnx turns ``reshape -> permute -> reshape`` into
 nn.PixelShuffle without checking the first reshape's input: ``F.fold`` with kernel = stride
 (MobileViT-v2's patches back to an image), traced on a (B, C, P, N) tensor, comes out as a
 PixelShuffle reading that tensor directly. The output annotation (B, C, H, W) keeps the truth;
@@ -117,8 +117,8 @@ class Rewrite:
 
 def rewrite_graph(operators: list[RuntimeOperator], operands: dict[str, RuntimeOperand],
                   path: str = "<graph>") -> None:
-    """Replace tuples and lists of outputs by their members and mend pnnx's mis-exported
-    pixel shuffles, in place."""
+    """Replace tuples and lists by their members (outputs, meshgrid, x[i, j]) and mend the two
+    pnnx mis-exports (a fold's pixel shuffle, a module reading its weights), in place."""
     graph = Rewrite(operators, operands, path)
     for rewrite in (flatten_tuples, split_output_lists, absorb_tuple_unpacks, unpack_meshgrids,
                     unpack_index_lists, reshape_before_folded_pixel_shuffles,
