@@ -63,7 +63,8 @@ def markdown(results: Results, command: str) -> str:
     lines += [f"- {key}: {value}" for key, value in machine()]
     lines += [f"- settings: {s.threads} threads per engine, {_count(s.rounds, 'round')}, each "
               f"round a fresh process per engine timing at least {s.min_runs} inferences and "
-              f"{s.seconds:g} s after {_count(s.warmup, 'warm-up run')}",
+              f"{s.seconds:g} s after {_count(s.warmup, 'warm-up run')}; this project's "
+              f"modules byte-compiled first, as pip compiles an installed package's",
               "- ONNX export: " + "; ".join(f"{m}: {e}" for m, e in
                                              results.onnx_exporters.items()), ""]
     lines += _latency_table(results) + [""] + _cold_start_table(results) + [""]
