@@ -85,6 +85,13 @@ class Rewrite:
             self.operands.pop(out.name, None)
         self._removed.add(id(op))
 
+    def stop_reading(self, op: RuntimeOperator, source: RuntimeOperand) -> None:
+        """``op`` no longer reads ``source`` (its inputs are set by the caller); the
+        operator that produces ``source`` leaves the graph if nothing else reads it."""
+        source.consumers = [c for c in source.consumers if c is not op]
+        if not source.consumers and source.producer is not None:
+            self.remove(source.producer)
+
     def insert_before(self, anchor: RuntimeOperator, op: RuntimeOperator) -> None:
         self._inserted.setdefault(id(anchor), []).append(op)
         self.operator_names.add(op.name)
@@ -211,9 +218,7 @@ def unpack_meshgrids(graph: Rewrite) -> None:
         if members is None:
             continue
         for source in (packed, text):                   # read the members, not the list
-            source.consumers = [c for c in source.consumers if c is not op]
-            if not source.consumers and source.producer is not None:
-                graph.remove(source.producer)
+            graph.stop_reading(op, source)
         op.inputs = members
         for member in members:
             member.consumers.append(op)
@@ -238,9 +243,7 @@ def unpack_index_lists(graph: Rewrite) -> None:
         members = list_members(graph, packed.producer)
         if members is None:
             continue
-        packed.consumers = [c for c in packed.consumers if c is not op]
-        if not packed.consumers and packed.producer is not None:
-            graph.remove(packed.producer)
+        graph.stop_reading(op, packed)
         op.inputs = [op.inputs[0], *members]
         op.input_names = []
         for member in members:
@@ -308,12 +311,9 @@ def drop_repeated_weight_inputs(graph: Rewrite) -> None:
                               if id(src) not in dropped]
         op.inputs = [src for src in op.inputs if id(src) not in dropped]
         for src in {id(src): src for src in repeats}.values():
-            src.consumers = [c for c in src.consumers if c is not op]
-            attribute = src.producer
-            assert attribute is not None            # an Attribute's output, as chosen above
-            op.weight_copies.append(attribute)
-            if not src.consumers:
-                graph.remove(attribute)
+            assert src.producer is not None         # an Attribute's output, as chosen above
+            op.weight_copies.append(src.producer)
+            graph.stop_reading(op, src)
         log.info("%s:%d: %s reads its weights as inputs too (a module used twice): "
                  "reading only %s", graph.path, op.line, op.label, op.inputs[0].name)
 

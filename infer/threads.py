@@ -88,7 +88,7 @@ def start_helpers(num_threads: int | None, helpers: bool = True) -> None:
     (and find numpy's BLAS for them), so that the first forward does not pay for it."""
     workers = _workers(helpers)
     if workers is not None:
-        workers.start_team(num_threads)
+        workers.team_for(num_threads)
 
 
 @contextlib.contextmanager

@@ -509,7 +509,7 @@ def constant_indices(text: str) -> list[Any]:
         raise ValueError(f"an index must be None, an integer, True / False or a list of them: "
                          f"{text!r}")
 
-    def as_index(item: Any) -> np.ndarray | None:
+    def to_array(item: Any) -> np.ndarray | None:
         if item is None:
             return None
         leaves = np.asarray(item, dtype=object).reshape(-1)
@@ -518,7 +518,7 @@ def constant_indices(text: str) -> list[Any]:
             raise ValueError(f"an index mixes True / False with integers: {text!r}")
         return np.asarray(item, np.bool_ if kinds == {True} else np.int64)
 
-    return [as_index(item) for item in map(value, tree.items)]
+    return [to_array(item) for item in map(value, tree.items)]
 
 
 def as_index(index: np.ndarray) -> np.ndarray:

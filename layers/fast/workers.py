@@ -221,11 +221,10 @@ def sharing(num_threads: int | None):
     """Share the kernels called in the body over ``num_threads`` threads (None: every usable
     core), this one and helpers; yields the Team, or None when the work stays on this
     thread (one thread wanted, no team here, or another forward has the team)."""
-    wanted = threads_wanted(num_threads)
-    if wanted < 2 or current() is not None:
+    if current() is not None:
         yield current()
         return
-    team = _team(wanted - 1)
+    team = team_for(num_threads)
     if team is None or not team.in_use.acquire(blocking=False):
         yield None
         return
@@ -239,11 +238,11 @@ def sharing(num_threads: int | None):
         team.in_use.release()
 
 
-def start_team(num_threads: int | None) -> None:
-    """Make the team a forward capped at ``num_threads`` would share its work with."""
+def team_for(num_threads: int | None) -> Team | None:
+    """The team a forward capped at ``num_threads`` shares its work with, started on first
+    use; None when one thread is wanted or numpy's BLAS was not found."""
     wanted = threads_wanted(num_threads)
-    if wanted >= 2:
-        _team(wanted - 1)
+    return _team(wanted - 1) if wanted >= 2 else None
 
 
 def _team(helpers: int) -> Team | None:
