@@ -273,7 +273,7 @@ class RuntimeGraph(GraphTools):
                                              else None)
                 with threads.setup(self.num_threads, self.helpers):  # packing weights
                     self._build()
-                if self.floor == "fast":        # now, not in the first forward (3 ms)
+                if self.floor == "fast":        # now, not in the first forward
                     threads.start_helpers(self.num_threads, self.helpers)
             except BaseException:
                 self.close()                    # back to NEED_INIT: init() reads the file anew
