@@ -13,8 +13,8 @@ function serves every activation (no signature per activation, nothing to compil
     RELU        max(x, 0)
     CLAMP       min(max(x, a), b)              ReLU6 (0, 6), Hardtanh (min_val, max_val)
     LEAKY       x if x >= 0 else a * x         LeakyReLU (negative_slope)
-    SIGMOID     1 / (1 + exp(-x))
-    SILU        x * sigmoid(x)
+    SIGMOID     1 / (1 + exp(-x))              exp: vexp.py's, which vectorises
+    SILU        x / (1 + exp(-x))              (libm's, per value, would not)
     HARDSWISH   x * clip(x + 3, 0, 6) / 6
     HARDSIGMOID clip(x + 3, 0, 6) / 6
     TANH        tanh(x)
@@ -37,6 +37,7 @@ import numpy as np
 from layers import activation as act
 from layers.registry import is_built_in
 from layers.fast.kernel import FLOAT, INT, array, kernel
+from layers.fast.vexp import exp32
 
 NONE, RELU, CLAMP, LEAKY, SIGMOID, SILU, HARDSWISH, HARDSIGMOID, TANH, GELU = range(10)
 
@@ -63,20 +64,25 @@ IDENTITY = Activation()
 
 def activation_of(layer) -> Activation | None:
     """The Activation a fast kernel applies for this activation layer, or None if it has none.
-    Exact types only (and GELU's fast subclass): a user's subclass may compute something
-    else."""
+    Only this package's layers (the reference ones and the fast floor's subclasses of them):
+    a user's subclass may compute something else."""
     kind = type(layer)
-    if kind is act.ReLU:
-        return Activation(RELU)
-    if kind in (act.ReLU6, act.Hardtanh):
-        return Activation(CLAMP, layer.min_val, layer.max_val)
-    if kind is act.LeakyReLU:
-        return Activation(LEAKY, layer.negative_slope)
-    if issubclass(kind, act.GELU) and is_built_in(kind):        # the fast floor's too
-        return Activation(GELU) if layer.approximate == "none" else None
-    simple = {act.Sigmoid: SIGMOID, act.SiLU: SILU, act.Hardswish: HARDSWISH,
-              act.Hardsigmoid: HARDSIGMOID, act.Tanh: TANH}
-    return Activation(simple[kind]) if kind in simple else None
+    if not is_built_in(kind):
+        return None
+    for base in kind.__mro__:                       # ReLU6 before Hardtanh, a fast class's base
+        if base in (act.ReLU6, act.Hardtanh):
+            return Activation(CLAMP, layer.min_val, layer.max_val)
+        if base is act.LeakyReLU:
+            return Activation(LEAKY, layer.negative_slope)
+        if base is act.GELU:
+            return Activation(GELU) if layer.approximate == "none" else None
+        if base in _SIMPLE:
+            return Activation(_SIMPLE[base])
+    return None
+
+
+_SIMPLE = {act.ReLU: RELU, act.Sigmoid: SIGMOID, act.SiLU: SILU, act.Hardswish: HARDSWISH,
+           act.Hardsigmoid: HARDSIGMOID, act.Tanh: TANH}
 
 
 @kernel(nogil=True, inline="always")
@@ -117,11 +123,11 @@ def activate_row(row, code, a, b, shift=0.0):
             row[i] = v if v >= zero else v * lo
     elif code == SIGMOID:
         for i in range(n):
-            row[i] = one / (one + np.exp(-(row[i] + s)))
+            row[i] = one / (one + exp32(-(row[i] + s)))
     elif code == SILU:
         for i in range(n):
             v = row[i] + s
-            row[i] = v * (one / (one + np.exp(-v)))
+            row[i] = v / (one + exp32(-v))
     elif code == HARDSWISH:
         for i in range(n):
             v = row[i] + s

