@@ -21,7 +21,8 @@ packing and each call. The rules, in order:
     winograd                 3x3, stride 1, dilation 1, groups 1, with WINOGRAD_MIN_CHANNELS
                              to WINOGRAD_MAX_CHANNELS input channels: F(4x4, 3x3), from
                              WINOGRAD_MIN_TILES 4x4 tiles, if its packing fits WINOGRAD_MAX_PACKED
-    winograd_f2              3x3, stride 1, dilation 1, groups 1, any channels: F(2x2, 3x3),
+    winograd_f2              3x3, stride 1, dilation 1, groups 1, from WINOGRAD_F2_MIN_CHANNELS
+                             input channels: F(2x2, 3x3),
                              from WINOGRAD_F2_MIN_TILES 2x2 tiles (WINOGRAD_F2_LARGE_MIN_TILES
                              if it packs more than WINOGRAD_F2_LARGE bytes)
     gemm                     any convolution: 1x1 in register tiles, k x k through im2col
@@ -69,6 +70,8 @@ WINOGRAD_MIN_CHANNELS = 16               # F(4x4): this many input channels at l
 WINOGRAD_MAX_CHANNELS = 64               # ... and at most (its error against float64)
 WINOGRAD_MIN_TILES = 16                  # F(4x4): at least this many 4x4 tiles (all images)
 WINOGRAD_MAX_PACKED = 16 * 2 ** 20       # F(4x4): at most this many bytes of packed weights
+WINOGRAD_F2_MIN_CHANNELS = 16            # F(2x2): this many input channels at least (fewer:
+                                         # its transforms cost more than im2col saves)
 WINOGRAD_F2_MIN_TILES = 16               # F(2x2): at least this many 2x2 tiles
 WINOGRAD_F2_LARGE = 8 * 2 ** 20          # F(2x2) packings of more bytes than this ...
 WINOGRAD_F2_LARGE_MIN_TILES = 64         # ... need this many tiles (4 images of 7x7)
@@ -223,8 +226,8 @@ def _warm_transposed() -> None:
 
 
 # ----- Winograd F(4x4) and F(2x2): layers/fast/winograd.py, winograd_f2.py ----------------
-def _is_winograd_ok(conv: Convolution) -> bool:
-    return conv.winograd_ok
+def _f2_fits(conv: Convolution) -> bool:
+    return conv.winograd_ok and conv.c_in >= WINOGRAD_F2_MIN_CHANNELS
 
 
 def _f4_accurate(conv: Convolution) -> bool:
@@ -349,7 +352,7 @@ ALGORITHMS: tuple[Algorithm, ...] = (
               make_call=_winograd_call("winograd", winograd_conv2d),
               warm=_warm_winograd(pack_winograd_weight, winograd_conv2d),
               releases_weight=True, pack_at_build=_f4_at_build),
-    Algorithm("winograd_f2", fits=_is_winograd_ok, pays=_f2_pays,
+    Algorithm("winograd_f2", fits=_f2_fits, pays=_f2_pays,
               pack=_on_every_core(pack_winograd_f2_weight),
               make_call=_winograd_call("winograd_f2", winograd_f2_conv2d),
               warm=_warm_winograd(pack_winograd_f2_weight, winograd_f2_conv2d),

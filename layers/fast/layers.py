@@ -24,6 +24,7 @@ for) it hands over to the reference code with ``super()``.
 
 from __future__ import annotations
 
+import functools
 from typing import Sequence
 
 import numpy as np
@@ -290,7 +291,7 @@ class KernelActivationLayer:
     form), run the reference layer."""
 
     def forward_inplace(self, x: np.ndarray) -> None:
-        activation = activation_of(self)
+        activation = self.kernel_activation
         if activation is None or not (_kernel_ready(x) and x.flags.writeable):
             super().forward_inplace(x)              # type: ignore[misc]
             return
@@ -302,6 +303,11 @@ class KernelActivationLayer:
             team.finish(rows, None, None, activation)
         else:
             bias_residual_activation(rows, None, None, activation)
+
+    @functools.cached_property
+    def kernel_activation(self) -> Activation | None:
+        """The activation as the kernels take it (epilogue.activation_of), found once."""
+        return activation_of(self)
 
 
 SHARED_FROM = 1 << 15        # values: below, waking the helpers costs more than it saves

@@ -13,9 +13,9 @@ import pytest
 
 from layers.fast import algorithms, jobs
 from layers.fast.algorithms import (WINOGRAD_F2_LARGE, WINOGRAD_F2_LARGE_MIN_TILES,
-                                    WINOGRAD_F2_MIN_TILES, WINOGRAD_MAX_CHANNELS,
-                                    WINOGRAD_MAX_PACKED, WINOGRAD_MIN_CHANNELS,
-                                    WINOGRAD_MIN_TILES)
+                                    WINOGRAD_F2_MIN_CHANNELS, WINOGRAD_F2_MIN_TILES,
+                                    WINOGRAD_MAX_CHANNELS, WINOGRAD_MAX_PACKED,
+                                    WINOGRAD_MIN_CHANNELS, WINOGRAD_MIN_TILES)
 from layers.fast.conv import PackedConv2d
 from layers.fast.depthwise import uses_channels_last
 from layers.fast.simd import COLUMNS
@@ -51,7 +51,8 @@ def documented_rule(c_in, c_out, k, stride, dilation, groups, winograd, batch, o
         return "winograd"
     tiles2 = batch * -(-out_hw[0] // 2) * -(-out_hw[1] // 2)
     large = 16 * c_out * c_in * 4 > WINOGRAD_F2_LARGE
-    if tiles2 >= (WINOGRAD_F2_LARGE_MIN_TILES if large else WINOGRAD_F2_MIN_TILES):
+    if c_in >= WINOGRAD_F2_MIN_CHANNELS and tiles2 >= (WINOGRAD_F2_LARGE_MIN_TILES if large
+                                                       else WINOGRAD_F2_MIN_TILES):
         return "winograd_f2"
     return "gemm"
 
@@ -140,15 +141,16 @@ def test_the_candidates_are_every_algorithm_some_size_may_choose():
         else:
             assert candidates[-1] == "gemm"
             assert ("pointwise_transposed" in candidates) == packed.pointwise
-            assert ("winograd_f2" in candidates) == packed.winograd_ok
+            assert ("winograd_f2" in candidates) == (packed.winograd_ok
+                                                     and c_in >= WINOGRAD_F2_MIN_CHANNELS)
             assert ("winograd" in candidates) == (packed.winograd_ok and WINOGRAD_MIN_CHANNELS
                                                   <= c_in <= WINOGRAD_MAX_CHANNELS)
 
 
 def test_what_is_packed_at_build_for_sizes_known_late():
     """F(4x4) where it runs (16 to 64 channels); else F(2x2) if that packing is not large
-    (F(4x4) never runs with too many or too few channels); a 1x1's transposed panels where
-    C_out fills their lanes."""
+    (F(4x4) never runs with more channels) and it fits (not with fewer than 16: im2col runs
+    those); a 1x1's transposed panels where C_out fills their lanes."""
     packs = []
     for c_in, c_out, k in ((64, 64, 3), (256, 512, 3), (512, 512, 3), (256, 256, 3),
                            (8, 8, 3), (64, 2 * COLUMNS, 1), (64, COLUMNS // 2, 1)):
@@ -156,7 +158,7 @@ def test_what_is_packed_at_build_for_sizes_known_late():
         chosen = [a.name for a in algorithms.candidates(packed)
                   if a.pack_at_build is not None and a.pack_at_build(packed)]
         packs.append(chosen)
-    assert packs == [["winograd"], ["winograd_f2"], [], ["winograd_f2"], ["winograd_f2"],
+    assert packs == [["winograd"], ["winograd_f2"], [], ["winograd_f2"], [],
                      ["pointwise_transposed"], []]
 
 

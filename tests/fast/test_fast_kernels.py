@@ -187,16 +187,16 @@ WINOGRAD = {   # (N, C_in, H, W), C_out, (top, bottom, left, right); each >= 16 
 }
 
 
-WINOGRAD_F2 = {   # fewer than 16 tiles of 4x4 (or channels outside F(4x4)'s range), at least
-    # 16 of 2x2: F(2x2) is chosen
+WINOGRAD_F2 = {   # 16 input channels or more, and fewer than 16 tiles of 4x4 (or channels
+    # above F(4x4)'s range), at least 16 of 2x2: F(2x2) is chosen
     "7x7 pad 1": ((1, 16, 7, 7), 8, (1, 1, 1, 1)),
-    "12x12": ((1, 8, 12, 12), 12, (1, 1, 1, 1)),
-    "odd sizes": ((2, 5, 5, 6), 7, (1, 1, 1, 1)),
-    "no padding": ((1, 4, 11, 9), 3, (0, 0, 0, 0)),
-    "asymmetric": ((2, 3, 6, 7), 6, (0, 2, 1, 0)),
-    "pad 2": ((1, 4, 6, 5), 5, (2, 2, 2, 2)),
-    "tiny images": ((8, 3, 3, 2), 2, (1, 1, 1, 1)),
-    "few channels, 16x16": ((2, 4, 16, 16), 8, (1, 1, 1, 1)),
+    "12x12": ((1, 18, 12, 12), 12, (1, 1, 1, 1)),
+    "odd sizes": ((2, 21, 5, 6), 7, (1, 1, 1, 1)),
+    "no padding": ((1, 16, 11, 9), 3, (0, 0, 0, 0)),
+    "asymmetric": ((2, 17, 6, 7), 6, (0, 2, 1, 0)),
+    "pad 2": ((1, 20, 6, 5), 5, (2, 2, 2, 2)),
+    "tiny images": ((8, 16, 3, 2), 2, (1, 1, 1, 1)),
+    "many channels, 16x16": ((2, 65, 16, 16), 8, (1, 1, 1, 1)),
     "many channels, 28x28": ((1, 96, 28, 28), 8, (1, 1, 1, 1)),
 }
 
@@ -219,7 +219,7 @@ def test_winograd_matches_reference_and_torch(case, algorithm):
 
 
 @pytest.mark.parametrize("shape, algorithm", [((2, 16, 16, 16), "winograd"),
-                                              ((1, 4, 7, 7), "winograd_f2")])
+                                              ((1, 16, 7, 7), "winograd_f2")])
 @pytest.mark.parametrize("values", [(np.inf, -np.inf, np.nan), (np.nan,), (-np.inf,)],
                          ids=["inf -inf nan", "nan alone", "-inf alone"])
 def test_winograd_inputs_with_inf_or_nan_give_nan_where_torch_does(shape, algorithm, values):
@@ -248,9 +248,14 @@ def test_a_convolution_loads_the_kernels_it_may_run_when_it_is_loaded(monkeypatc
                {"weight": rand(4, 16, 3, 3), "bias": rand(4)}, fast=True)
     assert sorted(loaded) == ["gemm", "winograd", "winograd_f2"]
     loaded.clear()
+    make_layer("nn.Conv2d", dict(in_channels=96, out_channels=4, kernel_size=(3, 3),
+                                 bias=True), {"weight": rand(4, 96, 3, 3), "bias": rand(4)},
+               fast=True)
+    assert sorted(loaded) == ["gemm", "winograd_f2"]              # F(4x4): up to 64 channels
+    loaded.clear()
     make_layer("nn.Conv2d", dict(in_channels=4, out_channels=4, kernel_size=(3, 3), bias=True),
                {"weight": rand(4, 4, 3, 3), "bias": rand(4)}, fast=True)
-    assert sorted(loaded) == ["gemm", "winograd_f2"]              # F(4x4): 16 channels up
+    assert sorted(loaded) == ["gemm"]                             # F(2x2): 16 channels up
     loaded.clear()
     make_layer("nn.Conv2d", dict(in_channels=4, out_channels=4, kernel_size=(3, 3), groups=4,
                                  bias=False), {"weight": rand(4, 1, 3, 3)}, fast=True)
@@ -266,7 +271,7 @@ def test_the_winograd_variant_follows_the_tiles_and_the_weights():
     assert packed.algorithm(1, (7, 7)) == "winograd_f2"       # 16 of 2x2
     assert packed.algorithm(1, (5, 5)) == "gemm"              # 9 of 2x2: weights dominate
     few = PackedConv2d(rand(8, 8, 3, 3), None, (1, 1), (1, 1), 1)
-    assert few.algorithm(8, (7, 7)) == "winograd_f2"          # F(4x4): 16 to 64 channels
+    assert few.algorithm(8, (56, 56)) == "gemm"               # Winograd: 16 channels up
     assert PackedConv2d(rand(8, 128, 3, 3), None, (1, 1), (1, 1), 1).algorithm(
         1, (56, 56)) == "winograd_f2"
     big = PackedConv2d(rand(512, 512, 3, 3), None, (1, 1), (1, 1), 1)
@@ -378,7 +383,7 @@ def test_unknown_activations_have_no_kernel_code():
     ("gemm", (2, 8, 6, 6), (8, 8, 3, 3), 1, (2, 2)),
     ("gemm", (2, 8, 6, 6), (8, 8, 1, 1), 1, (1, 1)),
     ("depthwise", (2, 8, 9, 9), (8, 1, 3, 3), 8, (1, 1)),
-    ("winograd_f2", (1, 8, 7, 7), (8, 8, 3, 3), 1, (1, 1)),
+    ("winograd_f2", (1, 16, 7, 7), (8, 16, 3, 3), 1, (1, 1)),
 ], ids=["winograd", "im2col", "1x1", "depthwise", "winograd f2"])
 @pytest.mark.parametrize("name", ["relu", "relu6", "silu", "hardswish", "leaky"])
 def test_each_kernel_fuses_residual_and_activation(algorithm_case, name):
@@ -475,9 +480,9 @@ def test_max_pool_fast_path_matches_reference_and_torch(case, nan_every):
 
 
 def test_a_dynamic_graph_packs_at_build_what_any_size_will_need(monkeypatch):
-    """Shapes unknown at build: a convolution whose F(4x4) packing would be too large (or
-    that has too few channels for F(4x4)) runs F(2x2) at any size worth it, so that packing
-    is made at build; one that fits F(4x4) gets that packing; others wait for a size."""
+    """Shapes unknown at build: a convolution whose F(4x4) packing would be too large runs
+    F(2x2) at any size worth it, so that packing is made at build; one that fits F(4x4) gets
+    that packing; others (too few channels for Winograd: im2col) wait for a size."""
     from layers.fast import algorithms
 
     monkeypatch.setattr(algorithms, "WINOGRAD_MAX_PACKED", 36 * 8 * 32 * 4 - 1)
@@ -488,6 +493,6 @@ def test_a_dynamic_graph_packs_at_build_what_any_size_will_need(monkeypatch):
         packed.prepare_for_any_size()
     assert list(big._packs) == ["winograd_f2"] and list(small._packs) == ["winograd"]
     assert huge._packs == {}
-    assert list(few._packs) == ["winograd_f2"]
+    assert few._packs == {} and few.algorithm(8, (56, 56)) == "gemm"
     assert big.algorithm(8, (7, 7)) == "winograd_f2" and small.algorithm(8, (7, 7)) == "winograd"
     assert huge.algorithm(1, (7, 7)) == "gemm" and huge.algorithm(4, (7, 7)) == "winograd_f2"

@@ -29,7 +29,8 @@ import torch.nn.functional as F
 
 from layers import kernels
 from layers.fast import algorithms, workers
-from layers.fast.algorithms import BY_NAME, WINOGRAD_MAX_CHANNELS, WINOGRAD_MIN_CHANNELS
+from layers.fast.algorithms import (BY_NAME, WINOGRAD_F2_MIN_CHANNELS, WINOGRAD_MAX_CHANNELS,
+                                    WINOGRAD_MIN_CHANNELS)
 from layers.fast.conv import PackedConv2d
 from layers.fast.epilogue import IDENTITY
 
@@ -57,7 +58,10 @@ CONVOLUTIONS = {
 
 
 def channels_of(name: str) -> tuple[int, ...]:
-    return F4_CHANNELS if CONVOLUTIONS[name][0] == "winograd" else CHANNELS
+    algorithm = CONVOLUTIONS[name][0]
+    if algorithm == "winograd_f2":                   # from WINOGRAD_F2_MIN_CHANNELS
+        return tuple(c for c in CHANNELS if c >= WINOGRAD_F2_MIN_CHANNELS)
+    return F4_CHANNELS if algorithm == "winograd" else CHANNELS
 
 
 def generator(*key: object) -> np.random.Generator:
@@ -140,11 +144,13 @@ def test_linear_is_within_4x_torchs_error(in_features, inputs, shared):
 @pytest.mark.parametrize("c_in", [1, 3, 8, WINOGRAD_MIN_CHANNELS - 1, WINOGRAD_MAX_CHANNELS + 1,
                                   128, 256, 512])
 def test_f4_never_runs_where_its_error_passes_4x_torchs(c_in):
-    """Outside its channel range, F(4x4) is no candidate at any size: F(2x2) takes over."""
+    """Outside its channel range, F(4x4) is no candidate at any size: F(2x2) takes over
+    (im2col below F(2x2)'s channels)."""
     packed = PackedConv2d(np.zeros((32, c_in, 3, 3), np.float32), None, (1, 1), (1, 1), 1)
     names = [a.name for a in algorithms.candidates(packed)]
-    assert "winograd" not in names and "winograd_f2" in names
-    assert packed.algorithm(8, (56, 56)) == "winograd_f2"
+    f2 = c_in >= WINOGRAD_F2_MIN_CHANNELS
+    assert "winograd" not in names and ("winograd_f2" in names) == f2
+    assert packed.algorithm(8, (56, 56)) == ("winograd_f2" if f2 else "gemm")
 
 
 def print_ratios() -> None:
