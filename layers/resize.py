@@ -174,6 +174,10 @@ def interpolate(x: np.ndarray, out_sizes: Sequence[int], mode: str = "nearest",
                 antialias: bool = False) -> np.ndarray:
     """``F.interpolate`` of an (N, C, *spatial) array to ``out_sizes``; ``scale_factors``
     (when the caller gave them) set the source step instead of in/out, as in torch."""
+    if mode in ("nearest", "nearest-exact") and not antialias:
+        factors = _whole_factors(x.shape[2:], out_sizes, scale_factors, mode)
+        if factors is not None:                # each input copied k times: one pass
+            return repeat_each(x, factors)
     y = x
     for i, out_size in enumerate(out_sizes):
         axis, in_size = 2 + i, x.shape[2 + i]
@@ -188,6 +192,43 @@ def interpolate(x: np.ndarray, out_sizes: Sequence[int], mode: str = "nearest",
             taps = linear_taps(in_size, out_size, scale, align_corners)
         y = resample_axis(y, axis, *taps)
     return y.astype(x.dtype, copy=False)
+
+
+def _whole_factors(in_sizes: Sequence[int], out_sizes: Sequence[int],
+                   scale_factors: Sequence[float] | None, mode: str) -> list[int] | None:
+    """For nearest resizing where every output position o along each axis copies input
+    o // k (k = out / in, a whole number): the k of each axis; else None."""
+    factors = []
+    for i, (in_size, out_size) in enumerate(zip(in_sizes, out_sizes)):
+        if in_size == 0 or out_size % in_size:
+            return None
+        k = out_size // in_size
+        scale = scale_factors[i] if scale_factors is not None else None
+        taps = nearest_taps(in_size, out_size, scale, mode == "nearest-exact")[0][0]
+        if not np.array_equal(taps, np.arange(out_size) // k):
+            return None
+        factors.append(k)
+    return factors
+
+
+def repeat_each(x: np.ndarray, factors: Sequence[int]) -> np.ndarray:
+    """(N, C, *spatial) -> each spatial element repeated factors[i] times along axis 2 + i.
+    The last axis first, as k interleaved copies (out[..., j] = x for each j < k); then each
+    earlier axis, as k copies of its whole rows (a broadcast whose inner loop is long)."""
+    y = x
+    for axis in reversed(range(2, x.ndim)):
+        k = factors[axis - 2]
+        if k == 1:
+            continue
+        shape = y.shape
+        out = np.empty((*shape[:axis + 1], k, *shape[axis + 1:]), x.dtype)
+        if axis == x.ndim - 1:
+            for j in range(k):
+                out[..., j] = y
+        else:
+            out[...] = y.reshape(*shape[:axis + 1], 1, *shape[axis + 1:])
+        y = out.reshape(*shape[:axis], shape[axis] * k, *shape[axis + 1:])
+    return x.copy() if y is x else y
 
 
 # ----- the layers -------------------------------------------------------------------------------

@@ -70,12 +70,24 @@ def test_avg_pool2d_divisor_override():
     ((7, 7), (3, 3)), ((10, 10), (4, 4)), ((7, 10), (3, 4)), ((9, 9), 1), ((5, 6), (5, 6)),
     ((3, 4), (5, 7)),                                               # upsampling bins
     ((7, 9), (2, None)), ((7, 9), (None, 4)),
-    ((32, 32), (1, 1)), ((40, 33), 1),            # global pooling: the fast path, and past it
+    ((32, 32), (1, 1)), ((64, 64), 1), ((70, 59), 1),   # global: a GEMV up to 64x64, then not
 ], ids=str)
 def test_adaptive_avg_pool2d_matches_torch(in_size, output_size):
     params = {"output_size": output_size}
     check_layer("nn.AdaptiveAvgPool2d", nn.AdaptiveAvgPool2d(output_size), [(2, 3, *in_size)],
                 params)
+
+
+@pytest.mark.parametrize("size", [7, 56, 64])
+def test_global_avg_pool_is_as_exact_as_torchs(size):
+    """The GEMV's float32 sums stay within 4x torch's error against float64, on values
+    with a large common part (where rounding shows most)."""
+    rng = np.random.default_rng(size)
+    x = (100 + rng.standard_normal((2, 64, size, size))).astype(np.float32)
+    (y,) = make_layer("nn.AdaptiveAvgPool2d", {"output_size": 1}).forward([x])
+    exact = x.astype(np.float64).mean(axis=(2, 3), keepdims=True)
+    torch_error = np.abs(F.adaptive_avg_pool2d(torch.from_numpy(x), 1).numpy() - exact).max()
+    assert np.abs(y - exact).max() <= 4 * max(torch_error, np.finfo(np.float32).eps * 100)
 
 
 def test_global_avg_pool_keeps_a_nan_in_its_own_plane():

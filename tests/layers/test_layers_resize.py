@@ -41,6 +41,25 @@ def test_interpolate_2d_matches_torch(mode, align_corners, size, scale_factor):
         [(2, 3, 5, 6)], params)
 
 
+@pytest.mark.parametrize("mode, size, scale_factor, shape", [
+    ("nearest", (10, 18), None, (2, 3, 5, 6)), ("nearest-exact", None, 3.0, (2, 3, 5, 6)),
+    ("nearest-exact", (20, 12), None, (1, 2, 5, 6)), ("nearest", None, (1.0, 4.0), (1, 2, 5, 6)),
+    ("nearest", None, 2.0, (1, 2, 3, 4, 5)), ("nearest", None, 2.0, (0, 2, 3, 4)),
+    ("nearest", None, 2.0, (1, 16, 40, 40)),
+], ids=str)
+def test_whole_factor_nearest_copies_each_value_as_torch(mode, size, scale_factor, shape):
+    """Every output copies input o // k on each axis: the one-pass path (resize.repeat_each),
+    NaN and Inf copied as they are."""
+    x = rand(*shape)
+    x.reshape(-1)[:3] = [np.nan, np.inf, -np.inf][:x.size]
+    layer = make_layer("F.interpolate", {"mode": mode, "size": size,
+                                         "scale_factor": scale_factor})
+    (got,) = layer.forward([x])
+    want = F.interpolate(torch.from_numpy(x), size=size, scale_factor=scale_factor,
+                         mode=mode).numpy()
+    np.testing.assert_array_equal(got, want)
+
+
 @pytest.mark.parametrize("scale_factor", [(0.5, 1.5), (2.0, 3.0), (1.3, 0.7)], ids=str)
 @pytest.mark.parametrize("mode", ["nearest", "bilinear"])
 def test_interpolate_with_a_scale_factor_per_dim(mode, scale_factor):
