@@ -85,9 +85,9 @@ class PackedConv2d:
         pads are (top, bottom, left, right) zeros around x. ``out``: a C-contiguous float32
         array of the output's shape to write into (not overlapping x or residual), or None
         for a new one."""
-        x = _kernel_layout(x)
+        x = kernel_layout(x)
         if residual is not None:
-            residual = _kernel_layout(residual)
+            residual = kernel_layout(residual)
         y = np.empty((x.shape[0], self.c_out, *out_hw), np.float32) if out is None else out
         self.call_for(x.shape, pads, out_hw, activation)(x, residual, y)
         return y
@@ -107,7 +107,7 @@ class PackedConv2d:
         return algorithms.choose(self, batch, out_hw).make_call(self, pads, out_hw, activation)
 
 
-def _kernel_layout(x: np.ndarray) -> np.ndarray:
+def kernel_layout(x: np.ndarray) -> np.ndarray:
     """x as the kernels take it: float32, C-contiguous, aligned, writeable (a copy if not)."""
     flags = x.flags
     if x.dtype == np.float32 and flags.c_contiguous and flags.aligned and flags.writeable:

@@ -11,6 +11,8 @@ for) it hands over to the reference code with ``super()``.
                           fused padding, residual and activation applied in the kernels
     FastConv1d            nn.Conv1d: FastConv2d over a height of 1
     FastFunctionalConv2d  F.conv2d / F.conv1d, weights as inputs: packed on every call
+    FastConvTranspose2d   nn.ConvTranspose2d / 1d whose kernel is its stride: one product in
+                          register tiles, then a strided copy per tap
     FastLinear            nn.Linear: the product shared with the helper threads (workers.py)
     FastMaxPool2d         nn.MaxPool2d / nn.MaxPool1d / aten::max_pool2d: pool.py's kernel
     FastExpression        pnnx.Expression of one elementwise function (add(@0,@1), ...):
@@ -31,10 +33,13 @@ import numpy as np
 
 from layers import kernels
 from layers.base import FusesActivation, Layer, Shape
-from layers.convolution import Conv1d, Conv2d, FunctionalConv1d, FunctionalConv2d, lift_shape
+from layers.convolution import (Conv1d, Conv2d, ConvTranspose1d, ConvTranspose2d,
+                                FunctionalConv1d, FunctionalConv2d, lift_shape)
 from layers.expression import ELEMENTWISE, ExpressionLayer
 from layers.fast import norm, pool, workers
-from layers.fast.conv import PackedConv2d
+from layers.fast.conv import PackedConv2d, kernel_layout
+from layers.fast.pointwise import pointwise_conv2d
+from layers.fast.team import scratch
 from layers.activation import GELU, Hardsigmoid, Hardswish, Sigmoid, SiLU
 from layers.attention import MultiheadAttention
 from layers.fast.epilogue import (IDENTITY, Activation, activation_of,
@@ -182,6 +187,72 @@ class FastFunctionalConv2d(FunctionalConv2d):
 @register_fast_layer("F.conv1d")
 class FastFunctionalConv1d(FunctionalConv1d, FastFunctionalConv2d):
     """F.conv1d: FunctionalConv1d lifts to 2-D and FastFunctionalConv2d runs it."""
+
+
+@register_fast_layer("nn.ConvTranspose2d")
+class FastConvTranspose2d(ConvTranspose2d):
+    """nn.ConvTranspose2d whose kernel equals its stride (a UNet's 2x2 stride-2 upsampling),
+    without padding, dilation or groups: the windows of the input pixels do not overlap, so
+    it is one matrix product and a scatter::
+
+        cols[(i, j, o), p] = sum_c weight[c, o, i, j] x[c, p] + bias[o]   (pointwise.py,
+                                                     in register tiles, shared over threads)
+        y[o, ih * kh + i, iw * kw + j] = cols[(i, j, o), (ih, iw)]        one strided copy
+                                                                          per tap (i, j)
+
+    Every other transposed convolution runs the reference (a product, then adds per tap)."""
+
+    def load_model(self, weights: dict[str, np.ndarray]) -> None:
+        super().load_model(weights)
+        c_in, c_out, kh, kw = self.weight.shape
+        self.no_overlap = (tuple(self.kernel_size) == tuple(self.stride) and self.groups == 1
+                           and not any(self.padding) and not any(self.output_padding)
+                           and tuple(self.dilation) == (1, 1))
+        if self.no_overlap:          # rows (i, j, o) of the product, and their bias
+            self.tap_rows = np.ascontiguousarray(
+                self.weight.transpose(2, 3, 1, 0).reshape(kh * kw * c_out, c_in), np.float32)
+            self.tap_bias = (None if self.bias is None
+                             else np.tile(np.asarray(self.bias, np.float32), kh * kw))
+
+    support_forward_into = True          # the taps are copied into the planned buffer
+
+    def _conv_transpose(self, x: np.ndarray, weight: np.ndarray, bias: np.ndarray | None
+                        ) -> np.ndarray:
+        if not self._fast(x, weight):
+            return super()._conv_transpose(x, weight, bias)
+        n, _, h, w = x.shape
+        _, c_out, kh, kw = weight.shape
+        return self._into(x, np.empty((n, c_out, h * kh, w * kw), np.float32))
+
+    def forward_into(self, inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray]) -> None:
+        x, out = inputs[0], outputs[0]
+        if x.ndim == 4 and self._fast(x, self.weight):
+            self._into(x, out)
+        else:                                      # the 1-D layer's (N, C, L), the reference
+            np.copyto(out, self.forward(list(inputs))[0])
+
+    def _fast(self, x: np.ndarray, weight: np.ndarray) -> bool:
+        return (self.no_overlap and weight is self.weight and x.ndim == 4
+                and x.dtype == np.float32)
+
+    def _into(self, x: np.ndarray, y: np.ndarray) -> np.ndarray:
+        """y (N, C_out, H kh, W kw) <- the product's taps, each copied to its place; the
+        product goes to a work buffer kept between calls (team.scratch)."""
+        n, c_in, h, w = x.shape
+        _, c_out, kh, kw = self.weight.shape
+        cols = scratch("transposed_taps", (n, kh * kw * c_out, h * w))
+        pointwise_conv2d(self.tap_rows, kernel_layout(x).reshape(n, c_in, h * w),
+                         self.tap_bias, None, IDENTITY, cols)
+        taps, spread = cols.reshape(n, kh, kw, c_out, h, w), y.reshape(n, c_out, h, kh, w, kw)
+        for i in range(kh):
+            for j in range(kw):
+                spread[:, :, :, i, :, j] = taps[:, i, j]
+        return y
+
+
+@register_fast_layer("nn.ConvTranspose1d")
+class FastConvTranspose1d(ConvTranspose1d, FastConvTranspose2d):
+    """nn.ConvTranspose1d: ConvTranspose1d lifts to 2-D and FastConvTranspose2d runs it."""
 
 
 @register_fast_layer("nn.Linear")
