@@ -13,7 +13,8 @@ for) it hands over to the reference code with ``super()``.
     FastFunctionalConv2d  F.conv2d / F.conv1d, weights as inputs: packed on every call
     FastConvTranspose2d   nn.ConvTranspose2d / 1d whose kernel is its stride: one product in
                           register tiles, then a strided copy per tap
-    FastLinear            nn.Linear: the product shared with the helper threads (workers.py)
+    FastLinear            nn.Linear: from 16 rows in register tiles with bias and activation
+                          (pointwise.py), else BLAS shared with the helper threads
     FastMaxPool2d         nn.MaxPool2d / nn.MaxPool1d / aten::max_pool2d: pool.py's kernel
     FastExpression        pnnx.Expression of one elementwise function (add(@0,@1), ...):
                           numpy's ufunc straight into the planned buffer
@@ -27,6 +28,7 @@ for) it hands over to the reference code with ``super()``.
 from __future__ import annotations
 
 import functools
+import math
 from typing import Sequence
 
 import numpy as np
@@ -40,6 +42,7 @@ from layers.fast import norm, pool, workers
 from layers.fast.conv import PackedConv2d, kernel_layout
 from layers.fast.pointwise import pointwise_conv2d
 from layers.fast.team import scratch
+from parser.bin import release_pages
 from layers.activation import GELU, Hardsigmoid, Hardswish, Sigmoid, SiLU
 from layers.attention import MultiheadAttention
 from layers.fast.epilogue import (IDENTITY, Activation, activation_of,
@@ -257,14 +260,84 @@ class FastConvTranspose1d(ConvTranspose1d, FastConvTranspose2d):
 
 @register_fast_layer("nn.Linear")
 class FastLinear(KernelActivation, Linear):
-    """nn.Linear: one product x (M, in) @ weight.T (in, out) into a fresh output, the weight
-    read as stored (BLAS takes the transpose as a flag), shared with the helper threads when
-    a forward has them; then the bias in place."""
+    """nn.Linear, y (M, out) = x (M, in) @ weight.T + bias, then the fused activation.
+
+    From TILED_FROM rows of x (a transformer's tokens), in pointwise.py's register tiles,
+    with x's rows as the tiles' rows and the weight transposed as their columns, the bias one
+    more row of it (x gets a column of ones), and the activation applied in the tiles: one
+    pass, shared with the helper threads. The transposed weight is packed when a size first
+    needs it (at build for the traced size) and the mapped weight's pages are given back.
+    Fewer rows (a classifier's one vector): BLAS on the weight as stored, shared too, then
+    the bias and the activation."""
+
+    packed_columns: np.ndarray | None = None
+
+    def prepare(self, input_shapes: Sequence[Shape] | None) -> None:
+        if input_shapes is not None and self._tiled(input_shapes[0]):
+            self._columns()
+
+    support_forward_into = True          # the tiles write into the planned buffer
+
+    def forward_one(self, x: np.ndarray) -> np.ndarray:
+        activation = self._tiled_activation(x)
+        if activation is None:
+            return super().forward_one(x)
+        y = np.empty((*x.shape[:-1], self.out_features), np.float32)
+        self._tiles(x, y, activation)
+        return y
+
+    def forward_into(self, inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray]) -> None:
+        activation = self._tiled_activation(inputs[0])
+        if activation is None:
+            np.copyto(outputs[0], self.forward(list(inputs))[0])
+        else:
+            self._tiles(inputs[0], outputs[0], activation)
+
+    def _tiled_activation(self, x: np.ndarray) -> Activation | None:
+        """The activation the tiles apply, if x runs the register tiles; else None."""
+        if x.ndim < 1 or x.dtype != np.float32 or not self._tiled(x.shape):
+            return None
+        if self.fused_activation is None:
+            return IDENTITY
+        return activation_of(self.fused_activation)
+
+    def _tiles(self, x: np.ndarray, y: np.ndarray, activation: Activation) -> None:
+        """y (..., out) <- activation(x (..., in) @ weight.T + bias), in the tiles."""
+        rows = x.reshape(-1, self.in_features)
+        if self.bias is not None:                  # [x, 1] @ [weight.T; bias]
+            augmented = scratch("linear_rows", (rows.shape[0], self.in_features + 1))
+            augmented[:, :-1] = rows
+            augmented[:, -1] = 1.0
+            rows = augmented
+        else:
+            rows = kernel_layout(rows)
+        pointwise_conv2d(rows, self._columns(), None, None, activation,
+                         y.reshape(1, rows.shape[0], self.out_features))
 
     def _linear(self, x: np.ndarray) -> np.ndarray:
         if x.ndim < 1 or x.dtype != np.float32:
             return super()._linear(x)
         return shared_linear(x, self.weight, self.bias)
+
+    def _tiled(self, shape: Shape) -> bool:
+        """Whether inputs of this shape run the register tiles (TILED_FROM rows or more)."""
+        return len(shape) >= 1 and math.prod(shape[:-1]) >= TILED_FROM
+
+    def _columns(self) -> np.ndarray:
+        """(1, in [+ 1], out): the weight transposed, the bias below it; made once."""
+        columns = self.packed_columns
+        if columns is None:
+            extra = 0 if self.bias is None else 1
+            columns = np.empty((1, self.in_features + extra, self.out_features), np.float32)
+            columns[0, :self.in_features] = self.weight.T
+            if self.bias is not None:
+                columns[0, -1] = self.bias
+            self.packed_columns = columns
+            release_pages(self.weight)             # read again only for a few rows
+        return columns
+
+
+TILED_FROM = 16        # rows of x: fewer fill too few of a tile's rows (BLAS's GEMV wins)
 
 
 def shared_linear(x: np.ndarray, weight: np.ndarray, bias: np.ndarray | None) -> np.ndarray:
