@@ -340,9 +340,7 @@ class MultiheadAttention(Layer):
         query, key, value, mask = self._split(inputs)
         batched = query.ndim == 3
         query, key, value = (self._batch_first(x) for x in (query, key, value))  # (N, len, dim)
-        q = self._project(query, self.q_weight, self.q_bias)           # (N, L, E)
-        k = self._project(key, self.k_weight, self.k_bias)             # (N, S, E)
-        v = self._project(value, self.v_weight, self.v_bias)           # (N, S, E)
+        q, k, v = self._project_qkv(query, key, value)    # (N, L, E), (N, S, E), (N, S, E)
         bias = None if mask is None else additive_mask(mask, masked_value=True)
         if bias is not None and bias.ndim == 3:
             bias = bias.reshape(N, self.num_heads, L, S)               # (N, H, L, S)
@@ -359,8 +357,7 @@ class MultiheadAttention(Layer):
                                 transposed=True)                       # (N, H, L, S')
         if bias is not None:
             scores = scores + bias
-        with np.errstate(invalid="ignore"):
-            weights = kernels.softmax(scores, -1)                      # a blocked row: NaN
+        weights = self._softmax(scores)                                # a blocked row: NaN
         out = self._products(weights, v).transpose(0, 2, 1, 3).reshape(N, L, self.embed_dim)
         out = self._project(out, self.out_weight, self.out_bias)       # (N, L, E)
         if not batched:
@@ -373,10 +370,23 @@ class MultiheadAttention(Layer):
             results.append(mean if batched else mean[0])
         return results
 
+    def _project_qkv(self, query: np.ndarray, key: np.ndarray, value: np.ndarray
+                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The query, key and value projections (a fast layer makes one product of them
+        for self-attention)."""
+        return (self._project(query, self.q_weight, self.q_bias),
+                self._project(key, self.k_weight, self.k_bias),
+                self._project(value, self.v_weight, self.v_bias))
+
     def _project(self, x: np.ndarray, weight: np.ndarray, bias: np.ndarray | None
                  ) -> np.ndarray:
         """x @ weight.T + bias over the last dim (a fast layer shares it over threads)."""
         return kernels.linear(x, weight, bias)
+
+    def _softmax(self, scores: np.ndarray) -> np.ndarray:
+        """The softmax of the scores over the keys (the last dim; a fast layer's kernel)."""
+        with np.errstate(invalid="ignore"):
+            return kernels.softmax(scores, -1)
 
     def _products(self, a: np.ndarray, b: np.ndarray, transposed: bool = False) -> np.ndarray:
         """a @ b (a @ b^T if ``transposed``) over the last two dims, the others batched."""

@@ -14,6 +14,8 @@
     epilogue.py    bias + residual + activation in one pass; the activation codes
     pool.py        max pooling, separable: rows, then columns
     norm.py        layer normalisation, row by row
+    softmax.py     softmax over the last dim, row by row
+    vexp.py        exp in plain arithmetic, so that loops calling it vectorise
     simd.py        a register tile of a matrix product as numba intrinsics (LLVM IR)
     atomics.py     atomics, a float array at an address, BLAS by address: numba intrinsics
     jobs.py        a kernel call as a job cut into chunks that threads take without locks

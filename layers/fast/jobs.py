@@ -30,8 +30,8 @@ from __future__ import annotations
 import numpy as np
 
 # the kernel modules, below this one (none imports it, nor workers.py): their range kernels
-from layers.fast import (depthwise, epilogue, gemm, pointwise, pointwise_transposed, winograd,
-                         winograd_f2)
+from layers.fast import (depthwise, epilogue, gemm, pointwise, pointwise_transposed, softmax,
+                         winograd, winograd_f2)
 from layers.fast.atomics import (NO_TRANS, TRANS, add, compare_swap, float_array, load, pause,
                                  sgemm, sgemv, store)
 from layers.fast.kernel import FLOAT, INT, array, kernel
@@ -67,7 +67,7 @@ def int_fields(count: int) -> tuple[int, ...]:
 # ----- the kinds of job and their fields ---------------------------------------------------
 DEPTHWISE, DEPTHWISE_BLOCKS, EPILOGUE, GEMM, IM2COL = 1, 2, 3, 4, 5
 WINOGRAD_IN, WINOGRAD_OUT, WINOGRAD_F2_IN, WINOGRAD_F2_OUT, POINTWISE = 6, 7, 8, 9, 10
-POINTWISE_TRANSPOSED = 11
+POINTWISE_TRANSPOSED, SOFTMAX = 11, 12
 
 # DEPTHWISE, DEPTHWISE_BLOCKS: depthwise.depthwise_planes / depthwise_blocks
 DW_X, DW_WEIGHT, DW_BIAS, DW_Y = array_fields(4)
@@ -100,6 +100,9 @@ WI_TOP, WI_LEFT, WI_TILES_H, WI_TILES_W = int_fields(4)
 # WINOGRAD_OUT, WINOGRAD_F2_OUT: winograd.output_planes / winograd_f2.output_planes_f2
 WO_M, WO_Y, WO_BIAS, WO_RESIDUAL = array_fields(4)
 WO_TILES_H, WO_TILES_W, WO_CODE = int_fields(3)
+
+# SOFTMAX: softmax.softmax_rows (units: rows)
+SM_X, = array_fields(1)
 
 CONTROL, RECORD, REALS = array(1, "i8"), array(1, "i8"), array(1, "f8")
 
@@ -239,6 +242,8 @@ def _run_units(record, reals, chunk, first, last):
         else:
             winograd_f2.input_planes_f2(x, v, record[WI_TOP], record[WI_LEFT],
                                         record[WI_TILES_H], record[WI_TILES_W], first, last)
+    elif kind == SOFTMAX:
+        softmax.softmax_rows(_get2(record, a[SM_X]), first, last)
     elif kind == WINOGRAD_OUT or kind == WINOGRAD_F2_OUT:
         m, y = _get3(record, a[WO_M]), _get4(record, a[WO_Y])
         bias, residual = _get1(record, a[WO_BIAS]), _get4(record, a[WO_RESIDUAL])
@@ -330,6 +335,13 @@ def _depthwise_record(record, reals, kind, x, bias, y, units, stride_h, stride_w
     record[DW_DIL_H], record[DW_DIL_W] = dil_h, dil_w
     record[DW_TOP], record[DW_LEFT], record[DW_CODE] = top, left, code
     reals[ACT_A], reals[ACT_B] = act_a, act_b
+
+
+@kernel(nogil=True, exported=(RECORD, REALS, array(2)))
+def _softmax_job(record, reals, x):
+    """SOFTMAX, as softmax._softmax (units: rows)."""
+    record[KIND], record[UNITS] = SOFTMAX, x.shape[0]
+    _put(record, ARRAYS[SM_X], x)
 
 
 @kernel(nogil=True, exported=(RECORD, REALS, array(3), array(1), array(3), INT, FLOAT,

@@ -20,9 +20,12 @@ for) it hands over to the reference code with ``super()``.
                           numpy's ufunc straight into the planned buffer
     FastGELU, FastSigmoid, FastSiLU, FastHardswish, FastHardsigmoid
                           the activation in one vectorised pass (epilogue.py), in place
-    FastMultiheadAttention  nn.MultiheadAttention: its projections and its per-head products
-                          shared with the helper threads
+    FastMultiheadAttention  nn.MultiheadAttention: self-attention's three projections as one
+                          product in register tiles, the softmax by softmax.py's kernel, the
+                          per-head products shared with the helper threads
     FastLayerNorm         nn.LayerNorm over the last dim: norm.py's kernel, row by row
+    FastSoftmax           nn.Softmax / F.softmax over the last dim: softmax.py's kernel, row
+                          by row, shared with the helper threads (attention's too)
 """
 
 from __future__ import annotations
@@ -38,12 +41,12 @@ from layers.base import FusesActivation, Layer, Shape
 from layers.convolution import (Conv1d, Conv2d, ConvTranspose1d, ConvTranspose2d,
                                 FunctionalConv1d, FunctionalConv2d, lift_shape)
 from layers.expression import ELEMENTWISE, ExpressionLayer
-from layers.fast import norm, pool, workers
+from layers.fast import norm, pool, softmax, workers
 from layers.fast.conv import PackedConv2d, kernel_layout
 from layers.fast.pointwise import pointwise_conv2d
 from layers.fast.team import scratch
 from parser.bin import release_pages
-from layers.activation import GELU, Hardsigmoid, Hardswish, Sigmoid, SiLU
+from layers.activation import GELU, Hardsigmoid, Hardswish, Sigmoid, SiLU, Softmax
 from layers.attention import MultiheadAttention
 from layers.fast.epilogue import (IDENTITY, Activation, activation_of,
                                   bias_residual_activation)
@@ -258,51 +261,33 @@ class FastConvTranspose1d(ConvTranspose1d, FastConvTranspose2d):
     """nn.ConvTranspose1d: ConvTranspose1d lifts to 2-D and FastConvTranspose2d runs it."""
 
 
-@register_fast_layer("nn.Linear")
-class FastLinear(KernelActivation, Linear):
-    """nn.Linear, y (M, out) = x (M, in) @ weight.T + bias, then the fused activation.
+class TiledLinear:
+    """y (M, out) = activation(x (M, in) @ weight.T + bias) in pointwise.py's register tiles,
+    x's rows as the tiles' rows and the weight transposed as their columns, the bias one more
+    row of that matrix (x gets a column of ones): one pass, the activation applied in the
+    tiles, shared with the helper threads. The columns are packed on first use (``columns``)
+    and the mapped weight's pages given back; the weight is not read again."""
 
-    From TILED_FROM rows of x (a transformer's tokens), in pointwise.py's register tiles,
-    with x's rows as the tiles' rows and the weight transposed as their columns, the bias one
-    more row of it (x gets a column of ones), and the activation applied in the tiles: one
-    pass, shared with the helper threads. The transposed weight is packed when a size first
-    needs it (at build for the traced size) and the mapped weight's pages are given back.
-    Fewer rows (a classifier's one vector): BLAS on the weight as stored, shared too, then
-    the bias and the activation."""
+    def __init__(self, weight: np.ndarray, bias: np.ndarray | None):
+        self.weight, self.bias = weight, bias
+        self.in_features, self.out_features = weight.shape[1], weight.shape[0]
+        self.packed: np.ndarray | None = None
 
-    packed_columns: np.ndarray | None = None
+    def columns(self) -> np.ndarray:
+        """(1, in [+ 1], out): the weight transposed, the bias below it; made once."""
+        packed = self.packed
+        if packed is None:
+            extra = 0 if self.bias is None else 1
+            packed = np.empty((1, self.in_features + extra, self.out_features), np.float32)
+            packed[0, :self.in_features] = self.weight.T
+            if self.bias is not None:
+                packed[0, -1] = self.bias
+            self.packed = packed
+            release_pages(self.weight)
+        return packed
 
-    def prepare(self, input_shapes: Sequence[Shape] | None) -> None:
-        if input_shapes is not None and self._tiled(input_shapes[0]):
-            self._columns()
-
-    support_forward_into = True          # the tiles write into the planned buffer
-
-    def forward_one(self, x: np.ndarray) -> np.ndarray:
-        activation = self._tiled_activation(x)
-        if activation is None:
-            return super().forward_one(x)
-        y = np.empty((*x.shape[:-1], self.out_features), np.float32)
-        self._tiles(x, y, activation)
-        return y
-
-    def forward_into(self, inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray]) -> None:
-        activation = self._tiled_activation(inputs[0])
-        if activation is None:
-            np.copyto(outputs[0], self.forward(list(inputs))[0])
-        else:
-            self._tiles(inputs[0], outputs[0], activation)
-
-    def _tiled_activation(self, x: np.ndarray) -> Activation | None:
-        """The activation the tiles apply, if x runs the register tiles; else None."""
-        if x.ndim < 1 or x.dtype != np.float32 or not self._tiled(x.shape):
-            return None
-        if self.fused_activation is None:
-            return IDENTITY
-        return activation_of(self.fused_activation)
-
-    def _tiles(self, x: np.ndarray, y: np.ndarray, activation: Activation) -> None:
-        """y (..., out) <- activation(x (..., in) @ weight.T + bias), in the tiles."""
+    def run(self, x: np.ndarray, y: np.ndarray, activation: Activation = IDENTITY) -> None:
+        """y (..., out) <- activation(x (..., in) @ weight.T + bias): float32, y C-contiguous."""
         rows = x.reshape(-1, self.in_features)
         if self.bias is not None:                  # [x, 1] @ [weight.T; bias]
             augmented = scratch("linear_rows", (rows.shape[0], self.in_features + 1))
@@ -311,33 +296,64 @@ class FastLinear(KernelActivation, Linear):
             rows = augmented
         else:
             rows = kernel_layout(rows)
-        pointwise_conv2d(rows, self._columns(), None, None, activation,
+        pointwise_conv2d(rows, self.columns(), None, None, activation,
                          y.reshape(1, rows.shape[0], self.out_features))
+
+
+def tiles_take(x: np.ndarray) -> bool:
+    """Whether a float32 x (..., in) has TILED_FROM rows or more: enough to fill the register
+    tiles' rows (fewer: BLAS's GEMV is faster)."""
+    return x.dtype == np.float32 and x.ndim >= 1 and math.prod(x.shape[:-1]) >= TILED_FROM
+
+
+TILED_FROM = 16        # rows of x
+
+
+@register_fast_layer("nn.Linear")
+class FastLinear(KernelActivation, Linear):
+    """nn.Linear, y (M, out) = x (M, in) @ weight.T + bias, then the fused activation: from
+    TILED_FROM rows of x (a transformer's tokens) in register tiles with the bias and the
+    activation (``TiledLinear``), packed when a size first needs it (at build for the
+    traced size) and written into the planned buffer; fewer rows (a classifier's vector) by
+    BLAS on the weight as stored, shared with the helper threads, then bias and activation."""
+
+    support_forward_into = True
+
+    def load_model(self, weights: dict[str, np.ndarray]) -> None:
+        super().load_model(weights)
+        self.tiled = TiledLinear(self.weight, self.bias)
+
+    def prepare(self, input_shapes: Sequence[Shape] | None) -> None:
+        if input_shapes is not None and math.prod(input_shapes[0][:-1]) >= TILED_FROM:
+            self.tiled.columns()
+
+    def forward_one(self, x: np.ndarray) -> np.ndarray:
+        activation = self._tiled_activation(x)
+        if activation is None:
+            return super().forward_one(x)
+        y = np.empty((*x.shape[:-1], self.out_features), np.float32)
+        self.tiled.run(x, y, activation)
+        return y
+
+    def forward_into(self, inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray]) -> None:
+        activation = self._tiled_activation(inputs[0])
+        if activation is None:
+            np.copyto(outputs[0], self.forward(list(inputs))[0])
+        else:
+            self.tiled.run(inputs[0], outputs[0], activation)
+
+    def _tiled_activation(self, x: np.ndarray) -> Activation | None:
+        """The activation the tiles apply, if x runs the register tiles; else None."""
+        if not tiles_take(x):
+            return None
+        if self.fused_activation is None:
+            return IDENTITY
+        return activation_of(self.fused_activation)
 
     def _linear(self, x: np.ndarray) -> np.ndarray:
         if x.ndim < 1 or x.dtype != np.float32:
             return super()._linear(x)
         return shared_linear(x, self.weight, self.bias)
-
-    def _tiled(self, shape: Shape) -> bool:
-        """Whether inputs of this shape run the register tiles (TILED_FROM rows or more)."""
-        return len(shape) >= 1 and math.prod(shape[:-1]) >= TILED_FROM
-
-    def _columns(self) -> np.ndarray:
-        """(1, in [+ 1], out): the weight transposed, the bias below it; made once."""
-        columns = self.packed_columns
-        if columns is None:
-            extra = 0 if self.bias is None else 1
-            columns = np.empty((1, self.in_features + extra, self.out_features), np.float32)
-            columns[0, :self.in_features] = self.weight.T
-            if self.bias is not None:
-                columns[0, -1] = self.bias
-            self.packed_columns = columns
-            release_pages(self.weight)             # read again only for a few rows
-        return columns
-
-
-TILED_FROM = 16        # rows of x: fewer fill too few of a tile's rows (BLAS's GEMV wins)
 
 
 def shared_linear(x: np.ndarray, weight: np.ndarray, bias: np.ndarray | None) -> np.ndarray:
@@ -489,11 +505,42 @@ class FastMultiheadAttention(MultiheadAttention):
     products q @ k^T and weights @ v (a stack of N * heads products) shared with the helper
     threads, as FastLinear's product is; float32 only (else the reference)."""
 
+    def load_model(self, weights: dict[str, np.ndarray]) -> None:
+        super().load_model(weights)
+        qkv_bias = (None if self.q_bias is None
+                    else np.concatenate([self.q_bias, self.k_bias, self.v_bias]))
+        self.tiled_qkv = (TiledLinear(np.concatenate([self.q_weight, self.k_weight,
+                                                      self.v_weight]), qkv_bias)
+                          if self.kdim == self.vdim == self.embed_dim else None)
+        self.tiled_out = TiledLinear(self.out_weight, self.out_bias)
+
+    def _project_qkv(self, query: np.ndarray, key: np.ndarray, value: np.ndarray
+                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Self-attention (one array as query, key and value): one product with the three
+        weights side by side, in register tiles; q, k and v are views of its output."""
+        if self.tiled_qkv is None or not (_same(query, key) and _same(query, value)
+                                           and tiles_take(query)):
+            return super()._project_qkv(query, key, value)
+        E = self.embed_dim
+        y = np.empty((*query.shape[:-1], 3 * E), np.float32)
+        self.tiled_qkv.run(query, y)
+        return y[..., :E], y[..., E:2 * E], y[..., 2 * E:]
+
     def _project(self, x: np.ndarray, weight: np.ndarray, bias: np.ndarray | None
                  ) -> np.ndarray:
         if x.dtype != np.float32 or weight.dtype != np.float32:
             return super()._project(x, weight, bias)
+        if weight is self.out_weight and tiles_take(x):
+            y = np.empty((*x.shape[:-1], self.embed_dim), np.float32)
+            self.tiled_out.run(x, y)
+            return y
         return shared_linear(np.ascontiguousarray(x), weight, bias)
+
+    def _softmax(self, scores: np.ndarray) -> np.ndarray:
+        if scores.dtype != np.float32 or not scores.flags.c_contiguous:
+            return super()._softmax(scores)
+        softmax.softmax_last(scores, scores)       # the scores are this call's own array
+        return scores
 
     def _products(self, a: np.ndarray, b: np.ndarray, transposed: bool = False) -> np.ndarray:
         team = workers.current()
@@ -506,6 +553,37 @@ class FastMultiheadAttention(MultiheadAttention):
                        np.float32)
         team.matmul(a3, b3, out, transposed=transposed)
         return out.reshape(*a.shape[:-1], out.shape[-1])
+
+
+def _same(a: np.ndarray, b: np.ndarray) -> bool:
+    """Whether two arrays are the same values: one array, or views of one the same way."""
+    return a is b or (a.ctypes.data == b.ctypes.data and a.shape == b.shape
+                      and a.strides == b.strides and a.dtype == b.dtype)
+
+
+@register_fast_layer("nn.Softmax", "F.softmax", "torch.softmax")
+class FastSoftmax(Softmax):
+    """Softmax over the last dim of a float32 array by softmax.py's kernel (row by row,
+    shared with the helper threads); other dims and dtypes run the reference."""
+
+    support_forward_into = True
+
+    def forward_one(self, x: np.ndarray) -> np.ndarray:
+        if not self._kernel_takes(x):
+            return super().forward_one(x)
+        y = np.empty(x.shape, np.float32)
+        softmax.softmax_last(np.ascontiguousarray(x), y)
+        return y
+
+    def forward_into(self, inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray]) -> None:
+        x = inputs[0]
+        if self._kernel_takes(x):
+            softmax.softmax_last(np.ascontiguousarray(x), outputs[0])
+        else:
+            np.copyto(outputs[0], self.forward(list(inputs))[0])
+
+    def _kernel_takes(self, x: np.ndarray) -> bool:
+        return x.dtype == np.float32 and x.ndim >= 1 and self._dim(x.ndim) == x.ndim - 1
 
 
 @register_fast_layer("nn.LayerNorm")

@@ -152,6 +152,11 @@ class Team:
         self._share(jobs._epilogue_job, self.threads, *epilogue_operands(y, bias, residual),
                     activation.code, activation.a, activation.b)
 
+    def softmax(self, x: np.ndarray) -> None:
+        """softmax._softmax (x (R, D), each row in place), shared: rows in one chunk per
+        thread."""
+        self._share(jobs._softmax_job, self.threads, x)
+
     def matmul(self, a: np.ndarray, b: np.ndarray, out: np.ndarray,
                transposed: bool = False) -> None:
         """out[t] = a[t] @ b[t] (a (T or 1, M, K), b (T, K, N), out (T, M, N), all float32

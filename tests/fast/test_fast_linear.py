@@ -64,10 +64,10 @@ def test_tiles_and_blas_agree_and_only_many_rows_pack(monkeypatch):
     layer, _ = _layer(64, 32, True)
     few = rand(fast_layers.TILED_FROM - 1, 64)
     layer.forward([few])
-    assert layer.packed_columns is None                 # BLAS on the weight as stored
+    assert layer.tiled.packed is None                 # BLAS on the weight as stored
     many = rand(fast_layers.TILED_FROM, 64)
     (tiled,) = layer.forward([many])
-    assert layer.packed_columns.shape == (1, 65, 32)    # weight.T and the bias below it
+    assert layer.tiled.packed.shape == (1, 65, 32)    # weight.T and the bias below it
     monkeypatch.setattr(fast_layers, "TILED_FROM", 10**9)
     (blas,) = layer.forward([many])
     np.testing.assert_allclose(tiled, blas, rtol=1e-5, atol=1e-5)
@@ -84,6 +84,6 @@ def test_a_nan_in_one_row_stays_in_that_row():
 def test_the_traced_size_packs_at_build():
     layer, _ = _layer(16, 8, True)
     layer.prepare([(1, 4, 16)])                         # 4 rows: BLAS, nothing to pack
-    assert layer.packed_columns is None
+    assert layer.tiled.packed is None
     layer.prepare([(2, 30, 16)])
-    assert layer.packed_columns is not None
+    assert layer.tiled.packed is not None
