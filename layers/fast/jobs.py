@@ -30,8 +30,8 @@ from __future__ import annotations
 import numpy as np
 
 # the kernel modules, below this one (none imports it, nor workers.py): their range kernels
-from layers.fast import (depthwise, epilogue, gemm, pointwise, pointwise_transposed, softmax,
-                         winograd, winograd_f2)
+from layers.fast import (depthwise, epilogue, gemm, pointwise, pointwise_transposed, pool,
+                         softmax, winograd, winograd_f2)
 from layers.fast.atomics import (NO_TRANS, TRANS, add, compare_swap, float_array, load, pause,
                                  sgemm, sgemv, store)
 from layers.fast.kernel import FLOAT, INT, array, kernel
@@ -67,7 +67,7 @@ def int_fields(count: int) -> tuple[int, ...]:
 # ----- the kinds of job and their fields ---------------------------------------------------
 DEPTHWISE, DEPTHWISE_BLOCKS, EPILOGUE, GEMM, IM2COL = 1, 2, 3, 4, 5
 WINOGRAD_IN, WINOGRAD_OUT, WINOGRAD_F2_IN, WINOGRAD_F2_OUT, POINTWISE = 6, 7, 8, 9, 10
-POINTWISE_TRANSPOSED, SOFTMAX = 11, 12
+POINTWISE_TRANSPOSED, SOFTMAX, MAX_POOL = 11, 12, 13
 
 # DEPTHWISE, DEPTHWISE_BLOCKS: depthwise.depthwise_planes / depthwise_blocks
 DW_X, DW_WEIGHT, DW_BIAS, DW_Y = array_fields(4)
@@ -103,6 +103,10 @@ WO_TILES_H, WO_TILES_W, WO_CODE = int_fields(3)
 
 # SOFTMAX: softmax.softmax_rows (units: rows)
 SM_X, = array_fields(1)
+
+# MAX_POOL: pool.max_pool_planes (units: planes)
+MP_X, MP_Y = array_fields(2)
+MP_KH, MP_KW, MP_STRIDE_H, MP_STRIDE_W, MP_DIL_H, MP_DIL_W, MP_TOP, MP_LEFT = int_fields(8)
 
 CONTROL, RECORD, REALS = array(1, "i8"), array(1, "i8"), array(1, "f8")
 
@@ -244,6 +248,11 @@ def _run_units(record, reals, chunk, first, last):
                                         record[WI_TILES_H], record[WI_TILES_W], first, last)
     elif kind == SOFTMAX:
         softmax.softmax_rows(_get2(record, a[SM_X]), first, last)
+    elif kind == MAX_POOL:
+        pool.max_pool_planes(_get4(record, a[MP_X]), _get4(record, a[MP_Y]), record[MP_KH],
+                             record[MP_KW], record[MP_STRIDE_H], record[MP_STRIDE_W],
+                             record[MP_DIL_H], record[MP_DIL_W], record[MP_TOP],
+                             record[MP_LEFT], first, last)
     elif kind == WINOGRAD_OUT or kind == WINOGRAD_F2_OUT:
         m, y = _get3(record, a[WO_M]), _get4(record, a[WO_Y])
         bias, residual = _get1(record, a[WO_BIAS]), _get4(record, a[WO_RESIDUAL])
@@ -335,6 +344,18 @@ def _depthwise_record(record, reals, kind, x, bias, y, units, stride_h, stride_w
     record[DW_DIL_H], record[DW_DIL_W] = dil_h, dil_w
     record[DW_TOP], record[DW_LEFT], record[DW_CODE] = top, left, code
     reals[ACT_A], reals[ACT_B] = act_a, act_b
+
+
+@kernel(nogil=True, exported=(RECORD, REALS, array(4), array(4), *[INT] * 8))
+def _max_pool_job(record, reals, x, y, kh, kw, stride_h, stride_w, dil_h, dil_w, top, left):
+    """MAX_POOL, as pool._max_pool2d (units: planes)."""
+    record[KIND], record[UNITS] = MAX_POOL, x.shape[0] * x.shape[1]
+    _put(record, ARRAYS[MP_X], x)
+    _put(record, ARRAYS[MP_Y], y)
+    record[MP_KH], record[MP_KW] = kh, kw
+    record[MP_STRIDE_H], record[MP_STRIDE_W] = stride_h, stride_w
+    record[MP_DIL_H], record[MP_DIL_W] = dil_h, dil_w
+    record[MP_TOP], record[MP_LEFT] = top, left
 
 
 @kernel(nogil=True, exported=(RECORD, REALS, array(2)))

@@ -265,31 +265,39 @@ class TiledLinear:
     """y (M, out) = activation(x (M, in) @ weight.T + bias) in pointwise.py's register tiles,
     x's rows as the tiles' rows and the weight transposed as their columns, the bias one more
     row of that matrix (x gets a column of ones): one pass, the activation applied in the
-    tiles, shared with the helper threads. The columns are packed on first use (``columns``)
-    and the mapped weight's pages given back; the weight is not read again."""
+    tiles, shared with the helper threads. ``weights`` (out_i, in) side by side make one
+    product of them (an attention's q, k and v), with their ``biases`` (all or none). The
+    columns are packed on first use (``columns``) and the mapped weights' pages given back:
+    they are not read again here."""
 
-    def __init__(self, weight: np.ndarray, bias: np.ndarray | None):
-        self.weight, self.bias = weight, bias
-        self.in_features, self.out_features = weight.shape[1], weight.shape[0]
+    def __init__(self, weights: Sequence[np.ndarray], biases: Sequence[np.ndarray] | None):
+        self.weights, self.biases = list(weights), None if biases is None else list(biases)
+        self.in_features = weights[0].shape[1]
+        self.out_features = sum(w.shape[0] for w in weights)
         self.packed: np.ndarray | None = None
 
     def columns(self) -> np.ndarray:
-        """(1, in [+ 1], out): the weight transposed, the bias below it; made once."""
+        """(1, in [+ 1], out): the weights transposed, the biases below them; made once."""
         packed = self.packed
         if packed is None:
-            extra = 0 if self.bias is None else 1
+            extra = 0 if self.biases is None else 1
             packed = np.empty((1, self.in_features + extra, self.out_features), np.float32)
-            packed[0, :self.in_features] = self.weight.T
-            if self.bias is not None:
-                packed[0, -1] = self.bias
+            start = 0
+            for i, weight in enumerate(self.weights):
+                stop = start + weight.shape[0]
+                packed[0, :self.in_features, start:stop] = weight.T
+                if self.biases is not None:
+                    packed[0, -1, start:stop] = self.biases[i]
+                start = stop
             self.packed = packed
-            release_pages(self.weight)
+            for weight in self.weights:
+                release_pages(weight)
         return packed
 
     def run(self, x: np.ndarray, y: np.ndarray, activation: Activation = IDENTITY) -> None:
         """y (..., out) <- activation(x (..., in) @ weight.T + bias): float32, y C-contiguous."""
         rows = x.reshape(-1, self.in_features)
-        if self.bias is not None:                  # [x, 1] @ [weight.T; bias]
+        if self.biases is not None:                # [x, 1] @ [weight.T; bias]
             augmented = scratch("linear_rows", (rows.shape[0], self.in_features + 1))
             augmented[:, :-1] = rows
             augmented[:, -1] = 1.0
@@ -321,7 +329,7 @@ class FastLinear(KernelActivation, Linear):
 
     def load_model(self, weights: dict[str, np.ndarray]) -> None:
         super().load_model(weights)
-        self.tiled = TiledLinear(self.weight, self.bias)
+        self.tiled = TiledLinear([self.weight], None if self.bias is None else [self.bias])
 
     def prepare(self, input_shapes: Sequence[Shape] | None) -> None:
         if input_shapes is not None and math.prod(input_shapes[0][:-1]) >= TILED_FROM:
@@ -386,13 +394,24 @@ class FastMaxPool2d(MaxPool2d):
         if not self.return_indices:
             pool.load_kernel()                     # at build, not in the first inference
 
-    def _pool(self, x: np.ndarray) -> list[np.ndarray]:
+    @property
+    def support_forward_into(self) -> bool:          # type: ignore[override]
+        return not self.return_indices              # the indices are int64
+
+    def _pool(self, x: np.ndarray, out: np.ndarray | None = None) -> list[np.ndarray]:
         if self.return_indices or x.ndim != 4 or x.dtype != np.float32:
             return super()._pool(x)
         geometry = (self.kernel_size, self.stride, self.padding, self.dilation, self.ceil_mode)
         out_hw = kernels.pool2d_output_shape(x.shape, *geometry)[-2:]
         return [pool.max_pool2d(x, self.kernel_size, self.stride, self.padding,
-                                self.dilation, out_hw)]
+                                self.dilation, out_hw, out)]
+
+    def forward_into(self, inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray]) -> None:
+        x = inputs[0]
+        if x.ndim == 4 and not self.return_indices and x.dtype == np.float32:
+            self._pool(x, outputs[0])                # the kernel writes the planned buffer
+        else:                                        # MaxPool1d's (N, C, L), the reference
+            np.copyto(outputs[0], self.forward(list(inputs))[0])
 
 
 @register_fast_layer("nn.MaxPool1d", "F.max_pool1d")
@@ -507,12 +526,21 @@ class FastMultiheadAttention(MultiheadAttention):
 
     def load_model(self, weights: dict[str, np.ndarray]) -> None:
         super().load_model(weights)
-        qkv_bias = (None if self.q_bias is None
-                    else np.concatenate([self.q_bias, self.k_bias, self.v_bias]))
-        self.tiled_qkv = (TiledLinear(np.concatenate([self.q_weight, self.k_weight,
-                                                      self.v_weight]), qkv_bias)
+        biases = None if self.q_bias is None else [self.q_bias, self.k_bias, self.v_bias]
+        self.tiled_qkv = (TiledLinear([self.q_weight, self.k_weight, self.v_weight], biases)
                           if self.kdim == self.vdim == self.embed_dim else None)
-        self.tiled_out = TiledLinear(self.out_weight, self.out_bias)
+        self.tiled_out = TiledLinear([self.out_weight],
+                                     None if self.out_bias is None else [self.out_bias])
+
+    def prepare(self, input_shapes: Sequence[Shape] | None) -> None:
+        """Pack the tiles' columns at build when the traced query has enough tokens."""
+        if input_shapes is None:
+            return
+        query, key, value, _ = self._split(input_shapes)
+        if math.prod(query[:-1]) >= TILED_FROM:
+            self.tiled_out.columns()
+            if self.tiled_qkv is not None and tuple(query) == tuple(key) == tuple(value):
+                self.tiled_qkv.columns()                 # self-attention, likely
 
     def _project_qkv(self, query: np.ndarray, key: np.ndarray, value: np.ndarray
                      ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -9,8 +9,9 @@ Max is separable: for each output row, first the max of its kh input rows over t
 width (unit stride; the usual 3 rows in one pass), into a row buffer with -inf on both sides;
 then each output takes the max of its kw taps along that row. For 2x2 and 3x3 windows with
 stride 2 the row is first split into its even and odd columns (``phases.split_row``), so
-that the second pass reads at unit stride too. The reference, ``kernels.max_pool2d``, pads
-the whole input and takes kh*kw strided maxima over it.
+that the second pass reads at unit stride too; with stride 1 the second pass goes tap by
+tap along the whole row. Planes are shared with the helper threads. The reference,
+``kernels.max_pool2d``, pads the whole input and takes kh*kw strided maxima over it.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import numpy as np
 
 from layers.fast.kernel import INT, array, kernel
 from layers.fast.phases import split_row
+from layers.fast.team import current_team
 
 
 @kernel(inline="always")
@@ -31,6 +33,15 @@ def _nan_max(a, b):
 
 @kernel(nogil=True, exported=(array(4), array(4), *[INT] * 8))
 def _max_pool2d(x, y, kh, kw, stride_h, stride_w, dil_h, dil_w, top, left):
+    """y (N, C, Ho, Wo) <- the max pooling of x, plane by plane (``max_pool_planes``)."""
+    max_pool_planes(x, y, kh, kw, stride_h, stride_w, dil_h, dil_w, top, left, np.int64(0),
+                    x.shape[0] * x.shape[1])                 # int64 0: see jobs.py
+
+
+@kernel(nogil=True)
+def max_pool_planes(x, y, kh, kw, stride_h, stride_w, dil_h, dil_w, top, left, first, last):
+    """Planes first .. last - 1 of _max_pool2d's, counted over (n, c): a share of the work
+    for one thread (layers/fast/jobs.py)."""
     n, channels, height, width = x.shape
     out_h, out_w = y.shape[2], y.shape[3]
     padded_w = max((out_w - 1) * stride_w + (kw - 1) * dil_w + 1, left + width)
@@ -40,7 +51,7 @@ def _max_pool2d(x, y, kh, kw, stride_h, stride_w, dil_h, dil_w, top, left):
     halves = np.empty(2 * half, np.float32)          # the row's even columns, then its odd
     even, odd = halves[:half], halves[half:]
     pairs = stride_w == 2 and dil_w == 1 and (kw == 2 or kw == 3)
-    for plane in range(n * channels):
+    for plane in range(first, last):
         src, dst = x[plane // channels, plane % channels], y[plane // channels, plane % channels]
         for oh in range(out_h):
             first_row = oh * stride_h - top           # rows first_row + i * dil_h, i < kh
@@ -50,15 +61,15 @@ def _max_pool2d(x, y, kh, kw, stride_h, stride_w, dil_h, dil_w, top, left):
                 for k in range(width):                # the usual 3 rows: one pass
                     inner[k] = _nan_max(_nan_max(r0[k], r1[k]), r2[k])
             else:
-                first = True
+                started = False
                 for i in range(kh):
                     ih = first_row + i * dil_h
                     if ih < 0 or ih >= height:
                         continue
                     row = src[ih]
-                    if first:
+                    if not started:
                         inner[:] = row
-                        first = False
+                        started = True
                     else:
                         for k in range(width):
                             inner[k] = _nan_max(inner[k], row[k])
@@ -71,25 +82,38 @@ def _max_pool2d(x, y, kh, kw, stride_h, stride_w, dil_h, dil_w, top, left):
                 else:
                     for ow in range(out_w):
                         out_row[ow] = _nan_max(even[ow], odd[ow])
-                continue
-            for ow in range(out_w):
-                start = ow * stride_w
-                m = line[start]
+            elif stride_w == 1:                       # tap by tap along the whole row
+                for ow in range(out_w):
+                    out_row[ow] = line[ow]
                 for j in range(1, kw):
-                    m = _nan_max(m, line[start + j * dil_w])
-                out_row[ow] = m
+                    shifted = line[j * dil_w:]
+                    for ow in range(out_w):
+                        out_row[ow] = _nan_max(out_row[ow], shifted[ow])
+            else:
+                for ow in range(out_w):
+                    start = ow * stride_w
+                    m = line[start]
+                    for j in range(1, kw):
+                        m = _nan_max(m, line[start + j * dil_w])
+                    out_row[ow] = m
 
 
 def max_pool2d(x: np.ndarray, kernel: tuple[int, int], stride: tuple[int, int],
                padding: tuple[int, int], dilation: tuple[int, int],
-               out_hw: tuple[int, int]) -> np.ndarray:
+               out_hw: tuple[int, int], out: np.ndarray | None = None) -> np.ndarray:
     """x (N, C, H, W) float32 -> y (N, C, Ho, Wo); ``out_hw`` from kernels.pool2d_output_shape
     (so ceil_mode is already in it). Every window must reach at least one input row, which
-    the layer's padding <= kernel // 2 rule guarantees."""
+    the layer's padding <= kernel // 2 rule guarantees. ``out``: a C-contiguous float32
+    array to write y into. Planes shared with the helper threads if there is a team."""
     x = np.require(x, np.float32, ("C", "A"))
-    y = np.empty((*x.shape[:2], *out_hw), np.float32)
-    _max_pool2d(x, y, kernel[0], kernel[1], stride[0], stride[1], dilation[0], dilation[1],
+    y = np.empty((*x.shape[:2], *out_hw), np.float32) if out is None else out
+    geometry = (kernel[0], kernel[1], stride[0], stride[1], dilation[0], dilation[1],
                 padding[0], padding[1])
+    team = current_team()
+    if team is None or x.shape[0] * x.shape[1] < 2:
+        _max_pool2d(x, y, *geometry)
+    else:
+        team.max_pool(x, y, geometry)
     return y
 
 

@@ -152,6 +152,11 @@ class Team:
         self._share(jobs._epilogue_job, self.threads, *epilogue_operands(y, bias, residual),
                     activation.code, activation.a, activation.b)
 
+    def max_pool(self, x: np.ndarray, y: np.ndarray, geometry: tuple[int, ...]) -> None:
+        """pool._max_pool2d, shared: planes in one chunk per thread (``geometry``: kh, kw,
+        stride_h, stride_w, dil_h, dil_w, top, left)."""
+        self._share(jobs._max_pool_job, self.threads, x, y, *geometry)
+
     def softmax(self, x: np.ndarray) -> None:
         """softmax._softmax (x (R, D), each row in place), shared: rows in one chunk per
         thread."""

@@ -10,6 +10,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from helpers import check_layer, make_layer, rand, torch_module
+from infer import threads
 from layers import kernels
 from layers.activation import (Hardsigmoid, Hardswish, Hardtanh, LeakyReLU, ReLU, ReLU6,
                                Sigmoid, SiLU, Tanh)
@@ -454,6 +455,8 @@ MAX_POOL = {   # kernel, stride, padding, dilation, ceil_mode, (N, C, H, W)
     "3x3 s2, rows dilated": ((3, 3), (2, 2), (1, 1), (2, 1), False, (1, 3, 13, 12)),
     "5x5 s1 p2 (SPPF)": ((5, 5), (1, 1), (2, 2), (1, 1), False, (1, 2, 7, 6)),
     "1x1 image": ((3, 3), (1, 1), (1, 1), (1, 1), False, (2, 2, 1, 1)),
+    "2x2 s1": ((2, 2), (1, 1), (0, 0), (1, 1), False, (1, 5, 6, 7)),
+    "3x3 s1, columns dilated": ((3, 3), (1, 1), (1, 1), (1, 2), False, (2, 3, 9, 10)),
 }
 
 
@@ -477,6 +480,12 @@ def test_max_pool_fast_path_matches_reference_and_torch(case, nan_every):
     assert got.dtype == np.float32 and got.shape == torch_y.shape
     np.testing.assert_array_equal(got, want)
     np.testing.assert_array_equal(got, torch_y)
+    with threads.limit(2):                       # planes shared with a helper thread
+        shared = fast_layer.forward([x])[0]
+        into = np.full(got.shape, -1.0, np.float32)
+        fast_layer.forward_into([x], [into])
+    np.testing.assert_array_equal(shared, torch_y)
+    np.testing.assert_array_equal(into, torch_y)
 
 
 def test_a_dynamic_graph_packs_at_build_what_any_size_will_need(monkeypatch):
