@@ -13,8 +13,7 @@ for) it hands over to the reference code with ``super()``.
     FastFunctionalConv2d  F.conv2d / F.conv1d, weights as inputs: packed on every call
     FastConvTranspose2d   nn.ConvTranspose2d / 1d whose kernel is its stride: one product in
                           register tiles, then a strided copy per tap
-    FastLinear            nn.Linear: from 16 rows in register tiles with bias and activation
-                          (pointwise.py), else BLAS shared with the helper threads
+    FastLinear            nn.Linear: the product shared with the helper threads (workers.py)
     FastMaxPool2d         nn.MaxPool2d / nn.MaxPool1d / aten::max_pool2d: pool.py's kernel
     FastExpression        pnnx.Expression of one elementwise function (add(@0,@1), ...):
                           numpy's ufunc straight into the planned buffer
@@ -319,44 +318,12 @@ TILED_FROM = 16        # rows of x
 
 @register_fast_layer("nn.Linear")
 class FastLinear(KernelActivation, Linear):
-    """nn.Linear, y (M, out) = x (M, in) @ weight.T + bias, then the fused activation: from
-    TILED_FROM rows of x (a transformer's tokens) in register tiles with the bias and the
-    activation (``TiledLinear``), packed when a size first needs it (at build for the
-    traced size) and written into the planned buffer; fewer rows (a classifier's vector) by
-    BLAS on the weight as stored, shared with the helper threads, then bias and activation."""
-
-    support_forward_into = True
-
-    def load_model(self, weights: dict[str, np.ndarray]) -> None:
-        super().load_model(weights)
-        self.tiled = TiledLinear([self.weight], None if self.bias is None else [self.bias])
-
-    def prepare(self, input_shapes: Sequence[Shape] | None) -> None:
-        if input_shapes is not None and math.prod(input_shapes[0][:-1]) >= TILED_FROM:
-            self.tiled.columns()
-
-    def forward_one(self, x: np.ndarray) -> np.ndarray:
-        activation = self._tiled_activation(x)
-        if activation is None:
-            return super().forward_one(x)
-        y = np.empty((*x.shape[:-1], self.out_features), np.float32)
-        self.tiled.run(x, y, activation)
-        return y
-
-    def forward_into(self, inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray]) -> None:
-        activation = self._tiled_activation(inputs[0])
-        if activation is None:
-            np.copyto(outputs[0], self.forward(list(inputs))[0])
-        else:
-            self.tiled.run(inputs[0], outputs[0], activation)
-
-    def _tiled_activation(self, x: np.ndarray) -> Activation | None:
-        """The activation the tiles apply, if x runs the register tiles; else None."""
-        if not tiles_take(x):
-            return None
-        if self.fused_activation is None:
-            return IDENTITY
-        return activation_of(self.fused_activation)
+    """nn.Linear: one product x (M, in) @ weight.T (in, out) into a fresh output, the weight
+    read as stored (BLAS takes the transpose as a flag), shared with the helper threads when
+    a forward has them; then the bias in place and the fused activation (shared too). The
+    register tiles (TiledLinear) would be faster from 16 rows, but need the weight packed
+    transposed: a second copy of every weight, as the weights read into memory (build's
+    default) cannot give theirs back."""
 
     def _linear(self, x: np.ndarray) -> np.ndarray:
         if x.ndim < 1 or x.dtype != np.float32:
@@ -533,8 +500,12 @@ class FastMultiheadAttention(MultiheadAttention):
                                      None if self.out_bias is None else [self.out_bias])
 
     def prepare(self, input_shapes: Sequence[Shape] | None) -> None:
-        """Pack the tiles' columns at build when the traced query has enough tokens."""
+        """Pack the tiles' columns at build: when the traced query has enough tokens, or
+        when the sizes are known only at run time (self-attention on many tokens, likely)."""
         if input_shapes is None:
+            self.tiled_out.columns()
+            if self.tiled_qkv is not None:
+                self.tiled_qkv.columns()
             return
         query, key, value, _ = self._split(input_shapes)
         if math.prod(query[:-1]) >= TILED_FROM:
