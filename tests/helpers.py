@@ -173,3 +173,28 @@ def _flatten(value):
     else:
         for item in value:
             yield from _flatten(item)
+
+
+# ----- nn.MultiheadAttention (tests/layers and tests/fast) -----------------------------------
+
+def mha_layer(module: torch.nn.MultiheadAttention, input_names: Sequence[str] = (),
+              num_outputs: int = 1, fast: bool = False) -> Layer:
+    """The layer built from what pnnx writes for ``module``: its constructor arguments as
+    parameters, its state_dict as weights (pnnx keeps the state_dict names)."""
+    params = dict(embed_dim=module.embed_dim, num_heads=module.num_heads, kdim=module.kdim,
+                  vdim=module.vdim, bias=module.in_proj_bias is not None,
+                  batch_first=module.batch_first, add_bias_kv=module.bias_k is not None,
+                  add_zero_attn=module.add_zero_attn)
+    weights = {key: value.detach().numpy() for key, value in module.state_dict().items()}
+    layer = make_layer("nn.MultiheadAttention", params, weights, fast=fast)
+    layer.input_names, layer.num_outputs = list(input_names), num_outputs
+    return layer
+
+
+def randomized(module: torch.nn.Module) -> torch.nn.Module:
+    """Random biases too (torch starts them at zero), so every weight matters."""
+    torch.manual_seed(0)
+    with torch.no_grad():
+        for parameter in module.parameters():
+            parameter.normal_(0, 0.5)
+    return module.eval()

@@ -11,28 +11,14 @@ import pytest
 import torch
 from torch import nn
 
-from helpers import make_layer, rand
+from helpers import mha_layer, rand, randomized
 from infer import threads
 from layers.fast.layers import FastMultiheadAttention
 
 
-def _randomized(module: nn.Module) -> nn.Module:
-    torch.manual_seed(0)
-    with torch.no_grad():
-        for parameter in module.parameters():
-            parameter.normal_(0, 0.5)
-    return module.eval()
-
-
 def _layer(module: nn.MultiheadAttention, input_names=(), num_outputs=1):
-    params = dict(embed_dim=module.embed_dim, num_heads=module.num_heads, kdim=module.kdim,
-                  vdim=module.vdim, bias=module.in_proj_bias is not None,
-                  batch_first=module.batch_first, add_bias_kv=module.bias_k is not None,
-                  add_zero_attn=module.add_zero_attn)
-    weights = {key: value.detach().numpy() for key, value in module.state_dict().items()}
-    layer = make_layer("nn.MultiheadAttention", params, weights, fast=True)
+    layer = mha_layer(module, input_names, num_outputs, fast=True)
     assert isinstance(layer, FastMultiheadAttention)
-    layer.input_names, layer.num_outputs = list(input_names), num_outputs
     return layer
 
 
@@ -64,7 +50,7 @@ def _self(module, x, *mask):
 @pytest.mark.parametrize("bias", [True, False])
 @pytest.mark.parametrize("need_weights", [True, False])
 def test_self_attention_runs_one_product_for_q_k_v(batch_first, shape, bias, need_weights):
-    module = _randomized(nn.MultiheadAttention(32, 4, bias=bias, batch_first=batch_first))
+    module = randomized(nn.MultiheadAttention(32, 4, bias=bias, batch_first=batch_first))
     layer = _check(module, [rand(*shape)], _self, need_weights=need_weights)
     assert layer.tiled_qkv.packed is not None and layer.tiled_out.packed is not None
 
@@ -72,23 +58,23 @@ def test_self_attention_runs_one_product_for_q_k_v(batch_first, shape, bias, nee
 @pytest.mark.parametrize("add_bias_kv, add_zero_attn", [(True, False), (False, True)])
 @pytest.mark.parametrize("boolean", [False, True])
 def test_masks_and_extra_keys(add_bias_kv, add_zero_attn, boolean):
-    module = _randomized(nn.MultiheadAttention(16, 4, batch_first=True, add_bias_kv=add_bias_kv,
+    module = randomized(nn.MultiheadAttention(16, 4, batch_first=True, add_bias_kv=add_bias_kv,
                                                add_zero_attn=add_zero_attn))
     mask = rand(18, 18) if not boolean else rand(18, 18) > 1.2    # True: blocked
     _check(module, [rand(2, 18, 16), mask], _self, ["", "attn_mask"])
 
 
 def test_cross_attention_and_other_widths_project_apart():
-    module = _randomized(nn.MultiheadAttention(16, 2, kdim=8, vdim=12, batch_first=True))
+    module = randomized(nn.MultiheadAttention(16, 2, kdim=8, vdim=12, batch_first=True))
     layer = _check(module, [rand(2, 20, 16), rand(2, 24, 8), rand(2, 24, 12)],
                    lambda m, q, k, v: m(q, k, v))
     assert layer.tiled_qkv is None and layer.tiled_out.packed is not None
-    module = _randomized(nn.MultiheadAttention(16, 4, batch_first=True))
+    module = randomized(nn.MultiheadAttention(16, 4, batch_first=True))
     layer = _check(module, [rand(2, 20, 16), rand(2, 9, 16)], lambda m, q, kv: m(q, kv, kv))
     assert layer.tiled_qkv.packed is None                  # query and key/value differ
 
 
 def test_few_tokens_stay_on_blas():
-    module = _randomized(nn.MultiheadAttention(16, 4, batch_first=True))
+    module = randomized(nn.MultiheadAttention(16, 4, batch_first=True))
     layer = _check(module, [rand(1, 5, 16)], _self)
     assert layer.tiled_qkv.packed is None and layer.tiled_out.packed is None

@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from helpers import check_layer, make_layer, rand, torch_module
+from helpers import check_layer, make_layer, mha_layer, rand, randomized, torch_module
 from infer import RuntimeGraph
 from layers import LayerRegisterer
 from parser.errors import InferError, LayerError, ShapeError
@@ -109,28 +109,6 @@ def test_sdpa_gqa_needs_a_head_multiple_and_causal_refuses_a_mask():
 
 
 # ================================================================ nn.MultiheadAttention
-
-def mha_layer(module: nn.MultiheadAttention, input_names=(), num_outputs: int = 1):
-    """The layer built from what pnnx writes for ``module``: its constructor arguments as
-    parameters, its state_dict as weights (pnnx keeps the state_dict names)."""
-    params = dict(embed_dim=module.embed_dim, num_heads=module.num_heads, kdim=module.kdim,
-                  vdim=module.vdim, bias=module.in_proj_bias is not None,
-                  batch_first=module.batch_first, add_bias_kv=module.bias_k is not None,
-                  add_zero_attn=module.add_zero_attn)
-    weights = {key: value.detach().numpy() for key, value in module.state_dict().items()}
-    layer = make_layer("nn.MultiheadAttention", params, weights)
-    layer.input_names, layer.num_outputs = list(input_names), num_outputs
-    return layer
-
-
-def randomized(module: nn.Module) -> nn.Module:
-    """Random biases too (torch starts them at zero), so every weight matters."""
-    torch.manual_seed(0)
-    with torch.no_grad():
-        for parameter in module.parameters():
-            parameter.normal_(0, 0.5)
-    return module.eval()
-
 
 def check_mha(module, arrays, call, input_names=(), need_weights=True, atol=1e-5):
     """Run the layer on ``arrays`` and torch's ``call(module, *tensors)``; compare outputs
