@@ -99,10 +99,12 @@ def clamp_bounds(code, a, b):
 
 
 @kernel(inline="always")
-def activate_row(row, code, a, b, shift=0.0):
+def activate_row(row, code, a, b, shift=-0.0):
     """row <- activation ``code`` of (row + shift), in place on a 1-D float32 array, in one
-    pass (a bias added in the same loop costs nothing more). The branch is taken once per
-    row, so each loop below is a plain loop the compiler vectorises."""
+    pass (a bias added in the same loop costs nothing more). No shift is -0.0, which leaves
+    every value as it is (+0.0 would turn a -0.0 into +0.0: torch keeps its sign). The
+    branch is taken once per row, so each loop below is a plain loop the compiler
+    vectorises."""
     n = row.shape[0]
     lo, hi, s = np.float32(a), np.float32(b), np.float32(shift)
     one, zero = np.float32(1.0), np.float32(0.0)
@@ -178,7 +180,7 @@ def finish_rows(y, bias, residual, code, a, b, first, last):
     no_residual = np.empty(0, np.float32)
     for row_index in range(first, last):
         i, k = row_index // c, row_index % c
-        finish_row(y[i, k], bias[k] if has_bias else np.float32(0.0),
+        finish_row(y[i, k], bias[k] if has_bias else np.float32(-0.0),
                    residual[i, k] if has_residual else no_residual, code, a, b)
 
 

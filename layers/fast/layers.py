@@ -237,8 +237,13 @@ class FastConvTranspose2d(ConvTranspose2d):
             np.copyto(out, self.forward(list(inputs))[0])
 
     def _fast(self, x: np.ndarray, weight: np.ndarray) -> bool:
-        return (self.no_overlap and weight is self.weight and x.ndim == 4
-                and x.dtype == np.float32)
+        """Whether x runs the product: a float32 batch whose shape the layer takes (the
+        reference's ShapeError otherwise, before any kernel reads it)."""
+        if not (self.no_overlap and weight is self.weight and x.ndim == 4
+                and x.dtype == np.float32):
+            return False
+        self._output_shape(x.shape, weight.shape)        # refuses a wrong channel count
+        return True
 
     def _into(self, x: np.ndarray, y: np.ndarray) -> np.ndarray:
         """y (N, C_out, H kh, W kw) <- the product's taps, each copied to its place; the

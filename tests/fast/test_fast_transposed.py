@@ -58,7 +58,7 @@ def test_kernel_equal_to_stride_matches_torch(c_in, c_out, kernel, stride, shape
                                    dict(dilation=2), dict(groups=2)], ids=str)
 def test_other_geometries_run_the_reference(extra):
     stride = 3 if "output_padding" in extra or "dilation" in extra else 2
-    module = _module(4, 6, 2 if "dilation" not in extra else 2, stride, **extra)
+    module = _module(4, 6, 2, stride, **extra)
     layer = _layer(module)
     assert not layer.no_overlap
     x = rand(1, 4, 5, 6)
@@ -126,3 +126,17 @@ def test_in_a_graph_it_writes_into_the_planned_buffer(tmp_path):
         want = second(first(torch.from_numpy(x))).numpy()
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
     np.testing.assert_array_equal(graph.forward(x)[0], got)
+
+
+@pytest.mark.parametrize("channels", [5, 12])
+def test_a_wrong_channel_count_is_refused_before_any_kernel_reads(channels):
+    """The product reads as many input channels as the weight has: another count is the
+    reference's ShapeError, in forward and forward_into alike."""
+    from parser.errors import ShapeError
+
+    layer = _layer(_module(8, 6, 2, 2))
+    x = rand(1, channels, 3, 3)
+    with pytest.raises(ShapeError, match="channels"):
+        layer.forward([x])
+    with pytest.raises(ShapeError, match="channels"):
+        layer.forward_into([x], [np.empty((1, 6, 6, 6), np.float32)])

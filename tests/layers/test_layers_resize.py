@@ -47,9 +47,14 @@ def test_interpolate_2d_matches_torch(mode, align_corners, size, scale_factor):
     ("nearest", None, 2.0, (1, 2, 3, 4, 5)), ("nearest", None, 2.0, (0, 2, 3, 4)),
     ("nearest", None, 2.0, (1, 16, 40, 40)),
 ], ids=str)
-def test_whole_factor_nearest_copies_each_value_as_torch(mode, size, scale_factor, shape):
+def test_whole_factor_nearest_copies_each_value_as_torch(mode, size, scale_factor, shape,
+                                                        monkeypatch):
     """Every output copies input o // k on each axis: the one-pass path (resize.repeat_each),
     NaN and Inf copied as they are."""
+    calls = []
+    repeat_each = resize_layers.repeat_each
+    monkeypatch.setattr(resize_layers, "repeat_each",
+                        lambda *args: calls.append(1) or repeat_each(*args))
     x = rand(*shape)
     x.reshape(-1)[:3] = [np.nan, np.inf, -np.inf][:x.size]
     layer = make_layer("F.interpolate", {"mode": mode, "size": size,
@@ -58,6 +63,7 @@ def test_whole_factor_nearest_copies_each_value_as_torch(mode, size, scale_facto
     want = F.interpolate(torch.from_numpy(x), size=size, scale_factor=scale_factor,
                          mode=mode).numpy()
     np.testing.assert_array_equal(got, want)
+    assert calls, "the whole-factor path did not run"
 
 
 @pytest.mark.parametrize("scale_factor", [(0.5, 1.5), (2.0, 3.0), (1.3, 0.7)], ids=str)
