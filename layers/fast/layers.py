@@ -313,9 +313,14 @@ class TiledLinear:
 
 
 def tiles_take(x: np.ndarray) -> bool:
-    """Whether a float32 x (..., in) has TILED_FROM rows or more: enough to fill the register
-    tiles' rows (fewer: BLAS's GEMV is faster)."""
-    return x.dtype == np.float32 and x.ndim >= 1 and math.prod(x.shape[:-1]) >= TILED_FROM
+    """Whether a float32 x (..., in) runs the register tiles (``enough_rows``)."""
+    return x.dtype == np.float32 and x.ndim >= 1 and enough_rows(x.shape)
+
+
+def enough_rows(shape: Shape) -> bool:
+    """Whether (..., in) has TILED_FROM rows or more: enough to fill the register tiles'
+    rows (fewer: BLAS's GEMV is faster)."""
+    return math.prod(shape[:-1]) >= TILED_FROM
 
 
 TILED_FROM = 16        # rows of x
@@ -513,7 +518,7 @@ class FastMultiheadAttention(MultiheadAttention):
                 self.tiled_qkv.columns()
             return
         query, key, value, _ = self._split(input_shapes)
-        if math.prod(query[:-1]) >= TILED_FROM:
+        if enough_rows(query):
             self.tiled_out.columns()
             if self.tiled_qkv is not None and tuple(query) == tuple(key) == tuple(value):
                 self.tiled_qkv.columns()                 # self-attention, likely
@@ -576,13 +581,13 @@ class FastSoftmax(Softmax):
         if not self._kernel_takes(x):
             return super().forward_one(x)
         y = np.empty(x.shape, np.float32)
-        softmax.softmax_last(np.ascontiguousarray(x), y)
+        self.forward_into([x], [y])
         return y
 
     def forward_into(self, inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray]) -> None:
         x = inputs[0]
         if self._kernel_takes(x):
-            softmax.softmax_last(np.ascontiguousarray(x), outputs[0])
+            softmax.softmax_last(x, outputs[0])      # copies x (any layout) into outputs[0]
         else:
             np.copyto(outputs[0], self.forward(list(inputs))[0])
 

@@ -68,9 +68,9 @@ def row_sum(row):
 
 
 def softmax_last(x: np.ndarray, out: np.ndarray) -> None:
-    """out <- the softmax of x over its last dim: float32, C-contiguous, out of x's shape
-    (out may be x itself). Shared with the helper threads when the forward has them and
-    there are SHARED_FROM values or more."""
+    """out <- the softmax of x over its last dim: x float32 of any layout, out a C-contiguous
+    float32 array of x's shape (or x itself, then C-contiguous). Shared with the helper
+    threads when the forward has them and there are SHARED_FROM values or more."""
     if out is not x:
         np.copyto(out, x)
     if out.size == 0:
