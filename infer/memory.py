@@ -164,11 +164,16 @@ class MemoryPlan:
         return f"MemoryPlan({self.summary()})"
 
 
+ALIGNMENT = 64       # bytes: every buffer starts on a cache line, so that a vector of 16
+                     # floats read from the start of a row lies in one line, not two
+
+
 class Arena:
     """The buffers of one forward call at a time (see the module docstring)."""
 
     def __init__(self, sizes: Sequence[int]):
         self.sizes = list(sizes)
+        self.alignment = ALIGNMENT
         self.buffers: list[np.ndarray | None] = [None] * len(self.sizes)
         self._idle_refs = 0          # what sys.getrefcount says of a buffer nobody else holds
 
@@ -178,13 +183,15 @@ class Arena:
         if slot.buffer < 0:
             return np.empty(slot.shape, slot.dtype)
         buffer = self.buffers[slot.buffer]
-        if buffer is None:
-            buffer = self.buffers[slot.buffer] = np.empty(self.sizes[slot.buffer], np.uint8)
+        if buffer is None:                  # ALIGNMENT bytes more, to start on a boundary
+            buffer = np.empty(self.sizes[slot.buffer] + self.alignment, np.uint8)
+            self.buffers[slot.buffer] = buffer
             self._idle_refs = sys.getrefcount(buffer)
         elif sys.getrefcount(buffer) > self._idle_refs:
             return np.empty(slot.shape, slot.dtype)       # someone still reads this memory
+        start = -buffer.ctypes.data % self.alignment
         nbytes = math.prod(slot.shape) * slot.dtype.itemsize
-        return buffer[:nbytes].view(slot.dtype).reshape(slot.shape)
+        return buffer[start:start + nbytes].view(slot.dtype).reshape(slot.shape)
 
     @property
     def allocated_bytes(self) -> int:

@@ -15,10 +15,11 @@ image (``column_ok``, a select, so an Inf next door does not become NaN). With R
 which the first Wo are copied out. The activation then runs over the whole plane.
 
 Channels last (``_depthwise_channels_last``, weight packed by ``pack_channel_blocks`` as
-(ceil(C / 128), kh, kw, 128)): for small outputs (``uses_channels_last``: 3x3 or 5x5,
-C_out == C_in, at most CHANNELS_LAST_MAX_OUTPUTS outputs a plane, 2x as many strided), the
-image is transposed block of CHANNEL_BLOCK channels by block into a zero-padded
-(PH, PW, block) buffer, and every output pixel is one loop over the block's channels.
+(ceil(C / LANES), kh, kw, LANES)), for C_out == C_in: LANES channels share a vector. Block
+of channels by block, the planes are transposed into a zero-padded (PH, PW, LANES) image;
+each output pixel of the block is then one chain of vector multiply-adds, a tap at a time,
+and the (Ho*Wo, LANES) result is transposed back. It pays for any stride (no phases) and
+kernel size, and for small planes; ``uses_channels_last`` says when.
 
 Both give every output's sum in a fixed order, whatever the thread that computes it; the
 ``*_planes`` and ``*_blocks`` range kernels do a share of the units for jobs.py.
@@ -31,6 +32,8 @@ import numpy as np
 from layers.fast.kernel import FLOAT, INT, array, kernel
 from layers.fast.epilogue import Activation, NO_ARRAY, activate_row
 from layers.fast.phases import phase_layout, phase_targets, split_plane
+from layers.fast.simd import (LANES, aligned_empty, aligned_zeros, transpose_block,
+                              vector_fma, vector_load, vector_store)
 
 
 # FMA: lets the compiler fuse each multiply-add (one rounding instead of two), nothing else
@@ -143,9 +146,11 @@ def depthwise_planes(x, w, bias, y, stride_h, stride_w, dil_h, dil_w, top, left,
                     out_row[ow] = row[ow]
 
 
-# ----- small planes: channels last --------------------------------------------------------
-# With few outputs per plane (4 x 4), the loop over one plane is too short to pay for its
-# set-up; laid out channels last, one output pixel is a loop over all the channels instead.
+# ----- channels last, LANES channels in a vector ------------------------------------------
+# One plane's pixels in the vector lanes fill them badly when the output rows are short or
+# the taps strided (every stride phase is a copy of its own). With LANES channels in a vector
+# instead, one output pixel of a block of channels is one chain of vector multiply-adds,
+# whatever the stride, the dilation or the plane's size; the price is a transpose in and out.
 
 @kernel(nogil=True, inline="always")
 def padded_extent(height, width, out_h, out_w, kh, kw, stride_h, stride_w, dil_h, dil_w,
@@ -158,55 +163,88 @@ def padded_extent(height, width, out_h, out_w, kh, kw, stride_h, stride_w, dil_h
     return padded_h, padded_w, min(height, padded_h - top), min(width, padded_w - left)
 
 
-@kernel(nogil=True, fastmath=_FMA, inline="always")
-def _pixel_3x3(padded, wt, bias, out, row, col, dil_h, dil_w):
-    """out[c] = bias[c] + the 9 taps of the window whose top left corner is padded[row, col],
-    for every channel c at once: one loop over 18 unit-stride streams."""
-    r0, r1, r2 = padded[row], padded[row + dil_h], padded[row + 2 * dil_h]
-    j0, j1, j2 = col, col + dil_w, col + 2 * dil_w
-    x00, x01, x02, x10, x11, x12 = r0[j0], r0[j1], r0[j2], r1[j0], r1[j1], r1[j2]
-    x20, x21, x22 = r2[j0], r2[j1], r2[j2]
-    w00, w01, w02, w10, w11, w12 = wt[0, 0], wt[0, 1], wt[0, 2], wt[1, 0], wt[1, 1], wt[1, 2]
-    w20, w21, w22 = wt[2, 0], wt[2, 1], wt[2, 2]
-    for c in range(out.shape[0]):
-        out[c] = (bias[c] + w00[c] * x00[c] + w01[c] * x01[c] + w02[c] * x02[c]
-                  + w10[c] * x10[c] + w11[c] * x11[c] + w12[c] * x12[c]
-                  + w20[c] * x20[c] + w21[c] * x21[c] + w22[c] * x22[c])
+PIXELS = 8          # output pixels computed together: 8 chains of multiply-adds in flight
 
 
-@kernel(nogil=True, fastmath=_FMA, inline="always")
-def _pixel_5x5(padded, wt, bias, out, row, col, dil_h, dil_w):
-    """out[c] = bias[c] + the 25 taps of the window at padded[row, col], every channel c."""
-    r0, r1, r2 = padded[row], padded[row + dil_h], padded[row + 2 * dil_h]
-    r3, r4 = padded[row + 3 * dil_h], padded[row + 4 * dil_h]
-    j0, j1, j2, j3, j4 = col, col + dil_w, col + 2 * dil_w, col + 3 * dil_w, col + 4 * dil_w
-    x00, x01, x02, x03, x04 = r0[j0], r0[j1], r0[j2], r0[j3], r0[j4]
-    x10, x11, x12, x13, x14 = r1[j0], r1[j1], r1[j2], r1[j3], r1[j4]
-    x20, x21, x22, x23, x24 = r2[j0], r2[j1], r2[j2], r2[j3], r2[j4]
-    x30, x31, x32, x33, x34 = r3[j0], r3[j1], r3[j2], r3[j3], r3[j4]
-    x40, x41, x42, x43, x44 = r4[j0], r4[j1], r4[j2], r4[j3], r4[j4]
-    w00, w01, w02, w03, w04 = wt[0, 0], wt[0, 1], wt[0, 2], wt[0, 3], wt[0, 4]
-    w10, w11, w12, w13, w14 = wt[1, 0], wt[1, 1], wt[1, 2], wt[1, 3], wt[1, 4]
-    w20, w21, w22, w23, w24 = wt[2, 0], wt[2, 1], wt[2, 2], wt[2, 3], wt[2, 4]
-    w30, w31, w32, w33, w34 = wt[3, 0], wt[3, 1], wt[3, 2], wt[3, 3], wt[3, 4]
-    w40, w41, w42, w43, w44 = wt[4, 0], wt[4, 1], wt[4, 2], wt[4, 3], wt[4, 4]
-    for c in range(out.shape[0]):
-        out[c] = (bias[c]
-                  + w00[c] * x00[c] + w01[c] * x01[c] + w02[c] * x02[c] + w03[c] * x03[c]
-                  + w04[c] * x04[c] + w10[c] * x10[c] + w11[c] * x11[c] + w12[c] * x12[c]
-                  + w13[c] * x13[c] + w14[c] * x14[c] + w20[c] * x20[c] + w21[c] * x21[c]
-                  + w22[c] * x22[c] + w23[c] * x23[c] + w24[c] * x24[c] + w30[c] * x30[c]
-                  + w31[c] * x31[c] + w32[c] * x32[c] + w33[c] * x33[c] + w34[c] * x34[c]
-                  + w40[c] * x40[c] + w41[c] * x41[c] + w42[c] * x42[c] + w43[c] * x43[c]
-                  + w44[c] * x44[c])
+@kernel(nogil=True, fastmath=_FMA)
+def _block_pixels(padded, weights, tap_offsets, starts, shift, pixels):
+    """pixels[p * LANES + c] = shift[c] + sum over taps t of weights[t * LANES + c] *
+    padded[starts[p] + tap_offsets[t] + c], for the LANES channels c of a block, PIXELS
+    outputs at a time (each output's sum in tap order). ``starts`` has a multiple of PIXELS
+    entries (the last real one repeated: computed, stored past the real pixels, not used)."""
+    bias = vector_load(shift, 0)
+    for p in range(0, starts.shape[0], PIXELS):
+        s0, s1, s2, s3 = starts[p], starts[p + 1], starts[p + 2], starts[p + 3]
+        s4, s5, s6, s7 = starts[p + 4], starts[p + 5], starts[p + 6], starts[p + 7]
+        a0 = a1 = a2 = a3 = a4 = a5 = a6 = a7 = bias
+        for t in range(tap_offsets.shape[0]):
+            w, o = vector_load(weights, t * LANES), tap_offsets[t]
+            a0 = vector_fma(w, vector_load(padded, s0 + o), a0)
+            a1 = vector_fma(w, vector_load(padded, s1 + o), a1)
+            a2 = vector_fma(w, vector_load(padded, s2 + o), a2)
+            a3 = vector_fma(w, vector_load(padded, s3 + o), a3)
+            a4 = vector_fma(w, vector_load(padded, s4 + o), a4)
+            a5 = vector_fma(w, vector_load(padded, s5 + o), a5)
+            a6 = vector_fma(w, vector_load(padded, s6 + o), a6)
+            a7 = vector_fma(w, vector_load(padded, s7 + o), a7)
+        at = p * LANES
+        vector_store(a0, pixels, at)
+        vector_store(a1, pixels, at + LANES)
+        vector_store(a2, pixels, at + 2 * LANES)
+        vector_store(a3, pixels, at + 3 * LANES)
+        vector_store(a4, pixels, at + 4 * LANES)
+        vector_store(a5, pixels, at + 5 * LANES)
+        vector_store(a6, pixels, at + 6 * LANES)
+        vector_store(a7, pixels, at + 7 * LANES)
+
+
+@kernel(nogil=True, inline="always")
+def _block_geometry(out_h, out_w, kh, kw, stride_h, stride_w, dil_h, dil_w, padded_w):
+    """(starts, tap_offsets): where each output's window starts in the padded block (its
+    top left tap), PIXELS-aligned as _block_pixels wants, and each tap's offset from there."""
+    outputs = out_h * out_w
+    starts = np.empty(-(-outputs // PIXELS) * PIXELS, np.int64)
+    for p in range(starts.shape[0]):
+        oh, ow = divmod(min(p, outputs - 1), out_w)
+        starts[p] = (oh * stride_h * padded_w + ow * stride_w) * LANES
+    tap_offsets = np.empty(kh * kw, np.int64)
+    for i in range(kh):
+        for j in range(kw):
+            tap_offsets[i * kw + j] = (i * dil_h * padded_w + j * dil_w) * LANES
+    return starts, tap_offsets
+
+
+@kernel(nogil=True, inline="always")
+def _transpose_in(planes, first, count, height, width, rows, cols, image, padded, top, left,
+                  padded_w):
+    """The block's ``count`` planes (planes[first:], each H*W) into the zero-padded
+    (PH, PW, LANES) image, rows x cols of them: row by row, LANES pixels at a time, or for
+    rows shorter than LANES the whole plane at a time into ``image`` (H*W, LANES) and its
+    rows from there, one vector per pixel."""
+    area = height * width
+    if cols >= LANES:
+        for r in range(rows):
+            target = ((top + r) * padded_w + left) * LANES
+            for p in range(0, cols, LANES):
+                transpose_block(planes, first + r * width + p, area, count, cols - p,
+                                padded, target + p * LANES, LANES, min(LANES, cols - p),
+                                LANES)
+        return
+    for p in range(0, area, LANES):
+        transpose_block(planes, first + p, area, count, area - p, image, p * LANES, LANES,
+                        LANES, LANES)
+    for r in range(rows):
+        source, target = r * width * LANES, ((top + r) * padded_w + left) * LANES
+        for v in range(0, cols * LANES, LANES):        # (a plain loop is not vectorised)
+            vector_store(vector_load(image, source + v), padded, target + v)
 
 
 @kernel(nogil=True, fastmath=_FMA,
         exported=(array(4), array(4), array(1), array(4), *[INT] * 7, FLOAT, FLOAT))
 def _depthwise_channels_last(x, blocks, bias, y, stride_h, stride_w, dil_h, dil_w, top, left,
                              code, a, b):
-    """The same convolution for a 3x3 or 5x5 kernel, channels last by blocks of channels
-    (``depthwise_blocks``)."""
+    """The same convolution, one output channel per input channel, channels last by blocks
+    of LANES channels (``depthwise_blocks``)."""
     depthwise_blocks(x, blocks, bias, y, stride_h, stride_w, dil_h, dil_w, top, left, code,
                      a, b, np.int64(0), x.shape[0] * blocks.shape[0])
 
@@ -214,75 +252,71 @@ def _depthwise_channels_last(x, blocks, bias, y, stride_h, stride_w, dil_h, dil_
 @kernel(nogil=True, fastmath=_FMA)
 def depthwise_blocks(x, blocks, bias, y, stride_h, stride_w, dil_h, dil_w, top, left, code, a,
                      b, first, last):
-    """The same convolution for a 3x3 or 5x5 kernel, one output channel per input channel,
-    block of channels by block: the block's planes are transposed into a zero-padded
-    (PH, PW, B) buffer, every output pixel is one loop over the block's channels
-    (``_pixel_*``) into a (Ho*Wo, B) buffer, which is activated in one long loop and
-    transposed back into y. ``blocks`` (ceil(C / B), kh, kw, B) from pack_channel_blocks.
-    Only blocks first .. last - 1, counted over (image, block): a share for one thread."""
+    """Block of LANES channels by block: the block's planes are transposed into a
+    zero-padded (PH, PW, LANES) image, every output pixel of the block is one chain of
+    vector multiply-adds (``_block_pixels``) into a (Ho*Wo, LANES) buffer, which is
+    activated and transposed back into y. ``blocks`` (ceil(C / LANES), kh, kw, LANES) from
+    pack_channel_blocks. Only blocks first .. last - 1, counted over (image, block): a share
+    for one thread."""
     n, channels, height, width = x.shape
     out_h, out_w = y.shape[2], y.shape[3]
-    n_blocks, kh, kw, block = blocks.shape
+    n_blocks, kh, kw = blocks.shape[0], blocks.shape[1], blocks.shape[2]
     padded_h, padded_w, rows, cols = padded_extent(
         height, width, out_h, out_w, kh, kw, stride_h, stride_w, dil_h, dil_w, top, left)
-    padded = np.zeros((padded_h, padded_w, block), np.float32)
-    pixels = np.empty((out_h * out_w, block), np.float32)
-    shift = np.zeros(block, np.float32)                   # the block's biases
+    starts, tap_offsets = _block_geometry(out_h, out_w, kh, kw, stride_h, stride_w, dil_h,
+                                          dil_w, padded_w)
+    area, outputs = height * width, out_h * out_w
+    padded = aligned_zeros(padded_h * padded_w * LANES)   # aligned: each pixel's vector
+                                                          # in one cache line
+    image = aligned_zeros(0 if cols >= LANES else -(-area // LANES) * LANES * LANES)
+    pixels = aligned_zeros(starts.shape[0] * LANES)
+    shift = np.zeros(LANES, np.float32)
     has_bias = bias.shape[0] > 0
     for unit in range(first, last):
         i_n, k = unit // n_blocks, unit % n_blocks
-        planes = x[i_n].reshape(channels, height * width)
-        planes_out = y[i_n].reshape(channels, out_h * out_w)
-        start = k * block
-        count = min(block, channels - start)          # the last block may be partial:
-        if has_bias:                                  # its other lanes are thrown away
+        planes = x[i_n].reshape(-1)
+        planes_out = y[i_n].reshape(-1)
+        start = k * LANES
+        count = min(LANES, channels - start)      # the last block may be partial: its
+        if has_bias:                              # other lanes are computed, not stored
             for c in range(count):
                 shift[c] = bias[start + c]
-        for r in range(rows):                         # (B, H, W) -> (PH, PW, B)
-            for col in range(cols):
-                dst, p = padded[top + r, left + col], r * width + col
-                for c in range(count):
-                    dst[c] = planes[start + c, p]
-        taps = blocks[k]
-        for oh in range(out_h):
-            for ow in range(out_w):
-                out = pixels[oh * out_w + ow]
-                if kh == 3:
-                    _pixel_3x3(padded, taps, shift, out, oh * stride_h, ow * stride_w,
-                               dil_h, dil_w)
-                else:
-                    _pixel_5x5(padded, taps, shift, out, oh * stride_h, ow * stride_w,
-                               dil_h, dil_w)
-        activate_row(pixels.reshape(-1), code, a, b)
-        for c in range(count):                        # (Ho*Wo, B) -> (B, Ho, Wo)
-            dst = planes_out[start + c]
-            for p in range(out_h * out_w):
-                dst[p] = pixels[p, c]
+        _transpose_in(planes, start * area, count, height, width, rows, cols, image,
+                      padded, top, left, padded_w)
+        _block_pixels(padded, blocks[k].reshape(-1), tap_offsets, starts, shift, pixels)
+        activate_row(pixels[:outputs * LANES], code, a, b)
+        for p in range(0, outputs, LANES):        # (Ho*Wo, LANES) -> (count, Ho*Wo)
+            transpose_block(pixels, p * LANES, LANES, min(LANES, outputs - p), LANES,
+                            planes_out, start * outputs + p, outputs, count, outputs - p)
 
 
-CHANNELS_LAST_MAX_OUTPUTS = 16     # channels last up to this many outputs a plane (x4 strided)
-CHANNEL_BLOCK = 128                # channels per block of the channels-last kernel
+PLANES_FROM_OUTPUTS = {(3, 3): 24 * 24, (5, 5): 40 * 40}
+"""Stride 1, 3x3 or 5x5: one plane at a time from this many outputs a plane (its long loops
+then beat the transposes of channels last)."""
 
 
 def uses_channels_last(c_in: int, c_out: int, kernel: tuple[int, int],
                        stride: tuple[int, int], out_hw: tuple[int, int]) -> bool:
-    """Whether this depthwise convolution runs the channels-last kernel (small outputs, 3x3
-    or 5x5, one output channel per input channel) rather than the one plane at a time."""
-    outputs = out_hw[0] * out_hw[1]
-    strided = stride != (1, 1)
-    return (c_out == c_in and kernel in ((3, 3), (5, 5))
-            and outputs <= CHANNELS_LAST_MAX_OUTPUTS * (2 if strided else 1))
+    """Whether this depthwise convolution runs the channels-last kernel rather than the one
+    plane at a time: one output channel per input channel, and any stride or kernel size
+    but the stride-1 3x3 and 5x5 on large planes (PLANES_FROM_OUTPUTS)."""
+    if c_out != c_in:
+        return False
+    if stride != (1, 1) or kernel not in PLANES_FROM_OUTPUTS:
+        return True
+    return out_hw[0] * out_hw[1] < PLANES_FROM_OUTPUTS[kernel]
 
 
 def pack_channel_blocks(weight: np.ndarray) -> np.ndarray:
-    """(C, kh, kw) -> (ceil(C / B), kh, kw, B) float32, B = CHANNEL_BLOCK: each block's taps
-    channels last, zeros past the last channel."""
+    """(C, kh, kw) -> (ceil(C / LANES), kh, kw, LANES) float32: each block's taps channels
+    last, zeros past the last channel."""
     channels, kh, kw = weight.shape
-    n_blocks = -(-channels // CHANNEL_BLOCK)
-    blocks = np.zeros((n_blocks * CHANNEL_BLOCK, kh, kw), np.float32)
+    n_blocks = -(-channels // LANES)
+    blocks = np.zeros((n_blocks * LANES, kh, kw), np.float32)
     blocks[:channels] = weight
-    return np.ascontiguousarray(
-        blocks.reshape(n_blocks, CHANNEL_BLOCK, kh, kw).transpose(0, 2, 3, 1))
+    packed = aligned_empty((n_blocks, kh, kw, LANES))
+    packed[...] = blocks.reshape(n_blocks, LANES, kh, kw).transpose(0, 2, 3, 1)
+    return packed
 
 
 def depthwise_conv2d(x: np.ndarray, weight: np.ndarray, bias: np.ndarray | None,

@@ -27,9 +27,16 @@ some addresses). The rows past ``rows`` read A's last real row again and are not
 Each value of C is the same sum wherever its block starts (chains of fused multiply-adds
 over the same ranges of k, added in the same order: pointwise.py), so a product cut
 differently (over more threads) gives the same bits. LLVM lowers the vectors to what the
-CPU has, since aot.py compiles for the host CPU (and its key includes LANES). This module
-declares intrinsics (kernel.py) and reads the CPU (cpu.py); it imports no other module of
-layers.fast.
+CPU has, since aot.py compiles for the host CPU (and its key includes LANES).
+
+Single vectors serve the channels-last depthwise kernel (depthwise.py), where LANES channels
+share one: ``vector_load``, ``vector_fma``, ``vector_store``, and ``transpose_block`` (a
+LANES x LANES block, between planes and channels last). A vector load that crosses a cache
+line costs about twice one that does not: ``aligned_empty`` (in Python) and
+``aligned_zeros`` (in a kernel) give arrays that start on a vector's boundary.
+
+This module declares intrinsics (kernel.py) and reads the CPU (cpu.py); it imports no other
+module of layers.fast.
 """
 
 from __future__ import annotations
@@ -37,8 +44,10 @@ from __future__ import annotations
 import functools
 import os
 
+import numpy as np
+
 from layers.fast.cpu import cpu_description
-from layers.fast.kernel import intrinsic
+from layers.fast.kernel import intrinsic, kernel
 from parser.errors import InferError
 
 
@@ -373,3 +382,143 @@ def tile_store():
         return types.void(tile, c, c_first, c_step, rows, count, bias, bias_first, residual,
                           lo, hi), codegen
     return tile_store
+
+
+# ----- single vectors: the channels-last depthwise kernel (layers/fast/depthwise.py) -------
+# There LANES channels share a vector: one output pixel of LANES channels is a chain of
+# fused multiply-adds, a vector of weights by a vector of inputs per tap. A Vector is one
+# <LANES x float> value, kept in a register like the tile's.
+
+VECTOR_BYTES = LANES * 4          # a vector load from an address that is a multiple of
+                                  # this reads one cache line, not two
+
+
+def aligned_empty(shape: int | tuple[int, ...]) -> np.ndarray:
+    """An uninitialised float32 array whose first value starts on a VECTOR_BYTES boundary."""
+    size = int(np.prod(shape))
+    raw = np.empty(size + LANES, np.float32)
+    skip = (-raw.ctypes.data % VECTOR_BYTES) // 4
+    return raw[skip:skip + size].reshape(shape)
+
+
+@kernel(nogil=True, inline="always")
+def aligned_zeros(size):
+    """aligned_empty's zeros, in a kernel (1-D float32)."""
+    raw = np.zeros(size + LANES, np.float32)
+    skip = (-raw.ctypes.data % VECTOR_BYTES) // 4
+    return raw[skip:skip + size]
+
+
+@functools.cache
+def _vector_type():
+    """The numba type of one vector register, made once, on first compile."""
+    from numba import types
+    from numba.extending import models, register_model
+
+    class Vector(types.Type):
+        def __init__(self):
+            super().__init__(name=f"Vector{LANES}")
+
+    @register_model(Vector)
+    class VectorModel(models.PrimitiveModel):
+        def __init__(self, dmm, fe_type):
+            super().__init__(dmm, fe_type, _llvm_types()[0])
+
+    return Vector()
+
+
+@intrinsic
+def vector_load():
+    from numba.extending import intrinsic as numba_intrinsic
+
+    @numba_intrinsic
+    def vector_load(typingctx, source, first):
+        """source[first : first + LANES] (1-D float32; the caller keeps them inside it)."""
+        def codegen(context, builder, signature, args):
+            emit = _Emit(context, builder, signature, args)
+            address = builder.bitcast(emit.pointer(0, emit.int(1)), emit.vector.as_pointer())
+            return builder.load(address, align=4)
+        return _vector_type()(source, first), codegen
+    return vector_load
+
+
+@intrinsic
+def vector_store():
+    from numba import types
+    from numba.extending import intrinsic as numba_intrinsic
+
+    @numba_intrinsic
+    def vector_store(typingctx, value, target, first):
+        """target[first : first + LANES] = value (1-D float32, as vector_load)."""
+        def codegen(context, builder, signature, args):
+            emit = _Emit(context, builder, signature, args)
+            address = builder.bitcast(emit.pointer(1, emit.int(2)), emit.vector.as_pointer())
+            builder.store(args[0], address, align=4)
+            return context.get_dummy_value()
+        return types.void(value, target, first), codegen
+    return vector_store
+
+
+@intrinsic
+def vector_fma():
+    from numba.extending import intrinsic as numba_intrinsic
+
+    @numba_intrinsic
+    def vector_fma(typingctx, a, b, c):
+        """a * b + c lane by lane, rounded once."""
+        def codegen(context, builder, signature, args):
+            return _Emit(context, builder, signature, args).fma(*args)
+        return _vector_type()(a, b, c), codegen
+    return vector_fma
+
+
+@intrinsic
+def transpose_block():
+    from numba import types
+    from numba.extending import intrinsic as numba_intrinsic
+
+    @numba_intrinsic
+    def transpose_block(typingctx, source, source_first, source_step, rows, lanes, target,
+                        target_first, target_step, target_rows, target_lanes):
+        """A LANES x LANES block transposed: with row r = source[source_first + r *
+        source_step + j] for j < LANES, target[target_first + j * target_step + r] = row r's
+        lane j. Only rows r < ``rows`` and their first ``lanes`` values are read (the rest
+        are 0), only target rows j < ``target_rows`` and their first ``target_lanes`` values
+        written. In log2(LANES) rounds of shuffles: round h swaps, in each 2h x 2h block, the
+        h x h block above the diagonal with the one below it (1-D float32 arrays)."""
+        def codegen(context, builder, signature, args):
+            emit = _Emit(context, builder, signature, args)
+            ir, zeros = emit.ir, _zeros()[0]
+            first, step, rows, lanes = emit.int(1), emit.int(2), emit.int(3), emit.int(4)
+            vectors = []
+            for r in range(LANES):
+                before = builder.block
+                with builder.if_then(builder.icmp_signed(">", rows, emit.const(r))):
+                    at = builder.add(first, builder.mul(emit.const(r), step))
+                    loaded = emit.load(emit.pointer(0, at), lanes)
+                    loaded_block = builder.block
+                value = builder.phi(emit.vector)
+                value.add_incoming(zeros, before)
+                value.add_incoming(loaded, loaded_block)
+                vectors.append(value)
+            h = LANES // 2
+            while h >= 1:
+                low = [j if j & h == 0 else LANES + j - h for j in range(LANES)]
+                high = [j + h if j & h == 0 else LANES + j for j in range(LANES)]
+                for i in range(LANES):
+                    if i & h == 0:
+                        a, b = vectors[i], vectors[i + h]
+                        for k, picks in ((i, low), (i + h, high)):
+                            mask = ir.Constant(ir.VectorType(emit.i32, LANES), picks)
+                            vectors[k] = builder.shuffle_vector(a, b, mask)
+                h //= 2
+            first, step = emit.int(6), emit.int(7)
+            rows, lanes = emit.int(8), emit.int(9)
+            for j in range(LANES):
+                with builder.if_then(builder.icmp_signed(">", rows, emit.const(j))):
+                    at = builder.add(first, builder.mul(emit.const(j), step))
+                    emit.store(vectors[j], emit.pointer(5, at), lanes)
+            return context.get_dummy_value()
+        return types.void(source, source_first, source_step, rows, lanes, target,
+                          target_first, target_step, target_rows, target_lanes), codegen
+    return transpose_block

@@ -51,6 +51,8 @@ IDLE_POLLS = 200_000        # polls (~10 ns each) a helper spins without work be
 MIN_GEMM_WORK = 1 << 16     # multiply-adds below which a product is not shared
 WIDE = 8                    # a product with this many times more columns than rows is cut
                             # into bands of columns (else of rows, where that is as even)
+BLOCK_CHUNKS = 4            # chunks per thread of the channels-last depthwise kernel: a
+                            # late thread leaves a few to the others
 
 
 class Team:
@@ -99,11 +101,13 @@ class Team:
     def depthwise(self, x: np.ndarray, weight: np.ndarray, bias: np.ndarray, y: np.ndarray,
                   stride, dilation, pads, activation: Activation) -> None:
         """layers/fast/depthwise.py's kernels (as depthwise_conv2d calls them), shared:
-        planes in one chunk per thread, blocks of channels one chunk each."""
+        planes in one chunk per thread, blocks of channels in up to BLOCK_CHUNKS chunks per
+        thread (each chunk sets up its buffers once)."""
         if weight.ndim == 3:
             job, chunks = jobs._depthwise_job, self.threads
         else:
-            job, chunks = jobs._depthwise_blocks_job, x.shape[0] * weight.shape[0]
+            job = jobs._depthwise_blocks_job
+            chunks = min(x.shape[0] * weight.shape[0], BLOCK_CHUNKS * self.threads)
         self._share(job, chunks, x, weight, bias, y, stride[0], stride[1], dilation[0],
                     dilation[1], pads[0], pads[2], activation.code, activation.a, activation.b)
 

@@ -99,10 +99,12 @@ EFFICIENTNET_LITE0 = [   # c_in, c_out, k, stride, groups, out size at 224x224; 
     (3, 32, 3, 2, 1, 112, "gemm", "gemm"),                      # the stem
     (32, 32, 3, 1, 32, 112, "depthwise", "depthwise"),
     (32, 16, 1, 1, 1, 112, "gemm", "gemm"),                     # 1x1, a large image
-    (144, 144, 5, 2, 144, 28, "depthwise", "depthwise"),
-    (240, 240, 3, 2, 240, 14, "depthwise", "depthwise"),
-    (672, 672, 5, 2, 672, 7, "depthwise", "depthwise"),
-    (1152, 1152, 5, 1, 1152, 7, "depthwise", "depthwise"),
+    (144, 144, 5, 2, 144, 28, "depthwise_channels_last", "depthwise_channels_last"),
+    (240, 240, 3, 2, 240, 14, "depthwise_channels_last", "depthwise_channels_last"),
+    (672, 672, 5, 2, 672, 7, "depthwise_channels_last", "depthwise_channels_last"),
+    (1152, 1152, 5, 1, 1152, 7, "depthwise_channels_last", "depthwise_channels_last"),
+    (240, 240, 5, 1, 240, 28, "depthwise_channels_last", "depthwise_channels_last"),
+    (144, 144, 3, 1, 144, 56, "depthwise", "depthwise"),
     (672, 112, 1, 1, 1, 14, "gemm", "gemm"),
     (1152, 192, 1, 1, 1, 7, "pointwise_transposed", "pointwise_transposed"),
     (192, 1152, 1, 1, 1, 7, "pointwise_transposed", "pointwise_transposed"),

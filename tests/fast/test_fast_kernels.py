@@ -91,9 +91,17 @@ DEPTHWISE = {   # (N, C, H, W), multiplier, kernel, stride, (top, bottom, left, 
     "5x5 stride 2 no pad": ((1, 3, 12, 11), 1, (5, 5), (2, 2), (0, 0, 0, 0), (1, 1)),
     # left padding longer than an output row
     "left pad past the row": ((1, 2, 3, 1), 1, (3, 3), (1, 1), (1, 1, 5, 0), (1, 1)),
-    # channels last by blocks of 128 channels: two blocks, the second partial
-    "two channel blocks 5x5": ((2, 131, 7, 7), 1, (5, 5), (1, 1), (2, 2, 2, 2), (1, 1)),
-    "two channel blocks 3x3 stride 2": ((1, 133, 9, 8), 1, (3, 3), (2, 2), (1, 1, 1, 1), (1, 1)),
+    # channels last by blocks of LANES channels: several blocks, the last partial
+    "channel blocks 5x5": ((2, 37, 7, 7), 1, (5, 5), (1, 1), (2, 2, 2, 2), (1, 1)),
+    "channel blocks 3x3 stride 2": ((1, 133, 9, 8), 1, (3, 3), (2, 2), (1, 1, 1, 1), (1, 1)),
+    "rows of 2 vectors and a part 7x7": ((1, 19, 37, 40), 1, (7, 7), (1, 1), (3, 3, 3, 3),
+                                         (1, 1)),
+    "stride 2 rows wider than a vector": ((1, 5, 20, 35), 1, (3, 3), (2, 2), (1, 1, 1, 1),
+                                          (1, 1)),
+    "3x3 dilation 2 on 14x14": ((2, 24, 14, 14), 1, (3, 3), (1, 1), (2, 2, 2, 2), (2, 2)),
+    "7x7 stride 3 no pad": ((1, 17, 23, 23), 1, (7, 7), (3, 3), (0, 0, 0, 0), (1, 1)),
+    "1x1 stride 2": ((1, 20, 9, 9), 1, (1, 1), (2, 2), (0, 0, 0, 0), (1, 1)),
+    "kernel wider than the image": ((1, 3, 2, 3), 1, (5, 5), (1, 1), (2, 2, 2, 2), (1, 1)),
 }
 
 
@@ -109,10 +117,8 @@ def test_depthwise_matches_reference_and_torch(case, with_bias):
     check_against_both(got, x, weight, bias, stride, padding, dilation, c)
 
 
-@pytest.mark.parametrize("case", [c for c in DEPTHWISE.values()
-                                  if c[1] == 1 and c[2] in ((3, 3), (5, 5))],
-                         ids=[k for k, c in DEPTHWISE.items()
-                              if c[1] == 1 and c[2] in ((3, 3), (5, 5))])
+@pytest.mark.parametrize("case", [c for c in DEPTHWISE.values() if c[1] == 1],
+                         ids=[k for k, c in DEPTHWISE.items() if c[1] == 1])
 @pytest.mark.parametrize("layout", ["planes", "channels last"])
 def test_both_depthwise_layouts_match_reference_and_torch(case, layout):
     """The two depthwise kernels (one plane at a time; channels last, which the dispatcher
@@ -136,8 +142,9 @@ def test_both_depthwise_layouts_match_reference_and_torch(case, layout):
 @pytest.mark.parametrize("layout, kernel, padding", [
     ("planes", (3, 3), (1, 1, 1, 1)), ("planes", (5, 5), (2, 2, 2, 2)),
     ("planes", (7, 7), (3, 3, 3, 3)), ("channels last", (3, 3), (1, 1, 1, 1)),
-    ("channels last", (5, 5), (2, 2, 2, 2)),   # (3x3 and 5x5 only)
-], ids=["planes 3x3", "planes 5x5", "planes 7x7", "channels last 3x3", "channels last 5x5"])
+    ("channels last", (5, 5), (2, 2, 2, 2)), ("channels last", (7, 7), (3, 3, 3, 3)),
+], ids=["planes 3x3", "planes 5x5", "planes 7x7", "channels last 3x3", "channels last 5x5",
+        "channels last 7x7"])
 def test_depthwise_inf_and_nan_at_the_edges_stay_in_their_windows(layout, kernel, padding):
     """The plane kernel reads the neighbouring row where a window passes the left or right
     edge, and masks that away: an Inf or NaN in the first or last column must reach only the
@@ -383,9 +390,10 @@ def test_unknown_activations_have_no_kernel_code():
     ("winograd", (1, 16, 24, 24), (8, 16, 3, 3), 1, (1, 1)),
     ("gemm", (2, 8, 6, 6), (8, 8, 3, 3), 1, (2, 2)),
     ("gemm", (2, 8, 6, 6), (8, 8, 1, 1), 1, (1, 1)),
-    ("depthwise", (2, 8, 9, 9), (8, 1, 3, 3), 8, (1, 1)),
+    ("depthwise", (2, 8, 30, 30), (8, 1, 3, 3), 8, (1, 1)),
+    ("depthwise_channels_last", (2, 8, 9, 9), (8, 1, 3, 3), 8, (2, 2)),
     ("winograd_f2", (1, 16, 7, 7), (8, 16, 3, 3), 1, (1, 1)),
-], ids=["winograd", "im2col", "1x1", "depthwise", "winograd f2"])
+], ids=["winograd", "im2col", "1x1", "depthwise", "depthwise channels last", "winograd f2"])
 @pytest.mark.parametrize("name", ["relu", "relu6", "silu", "hardswish", "leaky"])
 def test_each_kernel_fuses_residual_and_activation(algorithm_case, name):
     algorithm, shape, w_shape, groups, stride = algorithm_case
