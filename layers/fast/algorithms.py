@@ -18,7 +18,8 @@ packing and each call. The rules, in order:
     depthwise                groups == C_in > 1, one input channel per group: plane by plane
     gemv                     1x1, stride 1, groups 1, on 1x1 images: BLAS, then the epilogue
     pointwise_transposed     1x1, stride 1, groups 1, on images small enough that channels
-                             in the vector lanes fill MORE_FILLED more of them
+                             in the vector lanes fill enough more of them to pay for its
+                             epilogue (EPILOGUE_CHANNELS)
     winograd                 3x3, stride 1, dilation 1, groups 1, with WINOGRAD_MIN_CHANNELS
                              to WINOGRAD_MAX_CHANNELS input channels: F(4x4, 3x3), from
                              WINOGRAD_MIN_TILES 4x4 tiles, if its packing fits WINOGRAD_MAX_PACKED
@@ -198,7 +199,7 @@ def _warm_gemv() -> None:
 
 
 def _lanes_fill_better(conv: Convolution, batch: int, out_hw: Pair) -> bool:
-    return transposed_pays(out_hw[0] * out_hw[1], conv.c_out)
+    return transposed_pays(out_hw[0] * out_hw[1], conv.c_in, conv.c_out)
 
 
 def _panels(conv: Convolution) -> np.ndarray:

@@ -31,7 +31,8 @@ from layers.fast.simd import COLUMNS, ROWS, tile_add, tile_fma, tile_load, tile_
 from layers.fast.team import current_team, scratch
 
 BAND = 40 * ROWS       # pixels of one unit of work at most (its partial sums: BAND x COLUMNS)
-MORE_FILLED = 0.1      # transposed when its tiles fill this much more of their lanes
+EPILOGUE_CHANNELS = 40 # what the epilogue's transposition of y costs per output value, in
+                       # input channels of the product (both per lane)
 
 
 def lanes_filled(size: int, width: int) -> float:
@@ -39,14 +40,17 @@ def lanes_filled(size: int, width: int) -> float:
     return size / (-(-size // width) * width)
 
 
-def transposed_pays(length: int, c_out: int) -> bool:
-    """Whether a 1x1 convolution with images of ``length`` pixels should run transposed: small
-    images (one band of pixels at most) whose tiles fill at least MORE_FILLED more of their
-    lanes that way (7x7 in 16-pixel vectors: 0.91 against 0.77). On large images the
-    epilogue, a transposition of y one value at a time, costs more than the lanes save."""
+def transposed_pays(length: int, c_in: int, c_out: int) -> bool:
+    """Whether a 1x1 convolution (C_in -> C_out) on images of ``length`` pixels should run
+    transposed: small images (one band of pixels at most) on which its tiles fill enough
+    more of their lanes to pay for its epilogue, a transposition of y one value at a time.
+    Per output value the product costs C_in / (share of lanes filled) either way, plus
+    EPILOGUE_CHANNELS transposed: 1152 -> 192 channels on 7x7 runs transposed (its tiles
+    fill 0.91 of their lanes against 0.77), 192 -> 1152 does not (the same shares, but
+    6x fewer channels to pay for the epilogue)."""
     transposed = lanes_filled(length, ROWS) * lanes_filled(c_out, COLUMNS)
     upright = lanes_filled(length, COLUMNS) * lanes_filled(c_out, ROWS)
-    return length <= BAND and transposed >= upright + MORE_FILLED
+    return length <= BAND and c_in / transposed + EPILOGUE_CHANNELS < c_in / upright
 
 
 def pack_panels(weight: np.ndarray) -> np.ndarray:

@@ -41,7 +41,8 @@ def documented_rule(c_in, c_out, k, stride, dilation, groups, winograd, batch, o
         return "depthwise"
     if k == 1 and stride == 1 and groups == 1 and out_hw == (1, 1):
         return "gemv"
-    if k == 1 and stride == 1 and groups == 1 and transposed_pays(out_hw[0] * out_hw[1], c_out):
+    length = out_hw[0] * out_hw[1]
+    if k == 1 and stride == 1 and groups == 1 and transposed_pays(length, c_in, c_out):
         return "pointwise_transposed"
     if not (winograd and k == 3 and stride == 1 and dilation == 1 and groups == 1):
         return "gemm"
@@ -107,7 +108,9 @@ EFFICIENTNET_LITE0 = [   # c_in, c_out, k, stride, groups, out size at 224x224; 
     (144, 144, 3, 1, 144, 56, "depthwise", "depthwise"),
     (672, 112, 1, 1, 1, 14, "gemm", "gemm"),
     (1152, 192, 1, 1, 1, 7, "pointwise_transposed", "pointwise_transposed"),
-    (192, 1152, 1, 1, 1, 7, "pointwise_transposed", "pointwise_transposed"),
+    (192, 1152, 1, 1, 1, 7, "gemm", "gemm"),                   # too few channels
+    (320, 1280, 1, 1, 1, 7, "pointwise_transposed", "pointwise_transposed"),
+    (80, 480, 1, 1, 1, 14, "gemm", "gemm"),
 ]
 
 

@@ -187,13 +187,15 @@ def test_a_matrix_per_image(images, c_in, c_out, length):
 
 def test_small_images_run_transposed():
     """Transposed where it fills more of the tiles' lanes: 7 x 7 images (49 pixels in 6-pixel
-    tiles, not 16-pixel ones); not large images, whose pixels fill both, even where the
-    channels would fill more (16 of them: 16-channel tiles against 18 rows)."""
-    def chosen(c_out, size):
-        weight = np.zeros((c_out, 8, 1, 1), np.float32)
+    tiles, not 16-pixel ones) with input channels enough to pay for the transposed epilogue;
+    not large images, whose pixels fill both, even where the channels would fill more (16 of
+    them: 16-channel tiles against 18 rows)."""
+    def chosen(c_in, c_out, size):
+        weight = np.zeros((c_out, c_in, 1, 1), np.float32)
         return PackedConv2d(weight, None, (1, 1), (1, 1), 1).algorithm(1, (size, size))
-    assert chosen(192, 7) == chosen(1152, 7) == "pointwise_transposed"
-    assert chosen(24, 56) == chosen(96, 112) == chosen(16, 112) == "gemm"
+    assert chosen(1152, 192, 7) == chosen(320, 1280, 7) == "pointwise_transposed"
+    assert chosen(8, 192, 7) == chosen(80, 480, 14) == "gemm"        # too few input channels
+    assert chosen(512, 24, 56) == chosen(512, 96, 112) == chosen(512, 16, 112) == "gemm"
     weight = np.zeros((16, 8, 3, 3), np.float32)       # only 1x1, stride 1, one group
     assert PackedConv2d(weight, None, (1, 1), (1, 1), 1).algorithm(1, (7, 7)) != (
         "pointwise_transposed")
