@@ -32,7 +32,7 @@ import numpy as np
 from layers.fast.kernel import FLOAT, INT, array, kernel
 from layers.fast.epilogue import Activation, NO_ARRAY, activate_row
 from layers.fast.phases import phase_layout, phase_targets, split_plane
-from layers.fast.simd import (LANES, aligned_empty, aligned_zeros, transpose_block,
+from layers.fast.simd import (LANES, aligned_array, aligned_empty, transpose_block,
                               vector_fma, vector_load, vector_store)
 
 
@@ -204,14 +204,29 @@ def _block_geometry(out_h, out_w, kh, kw, stride_h, stride_w, dil_h, dil_w, padd
     top left tap), PIXELS-aligned as _block_pixels wants, and each tap's offset from there."""
     outputs = out_h * out_w
     starts = np.empty(-(-outputs // PIXELS) * PIXELS, np.int64)
-    for p in range(starts.shape[0]):
-        oh, ow = divmod(min(p, outputs - 1), out_w)
-        starts[p] = (oh * stride_h * padded_w + ow * stride_w) * LANES
+    for oh in range(out_h):
+        for ow in range(out_w):
+            starts[oh * out_w + ow] = (oh * stride_h * padded_w + ow * stride_w) * LANES
+    for p in range(outputs, starts.shape[0]):
+        starts[p] = starts[outputs - 1]
     tap_offsets = np.empty(kh * kw, np.int64)
     for i in range(kh):
         for j in range(kw):
             tap_offsets[i * kw + j] = (i * dil_h * padded_w + j * dil_w) * LANES
     return starts, tap_offsets
+
+
+@kernel(nogil=True, inline="always")
+def _zero_border(padded, padded_h, padded_w, top, left, rows, cols):
+    """Zero the padded image (PH, PW, LANES) around its rows x cols at (top, left), which
+    every block overwrites (zeroing it all would cost as much as a small block's work)."""
+    row_size = padded_w * LANES
+    for r in range(padded_h):
+        if r < top or r >= top + rows:
+            padded[r * row_size:(r + 1) * row_size] = 0.0
+        else:
+            padded[r * row_size:(r * padded_w + left) * LANES] = 0.0
+            padded[(r * padded_w + left + cols) * LANES:(r + 1) * row_size] = 0.0
 
 
 @kernel(nogil=True, inline="always")
@@ -266,10 +281,10 @@ def depthwise_blocks(x, blocks, bias, y, stride_h, stride_w, dil_h, dil_w, top, 
     starts, tap_offsets = _block_geometry(out_h, out_w, kh, kw, stride_h, stride_w, dil_h,
                                           dil_w, padded_w)
     area, outputs = height * width, out_h * out_w
-    padded = aligned_zeros(padded_h * padded_w * LANES)   # aligned: each pixel's vector
-                                                          # in one cache line
-    image = aligned_zeros(0 if cols >= LANES else -(-area // LANES) * LANES * LANES)
-    pixels = aligned_zeros(starts.shape[0] * LANES)
+    padded = aligned_array(padded_h * padded_w * LANES)   # aligned: each pixel's vector
+    _zero_border(padded, padded_h, padded_w, top, left, rows, cols)   # in one cache line
+    image = aligned_array(0 if cols >= LANES else -(-area // LANES) * LANES * LANES)
+    pixels = aligned_array(starts.shape[0] * LANES)
     shift = np.zeros(LANES, np.float32)
     has_bias = bias.shape[0] > 0
     for unit in range(first, last):

@@ -33,7 +33,7 @@ Single vectors serve the channels-last depthwise kernel (depthwise.py), where LA
 share one: ``vector_load``, ``vector_fma``, ``vector_store``, and ``transpose_block`` (a
 LANES x LANES block, between planes and channels last). A vector load that crosses a cache
 line costs about twice one that does not: ``aligned_empty`` (in Python) and
-``aligned_zeros`` (in a kernel) give arrays that start on a vector's boundary.
+``aligned_array`` (in a kernel) give arrays that start on a vector's boundary.
 
 This module declares intrinsics (kernel.py) and reads the CPU (cpu.py); it imports no other
 module of layers.fast.
@@ -402,9 +402,9 @@ def aligned_empty(shape: int | tuple[int, ...]) -> np.ndarray:
 
 
 @kernel(nogil=True, inline="always")
-def aligned_zeros(size):
-    """aligned_empty's zeros, in a kernel (1-D float32)."""
-    raw = np.zeros(size + LANES, np.float32)
+def aligned_array(size):
+    """aligned_empty in a kernel: ``size`` float32 values, uninitialised (1-D)."""
+    raw = np.empty(size + LANES, np.float32)
     skip = (-raw.ctypes.data % VECTOR_BYTES) // 4
     return raw[skip:skip + size]
 
