@@ -122,7 +122,7 @@ def _is_depthwise(conv: Convolution) -> bool:
     return conv.depthwise
 
 
-def _few_outputs(conv: Convolution, batch: int, out_hw: Pair) -> bool:
+def _channels_last_pays(conv: Convolution, batch: int, out_hw: Pair) -> bool:
     return uses_channels_last(conv.c_in, conv.c_out, conv.kernel, conv.stride, out_hw)
 
 
@@ -338,7 +338,7 @@ def _warm_gemm() -> None:
 
 # ----- the table, in the order of preference -----------------------------------------------
 ALGORITHMS: tuple[Algorithm, ...] = (
-    Algorithm("depthwise_channels_last", fits=_is_depthwise, pays=_few_outputs,
+    Algorithm("depthwise_channels_last", fits=_is_depthwise, pays=_channels_last_pays,
               pack=_channel_blocks, make_call=_depthwise_call("depthwise_channels_last"),
               warm=_warm_depthwise(blocks=True)),
     Algorithm("depthwise", fits=_is_depthwise,

@@ -34,6 +34,7 @@ from layers.fast.epilogue import Activation, NO_ARRAY, activate_row
 from layers.fast.phases import phase_layout, phase_targets, split_plane
 from layers.fast.simd import (LANES, aligned_array, aligned_empty, transpose_block,
                               vector_fma, vector_load, vector_store)
+from parser.errors import ShapeError
 
 
 # FMA: lets the compiler fuse each multiply-add (one rounding instead of two), nothing else
@@ -155,15 +156,15 @@ def depthwise_planes(x, w, bias, y, stride_h, stride_w, dil_h, dil_w, top, left,
 @kernel(nogil=True, inline="always")
 def padded_extent(height, width, out_h, out_w, kh, kw, stride_h, stride_w, dil_h, dil_w,
                   top, left):
-    """(padded_h, padded_w, rows, cols): a padded image that holds every window (so the loops
-    that read it need no bounds checks), and the rows x cols of the image that any window
-    reads (the rest is never copied)."""
+    """(padded_h, padded_w): a padded image that holds the image at (top, left) and every
+    window (so the loops that read it need no bounds checks)."""
     padded_h = max((out_h - 1) * stride_h + (kh - 1) * dil_h + 1, top + height)
     padded_w = max((out_w - 1) * stride_w + (kw - 1) * dil_w + 1, left + width)
-    return padded_h, padded_w, min(height, padded_h - top), min(width, padded_w - left)
+    return padded_h, padded_w
 
 
 PIXELS = 8          # output pixels computed together: 8 chains of multiply-adds in flight
+                    # (_block_pixels' a0 .. a7)
 
 
 @kernel(nogil=True, fastmath=_FMA)
@@ -217,40 +218,41 @@ def _block_geometry(out_h, out_w, kh, kw, stride_h, stride_w, dil_h, dil_w, padd
 
 
 @kernel(nogil=True, inline="always")
-def _zero_border(padded, padded_h, padded_w, top, left, rows, cols):
-    """Zero the padded image (PH, PW, LANES) around its rows x cols at (top, left), which
+def _zero_border(padded, padded_h, padded_w, top, left, height, width):
+    """Zero the padded image (PH, PW, LANES) around the H x W image at (top, left), which
     every block overwrites (zeroing it all would cost as much as a small block's work)."""
     row_size = padded_w * LANES
     for r in range(padded_h):
-        if r < top or r >= top + rows:
+        if r < top or r >= top + height:
             padded[r * row_size:(r + 1) * row_size] = 0.0
         else:
             padded[r * row_size:(r * padded_w + left) * LANES] = 0.0
-            padded[(r * padded_w + left + cols) * LANES:(r + 1) * row_size] = 0.0
+            padded[(r * padded_w + left + width) * LANES:(r + 1) * row_size] = 0.0
 
 
 @kernel(nogil=True, inline="always")
-def _transpose_in(planes, first, count, height, width, rows, cols, image, padded, top, left,
-                  padded_w):
+def _transpose_in(planes, first, count, height, width, image, padded, top, left, padded_w):
     """The block's ``count`` planes (planes[first:], each H*W) into the zero-padded
-    (PH, PW, LANES) image, rows x cols of them: row by row, LANES pixels at a time, or for
-    rows shorter than LANES the whole plane at a time into ``image`` (H*W, LANES) and its
-    rows from there, one vector per pixel."""
+    (PH, PW, LANES) image: row by row, LANES pixels at a time, or for rows shorter than
+    LANES the whole plane at a time into ``image`` (H*W, LANES) and its rows from there, one
+    vector per pixel. transpose_block's arguments: source, its first value, its row step,
+    rows and values per row to read; target, first value, row step, rows and values per
+    row to write."""
     area = height * width
-    if cols >= LANES:
-        for r in range(rows):
+    if width >= LANES:
+        for r in range(height):
             target = ((top + r) * padded_w + left) * LANES
-            for p in range(0, cols, LANES):
-                transpose_block(planes, first + r * width + p, area, count, cols - p,
-                                padded, target + p * LANES, LANES, min(LANES, cols - p),
+            for p in range(0, width, LANES):
+                transpose_block(planes, first + r * width + p, area, count, width - p,
+                                padded, target + p * LANES, LANES, min(LANES, width - p),
                                 LANES)
         return
     for p in range(0, area, LANES):
         transpose_block(planes, first + p, area, count, area - p, image, p * LANES, LANES,
                         LANES, LANES)
-    for r in range(rows):
+    for r in range(height):
         source, target = r * width * LANES, ((top + r) * padded_w + left) * LANES
-        for v in range(0, cols * LANES, LANES):        # (a plain loop is not vectorised)
+        for v in range(0, width * LANES, LANES):       # (a plain loop is not vectorised)
             vector_store(vector_load(image, source + v), padded, target + v)
 
 
@@ -276,14 +278,15 @@ def depthwise_blocks(x, blocks, bias, y, stride_h, stride_w, dil_h, dil_w, top, 
     n, channels, height, width = x.shape
     out_h, out_w = y.shape[2], y.shape[3]
     n_blocks, kh, kw = blocks.shape[0], blocks.shape[1], blocks.shape[2]
-    padded_h, padded_w, rows, cols = padded_extent(
+    padded_h, padded_w = padded_extent(
         height, width, out_h, out_w, kh, kw, stride_h, stride_w, dil_h, dil_w, top, left)
     starts, tap_offsets = _block_geometry(out_h, out_w, kh, kw, stride_h, stride_w, dil_h,
                                           dil_w, padded_w)
     area, outputs = height * width, out_h * out_w
-    padded = aligned_array(padded_h * padded_w * LANES)   # aligned: each pixel's vector
-    _zero_border(padded, padded_h, padded_w, top, left, rows, cols)   # in one cache line
-    image = aligned_array(0 if cols >= LANES else -(-area // LANES) * LANES * LANES)
+    # aligned: each pixel's vector in one cache line
+    padded = aligned_array(padded_h * padded_w * LANES)
+    _zero_border(padded, padded_h, padded_w, top, left, height, width)
+    image = aligned_array(0 if width >= LANES else -(-area // LANES) * LANES * LANES)
     pixels = aligned_array(starts.shape[0] * LANES)
     shift = np.zeros(LANES, np.float32)
     has_bias = bias.shape[0] > 0
@@ -296,8 +299,8 @@ def depthwise_blocks(x, blocks, bias, y, stride_h, stride_w, dil_h, dil_w, top, 
         if has_bias:                              # other lanes are computed, not stored
             for c in range(count):
                 shift[c] = bias[start + c]
-        _transpose_in(planes, start * area, count, height, width, rows, cols, image,
-                      padded, top, left, padded_w)
+        _transpose_in(planes, start * area, count, height, width, image, padded, top, left,
+                      padded_w)
         _block_pixels(padded, blocks[k].reshape(-1), tap_offsets, starts, shift, pixels)
         activate_row(pixels[:outputs * LANES], code, a, b)
         for p in range(0, outputs, LANES):        # (Ho*Wo, LANES) -> (count, Ho*Wo)
@@ -313,9 +316,10 @@ then beat the transposes of channels last)."""
 def uses_channels_last(c_in: int, c_out: int, kernel: tuple[int, int],
                        stride: tuple[int, int], out_hw: tuple[int, int]) -> bool:
     """Whether this depthwise convolution runs the channels-last kernel rather than the one
-    plane at a time: one output channel per input channel, and any stride or kernel size
+    plane at a time: one output channel per input channel, channels that fill at least 3/4
+    of their vectors' lanes (3 channels would fill 3 of 16), and any stride or kernel size
     but the stride-1 3x3 and 5x5 on large planes (PLANES_FROM_OUTPUTS)."""
-    if c_out != c_in:
+    if c_out != c_in or 4 * c_in < 3 * -(-c_in // LANES) * LANES:
         return False
     if stride != (1, 1) or kernel not in PLANES_FROM_OUTPUTS:
         return True
@@ -334,6 +338,20 @@ def pack_channel_blocks(weight: np.ndarray) -> np.ndarray:
     return packed
 
 
+def _check_shapes(x: np.ndarray, weight: np.ndarray, bias: np.ndarray | None, y: np.ndarray,
+                  y_shape: tuple[int, ...]) -> None:
+    """Refuse arrays the kernels would read or write past: the kernels trust the shapes."""
+    c_in, c_out = x.shape[1], y_shape[1]
+    if weight.ndim == 3:
+        fits = c_in > 0 and c_out % c_in == 0
+    else:
+        fits = weight.shape[0] == -(-c_in // LANES) and weight.shape[3] == LANES
+    if not fits or y.shape != y_shape or (bias is not None and bias.shape != (c_out,)):
+        raise ShapeError(f"depthwise convolution: input {x.shape}, weight {weight.shape}, "
+                         f"bias {None if bias is None else bias.shape} and output {y.shape} "
+                         f"do not fit (output {y_shape} expected)")
+
+
 def depthwise_conv2d(x: np.ndarray, weight: np.ndarray, bias: np.ndarray | None,
                      stride: tuple[int, int], pads: tuple[int, int, int, int],
                      dilation: tuple[int, int], out_hw: tuple[int, int],
@@ -345,6 +363,7 @@ def depthwise_conv2d(x: np.ndarray, weight: np.ndarray, bias: np.ndarray | None,
     n = x.shape[0]
     c_out = weight.shape[0] if weight.ndim == 3 else x.shape[1]
     y = np.empty((n, c_out, *out_hw), np.float32) if out is None else out
+    _check_shapes(x, weight, bias, y, (n, c_out, *out_hw))
     kernel_function = _depthwise if weight.ndim == 3 else _depthwise_channels_last
     kernel_function(x, weight, NO_ARRAY if bias is None else bias, y, stride[0], stride[1],
                     dilation[0], dilation[1], pads[0], pads[2], activation.code, activation.a,

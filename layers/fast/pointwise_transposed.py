@@ -27,12 +27,14 @@ import numpy as np
 from layers.fast.kernel import FLOAT, INT, array, kernel
 from layers.fast.epilogue import CLAMP, NONE, RELU, Activation, activate_row, clamp_bounds
 from layers.fast.pointwise import K_BLOCK, NO_RESIDUAL, _zeros
-from layers.fast.simd import COLUMNS, ROWS, tile_add, tile_fma, tile_load, tile_store, tile_zero
+from layers.fast.simd import (COLUMNS, LANES, ROWS, tile_add, tile_fma, tile_load, tile_store,
+                              tile_zero)
 from layers.fast.team import current_team, scratch
 
 BAND = 40 * ROWS       # pixels of one unit of work at most (its partial sums: BAND x COLUMNS)
-EPILOGUE_CHANNELS = 40 # what the epilogue's transposition of y costs per output value, in
-                       # input channels of the product (both per lane)
+EPILOGUE_CHANNELS = 40 * LANES // 16   # what the epilogue's transposition of y costs per
+                       # output value, in input channels of the product: measured with
+                       # 16-float vectors (8-float ones take twice the cycles per channel)
 
 
 def lanes_filled(size: int, width: int) -> float:

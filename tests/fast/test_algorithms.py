@@ -18,7 +18,7 @@ from layers.fast.algorithms import (WINOGRAD_F2_LARGE, WINOGRAD_F2_LARGE_MIN_TIL
                                     WINOGRAD_MIN_CHANNELS, WINOGRAD_MIN_TILES)
 from layers.fast.conv import PackedConv2d
 from layers.fast.depthwise import uses_channels_last
-from layers.fast.simd import COLUMNS
+from layers.fast.simd import COLUMNS, LANES
 from layers.fast.pointwise_transposed import transposed_pays
 from support import REPO
 
@@ -96,6 +96,10 @@ RESNET18 = [   # c_in, c_out, k, stride, out size at 224x224; batch 1, batch 8
     (256, 256, 3, 1, 14, "winograd_f2", "winograd_f2"),
     (512, 512, 3, 1, 7, "gemm", "winograd_f2"),                 # F(2x2) packs 16 MiB
 ]
+# 1x1 layers whose transposed epilogue costs a little more than its lanes save with 16-float
+# vectors, and less with 8 (AVX2: the upright tiles, 16 pixels wide, fill fewer lanes, and
+# the epilogue costs fewer channels of product)
+WIDTH_DEPENDENT = "gemm" if LANES == 16 else "pointwise_transposed"
 EFFICIENTNET_LITE0 = [   # c_in, c_out, k, stride, groups, out size at 224x224; batch 1, 8
     (3, 32, 3, 2, 1, 112, "gemm", "gemm"),                      # the stem
     (32, 32, 3, 1, 32, 112, "depthwise", "depthwise"),
@@ -106,9 +110,9 @@ EFFICIENTNET_LITE0 = [   # c_in, c_out, k, stride, groups, out size at 224x224; 
     (1152, 1152, 5, 1, 1152, 7, "depthwise_channels_last", "depthwise_channels_last"),
     (240, 240, 5, 1, 240, 28, "depthwise_channels_last", "depthwise_channels_last"),
     (144, 144, 3, 1, 144, 56, "depthwise", "depthwise"),
-    (672, 112, 1, 1, 1, 14, "gemm", "gemm"),
+    (672, 112, 1, 1, 1, 14, *[WIDTH_DEPENDENT] * 2),
     (1152, 192, 1, 1, 1, 7, "pointwise_transposed", "pointwise_transposed"),
-    (192, 1152, 1, 1, 1, 7, "gemm", "gemm"),                   # too few channels
+    (192, 1152, 1, 1, 1, 7, *[WIDTH_DEPENDENT] * 2),
     (320, 1280, 1, 1, 1, 7, "pointwise_transposed", "pointwise_transposed"),
     (80, 480, 1, 1, 1, 14, "gemm", "gemm"),
 ]

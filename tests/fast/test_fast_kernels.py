@@ -17,6 +17,7 @@ from layers.activation import (Hardsigmoid, Hardswish, Hardtanh, LeakyReLU, ReLU
 from layers.fast import depthwise, winograd, winograd_f2
 from layers.fast.conv import PackedConv2d
 from layers.fast.epilogue import IDENTITY, activation_of, bias_residual_activation
+from parser.errors import ShapeError
 
 ACTIVATIONS = {          # our layer, the torch function it mirrors
     "relu": (ReLU(), F.relu),
@@ -122,7 +123,8 @@ def test_depthwise_matches_reference_and_torch(case, with_bias):
 @pytest.mark.parametrize("layout", ["planes", "channels last"])
 def test_both_depthwise_layouts_match_reference_and_torch(case, layout):
     """The two depthwise kernels (one plane at a time; channels last, which the dispatcher
-    picks for small outputs) on every case, whichever the dispatcher would pick."""
+    picks for strided layers, small planes and other kernel sizes) on every case, whichever
+    the dispatcher would pick."""
     shape, _, kernel, stride, padding, dilation = case
     x, c = rand(*shape), shape[1]
     weight, bias = rand(c, 1, *kernel), rand(c)
@@ -164,6 +166,30 @@ def test_depthwise_inf_and_nan_at_the_edges_stay_in_their_windows(layout, kernel
     assert np.isfinite(want).sum() > 100          # most outputs do not see them
     np.testing.assert_array_equal(np.isnan(y), np.isnan(want))
     np.testing.assert_allclose(y, want, rtol=1e-4, atol=1e-4)
+
+
+def test_depthwise_arrays_that_do_not_fit_are_refused_before_the_kernel_runs():
+    """The kernels trust the shapes: a wrong output, packed weight or bias is a ShapeError,
+    never a write past an array."""
+    x, taps = rand(1, 17, 5, 5), rand(17, 3, 3)
+    blocks = depthwise.pack_channel_blocks(taps)
+    wrong = [(taps, None, np.empty((1, 16, 5, 5), np.float32)),          # too few channels
+             (blocks, None, np.empty((1, 17, 4, 5), np.float32)),         # too few rows
+             (blocks[:1], None, np.empty((1, 17, 5, 5), np.float32)),     # a block missing
+             (blocks, rand(16), np.empty((1, 17, 5, 5), np.float32))]     # bias too short
+    for weight, bias, out in wrong:
+        with pytest.raises(ShapeError, match="depthwise convolution"):
+            depthwise.depthwise_conv2d(x, weight, bias, (1, 1), (1, 1, 1, 1), (1, 1), (5, 5),
+                                       IDENTITY, out)
+
+
+def test_channels_last_needs_channels_that_fill_its_lanes():
+    lanes = depthwise.LANES
+    assert depthwise.uses_channels_last(lanes, lanes, (3, 3), (2, 2), (56, 56))
+    assert depthwise.uses_channels_last(4 * lanes + 1, 4 * lanes + 1, (3, 3), (2, 2), (7, 7))
+    assert not depthwise.uses_channels_last(3, 3, (3, 3), (2, 2), (112, 112))
+    assert not depthwise.uses_channels_last(lanes + 1, lanes + 1, (5, 5), (1, 1), (7, 7))
+    assert not depthwise.uses_channels_last(32, 64, (3, 3), (2, 2), (7, 7))   # multiplier 2
 
 
 # ----- Winograd -----------------------------------------------------------------------------
@@ -391,7 +417,7 @@ def test_unknown_activations_have_no_kernel_code():
     ("gemm", (2, 8, 6, 6), (8, 8, 3, 3), 1, (2, 2)),
     ("gemm", (2, 8, 6, 6), (8, 8, 1, 1), 1, (1, 1)),
     ("depthwise", (2, 8, 30, 30), (8, 1, 3, 3), 8, (1, 1)),
-    ("depthwise_channels_last", (2, 8, 9, 9), (8, 1, 3, 3), 8, (2, 2)),
+    ("depthwise_channels_last", (2, 16, 9, 9), (16, 1, 3, 3), 16, (2, 2)),
     ("winograd_f2", (1, 16, 7, 7), (8, 16, 3, 3), 1, (1, 1)),
 ], ids=["winograd", "im2col", "1x1", "depthwise", "depthwise channels last", "winograd f2"])
 @pytest.mark.parametrize("name", ["relu", "relu6", "silu", "hardswish", "leaky"])

@@ -66,7 +66,7 @@ CONVOLUTIONS = {     # N, C_in, C_out, H, W, kernel, stride, pads, dilation, gro
     "depthwise dilated": (1, 16, 16, 30, 30, 3, 1, (2, 2, 2, 2), 2, 16),
     "depthwise 4x4 channels last": (2, 300, 300, 4, 4, 5, 1, (2, 2, 2, 2), 1, 300),
     "depthwise 5x5 s2 channels last": (2, 40, 40, 29, 27, 5, 2, (2, 1, 2, 2), 1, 40),
-    "depthwise 7x7 dilated channels last": (1, 35, 35, 20, 20, 7, 1, (6, 6, 6, 6), 2, 35),
+    "depthwise 7x7 dilated channels last": (1, 40, 40, 20, 20, 7, 1, (6, 6, 6, 6), 2, 40),
     "winograd F(4x4)": (1, 32, 48, 40, 40, 3, 1, (1, 1, 1, 1), 1, 1),
     "winograd F(2x2)": (2, 64, 64, 14, 14, 3, 1, (1, 1, 1, 1), 1, 1),
     "im2col 3x3 s2": (2, 24, 40, 30, 30, 3, 2, (1, 1, 1, 1), 1, 1),
