@@ -128,6 +128,11 @@ class _Emit:
                                                                  self.args[index])
         return self.builder.gep(ary.data, [offset])
 
+    def vector_at(self, index, first):
+        """A vector pointer to array argument ``index`` at the offset in argument ``first``."""
+        return self.builder.bitcast(self.pointer(index, self.int(first)),
+                                    self.vector.as_pointer())
+
     def const(self, value):
         return self.ir.Constant(self.i64, value)
 
@@ -435,9 +440,8 @@ def vector_load():
     def vector_load(typingctx, source, first):
         """source[first : first + LANES] (1-D float32; the caller keeps them inside it)."""
         def codegen(context, builder, signature, args):
-            emit = _Emit(context, builder, signature, args)
-            address = builder.bitcast(emit.pointer(0, emit.int(1)), emit.vector.as_pointer())
-            return builder.load(address, align=4)
+            return builder.load(_Emit(context, builder, signature, args).vector_at(0, 1),
+                                align=4)
         return _vector_type()(source, first), codegen
     return vector_load
 
@@ -451,8 +455,7 @@ def vector_store():
     def vector_store(typingctx, value, target, first):
         """target[first : first + LANES] = value (1-D float32, as vector_load)."""
         def codegen(context, builder, signature, args):
-            emit = _Emit(context, builder, signature, args)
-            address = builder.bitcast(emit.pointer(1, emit.int(2)), emit.vector.as_pointer())
+            address = _Emit(context, builder, signature, args).vector_at(1, 2)
             builder.store(args[0], address, align=4)
             return context.get_dummy_value()
         return types.void(value, target, first), codegen
