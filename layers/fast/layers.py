@@ -570,19 +570,28 @@ def _same(a: np.ndarray, b: np.ndarray) -> bool:
                       and a.strides == b.strides and a.dtype == b.dtype)
 
 
-@register_fast_layer("nn.Softmax", "F.softmax", "torch.softmax")
-class FastSoftmax(Softmax):
-    """Softmax over the last dim of a float32 array by softmax.py's kernel (row by row,
-    shared with the helper threads); other dims and dtypes run the reference."""
+class RowKernelLayer:
+    """A layer whose kernel writes a float32 output of its input's shape (forward_into)
+    where ``_kernel_takes(x)``; forward_one runs it into a new array, or the reference
+    layer on what the kernel does not take."""
 
     support_forward_into = True
 
     def forward_one(self, x: np.ndarray) -> np.ndarray:
         if not self._kernel_takes(x):
-            return super().forward_one(x)
+            return super().forward_one(x)           # type: ignore[misc]
         y = np.empty(x.shape, np.float32)
-        self.forward_into([x], [y])
+        self.forward_into([x], [y])                 # type: ignore[attr-defined]
         return y
+
+    def _kernel_takes(self, x: np.ndarray) -> bool:
+        raise NotImplementedError
+
+
+@register_fast_layer("nn.Softmax", "F.softmax", "torch.softmax")
+class FastSoftmax(RowKernelLayer, Softmax):
+    """Softmax over the last dim of a float32 array by softmax.py's kernel (row by row,
+    shared with the helper threads); other dims and dtypes run the reference."""
 
     def forward_into(self, inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray]) -> None:
         x = inputs[0]
@@ -596,19 +605,10 @@ class FastSoftmax(Softmax):
 
 
 @register_fast_layer("nn.LayerNorm")
-class FastLayerNorm(LayerNorm):
+class FastLayerNorm(RowKernelLayer, LayerNorm):
     """nn.LayerNorm over the last dim (the usual normalized_shape of one size) of a float32
     array, by norm.py's kernel (one row at a time, float64 statistics); other shapes and
     dtypes run the reference."""
-
-    support_forward_into = True
-
-    def forward_one(self, x: np.ndarray) -> np.ndarray:
-        if not self._kernel_takes(x):
-            return super().forward_one(x)
-        y = np.empty(x.shape, np.float32)
-        self.forward_into([x], [y])
-        return y
 
     def forward_into(self, inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray]) -> None:
         x = inputs[0]
