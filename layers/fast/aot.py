@@ -34,7 +34,6 @@ cpu.py, never backend.py, which imports it.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import hashlib
 import importlib.machinery
@@ -43,7 +42,6 @@ import logging
 import os
 import shlex
 import shutil
-import subprocess
 import sys
 import sysconfig
 import tempfile
@@ -121,6 +119,7 @@ def load_or_build() -> SimpleNamespace | None:
     names, directory = module_names(), cache_dir()
     modules = [_import(directory, name) for name in names]
     if None in modules:
+        import subprocess     # only to build: loading the modules needs none of it
         try:
             missing_tool = _missing_tool()
             if missing_tool:
@@ -189,6 +188,8 @@ def _missing_tool() -> tuple[str, str] | None:
 def _why(exc: BaseException) -> tuple[str, str]:
     """A failed build's reason in a few words, and what to do, from the exception and the
     output of the child that failed (never shown whole: it is logged at DEBUG level)."""
+    import subprocess
+
     if isinstance(exc, NotBuilt):
         return exc.reason, exc.advice
     if isinstance(exc, subprocess.TimeoutExpired):
@@ -266,6 +267,8 @@ def _build_in_children(directory: Path, parts: list[int]) -> None:
     """Build the missing parts, each in a child process, all at once; say which, and how
     long each took (INFO, shown: ``_progress_shown``). The children's output is kept, and
     logged at DEBUG level; a failure raises CalledProcessError (or TimeoutExpired) with it."""
+    import subprocess
+
     names = module_names()
     with _progress_shown():
         log.info("compiling the fast kernels for this CPU, once (about a minute): %d modules "
@@ -338,6 +341,8 @@ class BackgroundBuild:
         directory.mkdir(parents=True, exist_ok=True)
         self.log_path = directory / f"{_names()[0]}_build_{os.getpid()}.log"
         self.started = time.perf_counter()
+        import subprocess
+
         self.process = subprocess.Popen(
             [sys.executable, "-m", "layers.fast.aot", "--log", str(self.log_path)],
             env=_child_env(), cwd=HERE.parent.parent, stdin=subprocess.DEVNULL,
@@ -517,6 +522,8 @@ def _writable(directory: Path) -> bool:
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m layers.fast.aot``: build the modules now (see ``--help``)."""
+    import argparse
+
     parser = argparse.ArgumentParser(
         prog="python -m layers.fast.aot",
         description="Compile the fast kernels (numba code) for this CPU into extension "

@@ -259,7 +259,7 @@ def test_the_build_starts_from_an_empty_numba_cache(monkeypatch, tmp_path):
             return 0
 
     monkeypatch.setenv("NUMBA_CACHE_DIR", str(tmp_path / "users"))
-    monkeypatch.setattr(aot.subprocess, "Popen", Child)
+    monkeypatch.setattr(subprocess, "Popen", Child)
     aot._build_in_children(tmp_path, [0, 1])
     assert len(seen) == 2 and seen[0] == seen[1]
     assert Path(seen[0]).parent == tmp_path and not Path(seen[0]).exists()
