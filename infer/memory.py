@@ -22,8 +22,8 @@ Running (``Arena``)
   A forward call takes an arena, one set of buffers, for itself alone (calls from several
   threads never share one) and gives it back to the plan's pool at the end. Only layers that
   can write into given arrays (``Layer.forward_into``) use it; a buffer is allocated the first
-  time such a layer needs it, so buffers reserved for layers that allocate their own outputs
-  cost nothing. numpy counts the owners of every array, so a buffer still seen from outside
+  time such a layer needs it, in fresh pages (layers/pages.py), so buffers reserved for layers
+  that allocate their own outputs cost nothing. numpy counts the owners of every array, so a buffer still seen from outside
   the arena - through a view that outlived its operand (a reshape of it), or an output the
   caller kept - is not handed out again while it is: the step gets a fresh array instead.
 """
@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
+from layers.pages import fresh_pages
 from parser.bin import DTYPES
 from parser.param import NULL_DTYPE
 
@@ -184,7 +185,7 @@ class Arena:
             return np.empty(slot.shape, slot.dtype)
         buffer = self.buffers[slot.buffer]
         if buffer is None:                  # ALIGNMENT bytes more, to start on a boundary
-            buffer = np.empty(self.sizes[slot.buffer] + self.alignment, np.uint8)
+            buffer = fresh_pages(self.sizes[slot.buffer] + self.alignment)
             self.buffers[slot.buffer] = buffer
             self._idle_refs = sys.getrefcount(buffer)
         elif sys.getrefcount(buffer) > self._idle_refs:

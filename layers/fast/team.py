@@ -19,6 +19,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from layers.pages import fresh_pages
+
 if TYPE_CHECKING:
     from layers.fast.workers import Team
 
@@ -42,7 +44,7 @@ def scratch(name: str, shape: tuple[int, ...]) -> np.ndarray:
     buffers = _local.__dict__.setdefault("buffers", {})
     buffer = buffers.get(name)
     if buffer is None or buffer.size < size:
-        buffer = buffers[name] = np.empty(size, np.float32)
+        buffer = buffers[name] = fresh_pages(size * 4).view(np.float32)
     return buffer[:size].reshape(shape)
 
 

@@ -287,3 +287,50 @@ def test_an_unread_output_is_dropped_at_once(tmp_path):
     assert (rows["c"].first, rows["c"].last) == (0, 0)
     x = np.arange(12, dtype=np.float32).reshape(2, 6)
     np.testing.assert_array_equal(graph.forward(x)[0], 2 * torch.from_numpy(x)[:, :3].numpy())
+
+
+def _mapping_flags(address: int) -> list[str] | None:
+    """The VmFlags of the mapping holding ``address`` (/proc/self/smaps), None if unknown."""
+    try:
+        lines = open("/proc/self/smaps").read().splitlines()
+    except OSError:
+        return None
+    inside = False
+    for line in lines:
+        head = line.split()[0]
+        if "-" in head and all(c in "0123456789abcdef-" for c in head):
+            low, high = (int(part, 16) for part in head.split("-"))
+            inside = low <= address < high
+        elif inside and line.startswith("VmFlags:"):
+            return line.split()[1:]
+    return None
+
+
+def test_fresh_pages_are_writeable_and_plain():
+    from layers.pages import fresh_pages
+
+    for nbytes in (0, 1, 4096, 9 << 20):
+        buffer = fresh_pages(nbytes)
+        assert buffer.dtype == np.uint8 and buffer.shape == (nbytes,) and buffer.flags.writeable
+        buffer[:] = 7
+        assert np.all(buffer == 7)
+    flags = _mapping_flags(buffer.ctypes.data)
+    if flags is None:
+        pytest.skip("no /proc/self/smaps here")
+    assert "hg" not in flags          # no huge-page advice, unlike np.empty of 9 MiB
+
+
+def test_arena_buffers_are_fresh_pages(tmp_path):
+    """Activations of several MiB land in the arena's own pages (no huge-page advice), and
+    the answer is torch's."""
+    graph = build(tmp_path, DIAMOND.replace("(2,3,4,5)", "(?,3,?,?)"))
+    x = np.random.default_rng(0).standard_normal((2, 3, 512, 512), dtype=np.float32)
+    for _ in range(2):
+        (got,) = graph.forward(x)
+        np.testing.assert_allclose(got, diamond_torch(torch.from_numpy(x)).numpy(), rtol=1e-6)
+    arena = graph.memory_plan(x.shape)._pool[0]
+    buffers = [b for b in arena.buffers if b is not None]
+    assert arena.allocated_bytes >= 6 << 20 and buffers
+    flags = _mapping_flags(buffers[0].ctypes.data)
+    if flags is not None:
+        assert "hg" not in flags and buffers[0].ctypes.data % 4096 == 0
