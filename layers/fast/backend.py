@@ -141,12 +141,14 @@ def _checked(declared: Declared, function: Callable) -> Callable:
     def call(*args):
         for index, dtype, ndim in arrays:
             a = args[index]
-            if not (isinstance(a, np.ndarray) and a.dtype == dtype and a.ndim == ndim
-                    and a.flags.c_contiguous and a.flags.aligned):
-                raise TypeError(
-                    f"kernel {declared.name}: argument {index} must be a C-contiguous, aligned "
-                    f"{dtype} array of {ndim} dimensions, got "
-                    f"{getattr(a, 'dtype', type(a).__name__)} {getattr(a, 'shape', '')}")
+            if isinstance(a, np.ndarray):
+                flags = a.flags                   # a new object at every access: once
+                if a.dtype == dtype and a.ndim == ndim and flags.c_contiguous and flags.aligned:
+                    continue
+            raise TypeError(
+                f"kernel {declared.name}: argument {index} must be a C-contiguous, aligned "
+                f"{dtype} array of {ndim} dimensions, got "
+                f"{getattr(a, 'dtype', type(a).__name__)} {getattr(a, 'shape', '')}")
         function(*args)
     call.__name__ = call.__qualname__ = declared.name
     call.__doc__ = declared.func.__doc__
