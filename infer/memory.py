@@ -23,9 +23,10 @@ Running (``Arena``)
   threads never share one) and gives it back to the plan's pool at the end. Only layers that
   can write into given arrays (``Layer.forward_into``) use it; a buffer is allocated the first
   time such a layer needs it, in fresh pages (layers/pages.py), so buffers reserved for layers
-  that allocate their own outputs cost nothing. numpy counts the owners of every array, so a buffer still seen from outside
-  the arena - through a view that outlived its operand (a reshape of it), or an output the
-  caller kept - is not handed out again while it is: the step gets a fresh array instead.
+  that allocate their own outputs cost nothing. numpy counts the owners of every array, so a
+  buffer still seen from outside the arena - through a view that outlived its operand (a
+  reshape of it), or an output the caller kept - is not handed out again while it is: the
+  step gets a fresh array instead.
 """
 
 from __future__ import annotations
