@@ -18,10 +18,18 @@ import mmap
 import numpy as np
 
 
+HUGE_PAGE_ADVICE = 4 << 20   # bytes: numpy's arrays from this size on ask for huge pages
+
+
 def fresh_pages(nbytes: int) -> np.ndarray:
     """``nbytes`` uninitialised bytes (uint8); the mapping goes when the last array over it
-    does. np.empty where there is no private anonymous mapping (Windows) or nothing to map."""
-    if nbytes <= 0 or not hasattr(mmap, "MAP_PRIVATE"):
+    does. np.empty below HUGE_PAGE_ADVICE (no advice to avoid), where there is no private
+    anonymous mapping (Windows), or where the OS refuses one (np.empty then raises
+    MemoryError if memory is really short)."""
+    if nbytes < HUGE_PAGE_ADVICE or not hasattr(mmap, "MAP_PRIVATE"):
         return np.empty(max(nbytes, 0), np.uint8)
-    pages = mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    try:
+        pages = mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    except OSError:
+        return np.empty(nbytes, np.uint8)
     return np.frombuffer(pages, np.uint8)

@@ -49,6 +49,7 @@ import mmap
 import os
 import stat
 import struct
+import weakref
 import zipfile
 import zlib
 from dataclasses import dataclass
@@ -152,6 +153,7 @@ class PnnxBin:
                                            path=self.path)
                 else:
                     self._mm = mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ)
+                    _FILE_MAPS.add(self._mm)
         except OSError as exc:
             raise BinFileError(f"cannot read the file: {exc.strerror or exc}",
                                path=self.path) from None
@@ -348,16 +350,21 @@ def _identity(info: os.stat_result) -> tuple[int, int, int, int]:
     return info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns
 
 
+_FILE_MAPS: weakref.WeakSet[mmap.mmap] = weakref.WeakSet()   # the maps PnnxBin opened
+
+
 def release_pages(array: np.ndarray) -> None:
-    """``PnnxBin.release`` for an array in hand: if ``array`` is a contiguous view of a memory
-    map (a weight ``read`` returned), let the OS drop the whole pages it covers, for a weight
-    that a layer has repacked and will not read again soon. Anything else is left alone. The
-    view stays valid; reading it brings the pages back from the file."""
+    """``PnnxBin.release`` for an array in hand: if ``array`` is a contiguous view of a bin
+    file's memory map (a weight ``read`` returned), let the OS drop the whole pages it covers,
+    for a weight that a layer has repacked and will not read again soon. Anything else is left
+    alone: an array over anonymous memory (an arena buffer, layers/pages.py) would lose its
+    values. The view stays valid; reading it brings the pages back from the file."""
     base = array
     while isinstance(base, np.ndarray) and base.base is not None:
         base = base.base
     mapped = base.obj if isinstance(base, memoryview) else base
-    if not (isinstance(mapped, mmap.mmap) and array.flags.c_contiguous):
+    if not (isinstance(mapped, mmap.mmap) and mapped in _FILE_MAPS
+            and array.flags.c_contiguous):
         return
     offset = array.ctypes.data - np.frombuffer(mapped, np.uint8, count=1).ctypes.data
     _drop_pages(mapped, offset, array.nbytes)

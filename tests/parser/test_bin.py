@@ -159,6 +159,18 @@ def test_release_pages_drops_the_pages_of_a_view_in_hand(tmp_path):
         release_pages(view[:, ::2])                           # not contiguous: left alone
 
 
+
+def test_release_pages_leaves_anonymous_memory_alone():
+    """An arena buffer (layers/pages.py) is a memory map too, but of no file: dropping its
+    pages would zero its values, so release_pages must not touch it."""
+    from layers.pages import HUGE_PAGE_ADVICE, fresh_pages
+
+    buffer = fresh_pages(HUGE_PAGE_ADVICE).view(np.float32)
+    buffer[:] = 1.0
+    release_pages(buffer)
+    release_pages(buffer[: buffer.size // 2].reshape(-1, 16))
+    assert np.all(buffer == 1.0)
+
 def test_entries_and_membership(tmp_path):
     names = ["features.0.weight", "features.0.bias", "fc.weight"]
     path = write_zip(tmp_path / "w.pnnx.bin", {name: b"\0" * 4 for name in names})

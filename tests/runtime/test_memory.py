@@ -309,7 +309,7 @@ def _mapping_flags(address: int) -> list[str] | None:
 def test_fresh_pages_are_writeable_and_plain():
     from layers.pages import fresh_pages
 
-    for nbytes in (0, 1, 4096, 9 << 20):
+    for nbytes in (0, 1, 4096, 4 << 20, 9 << 20):
         buffer = fresh_pages(nbytes)
         assert buffer.dtype == np.uint8 and buffer.shape == (nbytes,) and buffer.flags.writeable
         buffer[:] = 7
@@ -334,3 +334,17 @@ def test_arena_buffers_are_fresh_pages(tmp_path):
     flags = _mapping_flags(buffers[0].ctypes.data)
     if flags is not None:
         assert "hg" not in flags and buffers[0].ctypes.data % 4096 == 0
+
+
+def test_fresh_pages_fall_back_to_numpy_when_the_os_refuses_a_mapping(monkeypatch):
+    """A refused mapping (ENOMEM) is not an OSError for the user: np.empty takes over, and
+    raises numpy's MemoryError if memory is really short."""
+    import mmap
+
+    from layers import pages
+
+    def refuse(*args, **kwargs):
+        raise OSError(12, "Cannot allocate memory")
+    monkeypatch.setattr(mmap, "mmap", refuse)
+    buffer = pages.fresh_pages(pages.HUGE_PAGE_ADVICE)
+    assert buffer.shape == (pages.HUGE_PAGE_ADVICE,) and buffer.flags.writeable
