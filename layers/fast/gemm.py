@@ -29,10 +29,12 @@ from layers.fast.kernel import INT, array, kernel
 from layers.fast.epilogue import Activation, bias_residual_activation
 from layers.fast.phases import phase_layout, phase_targets, split_plane
 from layers.fast.pointwise import pointwise_conv2d
-from layers.fast.team import current_team, scratch
+from layers.fast.team import current_team, scratch, team_for
 
 if TYPE_CHECKING:
     from layers.fast.workers import Team
+
+IM2COL_SHARED_FROM = 1 << 15   # values of cols: fewer are copied faster alone than shared
 
 
 @kernel(nogil=True, exported=(array(3), array(2), *[INT] * 10))
@@ -118,12 +120,13 @@ def gemm_conv2d(x: np.ndarray, packed: np.ndarray, bias: np.ndarray | None,
         _finish(team, y, bias, residual, activation)
         return y
     cols = scratch("cols", (groups * group_k, length))
+    copier = team_for(cols.size, IM2COL_SHARED_FROM)
     for i in range(n):                             # one image at a time: cols stay small
-        if team is None:
+        if copier is None:
             _im2col(x[i], cols, kernel[0], kernel[1], stride[0], stride[1], dilation[0],
                     dilation[1], pads[0], pads[2], out_h, out_w)
         else:
-            team.im2col(x[i], cols, kernel, stride, dilation, pads, out_hw)
+            copier.im2col(x[i], cols, kernel, stride, dilation, pads, out_hw)
         image_residual = None if residual is None else residual[i:i + 1]
         if groups == 1:                            # cols is an image of K channels: its 1x1
             pointwise_conv2d(packed[0], cols.reshape(1, group_k, length), bias, image_residual,

@@ -1,6 +1,7 @@
 """The calling thread's helper team and work buffers, as the kernels see them.
 
     team = current_team()          # the Team sharing this thread's kernel calls, or None
+    team = team_for(work, least)   # the same, or None for a call of less work than least
     buffer = scratch(name, shape)  # a float32 work array kept by this thread
 
 The kernel modules (gemm, pointwise, pointwise_transposed, winograd) read these to share
@@ -30,6 +31,13 @@ _local = threading.local()
 def current_team() -> Team | None:
     """The team sharing this thread's kernels now (inside ``workers.sharing``), or None."""
     return getattr(_local, "team", None)
+
+
+def team_for(work: int, shared_from: int) -> Team | None:
+    """``current_team()``, or None for a call of less than ``shared_from`` units of work
+    (multiply-adds, values copied: the caller's measure): handing half of so little to a
+    helper costs the calling thread more than doing it alone."""
+    return current_team() if work >= shared_from else None
 
 
 def set_current_team(team: Team | None) -> None:

@@ -74,7 +74,7 @@ CONVOLUTIONS = {     # N, C_in, C_out, H, W, kernel, stride, pads, dilation, gro
     "1x1": (3, 48, 80, 14, 14, 1, 1, (0, 0, 0, 0), 1, 1),
     "1x1 few rows": (1, 96, 24, 56, 56, 1, 1, (0, 0, 0, 0), 1, 1),
     "1x1 widening": (1, 16, 96, 40, 40, 1, 1, (0, 0, 0, 0), 1, 1),
-    "1x1 strided": (1, 32, 64, 15, 15, 1, 2, (0, 0, 0, 0), 1, 1),
+    "1x1 strided": (1, 32, 64, 31, 31, 1, 2, (0, 0, 0, 0), 1, 1),
     "grouped 3x3": (2, 32, 64, 12, 12, 3, 1, (1, 1, 1, 1), 1, 4),
     "grouped 1x1": (1, 32, 64, 9, 9, 1, 1, (0, 0, 0, 0), 1, 2),
 }
@@ -108,16 +108,36 @@ def test_shared_convolutions_give_what_one_thread_gives(case, extras, shared):
         np.testing.assert_allclose(together, alone, rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("c_out, c_in", [(64, 64), (48, 40), (1, 3)])
-def test_winograd_packing_is_shared_and_gives_the_same_bits(c_out, c_in, shared):
+@pytest.mark.parametrize("case", [(1, 8, 8, 4, 4, 3, 1), (1, 16, 16, 8, 8, 1, 1),
+                                  (2, 4, 8, 6, 6, 3, 2)])
+def test_calls_too_small_to_share_run_alone(case, shared):
+    """A convolution of little work (pointwise.SHARED_FROM multiply-adds,
+    gemm.IM2COL_SHARED_FROM values of cols) runs on the calling thread even in a team: no
+    job is published, and the answer is the one thread's."""
+    n, c_in, c_out, h, w, k, s = case
+    rng = np.random.default_rng(sum(case))
+    x = rng.standard_normal((n, c_in, h, w), dtype=np.float32)
+    weight = rng.standard_normal((c_out, c_in, k, k), dtype=np.float32)
+    pads = (k // 2,) * 4
+    alone, _ = convolve(x, weight, None, (s, s), pads, (1, 1), 1, RELU6, None)
+    with shared() as team:
+        before = team.control[jobs.TICKET] >> 40
+        together, _ = convolve(x, weight, None, (s, s), pads, (1, 1), 1, RELU6, None)
+        assert team.control[jobs.TICKET] >> 40 == before
+    np.testing.assert_array_equal(together, alone)
+
+
+@pytest.mark.parametrize("c_out, c_in, jobs_shared", [(64, 64, 2), (48, 40, 2), (1, 3, 0)])
+def test_winograd_packing_is_shared_and_gives_the_same_bits(c_out, c_in, jobs_shared, shared):
     """A new input size's plan runs inside the forward: its Winograd packings (a product
-    per filter) are shared with the helpers, giving what np.matmul gives."""
+    per filter) are shared with the helpers, giving what np.matmul gives; one filter of 3
+    channels is too little work to share (pointwise.SHARED_FROM)."""
     weight = np.random.default_rng(c_in).standard_normal((c_out, c_in, 3, 3), dtype=np.float32)
     alone = [pack(weight) for pack in (pack_winograd_weight, pack_winograd_f2_weight)]
     with shared() as team:
         before = team.control[jobs.TICKET] >> 40
         together = [pack(weight) for pack in (pack_winograd_weight, pack_winograd_f2_weight)]
-        assert team.control[jobs.TICKET] >> 40 == before + 2          # two jobs
+        assert team.control[jobs.TICKET] >> 40 == before + jobs_shared
     for a, b in zip(alone, together):
         np.testing.assert_array_equal(b, a)
 
