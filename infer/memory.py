@@ -177,6 +177,7 @@ class Arena:
         self.sizes = list(sizes)
         self.alignment = ALIGNMENT
         self.buffers: list[np.ndarray | None] = [None] * len(self.sizes)
+        self.starts = [0] * len(self.sizes)   # each buffer's first byte on a boundary
         self._idle_refs = 0          # what sys.getrefcount says of a buffer nobody else holds
 
     def array(self, slot: Slot) -> np.ndarray:
@@ -188,10 +189,11 @@ class Arena:
         if buffer is None:                  # ALIGNMENT bytes more, to start on a boundary
             buffer = fresh_pages(self.sizes[slot.buffer] + self.alignment)
             self.buffers[slot.buffer] = buffer
+            self.starts[slot.buffer] = -buffer.ctypes.data % self.alignment
             self._idle_refs = sys.getrefcount(buffer)
         elif sys.getrefcount(buffer) > self._idle_refs:
             return np.empty(slot.shape, slot.dtype)       # someone still reads this memory
-        start = -buffer.ctypes.data % self.alignment
+        start = self.starts[slot.buffer]
         nbytes = math.prod(slot.shape) * slot.dtype.itemsize
         return buffer[start:start + nbytes].view(slot.dtype).reshape(slot.shape)
 
