@@ -106,13 +106,15 @@ def conv_case(name: str, c_in: int, inputs: str, anywhere: bool = False
     return got, torch_conv(torch.float32), torch_conv(torch.float64)
 
 
-def linear_case(in_features: int, inputs: str, shared: bool) -> tuple[np.ndarray, ...]:
-    """(fast, torch float32, torch float64) outputs of nn.Linear (64, in) -> (64, 32), on
-    this thread or shared with a helper."""
+def linear_case(in_features: int, inputs: str, shared: bool, rows: int = 64
+                ) -> tuple[np.ndarray, ...]:
+    """(fast, torch float32, torch float64) outputs of nn.Linear (rows, in) -> (rows, 32),
+    on this thread or shared with a helper (below layers.fast.layers.SWAPPED_BELOW rows, as
+    weight @ x.T)."""
     from helpers import make_layer
 
-    rng = generator("linear", in_features, inputs)
-    x = draw(rng, (64, in_features), inputs)
+    rng = generator("linear", in_features, inputs, rows)
+    x = draw(rng, (rows, in_features), inputs)
     weight = rng.standard_normal((32, in_features), dtype=np.float32)
     layer = make_layer("nn.Linear", dict(in_features=in_features, out_features=32,
                                          bias=False), {"weight": weight}, fast=True)
@@ -135,10 +137,11 @@ def test_each_convolution_algorithm_is_within_4x_torchs_error(name, c_in, inputs
 @pytest.mark.parametrize("inputs", INPUTS)
 @pytest.mark.parametrize("in_features", CHANNELS)
 @pytest.mark.parametrize("shared", [False, True], ids=["numpy", "helpers"])
-def test_linear_is_within_4x_torchs_error(in_features, inputs, shared):
-    got, torch32, exact = linear_case(in_features, inputs, shared)
+@pytest.mark.parametrize("rows", [64, 8])
+def test_linear_is_within_4x_torchs_error(in_features, inputs, shared, rows):
+    got, torch32, exact = linear_case(in_features, inputs, shared, rows)
     error, allowed = errors(got, torch32, exact)
-    assert error <= allowed, (in_features, inputs, error, allowed)
+    assert error <= allowed, (in_features, inputs, rows, error, allowed)
 
 
 @pytest.mark.parametrize("c_in", [1, 3, 8, WINOGRAD_MIN_CHANNELS - 1, WINOGRAD_MAX_CHANNELS + 1,
