@@ -350,17 +350,15 @@ def shared_linear(x: np.ndarray, weight: np.ndarray, bias: np.ndarray | None) ->
 
     With few rows (a batch of classifier heads), BLAS spends most of x @ weight.T repacking
     the transposed weight, which it does in every call; y.T = weight @ x.T packs the weight
-    as stored (M = 8, 1280 -> 1000: 264 against 449 us on two threads), at the cost of two
-    small transposes. From SWAPPED_BELOW rows on, the product itself dominates and x @
-    weight.T is faster."""
+    as stored, at the cost of two small transposes. From SWAPPED_BELOW rows on, the product
+    itself dominates and x @ weight.T is faster (BENCHMARKS.md, stop 32)."""
     out_features, in_features = weight.shape
     rows = x.reshape(-1, in_features)                           # (M, in)
     team = workers.current()
-    shared = team is not None and _kernel_ready(rows) and _kernel_ready(weight)
     if 1 < rows.shape[0] < SWAPPED_BELOW:
-        rows_t = np.ascontiguousarray(rows.T)                   # (in, M)
+        rows_t = np.array(rows.T, order="C")                    # (in, M), a copy of its own
         y_t = np.empty((out_features, rows.shape[0]), np.float32)
-        if shared:
+        if team is not None and _kernel_ready(weight):
             team.matmul(weight[None], rows_t[None], y_t[None])
         else:
             np.matmul(weight, rows_t, out=y_t)
@@ -371,7 +369,7 @@ def shared_linear(x: np.ndarray, weight: np.ndarray, bias: np.ndarray | None) ->
             np.add(y_t.T, bias, out=y)                          # transposed back, biased
         return y.reshape(*x.shape[:-1], out_features)
     y = np.empty((rows.shape[0], out_features), np.float32)
-    if shared:
+    if team is not None and _kernel_ready(rows) and _kernel_ready(weight):
         team.matmul(rows[None], weight[None], y[None], transposed=True)
     else:
         np.matmul(rows, weight.T, out=y)
