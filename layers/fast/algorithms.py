@@ -12,9 +12,10 @@ A convolution of ``batch`` images of ``out_hw`` outputs runs the first entry tha
 pays (``choose``); ``conv`` is a PackedConv2d (layers/fast/conv.py), which keeps each
 packing and each call. The rules, in order:
 
-    depthwise_channels_last  depthwise, C_out == C_in, unless stride 1, 3x3 or 5x5 and
-                             planes of PLANES_FROM_OUTPUTS outputs or more: channels
-                             last, LANES channels in a vector
+    depthwise_channels_last  depthwise, C_out == C_in, unless its kernel and stride
+                             (stride-1 3x3 and 5x5, stride-2 3x3) have planes of
+                             PLANES_FROM_OUTPUTS outputs or more: channels last,
+                             LANES channels in a vector
     depthwise                groups == C_in > 1, one input channel per group: plane by plane
     gemv                     1x1, stride 1, groups 1, on 1x1 images: BLAS, then the epilogue
     pointwise_transposed     1x1, stride 1, groups 1, on images small enough that channels

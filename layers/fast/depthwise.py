@@ -308,9 +308,12 @@ def depthwise_blocks(x, blocks, bias, y, stride_h, stride_w, dil_h, dil_w, top, 
                             planes_out, start * outputs + p, outputs, count, outputs - p)
 
 
-PLANES_FROM_OUTPUTS = {(3, 3): 24 * 24, (5, 5): 40 * 40}
-"""Stride 1, 3x3 or 5x5: one plane at a time from this many outputs a plane (its long loops
-then beat the transposes of channels last)."""
+PLANES_FROM_OUTPUTS = {((3, 3), (1, 1)): 24 * 24, ((5, 5), (1, 1)): 40 * 40,
+                       ((3, 3), (2, 2)): 64 * 64}
+"""(kernel, stride): one plane at a time from this many outputs a plane. Stride 1: the plane
+kernel's long loops then beat the transposes of channels last. 3x3 stride 2: the planes in
+are 128 x 128 or more, often a multiple of 4 KiB apart (128 x 128, 160 x 160, 224 x 224
+floats), so the LANES planes read side by side share L1 sets."""
 
 
 def uses_channels_last(c_in: int, c_out: int, kernel: tuple[int, int],
@@ -318,12 +321,11 @@ def uses_channels_last(c_in: int, c_out: int, kernel: tuple[int, int],
     """Whether this depthwise convolution runs the channels-last kernel rather than the one
     plane at a time: one output channel per input channel, channels that fill at least 3/4
     of their vectors' lanes (3 channels would fill 3 of 16), and any stride or kernel size
-    but the stride-1 3x3 and 5x5 on large planes (PLANES_FROM_OUTPUTS)."""
+    but those of PLANES_FROM_OUTPUTS on large planes."""
     if c_out != c_in or 4 * c_in < 3 * -(-c_in // LANES) * LANES:
         return False
-    if stride != (1, 1) or kernel not in PLANES_FROM_OUTPUTS:
-        return True
-    return out_hw[0] * out_hw[1] < PLANES_FROM_OUTPUTS[kernel]
+    planes_from = PLANES_FROM_OUTPUTS.get((kernel, stride))
+    return planes_from is None or out_hw[0] * out_hw[1] < planes_from
 
 
 def pack_channel_blocks(weight: np.ndarray) -> np.ndarray:

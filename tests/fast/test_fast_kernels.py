@@ -192,6 +192,19 @@ def test_channels_last_needs_channels_that_fill_its_lanes():
     assert not depthwise.uses_channels_last(32, 64, (3, 3), (2, 2), (7, 7))   # multiplier 2
 
 
+def test_large_planes_run_plane_by_plane():
+    """Stride-1 3x3 / 5x5 and stride-2 3x3 go plane by plane on large planes (a 3x3 stride 2
+    from 128 x 128 on: its input planes alias in L1 when read LANES side by side); a 5x5
+    stride 2 stays channels last at any size."""
+    channels = 4 * depthwise.LANES
+    for kernel, stride, small, large in [((3, 3), (1, 1), (23, 23), (24, 24)),
+                                         ((5, 5), (1, 1), (39, 40), (40, 40)),
+                                         ((3, 3), (2, 2), (63, 64), (64, 64))]:
+        assert depthwise.uses_channels_last(channels, channels, kernel, stride, small)
+        assert not depthwise.uses_channels_last(channels, channels, kernel, stride, large)
+    assert depthwise.uses_channels_last(channels, channels, (5, 5), (2, 2), (160, 160))
+
+
 # ----- Winograd -----------------------------------------------------------------------------
 
 @pytest.mark.parametrize("variant, seed", [(winograd, 1), (winograd_f2, 2)],
