@@ -14,8 +14,9 @@ packing and each call. The rules, in order:
 
     depthwise_channels_last  depthwise, C_out == C_in, unless its kernel and stride
                              (stride-1 3x3 and 5x5, stride-2 3x3) have planes of
-                             PLANES_FROM_OUTPUTS outputs or more: channels last,
-                             LANES channels in a vector
+                             PLANES_FROM_OUTPUTS outputs or more, or one image of at
+                             most LANES channels has ONE_UNIT_PLANES_FROM: channels
+                             last, LANES channels in a vector
     depthwise                groups == C_in > 1, one input channel per group: plane by plane
     gemv                     1x1, stride 1, groups 1, on 1x1 images: BLAS, then the epilogue
     pointwise_transposed     1x1, stride 1, groups 1, on images small enough that channels
@@ -59,7 +60,7 @@ from layers.fast.epilogue import IDENTITY, NO_ARRAY, Activation, bias_residual_a
 from layers.fast.gemm import gemm_conv2d, pack_gemm_weight
 from layers.fast.pointwise_transposed import (lanes_filled, pack_panels,
                                               pointwise_transposed_conv2d, transposed_pays)
-from layers.fast.simd import COLUMNS
+from layers.fast.simd import COLUMNS, LANES
 from layers.fast.winograd import TAPS, TILE, pack_winograd_weight, winograd_conv2d
 from layers.fast.winograd_f2 import TAPS as TAPS_F2
 from layers.fast.winograd_f2 import TILE as TILE_F2
@@ -78,6 +79,7 @@ WINOGRAD_F2_MIN_CHANNELS = 16            # F(2x2): this many input channels at l
 WINOGRAD_F2_MIN_TILES = 16               # F(2x2): at least this many 2x2 tiles
 WINOGRAD_F2_LARGE = 8 * 2 ** 20          # F(2x2) packings of more bytes than this ...
 WINOGRAD_F2_LARGE_MIN_TILES = 64         # ... need this many tiles (4 images of 7x7)
+ONE_UNIT_PLANES_FROM = 32 * 32          # outputs: one block of one image goes by plane
 PANELS_AT_BUILD_FILL = 0.9              # transposed 1x1: panels packed at build from this
 
 
@@ -124,6 +126,12 @@ def _is_depthwise(conv: Convolution) -> bool:
 
 
 def _channels_last_pays(conv: Convolution, batch: int, out_hw: Pair) -> bool:
+    """depthwise.uses_channels_last, except for one unit of work (one image of at most LANES
+    channels) on planes of ONE_UNIT_PLANES_FROM outputs or more: the helpers cannot share a
+    unit, while the plane kernel shares the planes."""
+    if (batch * -(-conv.c_in // LANES) == 1
+            and out_hw[0] * out_hw[1] >= ONE_UNIT_PLANES_FROM):
+        return False
     return uses_channels_last(conv.c_in, conv.c_out, conv.kernel, conv.stride, out_hw)
 
 

@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 
 from layers.fast import algorithms, jobs
-from layers.fast.algorithms import (WINOGRAD_F2_LARGE, WINOGRAD_F2_LARGE_MIN_TILES,
+from layers.fast.algorithms import (ONE_UNIT_PLANES_FROM, WINOGRAD_F2_LARGE,
+                                    WINOGRAD_F2_LARGE_MIN_TILES,
                                     WINOGRAD_F2_MIN_CHANNELS, WINOGRAD_F2_MIN_TILES,
                                     WINOGRAD_MAX_CHANNELS, WINOGRAD_MAX_PACKED,
                                     WINOGRAD_MIN_CHANNELS, WINOGRAD_MIN_TILES)
@@ -36,6 +37,9 @@ def conv(c_in, c_out, k, stride=1, dilation=1, groups=1, winograd=True):
 def documented_rule(c_in, c_out, k, stride, dilation, groups, winograd, batch, out_hw):
     """The rules of algorithms.py's docstring, written out as one chain of ifs."""
     if groups == c_in and c_in // groups == 1 and groups > 1:
+        one_unit = batch * -(-c_in // LANES) == 1
+        if one_unit and out_hw[0] * out_hw[1] >= ONE_UNIT_PLANES_FROM:
+            return "depthwise"
         if uses_channels_last(c_in, c_out, (k, k), (stride, stride), out_hw):
             return "depthwise_channels_last"
         return "depthwise"

@@ -205,6 +205,19 @@ def test_large_planes_run_plane_by_plane():
     assert depthwise.uses_channels_last(channels, channels, (5, 5), (2, 2), (160, 160))
 
 
+def test_one_block_of_one_image_goes_by_plane_on_large_planes():
+    """One image of at most LANES channels is one unit of channels-last work, which the
+    helpers cannot share: from ONE_UNIT_PLANES_FROM outputs it goes plane by plane."""
+    lanes = depthwise.LANES
+    weight = rand(lanes, 1, 3, 3)
+    packed = PackedConv2d(weight, None, (2, 2), (1, 1), lanes)
+    assert packed.algorithm(1, (56, 56)) == "depthwise"
+    assert packed.algorithm(2, (56, 56)) == "depthwise_channels_last"
+    assert packed.algorithm(1, (28, 28)) == "depthwise_channels_last"
+    wider = PackedConv2d(rand(2 * lanes, 1, 3, 3), None, (2, 2), (1, 1), 2 * lanes)
+    assert wider.algorithm(1, (56, 56)) == "depthwise_channels_last"
+
+
 # ----- Winograd -----------------------------------------------------------------------------
 
 @pytest.mark.parametrize("variant, seed", [(winograd, 1), (winograd_f2, 2)],
