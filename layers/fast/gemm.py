@@ -29,7 +29,7 @@ from layers.fast.kernel import INT, array, kernel
 from layers.fast.epilogue import Activation, bias_residual_activation
 from layers.fast.phases import phase_layout, phase_targets, split_plane
 from layers.fast.pointwise import pointwise_conv2d
-from layers.fast.team import current_team, scratch, team_for
+from layers.fast.team import current_team, scratch, team_worth_sharing
 
 if TYPE_CHECKING:
     from layers.fast.workers import Team
@@ -120,7 +120,7 @@ def gemm_conv2d(x: np.ndarray, packed: np.ndarray, bias: np.ndarray | None,
         _finish(team, y, bias, residual, activation)
         return y
     cols = scratch("cols", (groups * group_k, length))
-    copier = team_for(cols.size, IM2COL_SHARED_FROM)
+    copier = team_worth_sharing(cols.size, IM2COL_SHARED_FROM)
     for i in range(n):                             # one image at a time: cols stay small
         if copier is None:
             _im2col(x[i], cols, kernel[0], kernel[1], stride[0], stride[1], dilation[0],

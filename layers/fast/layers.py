@@ -43,7 +43,7 @@ from layers.expression import ELEMENTWISE, ExpressionLayer
 from layers.fast import norm, pool, softmax, workers
 from layers.fast.conv import PackedConv2d, kernel_layout
 from layers.fast.pointwise import pointwise_conv2d
-from layers.fast.team import scratch
+from layers.fast.team import scratch, team_worth_sharing
 from parser.bin import release_pages
 from layers.activation import GELU, Hardsigmoid, Hardswish, Sigmoid, SiLU, Softmax
 from layers.attention import MultiheadAttention
@@ -475,8 +475,8 @@ class KernelActivationLayer:
         if x.size == 0:
             return
         rows = x.reshape(1, -1, x.shape[-1]) if x.ndim >= 2 else x.reshape(1, 1, x.size)
-        team = workers.current()
-        if team is not None and x.size >= SHARED_FROM:
+        team = team_worth_sharing(x.size, SHARED_FROM)
+        if team is not None:
             team.finish(rows, None, None, activation)
         else:
             bias_residual_activation(rows, None, None, activation)

@@ -40,7 +40,7 @@ import numpy as np
 from layers.fast.kernel import FLOAT, INT, array, kernel
 from layers.fast.epilogue import CLAMP, NONE, RELU, Activation, activate_row, clamp_bounds
 from layers.fast.simd import COLUMNS, ROWS, tile_add, tile_fma, tile_load, tile_store, tile_zero
-from layers.fast.team import scratch, team_for
+from layers.fast.team import scratch, team_worth_sharing
 
 X_BLOCK = 1 << 16      # floats of x a band of pixels reads (256 KiB)
 K_BLOCK = 256          # input channels summed per pass over the output (when C_in is more)
@@ -174,7 +174,7 @@ def pointwise_conv2d(weight: np.ndarray, x: np.ndarray, bias: np.ndarray | None,
     weight = weight if weight.ndim == 3 else weight[None]      # (1 or N, C_out, C_in)
     bias = _zeros(weight.shape[1]) if bias is None else bias
     residual = NO_RESIDUAL if residual is None else residual.reshape(y.shape)
-    team = team_for(x.shape[0] * x.shape[1] * x.shape[2] * weight.shape[1], SHARED_FROM)
+    team = team_worth_sharing(x.shape[0] * x.shape[1] * x.shape[2] * weight.shape[1], SHARED_FROM)
     space = scratch("pointwise", (1 if team is None else team.threads,
                                   space_size(x.shape[1])))
     if team is None:

@@ -29,7 +29,7 @@ from layers.fast.epilogue import CLAMP, NONE, RELU, Activation, activate_row, cl
 from layers.fast.pointwise import K_BLOCK, NO_RESIDUAL, SHARED_FROM, _zeros
 from layers.fast.simd import (COLUMNS, LANES, ROWS, tile_add, tile_fma, tile_load, tile_store,
                               tile_zero)
-from layers.fast.team import scratch, team_for
+from layers.fast.team import scratch, team_worth_sharing
 
 BAND = 40 * ROWS       # pixels of one unit of work at most (its partial sums: BAND x COLUMNS)
 EPILOGUE_CHANNELS = 40 * LANES // 16   # what the epilogue's transposition of y costs per
@@ -153,7 +153,7 @@ def pointwise_transposed_conv2d(panels: np.ndarray, x: np.ndarray, bias: np.ndar
     way)."""
     bias = _zeros(y.shape[1]) if bias is None else bias
     residual = NO_RESIDUAL if residual is None else residual.reshape(y.shape)
-    team = team_for(x.shape[0] * x.shape[1] * x.shape[2] * y.shape[1], SHARED_FROM)
+    team = team_worth_sharing(x.shape[0] * x.shape[1] * x.shape[2] * y.shape[1], SHARED_FROM)
     space = scratch("pointwise_transposed", (1 if team is None else team.threads, space_size()))
     if team is None:
         _pointwise_transposed(panels, x, bias, residual, y, space[0], activation.code,

@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from layers.fast.kernel import array, kernel
-from layers.fast.team import current_team
+from layers.fast.team import team_worth_sharing
 from layers.fast.vexp import exp32
 
 SHARED_FROM = 1 << 14        # values: a smaller softmax is not worth waking the helpers
@@ -76,8 +76,8 @@ def softmax_last(x: np.ndarray, out: np.ndarray) -> None:
     if out.size == 0:
         return
     rows = out.reshape(-1, out.shape[-1])
-    team = current_team()
-    if team is None or rows.size < SHARED_FROM:
+    team = team_worth_sharing(rows.size, SHARED_FROM)
+    if team is None:
         _softmax(rows)
     else:
         team.softmax(rows)

@@ -1,8 +1,8 @@
 """The calling thread's helper team and work buffers, as the kernels see them.
 
-    team = current_team()          # the Team sharing this thread's kernel calls, or None
-    team = team_for(work, least)   # the same, or None for a call of less work than least
-    buffer = scratch(name, shape)  # a float32 work array kept by this thread
+    team = current_team()                    # this thread's sharing Team, or None
+    team = team_worth_sharing(work, least)   # the same, or None below ``least`` work
+    buffer = scratch(name, shape)            # a float32 work array kept by this thread
 
 The kernel modules (gemm, pointwise, pointwise_transposed, winograd) read these to share
 their work and to allocate nothing per call; workers.py makes the teams and sets this
@@ -33,7 +33,7 @@ def current_team() -> Team | None:
     return getattr(_local, "team", None)
 
 
-def team_for(work: int, shared_from: int) -> Team | None:
+def team_worth_sharing(work: int, shared_from: int) -> Team | None:
     """``current_team()``, or None for a call of less than ``shared_from`` units of work
     (multiply-adds, values copied: the caller's measure): handing half of so little to a
     helper costs the calling thread more than doing it alone."""

@@ -5,7 +5,7 @@
                                            # into chunks for 2 threads (layers/fast/jobs.py)
 
 One Team does all the sharing: its helpers spin in compiled code, without the GIL, while a
-forward runs, and take chunks of every kernel call big enough to pay for it (team.team_for
+forward runs, and take chunks of every kernel call big enough to pay for it (team.team_worth_sharing
 says which; a tiny one runs on the calling thread alone), matrix products included, which each
 thread runs on its band through numpy's OpenBLAS (``cblas_sgemm``, or ``cblas_sgemv`` for a
 product of one row or one column, as numpy does) with OpenBLAS's own threads capped at one.
