@@ -175,7 +175,6 @@ class Arena:
 
     def __init__(self, sizes: Sequence[int]):
         self.sizes = list(sizes)
-        self.alignment = ALIGNMENT
         self.buffers: list[np.ndarray | None] = [None] * len(self.sizes)
         self.starts = [0] * len(self.sizes)   # each buffer's first byte on a boundary
         self._idle_refs = 0          # what sys.getrefcount says of a buffer nobody else holds
@@ -187,9 +186,9 @@ class Arena:
             return np.empty(slot.shape, slot.dtype)
         buffer = self.buffers[slot.buffer]
         if buffer is None:                  # ALIGNMENT bytes more, to start on a boundary
-            buffer = fresh_pages(self.sizes[slot.buffer] + self.alignment)
+            buffer = fresh_pages(self.sizes[slot.buffer] + ALIGNMENT)
             self.buffers[slot.buffer] = buffer
-            self.starts[slot.buffer] = -buffer.ctypes.data % self.alignment
+            self.starts[slot.buffer] = -buffer.ctypes.data % ALIGNMENT
             self._idle_refs = sys.getrefcount(buffer)
         elif sys.getrefcount(buffer) > self._idle_refs:
             return np.empty(slot.shape, slot.dtype)       # someone still reads this memory
