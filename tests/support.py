@@ -4,6 +4,7 @@ repository root, and hand-made pnnx files, written whole or from their operator 
     param, binary = write_pnnx(tmp_path, param_text, {"conv.weight": w})
     param, binary = write_model(tmp_path, "pnnx.Input in0 0 1 0 #0=(1,3)f32", ...)
     error = expect_error(ParamFileError, RuntimeGraph(param, binary).build)
+    for low, high, name, fields in mappings(): ...   # this process's /proc/self/smaps
 
 Tests import it as ``support`` (pytest puts tests/, the folder of conftest.py, on sys.path);
 conftest.py keeps only fixtures and hooks.
@@ -13,7 +14,7 @@ from __future__ import annotations
 
 import zipfile
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 import numpy as np
 import pytest
@@ -23,6 +24,29 @@ from parser.errors import InferError
 REPO = Path(__file__).resolve().parent.parent          # the repository: tests/ is one level in
 assert (REPO / "pyproject.toml").is_file(), f"not the repository root: {REPO}"
 
+
+
+def mappings() -> Iterator[tuple[int, int, str, dict[str, str]]]:
+    """This process's memory mappings from Linux's /proc/self/smaps: (start, end, what is
+    mapped - a path, or "" for anonymous memory -, {field: value} such as "Rss" -> "12 kB",
+    "VmFlags" -> "rd wr mr ..."). Nothing where there is no such file."""
+    try:
+        lines = Path("/proc/self/smaps").read_text().splitlines()
+    except OSError:
+        return
+    current: tuple[int, int, str, dict[str, str]] | None = None
+    for line in lines:
+        head, _, rest = line.partition(" ")
+        if "-" in head and all(c in "0123456789abcdef-" for c in head):   # a mapping's line
+            if current is not None:
+                yield current
+            low, high = (int(part, 16) for part in head.split("-"))
+            parts = rest.split(maxsplit=4)
+            current = (low, high, parts[4].strip() if len(parts) > 4 else "", {})
+        elif current is not None and ":" in head:
+            current[3][head.rstrip(":")] = rest.strip()
+    if current is not None:
+        yield current
 
 def case_id(value: object) -> str | None:
     """A parametrized case's id: ``str(value)``, but pytest's own name for a function (its

@@ -10,6 +10,7 @@ import pytest
 
 from parser.bin import DTYPES, PnnxBin, release_pages, stored_itemsize
 from parser.errors import BinFileError
+from support import mappings
 
 RNG = np.random.default_rng(0)
 PLAIN_DTYPES = [name for name in DTYPES if name not in ("bf16", "c32")]
@@ -131,14 +132,8 @@ def test_released_entries_still_read_their_bytes(tmp_path):
 
 def _mapped_kib(path) -> int:
     """Resident KiB of this process's mappings of ``path`` (Linux's /proc/self/smaps)."""
-    total, inside = 0, False
-    for line in Path("/proc/self/smaps").read_text().splitlines():
-        first = line.split(maxsplit=1)[0] if line.strip() else ""
-        if "-" in first and not first.endswith(":"):           # a mapping's header line
-            inside = line.rstrip().endswith(str(path))
-        elif inside and line.startswith("Rss:"):
-            total += int(line.split()[1])
-    return total
+    return sum(int(fields["Rss"].split()[0]) for _, _, name, fields in mappings()
+               if name.endswith(str(path)))
 
 
 @pytest.mark.skipif(not Path("/proc/self/smaps").exists(), reason="needs Linux's smaps")

@@ -13,7 +13,7 @@ import torch.nn.functional as F
 
 from infer import Layer, LayerError, RuntimeGraph
 from infer.memory import IN_PLACE, INTO
-from support import REPO, write_pnnx
+from support import REPO, mappings, write_pnnx
 
 
 class Double(Layer):
@@ -291,19 +291,8 @@ def test_an_unread_output_is_dropped_at_once(tmp_path):
 
 def _mapping_flags(address: int) -> list[str] | None:
     """The VmFlags of the mapping holding ``address`` (/proc/self/smaps), None if unknown."""
-    try:
-        lines = open("/proc/self/smaps").read().splitlines()
-    except OSError:
-        return None
-    inside = False
-    for line in lines:
-        head = line.split()[0]
-        if "-" in head and all(c in "0123456789abcdef-" for c in head):
-            low, high = (int(part, 16) for part in head.split("-"))
-            inside = low <= address < high
-        elif inside and line.startswith("VmFlags:"):
-            return line.split()[1:]
-    return None
+    return next((fields["VmFlags"].split() for low, high, _, fields in mappings()
+                 if low <= address < high and "VmFlags" in fields), None)
 
 
 def test_fresh_pages_are_writeable_and_plain():
