@@ -29,6 +29,9 @@ packing and each call. The rules, in order:
                              input channels: F(2x2, 3x3),
                              from WINOGRAD_F2_MIN_TILES 2x2 tiles (WINOGRAD_F2_LARGE_MIN_TILES
                              if it packs more than WINOGRAD_F2_LARGE bytes)
+    gemm_transposed          groups 1, not a 1x1 of stride 1 without padding: im2col, then
+                             the transposed 1x1's product where it pays (as above, with
+                             C_in * kh * kw channels)
     gemm                     any convolution: 1x1 in register tiles, k x k through im2col
 
 F(4x4)'s channel range is where its largest error against float64 stays within 4x torch's
@@ -57,7 +60,7 @@ import numpy as np
 from layers.fast import workers
 from layers.fast.depthwise import depthwise_conv2d, pack_channel_blocks, uses_channels_last
 from layers.fast.epilogue import IDENTITY, NO_ARRAY, Activation, bias_residual_activation
-from layers.fast.gemm import gemm_conv2d, pack_gemm_weight
+from layers.fast.gemm import gemm_conv2d, gemm_transposed_conv2d, pack_gemm_weight
 from layers.fast.pointwise_transposed import (lanes_filled, pack_panels,
                                               pointwise_transposed_conv2d, transposed_pays)
 from layers.fast.simd import COLUMNS, LANES
@@ -208,17 +211,20 @@ def _warm_gemv() -> None:
 
 
 def _lanes_fill_better(conv: Convolution, batch: int, out_hw: Pair) -> bool:
-    return transposed_pays(out_hw[0] * out_hw[1], conv.c_in, conv.c_out)
+    """transposed_pays, for the product of C_in / groups * kh * kw channels (cols' rows)."""
+    depth = conv.c_in // conv.groups * conv.kernel[0] * conv.kernel[1]
+    return transposed_pays(out_hw[0] * out_hw[1], depth, conv.c_out)
 
 
 def _panels(conv: Convolution) -> np.ndarray:
-    return pack_panels(conv.weight.reshape(conv.c_out, conv.c_in))
+    """The (C_out, C_in * kh * kw) matrix as pack_panels (groups 1)."""
+    return pack_panels(conv.weight.reshape(conv.c_out, -1))
 
 
 def _transposed_call(conv: Convolution, pads: Pads, out_hw: Pair,
                      activation: Activation) -> Call:
     if any(pads):                                 # zeros around x: not a plain product
-        return _gemm_call(conv, pads, out_hw, activation)
+        return _im2col_transposed_call(conv, pads, out_hw, activation, "pointwise_transposed")
     weight, bias = conv.packed("pointwise_transposed"), conv.bias
     c_in, c_out, length = conv.c_in, conv.c_out, out_hw[0] * out_hw[1]
 
@@ -227,6 +233,29 @@ def _transposed_call(conv: Convolution, pads: Pads, out_hw: Pair,
         pointwise_transposed_conv2d(weight, x.reshape(images, c_in, length), bias, residual,
                                     activation, y.reshape(images, c_out, length))
     return transposed
+
+
+def _one_group_im2col(conv: Convolution) -> bool:
+    return conv.groups == 1 and not conv.pointwise
+
+
+def _im2col_transposed_call(conv: Convolution, pads: Pads, out_hw: Pair,
+                            activation: Activation, packing: str = "gemm_transposed") -> Call:
+    """im2col, then the transposed product, with the panels of algorithm ``packing``."""
+    panels, bias = conv.packed(packing), conv.bias
+    kernel, stride, dilation = conv.kernel, conv.stride, conv.dilation
+
+    def im2col_transposed(x, residual, y):
+        gemm_transposed_conv2d(x, panels, bias, kernel, stride, pads, dilation, activation,
+                               residual, y)
+    return im2col_transposed
+
+
+def _warm_gemm_transposed() -> None:
+    x, y = np.zeros((1, 2, 6, 6), np.float32), np.zeros((1, 2, 6, 6), np.float32)
+    panels = pack_panels(np.zeros((2, 18), np.float32))
+    gemm_transposed_conv2d(x, panels, np.zeros(2, np.float32), (3, 3), (1, 1), (1, 1, 1, 1),
+                           (1, 1), IDENTITY, None, y)
 
 
 def _warm_transposed() -> None:
@@ -368,6 +397,9 @@ ALGORITHMS: tuple[Algorithm, ...] = (
               make_call=_winograd_call("winograd_f2", winograd_f2_conv2d),
               warm=_warm_winograd(pack_winograd_f2_weight, winograd_f2_conv2d),
               releases_weight=True, pack_at_build=_f2_at_build),
+    Algorithm("gemm_transposed", fits=_one_group_im2col, pays=_lanes_fill_better,
+              pack=_panels, make_call=_im2col_transposed_call, warm=_warm_gemm_transposed,
+              releases_weight=True),
     Algorithm("gemm", fits=_any, pack=_gemm_weight, make_call=_gemm_call, warm=_warm_gemm),
 )
 BY_NAME = {algorithm.name: algorithm for algorithm in ALGORITHMS}

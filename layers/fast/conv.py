@@ -104,7 +104,7 @@ class PackedConv2d:
         return call
 
     def _make_call(self, batch: int, pads: Pads, out_hw: Pair, activation: Activation) -> Call:
-        return algorithms.choose(self, batch, out_hw).make_call(self, pads, out_hw, activation)
+        return BY_NAME[self.algorithm(batch, out_hw)].make_call(self, pads, out_hw, activation)
 
 
 def kernel_layout(x: np.ndarray) -> np.ndarray:

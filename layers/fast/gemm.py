@@ -12,23 +12,35 @@ written.
 
 * A 1x1 convolution with stride 1 and no padding needs no cols at all: the image itself,
   viewed as (C_in, H*W), is the matrix.
-* Otherwise a numba kernel writes cols (from the masked stride phases of each channel, so
-  every row of cols is one unit-stride masked copy) into a scratch buffer that is reused
-  from call to call (``team.scratch``), one image at a time so it stays small.
-* A grouped convolution is one BLAS product per group (``np.matmul`` on the stack), then the
-  epilogue in one pass.
+* A larger kernel, with one group: each input plane is split into its stride phases
+  (layers/fast/phases.py: about the input's size, ``split_planes``), and the product makes
+  cols from them band of pixels by band, in the work space its tiles read
+  (``pointwise.cols_band``): cols (kh * kw / (sh * sw) times the input) are never written
+  to memory whole and read back.
+* The others take cols from a numba kernel (the masked stride phases of each channel, so
+  every row of cols is one unit-stride masked copy) that writes them into a scratch buffer
+  reused from call to call (``team.scratch``), one image at a time so it stays small:
+  - a strided or padded 1x1, whose cols are its pixels (fewer than its phases);
+  - a grouped convolution: one BLAS product per group (``np.matmul`` on the stack), then
+    the epilogue in one pass;
+  - one group on small outputs, where the product runs turned around, output channels in
+    the vector lanes (``gemm_transposed_conv2d``: layers/fast/pointwise_transposed.py, whose
+    ``transposed_pays`` says when), from the weight packed as that kernel's panels.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import functools
+from typing import TYPE_CHECKING, Iterator
 
 import numpy as np
 
 from layers.fast.kernel import INT, array, kernel
 from layers.fast.epilogue import Activation, bias_residual_activation
-from layers.fast.phases import phase_layout, phase_targets, split_plane
-from layers.fast.pointwise import pointwise_conv2d
+from layers.fast.phases import phase_geometry, phase_layout, phase_targets, split_plane
+from layers.fast.pointwise import (DIL_H, DIL_W, GEOMETRY, HEIGHT, KH, KW, LEFT, OUT_H, OUT_W,
+                                   STRIDE_H, STRIDE_W, TOP, WIDTH, pointwise_conv2d)
+from layers.fast.pointwise_transposed import pointwise_transposed_conv2d
 from layers.fast.team import current_team, scratch, team_worth_sharing
 
 if TYPE_CHECKING:
@@ -87,6 +99,40 @@ def im2col_channels(x, cols, kh, kw, stride_h, stride_w, dil_h, dil_w, top, left
                             out_row[ow] = row[ow] if row_ok[ow] else zero
 
 
+@kernel(nogil=True, exported=(array(1, INT), array(1, INT)))
+def _phase_size(geometry, size):
+    """size[0] = the floats of one plane's phases (phases.phase_geometry) for a convolution
+    of ``geometry`` (pointwise.py's slots)."""
+    g = geometry
+    size[0] = phase_geometry(g[HEIGHT], g[WIDTH], g[OUT_H], g[OUT_W], g[KH], g[KW],
+                             g[STRIDE_H], g[STRIDE_W], g[DIL_H], g[DIL_W], g[TOP], g[LEFT])[5]
+
+
+@kernel(nogil=True, exported=(array(3), array(3), array(1, INT)))
+def _split_planes(x, phases, geometry):
+    """Every plane of x (N, C, H * W) into phases (N, C, size): ``split_planes``."""
+    split_planes(x, phases, geometry, np.int64(0), x.shape[0] * x.shape[1])
+
+
+@kernel(nogil=True)
+def split_planes(x, phases, geometry, first, last):
+    """Planes first .. last - 1 of x (N, C, H * W), counted image by image, each into its row
+    of phases (N, C, size): zeros, then its values where the convolution of ``geometry``
+    reads them (phases.split_plane)."""
+    g, channels = geometry, x.shape[1]
+    height, width = g[HEIGHT], g[WIDTH]
+    row_len, first_row, phase_size, _, _, _ = phase_geometry(
+        height, width, g[OUT_H], g[OUT_W], g[KH], g[KW], g[STRIDE_H], g[STRIDE_W], g[DIL_H],
+        g[DIL_W], g[TOP], g[LEFT])
+    targets = phase_targets(height, width, row_len, first_row, phase_size, g[STRIDE_H],
+                            g[STRIDE_W])
+    for plane in range(first, last):
+        dst = phases[plane // channels, plane % channels]
+        dst[:] = 0.0
+        split_plane(x[plane // channels, plane % channels], height, width, dst, row_len,
+                    first_row, phase_size, g[STRIDE_H], g[STRIDE_W], targets)
+
+
 def pack_gemm_weight(weight: np.ndarray, groups: int) -> np.ndarray:
     """(C_out, C_in/G, kh, kw) -> (G, C_out/G, C_in/G*kh*kw), C-contiguous: one matrix per
     group whose columns follow the rows of cols."""
@@ -119,22 +165,77 @@ def gemm_conv2d(x: np.ndarray, packed: np.ndarray, bias: np.ndarray | None,
             _matmul(team, packed, images[i], y_groups[i])
         _finish(team, y, bias, residual, activation)
         return y
-    cols = scratch("cols", (groups * group_k, length))
-    copier = team_worth_sharing(cols.size, IM2COL_SHARED_FROM)
-    for i in range(n):                             # one image at a time: cols stay small
-        if copier is None:
-            _im2col(x[i], cols, kernel[0], kernel[1], stride[0], stride[1], dilation[0],
-                    dilation[1], pads[0], pads[2], out_h, out_w)
+    if groups == 1 and kernel != (1, 1):           # the 1x1 of cols, made band by band
+        geometry, size = _geometry(kernel, stride, dilation, pads[0], pads[2], x.shape[2:],
+                                   out_hw)
+        phases = scratch("phases", (n, c_in, size))
+        planes = x.reshape(n, c_in, x.shape[2] * x.shape[3])
+        splitter = team_worth_sharing(phases.size, IM2COL_SHARED_FROM)
+        if splitter is None:
+            _split_planes(planes, phases, geometry)
         else:
-            copier.im2col(x[i], cols, kernel, stride, dilation, pads, out_hw)
+            splitter.split_planes(planes, phases, geometry)
+        pointwise_conv2d(packed[0], phases, bias, residual, activation,
+                         y.reshape(n, group_out, length), geometry)
+        return y
+    for i, cols in _cols_of_each_image(x, groups * group_k, kernel, stride, pads, dilation,
+                                       out_hw):
         image_residual = None if residual is None else residual[i:i + 1]
-        if groups == 1:                            # cols is an image of K channels: its 1x1
+        if groups == 1:                            # a strided or padded 1x1: its pixels
             pointwise_conv2d(packed[0], cols.reshape(1, group_k, length), bias, image_residual,
                              activation, y_groups[i].reshape(1, group_out, length))
             continue
         _matmul(team, packed, cols.reshape(groups, group_k, length), y_groups[i])
         _finish(team, y[i:i + 1], bias, image_residual, activation)
     return y
+
+
+def gemm_transposed_conv2d(x: np.ndarray, panels: np.ndarray, bias: np.ndarray | None,
+                           kernel: tuple[int, int], stride: tuple[int, int],
+                           pads: tuple[int, int, int, int], dilation: tuple[int, int],
+                           activation: Activation, residual: np.ndarray | None,
+                           y: np.ndarray) -> None:
+    """gemm_conv2d of one group into y (N, C_out, Ho, Wo), the weight given as the panels of
+    its (C_out, K) matrix (pointwise_transposed.pack_panels): each image's cols times the
+    panels, output channels in the vector lanes."""
+    c_out, out_h, out_w = y.shape[1:]
+    rows, length = panels.shape[1], out_h * out_w
+    for i, cols in _cols_of_each_image(x, rows, kernel, stride, pads, dilation, (out_h, out_w)):
+        pointwise_transposed_conv2d(panels, cols.reshape(1, rows, length), bias,
+                                    None if residual is None else residual[i:i + 1],
+                                    activation, y[i:i + 1].reshape(1, c_out, length))
+
+
+@functools.lru_cache(maxsize=1024)
+def _geometry(kernel: tuple[int, int], stride: tuple[int, int], dilation: tuple[int, int],
+              top: int, left: int, hw: tuple[int, int], out_hw: tuple[int, int]
+              ) -> tuple[np.ndarray, int]:
+    """A convolution's geometry as pointwise.cols_band reads it (shared: never written), and
+    the floats of one plane's phases."""
+    geometry = np.array((*kernel, *stride, *dilation, top, left, *hw, *out_hw), np.int64)
+    assert geometry.size == GEOMETRY
+    size = np.zeros(1, np.int64)
+    _phase_size(geometry, size)
+    return geometry, int(size[0])
+
+
+def _cols_of_each_image(x: np.ndarray, rows: int, kernel: tuple[int, int],
+                        stride: tuple[int, int], pads: tuple[int, int, int, int],
+                        dilation: tuple[int, int], out_hw: tuple[int, int]
+                        ) -> Iterator[tuple[int, np.ndarray]]:
+    """(i, cols (rows, Ho*Wo)) for each image x[i]: its im2col, written into one scratch
+    buffer reused from image to image (so cols stay small), shared with the team's helpers
+    when that pays."""
+    out_h, out_w = out_hw
+    cols = scratch("cols", (rows, out_h * out_w))
+    copier = team_worth_sharing(cols.size, IM2COL_SHARED_FROM)
+    for i in range(x.shape[0]):
+        if copier is None:
+            _im2col(x[i], cols, kernel[0], kernel[1], stride[0], stride[1], dilation[0],
+                    dilation[1], pads[0], pads[2], out_h, out_w)
+        else:
+            copier.im2col(x[i], cols, kernel, stride, dilation, pads, out_hw)
+        yield i, cols
 
 
 def _matmul(team: Team | None, a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:

@@ -67,7 +67,7 @@ def int_fields(count: int) -> tuple[int, ...]:
 # ----- the kinds of job and their fields ---------------------------------------------------
 DEPTHWISE, DEPTHWISE_BLOCKS, EPILOGUE, GEMM, IM2COL = 1, 2, 3, 4, 5
 WINOGRAD_IN, WINOGRAD_OUT, WINOGRAD_F2_IN, WINOGRAD_F2_OUT, POINTWISE = 6, 7, 8, 9, 10
-POINTWISE_TRANSPOSED, SOFTMAX, MAX_POOL = 11, 12, 13
+POINTWISE_TRANSPOSED, SOFTMAX, MAX_POOL, SPLIT_PLANES = 11, 12, 13, 14
 
 # DEPTHWISE, DEPTHWISE_BLOCKS: depthwise.depthwise_planes / depthwise_blocks
 DW_X, DW_WEIGHT, DW_BIAS, DW_Y = array_fields(4)
@@ -86,12 +86,17 @@ ALIGN = 16                                       # row and column cuts: multiple
 
 # POINTWISE, POINTWISE_TRANSPOSED: pointwise.pointwise_blocks / transposed_units
 PW_WEIGHT, PW_X, PW_BIAS, PW_RESIDUAL, PW_Y, PW_SPACE = array_fields(6)
-PW_CODE, = int_fields(1)
+PW_CODE, PW_GEOMETRY_SIZE, PW_GEOMETRY, *_ = int_fields(2 + pointwise.GEOMETRY)   # then the
+                                                  # geometry's values (pointwise.cols_band)
 
 # IM2COL: gemm.im2col_channels
 IC_X, IC_COLS = array_fields(2)
 (IC_KH, IC_KW, IC_STRIDE_H, IC_STRIDE_W, IC_DIL_H, IC_DIL_W, IC_TOP, IC_LEFT, IC_OUT_H,
  IC_OUT_W) = int_fields(10)
+
+# SPLIT_PLANES: gemm.split_planes (units: planes)
+SP_X, SP_PHASES = array_fields(2)
+SP_GEOMETRY, *_ = int_fields(pointwise.GEOMETRY)        # the geometry's values, in order
 
 # WINOGRAD_IN, WINOGRAD_F2_IN: winograd.input_planes / winograd_f2.input_planes_f2
 WI_X, WI_V = array_fields(2)
@@ -228,8 +233,9 @@ def _run_units(record, reals, chunk, first, last):
         residual, y = _get3(record, a[PW_RESIDUAL]), _get3(record, a[PW_Y])
         space = _get2(record, a[PW_SPACE])[chunk]
         if kind == POINTWISE:
-            pointwise.pointwise_blocks(weight, x, bias, residual, y, space, record[PW_CODE],
-                                       act_a, act_b, first, last)
+            geometry = record[PW_GEOMETRY:PW_GEOMETRY + record[PW_GEOMETRY_SIZE]]
+            pointwise.pointwise_blocks(weight, x, bias, residual, y, space, geometry,
+                                       record[PW_CODE], act_a, act_b, first, last)
         else:
             pointwise_transposed.transposed_units(weight, x, bias, residual, y, space,
                                                   record[PW_CODE], act_a, act_b, first, last)
@@ -238,6 +244,9 @@ def _run_units(record, reals, chunk, first, last):
                              record[IC_KW], record[IC_STRIDE_H], record[IC_STRIDE_W],
                              record[IC_DIL_H], record[IC_DIL_W], record[IC_TOP],
                              record[IC_LEFT], record[IC_OUT_H], record[IC_OUT_W], first, last)
+    elif kind == SPLIT_PLANES:
+        gemm.split_planes(_get3(record, a[SP_X]), _get3(record, a[SP_PHASES]),
+                          record[SP_GEOMETRY:SP_GEOMETRY + pointwise.GEOMETRY], first, last)
     elif kind == WINOGRAD_IN or kind == WINOGRAD_F2_IN:
         x, v = _get4(record, a[WI_X]), _get3(record, a[WI_V])
         if kind == WINOGRAD_IN:
@@ -398,13 +407,18 @@ def _gemm_job(record, reals, function, gemv, a, b, c, cut, parts, transposed):
 
 
 @kernel(nogil=True, exported=(RECORD, REALS, array(3), array(3), array(1), array(3),
-                              array(3), array(2), INT, FLOAT, FLOAT))
-def _pointwise_job(record, reals, weight, x, bias, residual, y, space, code, act_a, act_b):
+                              array(3), array(2), array(1, INT), INT, FLOAT, FLOAT))
+def _pointwise_job(record, reals, weight, x, bias, residual, y, space, geometry, code, act_a,
+                   act_b):
     """POINTWISE, as pointwise._pointwise (units: blocks of channels by pixels; ``space``: a
     row of work space per chunk)."""
     _pointwise_record(record, reals, POINTWISE,
-                      pointwise.block_count(x.shape[1], weight.shape[1], x.shape[0], x.shape[2]),
+                      pointwise.block_count(weight.shape[2], weight.shape[1], y.shape[0],
+                                            y.shape[2]),
                       weight, x, bias, residual, y, space, code, act_a, act_b)
+    record[PW_GEOMETRY_SIZE] = geometry.shape[0]
+    for slot in range(geometry.shape[0]):
+        record[PW_GEOMETRY + slot] = geometry[slot]
 
 
 @kernel(nogil=True, exported=(RECORD, REALS, array(3), array(3), array(1), array(3),
@@ -444,6 +458,16 @@ def _im2col_job(record, reals, x, cols, kh, kw, stride_h, stride_w, dil_h, dil_w
     record[IC_DIL_H], record[IC_DIL_W], record[IC_TOP], record[IC_LEFT] = (
         dil_h, dil_w, top, left)
     record[IC_OUT_H], record[IC_OUT_W] = out_h, out_w
+
+
+@kernel(nogil=True, exported=(RECORD, REALS, array(3), array(3), array(1, INT)))
+def _split_planes_job(record, reals, x, phases, geometry):
+    """SPLIT_PLANES, as gemm._split_planes (units: planes)."""
+    record[KIND], record[UNITS] = SPLIT_PLANES, x.shape[0] * x.shape[1]
+    _put(record, ARRAYS[SP_X], x)
+    _put(record, ARRAYS[SP_PHASES], phases)
+    for slot in range(pointwise.GEOMETRY):
+        record[SP_GEOMETRY + slot] = geometry[slot]
 
 
 @kernel(nogil=True, exported=(RECORD, REALS, INT, array(4), array(3), *[INT] * 4))

@@ -42,6 +42,26 @@ def phase_layout(height, width, out_h, out_w, kh, kw, stride_h, stride_w, dil_h,
     values); ``length`` is the number of t up to the last output; ``column_ok[j, t]``: tap
     column j of output t lies inside the image; ``size``: the buffer's values (every read,
     masked or not, lies inside it)."""
+    row_len, first_row, phase_size, tap_start, length, size = phase_geometry(
+        height, width, out_h, out_w, kh, kw, stride_h, stride_w, dil_h, dil_w, top, left)
+    column_ok = np.empty((kw, out_h * row_len), np.bool_)    # (the last row's tail unused)
+    pattern = np.empty(row_len, np.bool_)        # one output row's; every row has the same
+    for j in range(kw):
+        for ow in range(row_len):
+            column = ow * stride_w + j * dil_w - left
+            pattern[ow] = (column >= 0) & (column < width)
+        for oh in range(out_h):
+            row = column_ok[j, oh * row_len:]
+            for ow in range(row_len):
+                row[ow] = pattern[ow]
+    return row_len, first_row, phase_size, tap_start, column_ok, length, size
+
+
+@kernel(nogil=True, inline="always")
+def phase_geometry(height, width, out_h, out_w, kh, kw, stride_h, stride_w, dil_h, dil_w,
+                   top, left):
+    """phase_layout without column_ok: (row_len, first_row, phase_size, tap_start, length,
+    size)."""
     row_len = max(out_w, -(-width // stride_w))
     a_min, a_max = -top // stride_h, ((kh - 1) * dil_h - top) // stride_h
     b_min = -left // stride_w
@@ -57,17 +77,17 @@ def phase_layout(height, width, out_h, out_w, kh, kw, stride_h, stride_w, dil_h,
             b, q = (j * dil_w - left) // stride_w, (j * dil_w - left) % stride_w
             tap_start[i, j] = (p * stride_w + q) * phase_size + (first_row + a) * row_len + b
             size = max(size, tap_start[i, j] + length)
-    column_ok = np.empty((kw, out_h * row_len), np.bool_)    # (the last row's tail unused)
-    pattern = np.empty(row_len, np.bool_)        # one output row's; every row has the same
-    for j in range(kw):
-        for ow in range(row_len):
-            column = ow * stride_w + j * dil_w - left
-            pattern[ow] = (column >= 0) & (column < width)
-        for oh in range(out_h):
-            row = column_ok[j, oh * row_len:]
-            for ow in range(row_len):
-                row[ow] = pattern[ow]
-    return row_len, first_row, phase_size, tap_start, column_ok, length, size
+    return row_len, first_row, phase_size, tap_start, length, size
+
+
+@kernel(nogil=True, inline="always")
+def columns_inside(width, out_w, stride_w, dil_w, left, j):
+    """The outputs ow whose tap column j lies inside the image (0 <= ow * sw + j * dw - left
+    < W): ow from .. to - 1 (column_ok's run of True in each output row)."""
+    column0 = j * dil_w - left
+    inside_from = min(out_w, max(0, (stride_w - 1 - column0) // stride_w))
+    inside_to = max(inside_from, min(out_w, (width - 1 - column0) // stride_w + 1))
+    return inside_from, inside_to
 
 
 @kernel(nogil=True, inline="always")

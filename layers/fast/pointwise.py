@@ -24,6 +24,10 @@ stored as the float32 the registers hold and the next slice carries on from them
 (C_out >= C_in) first copies its band of x into the chunk's work space (``space``); a
 narrowing one reads x in place.
 
+The rows of x may also be the cols of a k x k convolution (layers/fast/gemm.py), made band by
+band straight into the work space (``cols_band``, from the stride phases of its image and
+its ``geometry``) rather than all at once into memory and read back.
+
 A band's last tile is usually partial: its rows of x are still read as whole vectors where
 the array goes on (those lanes are summed and never stored); only at the very end of x does
 a masked load read less. Each value of y is the same sum (the same chains, added in the
@@ -39,7 +43,9 @@ import numpy as np
 
 from layers.fast.kernel import FLOAT, INT, array, kernel
 from layers.fast.epilogue import CLAMP, NONE, RELU, Activation, activate_row, clamp_bounds
-from layers.fast.simd import COLUMNS, ROWS, tile_add, tile_fma, tile_load, tile_store, tile_zero
+from layers.fast.phases import columns_inside, phase_geometry
+from layers.fast.simd import (COLUMNS, LANES, ROWS, tile_add, tile_fma, tile_load, tile_store,
+                              tile_zero, vector_load, vector_store)
 from layers.fast.team import scratch, team_worth_sharing
 
 X_BLOCK = 1 << 16      # floats of x a band of pixels reads (256 KiB)
@@ -48,13 +54,18 @@ SHARED_FROM = 1 << 18  # multiply-adds: a smaller product runs faster alone than
 STACK_CHAIN = 16       # channels per chain of a stack's sums (Winograd's products)
 
 
-@kernel(nogil=True, exported=(array(3), array(3), array(1), array(3), array(3), array(1), INT,
-                              FLOAT, FLOAT))
-def _pointwise(weight, x, bias, residual, y, space, code, a, b):
+# a convolution's geometry, whose cols are x's rows (cols_band): its slots
+KH, KW, STRIDE_H, STRIDE_W, DIL_H, DIL_W, TOP, LEFT, HEIGHT, WIDTH, OUT_H, OUT_W = range(12)
+GEOMETRY = 12
+
+
+@kernel(nogil=True, exported=(array(3), array(3), array(1), array(3), array(3), array(1),
+                              array(1, INT), INT, FLOAT, FLOAT))
+def _pointwise(weight, x, bias, residual, y, space, geometry, code, a, b):
     """y[n] (C_out, L) = activation(weight[n or 0] (C_out, C_in) @ x[n] (C_in, L) + bias[c] +
     residual[n]), every block (``pointwise_blocks``; ``space``: space_size(C_in) floats)."""
-    pointwise_blocks(weight, x, bias, residual, y, space, code, a, b, np.int64(0),
-                     block_count(x.shape[1], weight.shape[1], x.shape[0], x.shape[2]))
+    pointwise_blocks(weight, x, bias, residual, y, space, geometry, code, a, b, np.int64(0),
+                     block_count(weight.shape[2], weight.shape[1], y.shape[0], y.shape[2]))
 
 
 @kernel(nogil=True)
@@ -75,16 +86,87 @@ def block_count(c_in, c_out, images, length):
     return images * ((c_out + ROWS - 1) // ROWS) * ((length + width - 1) // width)
 
 
+@kernel(nogil=True, inline="always")
+def cols_layout(geometry):
+    """(row_len, tap_start) of the phases of a convolution's ``geometry`` (no values: a plain
+    product, for which (0, no taps))."""
+    if geometry.shape[0] == 0:
+        return 0, np.zeros((0, 0), np.int64)
+    row_len, _, _, tap_start, _, _ = phase_geometry(
+        geometry[HEIGHT], geometry[WIDTH], geometry[OUT_H], geometry[OUT_W], geometry[KH],
+        geometry[KW], geometry[STRIDE_H], geometry[STRIDE_W], geometry[DIL_H],
+        geometry[DIL_W], geometry[TOP], geometry[LEFT])
+    return row_len, tap_start
+
+
+@kernel(nogil=True, inline="always")
+def cols_band(phases, image, geometry, row_len, tap_start, k0, k1, start, stop, packed, width):
+    """Rows k0 .. k1 - 1 of image ``image``'s cols, pixels start .. stop - 1, into
+    packed[(k - k0) * width + p - start]: for a convolution of ``geometry``,
+    ``phases`` (N, C, size) holds each input plane split into its stride phases
+    (layers/fast/phases.py, ``row_len`` and ``tap_start`` from cols_layout), where tap (i, j)
+    of channel c reads a plain window::
+
+        cols[(c, i, j), (oh, ow)] = phases[image, c, tap_start[i, j] + oh * row_len + ow]
+
+    or zero where the tap's column lies outside the image (a zero written, never a product
+    with one: an Inf next to the window stays out of it; the padding rows are zeros of
+    the phases)."""
+    kh, kw, out_w = geometry[KH], geometry[KW], geometry[OUT_W]
+    zero = np.float32(0.0)
+    for k in range(k0, k1):
+        c, tap = k // (kh * kw), k % (kh * kw)
+        i, j = tap // kw, tap % kw
+        plane, at = phases[image, c], tap_start[i, j]
+        inside_from, inside_to = columns_inside(geometry[WIDTH], out_w, geometry[STRIDE_W],
+                                                geometry[DIL_W], geometry[LEFT], j)
+        row = packed[(k - k0) * width:(k - k0) * width + stop - start]
+        if row_len == out_w:                           # the band is one run of the plane
+            copy_run(plane, at + start, row, 0, stop - start)
+            if inside_from == 0 and inside_to == out_w:
+                continue                               # no column outside the image
+        p = start
+        while p < stop:                                # output row by output row
+            oh = p // out_w
+            ow0 = p - oh * out_w
+            ow1 = min(out_w, ow0 + stop - p)
+            first = p - ow0 - start                    # row index of (oh, 0)
+            copy_from = min(max(ow0, inside_from), ow1)
+            copy_to = max(min(ow1, inside_to), copy_from)
+            for ow in range(ow0, copy_from):
+                row[first + ow] = zero
+            if row_len != out_w:
+                copy_run(plane, at + oh * row_len + copy_from, row, first + copy_from,
+                         copy_to - copy_from)
+            for ow in range(copy_to, ow1):
+                row[first + ow] = zero
+            p += ow1 - ow0
+
+
+@kernel(nogil=True, inline="always")
+def copy_run(source, source_first, target, target_first, count):
+    """target[target_first + q] = source[source_first + q] for q < count, LANES at a time
+    (a loop over computed indices compiles to gathers or to one value at a time)."""
+    whole = count // LANES * LANES
+    for q in range(0, whole, LANES):
+        vector_store(vector_load(source, source_first + q), target, target_first + q)
+    for q in range(whole, count):
+        target[target_first + q] = source[source_first + q]
+
+
 @kernel(nogil=True)
-def pointwise_blocks(weight, x, bias, residual, y, space, code, a, b, first, last):
+def pointwise_blocks(weight, x, bias, residual, y, space, geometry, code, a, b, first, last):
     """Blocks first .. last - 1 of _pointwise's y: image by image, band of pixels by band
     (``block_width``), and in each band channel block by channel block, a block being
     COLUMNS-pixel tiles one after the other. ``weight`` (1 or N, C_out, C_in): one matrix
     for every image, or one each (Winograd's products). ``bias`` has C_out values (zeros for
-    none); ``residual`` y's shape, or no values for none; ``code``, a, b: the activation
-    (layers/fast/epilogue.py)."""
-    images, c_in, length = x.shape
-    c_out = weight.shape[1]
+    none); ``residual`` y's shape, or no values for none; ``geometry``: no values, or a
+    convolution's (GEOMETRY slots) whose cols are the rows of x, x being its image's phases
+    (N, C, size: ``cols_band``); ``code``, a, b: the activation (layers/fast/epilogue.py)."""
+    length = y.shape[2]
+    c_out, c_in = weight.shape[1], weight.shape[2]
+    cols = geometry.shape[0] > 0                      # x: a convolution's phases
+    row_len, tap_start = cols_layout(geometry)
     stacked = weight.shape[0] > 1                     # a matrix per image
     panels = (c_out + ROWS - 1) // ROWS               # blocks of channels
     width = max(block_width(c_in, length), 1)
@@ -93,7 +175,7 @@ def pointwise_blocks(weight, x, bias, residual, y, space, code, a, b, first, las
     lo, hi = clamp_bounds(code, a, b)                 # clamped in the block: ReLU, ReLU6
     w, ys = weight.reshape(weight.size), y.reshape(y.size)
     rs = residual.reshape(residual.size)
-    pack = c_out >= c_in                              # x read again for each 6 channels
+    pack = cols or c_out >= c_in                      # x read again for each 6 channels
     chain = STACK_CHAIN if stacked else K_BLOCK       # channels per chain of the sum
     packed, xs = space[:min(c_in, K_BLOCK) * width], x.reshape(x.size)
     no_bias, no_residual = np.zeros(ROWS, np.float32), rs[:0]     # for partial sums
@@ -109,9 +191,13 @@ def pointwise_blocks(weight, x, bias, residual, y, space, code, a, b, first, las
             if pack:                                  # x[k, p] at source[k * step + p - start]
                 if image * bands + band != packed_band:
                     packed_band = image * bands + band
-                    for k in range(k0, k1):
-                        at = (k - k0) * width
-                        packed[at:at + stop - start] = x[image, k, start:stop]
+                    if cols:
+                        cols_band(x, image, geometry, row_len, tap_start, k0, k1, start,
+                                  stop, packed, width)
+                    else:
+                        for k in range(k0, k1):
+                            at = (k - k0) * width
+                            packed[at:at + stop - start] = x[image, k, start:stop]
                 source, origin, step = packed, -start - k0 * width, width
             else:
                 source, origin, step = xs, image * c_in * length, length
@@ -155,6 +241,7 @@ def _zeros(size: int) -> np.ndarray:
 
 
 NO_RESIDUAL = np.zeros((0, 0, 0), np.float32)
+NO_GEOMETRY = np.zeros(0, np.int64)       # x's rows are x's own (not a convolution's cols)
 
 
 def space_size(c_in: int) -> int:
@@ -165,20 +252,23 @@ def space_size(c_in: int) -> int:
 
 
 def pointwise_conv2d(weight: np.ndarray, x: np.ndarray, bias: np.ndarray | None,
-                     residual: np.ndarray | None, activation: Activation, y: np.ndarray) -> None:
+                     residual: np.ndarray | None, activation: Activation, y: np.ndarray,
+                     geometry: np.ndarray = NO_GEOMETRY) -> None:
     """y (N, C_out, L) = activation(weight (C_out, C_in) @ x (N, C_in, L) + bias +
     residual): all float32, C-contiguous; residual y's shape or None. ``weight`` may also be a
     stack (N, C_out, C_in), a matrix per image: y[n] = weight[n] @ x[n] (Winograd's products).
-    Shared with the team's helper threads if there is one (the bits are the same either
-    way)."""
+    With a convolution's ``geometry`` (int64, GEOMETRY slots), x (N, C, size) is its image
+    split into stride phases (gemm.split_planes) and C_in = C * kh * kw the rows of its
+    cols. Shared with the team's helper threads if
+    there is one (the bits are the same either way)."""
     weight = weight if weight.ndim == 3 else weight[None]      # (1 or N, C_out, C_in)
     bias = _zeros(weight.shape[1]) if bias is None else bias
     residual = NO_RESIDUAL if residual is None else residual.reshape(y.shape)
-    team = team_worth_sharing(x.shape[0] * x.shape[1] * x.shape[2] * weight.shape[1], SHARED_FROM)
-    space = scratch("pointwise", (1 if team is None else team.threads,
-                                  space_size(x.shape[1])))
+    c_out, c_in = weight.shape[1:]
+    team = team_worth_sharing(y.shape[0] * y.shape[2] * c_in * c_out, SHARED_FROM)
+    space = scratch("pointwise", (1 if team is None else team.threads, space_size(c_in)))
     if team is None:
-        _pointwise(weight, x, bias, residual, y, space[0], activation.code, activation.a,
-                   activation.b)
+        _pointwise(weight, x, bias, residual, y, space[0], geometry, activation.code,
+                   activation.a, activation.b)
     else:
-        team.pointwise(weight, x, bias, residual, y, space, activation)
+        team.pointwise(weight, x, bias, residual, y, space, geometry, activation)

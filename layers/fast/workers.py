@@ -136,11 +136,12 @@ class Team:
 
     def pointwise(self, weight: np.ndarray, x: np.ndarray, bias: np.ndarray,
                   residual: np.ndarray, y: np.ndarray, space: np.ndarray,
-                  activation: Activation) -> None:
+                  geometry: np.ndarray, activation: Activation) -> None:
         """pointwise._pointwise, shared (a bias of zeros, a residual of no values for none;
-        ``space``: a row of work space per thread)."""
+        ``space``: a row of work space per thread; ``geometry``: no values for a plain
+        product)."""
         self._share(jobs._pointwise_job, self.threads, weight, x, bias, residual, y, space,
-                    activation.code, activation.a, activation.b)
+                    geometry, activation.code, activation.a, activation.b)
 
     def pointwise_transposed(self, panels: np.ndarray, x: np.ndarray, bias: np.ndarray,
                              residual: np.ndarray, y: np.ndarray, space: np.ndarray,
@@ -148,6 +149,10 @@ class Team:
         """pointwise_transposed._pointwise_transposed, shared (as ``pointwise``)."""
         self._share(jobs._pointwise_transposed_job, self.threads, panels, x, bias, residual, y,
                     space, activation.code, activation.a, activation.b)
+
+    def split_planes(self, x: np.ndarray, phases: np.ndarray, geometry: np.ndarray) -> None:
+        """gemm._split_planes, shared: planes in one chunk per thread."""
+        self._share(jobs._split_planes_job, self.threads, x, phases, geometry)
 
     def finish(self, y: np.ndarray, bias: np.ndarray | None, residual: np.ndarray | None,
                activation: Activation) -> None:

@@ -48,8 +48,11 @@ def documented_rule(c_in, c_out, k, stride, dilation, groups, winograd, batch, o
     length = out_hw[0] * out_hw[1]
     if k == 1 and stride == 1 and groups == 1 and transposed_pays(length, c_in, c_out):
         return "pointwise_transposed"
+    one_group_im2col = groups == 1 and not (k == 1 and stride == 1)
+    im2col = ("gemm_transposed" if one_group_im2col and transposed_pays(length, c_in * k * k,
+                                                                       c_out) else "gemm")
     if not (winograd and k == 3 and stride == 1 and dilation == 1 and groups == 1):
-        return "gemm"
+        return im2col
     tiles4 = batch * -(-out_hw[0] // 4) * -(-out_hw[1] // 4)
     if (WINOGRAD_MIN_CHANNELS <= c_in <= WINOGRAD_MAX_CHANNELS and tiles4 >= WINOGRAD_MIN_TILES
             and 36 * c_out * c_in * 4 <= WINOGRAD_MAX_PACKED):
@@ -59,7 +62,7 @@ def documented_rule(c_in, c_out, k, stride, dilation, groups, winograd, batch, o
     if c_in >= WINOGRAD_F2_MIN_CHANNELS and tiles2 >= (WINOGRAD_F2_LARGE_MIN_TILES if large
                                                        else WINOGRAD_F2_MIN_TILES):
         return "winograd_f2"
-    return "gemm"
+    return im2col
 
 
 def grid():
@@ -97,8 +100,10 @@ RESNET18 = [   # c_in, c_out, k, stride, out size at 224x224; batch 1, batch 8
     (64, 128, 3, 2, 28, "gemm", "gemm"),                        # strided
     (64, 128, 1, 2, 28, "gemm", "gemm"),                        # downsample
     (128, 128, 3, 1, 28, "winograd_f2", "winograd_f2"),         # F(4x4): up to 64 channels
+    (128, 256, 3, 2, 14, *["gemm_transposed"] * 2),             # 196 pixels: rows of 6 fill
+    (256, 512, 1, 2, 7, *["gemm_transposed"] * 2),              # more lanes than 32 wide
     (256, 256, 3, 1, 14, "winograd_f2", "winograd_f2"),
-    (512, 512, 3, 1, 7, "gemm", "winograd_f2"),                 # F(2x2) packs 16 MiB
+    (512, 512, 3, 1, 7, "gemm_transposed", "winograd_f2"),      # F(2x2) packs 16 MiB
 ]
 # 1x1 layers whose transposed epilogue costs a little more than its lanes save with 16-float
 # vectors, and less with 8 (AVX2: the upright tiles, 16 pixels wide, fill fewer lanes, and
@@ -154,6 +159,7 @@ def test_the_candidates_are_every_algorithm_some_size_may_choose():
         else:
             assert candidates[-1] == "gemm"
             assert ("pointwise_transposed" in candidates) == packed.pointwise
+            assert ("gemm_transposed" in candidates) == (groups == 1 and not packed.pointwise)
             assert ("winograd_f2" in candidates) == (packed.winograd_ok
                                                      and c_in >= WINOGRAD_F2_MIN_CHANNELS)
             assert ("winograd" in candidates) == (packed.winograd_ok and WINOGRAD_MIN_CHANNELS
@@ -187,7 +193,7 @@ def test_every_algorithm_is_declared_once_with_every_part():
 def test_job_fields_stay_inside_the_record():
     int_slots = [v for k, v in vars(jobs).items()
                  if k.isupper() and isinstance(v, int) and k.startswith(
-                     ("DW_", "EP_", "GEMM_", "PW_", "IC_", "WI_", "WO_"))]
+                     ("DW_", "EP_", "GEMM_", "PW_", "IC_", "SP_", "WI_", "WO_"))]
     assert int_slots and all(0 <= v < max(jobs.RECORD_SIZE, len(jobs.ARRAYS)) for v in int_slots)
     assert jobs.ARRAYS[-1] + 5 <= jobs.INTS                 # address + 4 sizes before the ints
     with pytest.raises(ValueError):

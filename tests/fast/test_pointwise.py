@@ -16,6 +16,7 @@ from layers.fast.conv import PackedConv2d
 from layers.fast.epilogue import (CLAMP, HARDSWISH, LEAKY, NONE, RELU, SIGMOID, SILU, TANH,
                                   Activation)
 from layers.fast.simd import COLUMNS, ROWS
+from layers.fast.team import set_current_team
 
 CASES = {                                     # N, C_in, C_out, H, W
     "widening, two bands of pixels": (1, 8, 30, 100, 100),
@@ -147,11 +148,11 @@ def test_any_number_of_threads_gives_the_same_bits(case, team):
     relu6 = Activation(CLAMP, 0.0, 6.0)
     alone = np.full_like(r3, np.nan)
     pointwise._pointwise(w2[None], x3, bias, r3, alone, np.empty(pointwise.space_size(c_in),
-                                                            np.float32), CLAMP, 0.0, 6.0)
+                         np.float32), pointwise.NO_GEOMETRY, CLAMP, 0.0, 6.0)
     together = np.full_like(r3, np.nan)
     space = np.empty((team.threads, pointwise.space_size(c_in)), np.float32)
     before = team.control[0]
-    team.pointwise(w2[None], x3, bias, r3, together, space, relu6)
+    team.pointwise(w2[None], x3, bias, r3, together, space, pointwise.NO_GEOMETRY, relu6)
     assert team.control[0] != before                       # it ran as a job
     np.testing.assert_array_equal(together, alone)
     panels = pointwise_transposed.pack_panels(w2)           # and transposed: the same bits
@@ -159,6 +160,56 @@ def test_any_number_of_threads_gives_the_same_bits(case, team):
     space = np.empty((team.threads, pointwise_transposed.space_size()), np.float32)
     team.pointwise_transposed(panels, x3, bias, r3, transposed, space, relu6)
     np.testing.assert_array_equal(transposed, alone)
+
+
+CONVOLUTIONS = {   # (N, C_in, H, W), C_out, kernel, stride, (top, bottom, left, right), dilation
+    "the stem: 7x7 stride 2, many bands": ((1, 3, 64, 60), 16, (7, 7), (2, 2), (3, 3, 3, 3),
+                                           (1, 1)),
+    "3x3 stride 2, two images": ((2, 8, 12, 11), 20, (3, 3), (2, 2), (1, 1, 1, 1), (1, 1)),
+    "slices of K": ((1, 70, 9, 8), 12, (2, 2), (1, 1), (0, 1, 1, 0), (1, 1)),
+    "dilated, stride (2, 3)": ((1, 4, 15, 16), 7, (3, 3), (2, 3), (2, 2, 2, 2), (2, 2)),
+    "a window wider than the image": ((1, 2, 3, 2), 5, (3, 5), (1, 1), (1, 1, 4, 3), (1, 1)),
+    "1x1 stride 2": ((2, 16, 9, 9), 8, (1, 1), (2, 2), (0, 0, 0, 0), (1, 1)),
+}
+
+
+@pytest.mark.parametrize("case", CONVOLUTIONS.values(), ids=CONVOLUTIONS.keys())
+def test_cols_made_band_by_band_are_im2cols(case, team):
+    """The product that makes cols band by band (pointwise.cols_band), alone and shared, gives
+    the bits of the transposed product on im2col's cols (the same sums: see the module
+    docstrings), and Inf and NaN reach only the windows that hold them."""
+    from layers.fast.gemm import gemm_conv2d, gemm_transposed_conv2d, pack_gemm_weight
+
+    shape, c_out, kernel, stride, pads, dilation = case
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal(shape, dtype=np.float32)
+    x[0, 0, 1, 0], x[-1, -1, -1, -1] = np.inf, np.nan
+    weight = rng.standard_normal((c_out, shape[1], *kernel), dtype=np.float32)
+    bias = rng.standard_normal(c_out, dtype=np.float32)
+    want = F.conv2d(F.pad(torch.from_numpy(x), (pads[2], pads[3], pads[0], pads[1])),
+                    torch.from_numpy(weight), torch.from_numpy(bias), stride, 0,
+                    dilation).numpy()
+    relu = Activation(RELU)
+    alone = gemm_conv2d(x, pack_gemm_weight(weight, 1), bias, kernel, stride, pads, dilation,
+                        want.shape[2:], relu)
+    set_current_team(team)
+    try:
+        before = team.control[0]
+        together = gemm_conv2d(x, pack_gemm_weight(weight, 1), bias, kernel, stride, pads,
+                               dilation, want.shape[2:], relu)
+        shared = team.control[0] != before
+    finally:
+        set_current_team(None)
+    macs = want.shape[0] * want.shape[2] * want.shape[3] * weight[0].size * c_out
+    assert shared == (macs >= pointwise.SHARED_FROM)          # the stem's runs as a job
+    transposed = np.empty_like(want)
+    gemm_transposed_conv2d(x, pointwise_transposed.pack_panels(weight.reshape(c_out, -1)),
+                           bias, kernel, stride, pads, dilation, relu, None, transposed)
+    np.testing.assert_array_equal(alone, transposed)
+    np.testing.assert_array_equal(together, transposed)
+    want = np.maximum(want, 0, where=~np.isnan(want), out=want.copy())
+    np.testing.assert_array_equal(np.isnan(alone), np.isnan(want))
+    np.testing.assert_allclose(alone, want, rtol=1e-4, atol=1e-4)
 
 
 def test_bands_fit_the_work_space():

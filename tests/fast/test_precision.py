@@ -54,6 +54,8 @@ CONVOLUTIONS = {
     "gemm 1x1": ("gemm", 1, 1, 1, 32, 12),
     "gemm im2col 3x3": ("gemm", 3, 1, 1, 32, 16),
     "gemm im2col 3x3 stride 2": ("gemm", 3, 2, 1, 32, 16),
+    "gemm_transposed im2col 3x3": ("gemm_transposed", 3, 1, 1, 32, 7),
+    "gemm_transposed im2col 3x3 stride 2": ("gemm_transposed", 3, 2, 1, 32, 14),
 }
 
 
