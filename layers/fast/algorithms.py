@@ -14,9 +14,11 @@ packing and each call. The rules, in order:
 
     depthwise_channels_last  depthwise, C_out == C_in, unless its kernel and stride
                              (stride-1 3x3 and 5x5, stride-2 3x3) have planes of
-                             PLANES_FROM_OUTPUTS outputs or more, or one image of at
-                             most LANES channels has ONE_UNIT_PLANES_FROM: channels
-                             last, LANES channels in a vector
+                             PLANES_FROM_OUTPUTS outputs or more, or (stride-2 3x3 and
+                             5x5) input planes a multiple of 4 KiB apart of
+                             ALIASED_PLANES_FROM_OUTPUTS, or one image of at most LANES
+                             channels has ONE_UNIT_PLANES_FROM: channels last, LANES
+                             channels in a vector
     depthwise                groups == C_in > 1, one input channel per group: plane by plane
     gemv                     1x1, stride 1, groups 1, on 1x1 images: BLAS, then the epilogue
     pointwise_transposed     1x1, stride 1, groups 1, on images small enough that channels

@@ -310,10 +310,21 @@ def depthwise_blocks(x, blocks, bias, y, stride_h, stride_w, dil_h, dil_w, top, 
 
 PLANES_FROM_OUTPUTS = {((3, 3), (1, 1)): 24 * 24, ((5, 5), (1, 1)): 40 * 40,
                        ((3, 3), (2, 2)): 64 * 64}
-"""(kernel, stride): one plane at a time from this many outputs a plane. Stride 1: the plane
-kernel's long loops then beat the transposes of channels last. 3x3 stride 2: the planes in
-are 128 x 128 or more, often a multiple of 4 KiB apart (128 x 128, 160 x 160, 224 x 224
-floats), so the LANES planes read side by side share L1 sets."""
+"""(kernel, stride): one plane at a time from this many outputs a plane: the plane kernel's
+long loops then beat the transposes of channels last."""
+
+ALIASED_PLANES_FROM_OUTPUTS = {((3, 3), (2, 2)): 1, ((5, 5), (2, 2)): 64 * 64}
+"""(kernel, stride): one plane at a time from this many outputs a plane when the input
+planes alias (``planes_alias``): the channels-last kernel's transposes read LANES planes
+side by side, and planes a multiple of 4 KiB apart map to the same sets of the L1 cache,
+which holds only a few lines per set."""
+
+
+def planes_alias(out_hw: tuple[int, int], stride: tuple[int, int]) -> bool:
+    """Whether the input planes of a convolution with these outputs and stride are a
+    multiple of 4 KiB apart, taking them to be (Ho * sh, Wo * sw) floats (as they are for
+    even sizes with "same" padding: 96 x 96 -> 48 x 48 with stride 2)."""
+    return out_hw[0] * stride[0] * out_hw[1] * stride[1] * 4 % 4096 == 0
 
 
 def uses_channels_last(c_in: int, c_out: int, kernel: tuple[int, int],
@@ -321,11 +332,16 @@ def uses_channels_last(c_in: int, c_out: int, kernel: tuple[int, int],
     """Whether this depthwise convolution runs the channels-last kernel rather than the one
     plane at a time: one output channel per input channel, channels that fill at least 3/4
     of their vectors' lanes (3 channels would fill 3 of 16), and any stride or kernel size
-    but those of PLANES_FROM_OUTPUTS on large planes."""
+    but those of PLANES_FROM_OUTPUTS on large planes and of ALIASED_PLANES_FROM_OUTPUTS on
+    planes that alias."""
     if c_out != c_in or 4 * c_in < 3 * -(-c_in // LANES) * LANES:
         return False
+    outputs = out_hw[0] * out_hw[1]
     planes_from = PLANES_FROM_OUTPUTS.get((kernel, stride))
-    return planes_from is None or out_hw[0] * out_hw[1] < planes_from
+    if planes_from is not None and outputs >= planes_from:
+        return False
+    aliased_from = ALIASED_PLANES_FROM_OUTPUTS.get((kernel, stride))
+    return aliased_from is None or outputs < aliased_from or not planes_alias(out_hw, stride)
 
 
 def pack_channel_blocks(weight: np.ndarray) -> np.ndarray:

@@ -3,6 +3,8 @@ Winograd, im2col/1x1 GEMM, the fused epilogue, and the nn.Conv2d / nn.Linear fas
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import pytest
 import torch
@@ -197,16 +199,38 @@ def test_channels_last_needs_channels_that_fill_its_lanes():
 
 
 def test_large_planes_run_plane_by_plane():
-    """Stride-1 3x3 / 5x5 and stride-2 3x3 go plane by plane on large planes (a 3x3 stride 2
-    from 128 x 128 on: its input planes alias in L1 when read LANES side by side); a 5x5
-    stride 2 stays channels last at any size."""
+    """Stride-1 3x3 / 5x5 and stride-2 3x3 go plane by plane on large planes; a 5x5 stride
+    2 stays channels last at any size whose input planes do not alias."""
     channels = 4 * depthwise.LANES
     for kernel, stride, small, large in [((3, 3), (1, 1), (23, 23), (24, 24)),
                                          ((5, 5), (1, 1), (39, 40), (40, 40)),
-                                         ((3, 3), (2, 2), (63, 64), (64, 64))]:
+                                         ((3, 3), (2, 2), (63, 63), (64, 64))]:
         assert depthwise.uses_channels_last(channels, channels, kernel, stride, small)
         assert not depthwise.uses_channels_last(channels, channels, kernel, stride, large)
-    assert depthwise.uses_channels_last(channels, channels, (5, 5), (2, 2), (160, 160))
+    assert depthwise.uses_channels_last(channels, channels, (5, 5), (2, 2), (150, 150))
+
+
+def test_input_planes_that_alias_run_plane_by_plane():
+    """Channels last reads LANES input planes side by side: planes a multiple of 4 KiB apart
+    (96 x 96 floats, 64 x 64, 128 x 128) share L1 sets, so a stride-2 3x3 goes plane by plane
+    on them at any size, a 5x5 from 64 x 64 outputs."""
+    channels = 4 * depthwise.LANES
+    uses = functools.partial(depthwise.uses_channels_last, channels, channels)
+    assert depthwise.planes_alias((48, 48), (2, 2)) and depthwise.planes_alias((32, 16), (2, 2))
+    assert not depthwise.planes_alias((56, 56), (2, 2))         # 112 x 112: 1 KiB off
+    assert not depthwise.planes_alias((32, 36), (2, 2))         # 64 x 72: 2 KiB off
+    assert not uses((3, 3), (2, 2), (48, 48)) and not uses((3, 3), (2, 2), (16, 16))
+    assert uses((3, 3), (2, 2), (56, 56)) and uses((3, 3), (2, 2), (40, 40))
+    assert uses((5, 5), (2, 2), (48, 48)) and not uses((5, 5), (2, 2), (64, 64))
+    assert not uses((5, 5), (2, 2), (80, 80)) and uses((5, 5), (2, 2), (75, 75))
+    assert uses((3, 3), (1, 1), (16, 16))                      # stride 1: not by aliasing
+    weight = rand(channels, 1, 3, 3)
+    packed = PackedConv2d(weight, None, (2, 2), (1, 1), channels)
+    x = rand(1, channels, 96, 96)
+    got = packed.run(x, (1, 1, 1, 1), (48, 48), IDENTITY)
+    assert packed.algorithm(1, (48, 48)) == "depthwise"
+    np.testing.assert_allclose(got, torch_conv(x, weight, None, (2, 2), (1, 1, 1, 1), (1, 1),
+                                               channels), rtol=1e-5, atol=1e-5)
 
 
 def test_one_block_of_one_image_goes_by_plane_on_large_planes():
