@@ -13,12 +13,12 @@ pays (``choose``); ``conv`` is a PackedConv2d (layers/fast/conv.py), which keeps
 packing and each call. The rules, in order:
 
     depthwise_channels_last  depthwise, C_out == C_in, unless its kernel and stride
-                             (stride-1 3x3 and 5x5, stride-2 3x3) have planes of
-                             PLANES_FROM_OUTPUTS outputs or more, or (stride-2 3x3 and
-                             5x5) input planes a multiple of 4 KiB apart of
-                             ALIASED_PLANES_FROM_OUTPUTS, or one image of at most LANES
-                             channels has ONE_UNIT_PLANES_FROM: channels last, LANES
-                             channels in a vector
+                             (stride-1 3x3 and 5x5) have planes of PLANES_FROM_OUTPUTS
+                             outputs or more, or (stride-2 3x3 and 5x5) input planes a
+                             multiple of 4 KiB apart and ALIASED_PLANES_FROM_OUTPUTS
+                             outputs or more, or one image of at most LANES channels has
+                             ONE_UNIT_PLANES_FROM: channels last, LANES channels in a
+                             vector
     depthwise                groups == C_in > 1, one input channel per group: plane by plane
     gemv                     1x1, stride 1, groups 1, on 1x1 images: BLAS, then the epilogue
     pointwise_transposed     1x1, stride 1, groups 1, on images small enough that channels
@@ -31,10 +31,13 @@ packing and each call. The rules, in order:
                              input channels: F(2x2, 3x3),
                              from WINOGRAD_F2_MIN_TILES 2x2 tiles (WINOGRAD_F2_LARGE_MIN_TILES
                              if it packs more than WINOGRAD_F2_LARGE bytes)
-    gemm_transposed          groups 1, not a 1x1 of stride 1 without padding: im2col, then
-                             the transposed 1x1's product where it pays (as above, with
-                             C_in * kh * kw channels)
-    gemm                     any convolution: 1x1 in register tiles, k x k through im2col
+    gemm_transposed          groups 1, not a 1x1 of stride 1 (those padded run im2col and
+                             this product from pointwise_transposed's panels): im2col,
+                             then the transposed 1x1's product where it pays (as above,
+                             with C_in * kh * kw channels)
+    gemm                     any convolution: 1x1 in register tiles; larger kernels with
+                             one group on cols made band by band; strided or padded 1x1
+                             and grouped ones through im2col (layers/fast/gemm.py)
 
 F(4x4)'s channel range is where its largest error against float64 stays within 4x torch's
 (layers/fast/winograd.py, tests/fast/test_precision.py): its output transform amplifies the
@@ -371,9 +374,12 @@ def _gemm_call(conv: Convolution, pads: Pads, out_hw: Pair, activation: Activati
 
 
 def _warm_gemm() -> None:
+    """A 3x3 (cols made band by band), a strided 1x1 and a grouped 3x3 (im2col)."""
     x, bias = np.zeros((1, 2, 6, 6), np.float32), np.zeros(2, np.float32)
-    weight = pack_gemm_weight(np.zeros((2, 2, 3, 3), np.float32), 1)
-    gemm_conv2d(x, weight, bias, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), (6, 6), IDENTITY)
+    for kernel, stride, pad, groups, out in (((3, 3), (1, 1), 1, 1, 6), ((1, 1), (2, 2), 0, 1, 3),
+                                             ((3, 3), (1, 1), 1, 2, 6)):
+        weight = pack_gemm_weight(np.zeros((2, 2 // groups, *kernel), np.float32), groups)
+        gemm_conv2d(x, weight, bias, kernel, stride, (pad,) * 4, (1, 1), (out, out), IDENTITY)
 
 
 # ----- the table, in the order of preference -----------------------------------------------

@@ -308,8 +308,7 @@ def depthwise_blocks(x, blocks, bias, y, stride_h, stride_w, dil_h, dil_w, top, 
                             planes_out, start * outputs + p, outputs, count, outputs - p)
 
 
-PLANES_FROM_OUTPUTS = {((3, 3), (1, 1)): 24 * 24, ((5, 5), (1, 1)): 40 * 40,
-                       ((3, 3), (2, 2)): 64 * 64}
+PLANES_FROM_OUTPUTS = {((3, 3), (1, 1)): 24 * 24, ((5, 5), (1, 1)): 40 * 40}
 """(kernel, stride): one plane at a time from this many outputs a plane: the plane kernel's
 long loops then beat the transposes of channels last."""
 

@@ -37,9 +37,9 @@ import numpy as np
 
 from layers.fast.kernel import INT, array, kernel
 from layers.fast.epilogue import Activation, bias_residual_activation
-from layers.fast.phases import phase_geometry, phase_layout, phase_targets, split_plane
-from layers.fast.pointwise import (DIL_H, DIL_W, GEOMETRY, HEIGHT, KH, KW, LEFT, OUT_H, OUT_W,
-                                   STRIDE_H, STRIDE_W, TOP, WIDTH, pointwise_conv2d)
+from layers.fast.phases import (HEIGHT, STRIDE_H, STRIDE_W, WIDTH, geometry_layout, geometry_of,
+                                phase_layout, phase_targets, split_plane)
+from layers.fast.pointwise import pointwise_conv2d
 from layers.fast.pointwise_transposed import pointwise_transposed_conv2d
 from layers.fast.team import current_team, scratch, team_worth_sharing
 
@@ -47,6 +47,7 @@ if TYPE_CHECKING:
     from layers.fast.workers import Team
 
 IM2COL_SHARED_FROM = 1 << 15   # values of cols: fewer are copied faster alone than shared
+PHASES_MOST = 1 << 22          # floats of phases at a time (16 MiB): larger batches go in parts
 
 
 @kernel(nogil=True, exported=(array(3), array(2), *[INT] * 10))
@@ -102,10 +103,8 @@ def im2col_channels(x, cols, kh, kw, stride_h, stride_w, dil_h, dil_w, top, left
 @kernel(nogil=True, exported=(array(1, INT), array(1, INT)))
 def _phase_size(geometry, size):
     """size[0] = the floats of one plane's phases (phases.phase_geometry) for a convolution
-    of ``geometry`` (pointwise.py's slots)."""
-    g = geometry
-    size[0] = phase_geometry(g[HEIGHT], g[WIDTH], g[OUT_H], g[OUT_W], g[KH], g[KW],
-                             g[STRIDE_H], g[STRIDE_W], g[DIL_H], g[DIL_W], g[TOP], g[LEFT])[5]
+    of ``geometry`` (phases.geometry_of)."""
+    size[0] = geometry_layout(geometry)[5]
 
 
 @kernel(nogil=True, exported=(array(3), array(3), array(1, INT)))
@@ -119,18 +118,15 @@ def split_planes(x, phases, geometry, first, last):
     """Planes first .. last - 1 of x (N, C, H * W), counted image by image, each into its row
     of phases (N, C, size): zeros, then its values where the convolution of ``geometry``
     reads them (phases.split_plane)."""
-    g, channels = geometry, x.shape[1]
-    height, width = g[HEIGHT], g[WIDTH]
-    row_len, first_row, phase_size, _, _, _ = phase_geometry(
-        height, width, g[OUT_H], g[OUT_W], g[KH], g[KW], g[STRIDE_H], g[STRIDE_W], g[DIL_H],
-        g[DIL_W], g[TOP], g[LEFT])
-    targets = phase_targets(height, width, row_len, first_row, phase_size, g[STRIDE_H],
-                            g[STRIDE_W])
+    channels, height, width = x.shape[1], geometry[HEIGHT], geometry[WIDTH]
+    stride_h, stride_w = geometry[STRIDE_H], geometry[STRIDE_W]
+    row_len, first_row, phase_size, _, _, _ = geometry_layout(geometry)
+    targets = phase_targets(height, width, row_len, first_row, phase_size, stride_h, stride_w)
     for plane in range(first, last):
         dst = phases[plane // channels, plane % channels]
         dst[:] = 0.0
         split_plane(x[plane // channels, plane % channels], height, width, dst, row_len,
-                    first_row, phase_size, g[STRIDE_H], g[STRIDE_W], targets)
+                    first_row, phase_size, stride_h, stride_w, targets)
 
 
 def pack_gemm_weight(weight: np.ndarray, groups: int) -> np.ndarray:
@@ -168,15 +164,20 @@ def gemm_conv2d(x: np.ndarray, packed: np.ndarray, bias: np.ndarray | None,
     if groups == 1 and kernel != (1, 1):           # the 1x1 of cols, made band by band
         geometry, size = _geometry(kernel, stride, dilation, pads[0], pads[2], x.shape[2:],
                                    out_hw)
-        phases = scratch("phases", (n, c_in, size))
         planes = x.reshape(n, c_in, x.shape[2] * x.shape[3])
-        splitter = team_worth_sharing(phases.size, IM2COL_SHARED_FROM)
-        if splitter is None:
-            _split_planes(planes, phases, geometry)
-        else:
-            splitter.split_planes(planes, phases, geometry)
-        pointwise_conv2d(packed[0], phases, bias, residual, activation,
-                         y.reshape(n, group_out, length), geometry)
+        outputs = y.reshape(n, group_out, length)
+        step = max(1, PHASES_MOST // max(c_in * size, 1))  # images at a time
+        for i in range(0, n, step):
+            j = min(n, i + step)
+            phases = scratch("phases", (j - i, c_in, size))
+            splitter = team_worth_sharing(phases.size, IM2COL_SHARED_FROM)
+            if splitter is None:
+                _split_planes(planes[i:j], phases, geometry)
+            else:
+                splitter.split_planes(planes[i:j], phases, geometry)
+            pointwise_conv2d(packed[0], phases, bias,
+                             None if residual is None else residual[i:j], activation,
+                             outputs[i:j], geometry)
         return y
     for i, cols in _cols_of_each_image(x, groups * group_k, kernel, stride, pads, dilation,
                                        out_hw):
@@ -212,8 +213,7 @@ def _geometry(kernel: tuple[int, int], stride: tuple[int, int], dilation: tuple[
               ) -> tuple[np.ndarray, int]:
     """A convolution's geometry as pointwise.cols_band reads it (shared: never written), and
     the floats of one plane's phases."""
-    geometry = np.array((*kernel, *stride, *dilation, top, left, *hw, *out_hw), np.int64)
-    assert geometry.size == GEOMETRY
+    geometry = geometry_of(kernel, stride, dilation, top, left, hw, out_hw)
     size = np.zeros(1, np.int64)
     _phase_size(geometry, size)
     return geometry, int(size[0])

@@ -32,6 +32,7 @@ import numpy as np
 # the kernel modules, below this one (none imports it, nor workers.py): their range kernels
 from layers.fast import (depthwise, epilogue, gemm, pointwise, pointwise_transposed, pool,
                          softmax, winograd, winograd_f2)
+from layers.fast.phases import GEOMETRY
 from layers.fast.atomics import (NO_TRANS, TRANS, add, compare_swap, float_array, load, pause,
                                  sgemm, sgemv, store)
 from layers.fast.kernel import FLOAT, INT, array, kernel
@@ -86,7 +87,7 @@ ALIGN = 16                                       # row and column cuts: multiple
 
 # POINTWISE, POINTWISE_TRANSPOSED: pointwise.pointwise_blocks / transposed_units
 PW_WEIGHT, PW_X, PW_BIAS, PW_RESIDUAL, PW_Y, PW_SPACE = array_fields(6)
-PW_CODE, PW_GEOMETRY_SIZE, PW_GEOMETRY, *_ = int_fields(2 + pointwise.GEOMETRY)   # then the
+PW_CODE, PW_GEOMETRY_SIZE, PW_GEOMETRY, *_ = int_fields(2 + GEOMETRY)   # then the
                                                   # geometry's values (pointwise.cols_band)
 
 # IM2COL: gemm.im2col_channels
@@ -96,7 +97,7 @@ IC_X, IC_COLS = array_fields(2)
 
 # SPLIT_PLANES: gemm.split_planes (units: planes)
 SP_X, SP_PHASES = array_fields(2)
-SP_GEOMETRY, *_ = int_fields(pointwise.GEOMETRY)        # the geometry's values, in order
+SP_GEOMETRY, *_ = int_fields(GEOMETRY)                  # the geometry's values, in order
 
 # WINOGRAD_IN, WINOGRAD_F2_IN: winograd.input_planes / winograd_f2.input_planes_f2
 WI_X, WI_V = array_fields(2)
@@ -178,6 +179,13 @@ def _put(record, slot, values):
         record[slot + 1 + d] = values.shape[d]
 
 
+@kernel(inline="always")
+def _put_ints(record, slot, values):
+    """Integers into record[slot:], in order."""
+    for k in range(values.shape[0]):
+        record[slot + k] = values[k]
+
+
 @kernel(nogil=True)
 def _get1(record, slot):
     return float_array(record[slot], record[slot + 1])
@@ -246,7 +254,7 @@ def _run_units(record, reals, chunk, first, last):
                              record[IC_LEFT], record[IC_OUT_H], record[IC_OUT_W], first, last)
     elif kind == SPLIT_PLANES:
         gemm.split_planes(_get3(record, a[SP_X]), _get3(record, a[SP_PHASES]),
-                          record[SP_GEOMETRY:SP_GEOMETRY + pointwise.GEOMETRY], first, last)
+                          record[SP_GEOMETRY:SP_GEOMETRY + GEOMETRY], first, last)
     elif kind == WINOGRAD_IN or kind == WINOGRAD_F2_IN:
         x, v = _get4(record, a[WI_X]), _get3(record, a[WI_V])
         if kind == WINOGRAD_IN:
@@ -417,8 +425,7 @@ def _pointwise_job(record, reals, weight, x, bias, residual, y, space, geometry,
                                             y.shape[2]),
                       weight, x, bias, residual, y, space, code, act_a, act_b)
     record[PW_GEOMETRY_SIZE] = geometry.shape[0]
-    for slot in range(geometry.shape[0]):
-        record[PW_GEOMETRY + slot] = geometry[slot]
+    _put_ints(record, PW_GEOMETRY, geometry)
 
 
 @kernel(nogil=True, exported=(RECORD, REALS, array(3), array(3), array(1), array(3),
@@ -466,8 +473,7 @@ def _split_planes_job(record, reals, x, phases, geometry):
     record[KIND], record[UNITS] = SPLIT_PLANES, x.shape[0] * x.shape[1]
     _put(record, ARRAYS[SP_X], x)
     _put(record, ARRAYS[SP_PHASES], phases)
-    for slot in range(pointwise.GEOMETRY):
-        record[SP_GEOMETRY + slot] = geometry[slot]
+    _put_ints(record, SP_GEOMETRY, geometry)
 
 
 @kernel(nogil=True, exported=(RECORD, REALS, INT, array(4), array(3), *[INT] * 4))

@@ -1,6 +1,7 @@
 """Stride phases: one input plane rearranged so that every tap of a strided, dilated kernel
-reads a plain unit-stride window. Used by the depthwise kernel and im2col (and split_row by
-max pooling).
+reads a plain unit-stride window. Used by the depthwise kernel, im2col and the product that
+makes im2col's matrix band by band (gemm.split_planes, pointwise.cols_band), and split_row by
+max pooling.
 
 A kh x kw kernel with stride (sh, sw), dilation (dh, dw) and padding (top, left) reads, for
 output (oh, ow) and tap (i, j), image row ``oh*sh + i*dh - top`` and column
@@ -17,7 +18,8 @@ All phases live in one flat float32 buffer, phase after phase, each row by row w
 There are no padding columns. Zero rows above and below each phase stand for the top and
 bottom padding, but a window that passes a row's left or right end reads the neighbouring
 row's values there instead of zeros, so the kernels mask those columns out (``column_ok``,
-a select rather than a multiply by 0, so that an Inf next door cannot become NaN). In
+or the run of outputs inside, ``columns_inside``: a select or a zero written rather than a
+multiply by 0, so that an Inf next door cannot become NaN). In
 exchange, with stride 1 the phase is the plane itself, filled by one plain copy, and with
 "same" padding (row_len == Wo) t runs over the output plane exactly: the kernels read and
 write whole planes, never row by row. Only the image's own values are ever written into
@@ -78,6 +80,36 @@ def phase_geometry(height, width, out_h, out_w, kh, kw, stride_h, stride_w, dil_
             tap_start[i, j] = (p * stride_w + q) * phase_size + (first_row + a) * row_len + b
             size = max(size, tap_start[i, j] + length)
     return row_len, first_row, phase_size, tap_start, length, size
+
+
+# a convolution's geometry as one int64 array (``geometry_of``), for kernels that take the
+# phases of its input (gemm.split_planes, pointwise.cols_band): its slots
+KH, KW, STRIDE_H, STRIDE_W, DIL_H, DIL_W, TOP, LEFT, HEIGHT, WIDTH, OUT_H, OUT_W = range(12)
+GEOMETRY = 12
+
+
+def geometry_of(kernel: tuple[int, int], stride: tuple[int, int], dilation: tuple[int, int],
+                top: int, left: int, hw: tuple[int, int], out_hw: tuple[int, int]
+                ) -> np.ndarray:
+    """A convolution of ``kernel``, ``stride``, ``dilation``, padding ``top``, ``left``, on
+    planes of ``hw`` giving ``out_hw``, as its geometry (the slots KH .. OUT_W)."""
+    geometry = np.zeros(GEOMETRY, np.int64)
+    geometry[KH], geometry[KW] = kernel
+    geometry[STRIDE_H], geometry[STRIDE_W] = stride
+    geometry[DIL_H], geometry[DIL_W] = dilation
+    geometry[TOP], geometry[LEFT] = top, left
+    geometry[HEIGHT], geometry[WIDTH] = hw
+    geometry[OUT_H], geometry[OUT_W] = out_hw
+    return geometry
+
+
+@kernel(nogil=True, inline="always")
+def geometry_layout(geometry):
+    """phase_geometry of a convolution's ``geometry``: (row_len, first_row, phase_size,
+    tap_start, length, size)."""
+    g = geometry
+    return phase_geometry(g[HEIGHT], g[WIDTH], g[OUT_H], g[OUT_W], g[KH], g[KW], g[STRIDE_H],
+                          g[STRIDE_W], g[DIL_H], g[DIL_W], g[TOP], g[LEFT])
 
 
 @kernel(nogil=True, inline="always")

@@ -43,7 +43,8 @@ import numpy as np
 
 from layers.fast.kernel import FLOAT, INT, array, kernel
 from layers.fast.epilogue import CLAMP, NONE, RELU, Activation, activate_row, clamp_bounds
-from layers.fast.phases import columns_inside, phase_geometry
+from layers.fast.phases import (DIL_W, KH, KW, LEFT, OUT_W, STRIDE_W, WIDTH, columns_inside,
+                                geometry_layout)
 from layers.fast.simd import (COLUMNS, LANES, ROWS, tile_add, tile_fma, tile_load, tile_store,
                               tile_zero, vector_load, vector_store)
 from layers.fast.team import scratch, team_worth_sharing
@@ -52,11 +53,6 @@ X_BLOCK = 1 << 16      # floats of x a band of pixels reads (256 KiB)
 K_BLOCK = 256          # input channels summed per pass over the output (when C_in is more)
 SHARED_FROM = 1 << 18  # multiply-adds: a smaller product runs faster alone than shared
 STACK_CHAIN = 16       # channels per chain of a stack's sums (Winograd's products)
-
-
-# a convolution's geometry, whose cols are x's rows (cols_band): its slots
-KH, KW, STRIDE_H, STRIDE_W, DIL_H, DIL_W, TOP, LEFT, HEIGHT, WIDTH, OUT_H, OUT_W = range(12)
-GEOMETRY = 12
 
 
 @kernel(nogil=True, exported=(array(3), array(3), array(1), array(3), array(3), array(1),
@@ -92,10 +88,7 @@ def cols_layout(geometry):
     product, for which (0, no taps))."""
     if geometry.shape[0] == 0:
         return 0, np.zeros((0, 0), np.int64)
-    row_len, _, _, tap_start, _, _ = phase_geometry(
-        geometry[HEIGHT], geometry[WIDTH], geometry[OUT_H], geometry[OUT_W], geometry[KH],
-        geometry[KW], geometry[STRIDE_H], geometry[STRIDE_W], geometry[DIL_H],
-        geometry[DIL_W], geometry[TOP], geometry[LEFT])
+    row_len, _, _, tap_start, _, _ = geometry_layout(geometry)
     return row_len, tap_start
 
 
@@ -161,7 +154,7 @@ def pointwise_blocks(weight, x, bias, residual, y, space, geometry, code, a, b, 
     COLUMNS-pixel tiles one after the other. ``weight`` (1 or N, C_out, C_in): one matrix
     for every image, or one each (Winograd's products). ``bias`` has C_out values (zeros for
     none); ``residual`` y's shape, or no values for none; ``geometry``: no values, or a
-    convolution's (GEOMETRY slots) whose cols are the rows of x, x being its image's phases
+    convolution's (phases.geometry_of) whose cols are the rows of x, x being its image's phases
     (N, C, size: ``cols_band``); ``code``, a, b: the activation (layers/fast/epilogue.py)."""
     length = y.shape[2]
     c_out, c_in = weight.shape[1], weight.shape[2]
@@ -257,7 +250,7 @@ def pointwise_conv2d(weight: np.ndarray, x: np.ndarray, bias: np.ndarray | None,
     """y (N, C_out, L) = activation(weight (C_out, C_in) @ x (N, C_in, L) + bias +
     residual): all float32, C-contiguous; residual y's shape or None. ``weight`` may also be a
     stack (N, C_out, C_in), a matrix per image: y[n] = weight[n] @ x[n] (Winograd's products).
-    With a convolution's ``geometry`` (int64, GEOMETRY slots), x (N, C, size) is its image
+    With a convolution's ``geometry`` (phases.geometry_of), x (N, C, size) is its image
     split into stride phases (gemm.split_planes) and C_in = C * kh * kw the rows of its
     cols. Shared with the team's helper threads if
     there is one (the bits are the same either way)."""

@@ -169,7 +169,9 @@ CONVOLUTIONS = {   # (N, C_in, H, W), C_out, kernel, stride, (top, bottom, left,
     "slices of K": ((1, 70, 9, 8), 12, (2, 2), (1, 1), (0, 1, 1, 0), (1, 1)),
     "dilated, stride (2, 3)": ((1, 4, 15, 16), 7, (3, 3), (2, 3), (2, 2, 2, 2), (2, 2)),
     "a window wider than the image": ((1, 2, 3, 2), 5, (3, 5), (1, 1), (1, 1, 4, 3), (1, 1)),
-    "1x1 stride 2": ((2, 16, 9, 9), 8, (1, 1), (2, 2), (0, 0, 0, 0), (1, 1)),
+    "7x7 stride 2 unpadded, bands start mid-row": ((1, 3, 130, 130), 8, (7, 7), (2, 2),
+                                                   (0, 0, 0, 0), (1, 1)),
+    "2x2 unpadded, slices of K": ((1, 70, 9, 10), 12, (2, 2), (1, 1), (0, 0, 0, 0), (1, 1)),
 }
 
 
@@ -178,6 +180,7 @@ def test_cols_made_band_by_band_are_im2cols(case, team):
     """The product that makes cols band by band (pointwise.cols_band), alone and shared, gives
     the bits of the transposed product on im2col's cols (the same sums: see the module
     docstrings), and Inf and NaN reach only the windows that hold them."""
+    from layers.fast import gemm
     from layers.fast.gemm import gemm_conv2d, gemm_transposed_conv2d, pack_gemm_weight
 
     shape, c_out, kernel, stride, pads, dilation = case
@@ -194,14 +197,17 @@ def test_cols_made_band_by_band_are_im2cols(case, team):
                         want.shape[2:], relu)
     set_current_team(team)
     try:
-        before = team.control[0]
+        before = team.control[0] >> 40                        # the number of the last job
         together = gemm_conv2d(x, pack_gemm_weight(weight, 1), bias, kernel, stride, pads,
                                dilation, want.shape[2:], relu)
-        shared = team.control[0] != before
+        jobs = (team.control[0] >> 40) - before
     finally:
         set_current_team(None)
     macs = want.shape[0] * want.shape[2] * want.shape[3] * weight[0].size * c_out
-    assert shared == (macs >= pointwise.SHARED_FROM)          # the stem's runs as a job
+    _, size = gemm._geometry(kernel, stride, dilation, pads[0], pads[2], shape[2:],
+                             want.shape[2:])
+    splits = shape[0] * shape[1] * size >= gemm.IM2COL_SHARED_FROM
+    assert jobs == splits + (macs >= pointwise.SHARED_FROM)   # each shared when worth it
     transposed = np.empty_like(want)
     gemm_transposed_conv2d(x, pointwise_transposed.pack_panels(weight.reshape(c_out, -1)),
                            bias, kernel, stride, pads, dilation, relu, None, transposed)
@@ -210,6 +216,30 @@ def test_cols_made_band_by_band_are_im2cols(case, team):
     want = np.maximum(want, 0, where=~np.isnan(want), out=want.copy())
     np.testing.assert_array_equal(np.isnan(alone), np.isnan(want))
     np.testing.assert_allclose(alone, want, rtol=1e-4, atol=1e-4)
+
+
+def test_a_large_batch_goes_in_parts_with_the_same_bits(monkeypatch):
+    """Phases of at most gemm.PHASES_MOST floats at a time: a batch whose phases pass that
+    goes in parts of fewer images (here one, then two at a time), each with its residual."""
+    from layers.fast import gemm
+
+    rng = np.random.default_rng(9)
+    x = rng.standard_normal((3, 4, 11, 10), dtype=np.float32)
+    weight = rng.standard_normal((6, 4, 3, 3), dtype=np.float32)
+    residual = rng.standard_normal((3, 6, 6, 5), dtype=np.float32)
+    packed, relu = gemm.pack_gemm_weight(weight, 1), Activation(RELU)
+
+    def convolve():
+        return gemm.gemm_conv2d(x, packed, None, (3, 3), (2, 2), (1, 1, 1, 1), (1, 1), (6, 5),
+                                relu, residual)
+    whole = convolve()
+    _, size = gemm._geometry((3, 3), (2, 2), (1, 1), 1, 1, (11, 10), (6, 5))
+    for images in (1, 2):
+        monkeypatch.setattr(gemm, "PHASES_MOST", images * 4 * size)
+        np.testing.assert_array_equal(convolve(), whole)
+    want = F.relu(F.conv2d(torch.from_numpy(x), torch.from_numpy(weight), None, 2, 1)
+                  + torch.from_numpy(residual)).numpy()
+    np.testing.assert_allclose(whole, want, rtol=1e-5, atol=1e-5)
 
 
 def test_bands_fit_the_work_space():
