@@ -32,9 +32,10 @@ packing and each call. The rules, in order:
                              from WINOGRAD_F2_MIN_TILES 2x2 tiles (WINOGRAD_F2_LARGE_MIN_TILES
                              if it packs more than WINOGRAD_F2_LARGE bytes)
     gemm_transposed          groups 1, not a 1x1 of stride 1 (those padded run im2col and
-                             this product from pointwise_transposed's panels): im2col,
-                             then the transposed 1x1's product where it pays (as above,
-                             with C_in * kh * kw channels)
+                             this product from pointwise_transposed's panels), a weight of
+                             at most GEMM_TRANSPOSED_MAX_PACKED bytes: im2col, then the
+                             transposed 1x1's product where it pays (as above, with
+                             C_in * kh * kw channels)
     gemm                     any convolution: 1x1 in register tiles; larger kernels with
                              one group on cols made band by band; strided or padded 1x1
                              and grouped ones through im2col (layers/fast/gemm.py)
@@ -88,6 +89,8 @@ WINOGRAD_F2_MIN_TILES = 16               # F(2x2): at least this many 2x2 tiles
 WINOGRAD_F2_LARGE = 8 * 2 ** 20          # F(2x2) packings of more bytes than this ...
 WINOGRAD_F2_LARGE_MIN_TILES = 64         # ... need this many tiles (4 images of 7x7)
 ONE_UNIT_PLANES_FROM = 32 * 32          # outputs: one block of one image goes by plane
+GEMM_TRANSPOSED_MAX_PACKED = 2 * 2 ** 20   # bytes of panels at most (a copy of the weight,
+                                           # made in the first inference at a size)
 PANELS_AT_BUILD_FILL = 0.9              # transposed 1x1: panels packed at build from this
 
 
@@ -241,7 +244,11 @@ def _transposed_call(conv: Convolution, pads: Pads, out_hw: Pair,
 
 
 def _one_group_im2col(conv: Convolution) -> bool:
-    return conv.groups == 1 and not conv.pointwise
+    """One group, not a 1x1 of stride 1, and panels of at most GEMM_TRANSPOSED_MAX_PACKED
+    bytes: larger weights would double their memory and lengthen the first inference by
+    more than their products gain."""
+    return (conv.groups == 1 and not conv.pointwise
+            and conv.weight.size * 4 <= GEMM_TRANSPOSED_MAX_PACKED)
 
 
 def _im2col_transposed_call(conv: Convolution, pads: Pads, out_hw: Pair,

@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 
 from layers.fast import algorithms, jobs
-from layers.fast.algorithms import (ONE_UNIT_PLANES_FROM, WINOGRAD_F2_LARGE,
+from layers.fast.algorithms import (GEMM_TRANSPOSED_MAX_PACKED, ONE_UNIT_PLANES_FROM,
+                                    WINOGRAD_F2_LARGE,
                                     WINOGRAD_F2_LARGE_MIN_TILES,
                                     WINOGRAD_F2_MIN_CHANNELS, WINOGRAD_F2_MIN_TILES,
                                     WINOGRAD_MAX_CHANNELS, WINOGRAD_MAX_PACKED,
@@ -48,7 +49,8 @@ def documented_rule(c_in, c_out, k, stride, dilation, groups, winograd, batch, o
     length = out_hw[0] * out_hw[1]
     if k == 1 and stride == 1 and groups == 1 and transposed_pays(length, c_in, c_out):
         return "pointwise_transposed"
-    one_group_im2col = groups == 1 and not (k == 1 and stride == 1)
+    one_group_im2col = (groups == 1 and not (k == 1 and stride == 1)
+                        and c_out * c_in * k * k * 4 <= GEMM_TRANSPOSED_MAX_PACKED)
     im2col = ("gemm_transposed" if one_group_im2col and transposed_pays(length, c_in * k * k,
                                                                        c_out) else "gemm")
     if not (winograd and k == 3 and stride == 1 and dilation == 1 and groups == 1):
@@ -103,7 +105,8 @@ RESNET18 = [   # c_in, c_out, k, stride, out size at 224x224; batch 1, batch 8
     (128, 256, 3, 2, 14, *["gemm_transposed"] * 2),             # 196 pixels: rows of 6 fill
     (256, 512, 1, 2, 7, *["gemm_transposed"] * 2),              # more lanes than 32 wide
     (256, 256, 3, 1, 14, "winograd_f2", "winograd_f2"),
-    (512, 512, 3, 1, 7, "gemm_transposed", "winograd_f2"),      # F(2x2) packs 16 MiB
+    (256, 512, 3, 2, 7, "gemm", "gemm"),                        # panels: 4.5 MiB
+    (512, 512, 3, 1, 7, "gemm", "winograd_f2"),                 # F(2x2) packs 16 MiB
 ]
 # 1x1 layers whose transposed epilogue costs a little more than its lanes save with 16-float
 # vectors, and less with 8 (AVX2: the upright tiles, 16 pixels wide, fill fewer lanes, and
@@ -159,7 +162,9 @@ def test_the_candidates_are_every_algorithm_some_size_may_choose():
         else:
             assert candidates[-1] == "gemm"
             assert ("pointwise_transposed" in candidates) == packed.pointwise
-            assert ("gemm_transposed" in candidates) == (groups == 1 and not packed.pointwise)
+            assert ("gemm_transposed" in candidates) == (
+                groups == 1 and not packed.pointwise
+                and packed.weight.size * 4 <= GEMM_TRANSPOSED_MAX_PACKED)
             assert ("winograd_f2" in candidates) == (packed.winograd_ok
                                                      and c_in >= WINOGRAD_F2_MIN_CHANNELS)
             assert ("winograd" in candidates) == (packed.winograd_ok and WINOGRAD_MIN_CHANNELS
