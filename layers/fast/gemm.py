@@ -12,16 +12,18 @@ written.
 
 * A 1x1 convolution with stride 1 and no padding needs no cols at all: the image itself,
   viewed as (C_in, H*W), is the matrix.
-* A larger kernel, with one group, on cols of BANDS_FROM values or more: each input plane
-  is split into its stride phases (layers/fast/phases.py: about the input's size,
-  ``split_planes``), and the product makes cols from them band of pixels by band, in the
-  work space its tiles read (``pointwise.cols_band``): cols (kh * kw / (sh * sw) times the
-  input) are never written to memory whole and read back.
+* A larger kernel, with one group, on cols of BANDS_FROM values or more and outputs of
+  BANDS_MIN_PIXELS or more (fewer would be one band of pixels, which each thread sharing
+  the product would make whole): each input plane is split into its stride phases
+  (layers/fast/phases.py: about the input's size, ``split_planes``), and the product makes
+  cols from them band of pixels by band, in the work space its tiles read
+  (``pointwise.cols_band``): cols (kh * kw / (sh * sw) times the input) are never written
+  to memory whole and read back.
 * The others take cols from a numba kernel (the masked stride phases of each channel, so
   every row of cols is one unit-stride masked copy) that writes them into a scratch buffer
   reused from call to call (``team.scratch``), one image at a time so it stays small:
-  - a strided or padded 1x1, whose cols are its pixels (fewer than its phases), and small
-    cols, which stay in cache (one kernel call less than bands);
+  - a strided or padded 1x1, whose cols are its pixels (fewer than its phases), and cols
+    that are small or one band, which stay in cache;
   - a grouped convolution: one BLAS product per group (``np.matmul`` on the stack), then
     the epilogue in one pass;
   - one group on small outputs, where the product runs turned around, output channels in
@@ -50,6 +52,7 @@ if TYPE_CHECKING:
 IM2COL_SHARED_FROM = 1 << 15   # values of cols: fewer are copied faster alone than shared
 PHASES_MOST = 1 << 22          # floats of phases at a time (16 MiB): larger batches go in parts
 BANDS_FROM = 1 << 16           # values of cols an image: fewer stay in cache, made at once
+BANDS_MIN_PIXELS = 256         # outputs an image: fewer are one band, made by every thread
 
 
 @kernel(nogil=True, exported=(array(3), array(2), *[INT] * 10))
@@ -163,7 +166,8 @@ def gemm_conv2d(x: np.ndarray, packed: np.ndarray, bias: np.ndarray | None,
             _matmul(team, packed, images[i], y_groups[i])
         _finish(team, y, bias, residual, activation)
         return y
-    if groups == 1 and kernel != (1, 1) and group_k * length >= BANDS_FROM:   # band by band
+    if (groups == 1 and kernel != (1, 1) and group_k * length >= BANDS_FROM
+            and length >= BANDS_MIN_PIXELS):       # the 1x1 of cols, made band by band
         geometry, size = _geometry(kernel, stride, dilation, pads[0], pads[2], x.shape[2:],
                                    out_hw)
         planes = x.reshape(n, c_in, x.shape[2] * x.shape[3])

@@ -184,6 +184,7 @@ def test_cols_made_band_by_band_are_im2cols(case, team, monkeypatch):
     from layers.fast.gemm import gemm_conv2d, gemm_transposed_conv2d, pack_gemm_weight
 
     monkeypatch.setattr(gemm, "BANDS_FROM", 0)                # small cols too
+    monkeypatch.setattr(gemm, "BANDS_MIN_PIXELS", 0)
 
     shape, c_out, kernel, stride, pads, dilation = case
     rng = np.random.default_rng(5)
@@ -235,6 +236,7 @@ def test_a_large_batch_goes_in_parts_with_the_same_bits(monkeypatch):
         return gemm.gemm_conv2d(x, packed, None, (3, 3), (2, 2), (1, 1, 1, 1), (1, 1), (6, 5),
                                 relu, residual)
     monkeypatch.setattr(gemm, "BANDS_FROM", 0)                # small cols too
+    monkeypatch.setattr(gemm, "BANDS_MIN_PIXELS", 0)
     whole = convolve()
     _, size = gemm._geometry((3, 3), (2, 2), (1, 1), 1, 1, (11, 10), (6, 5))
     for images in (1, 2):
