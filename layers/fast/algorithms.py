@@ -37,8 +37,9 @@ packing and each call. The rules, in order:
                              transposed 1x1's product where it pays (as above, with
                              C_in * kh * kw channels)
     gemm                     any convolution: 1x1 in register tiles; larger kernels with
-                             one group on cols made band by band; strided or padded 1x1
-                             and grouped ones through im2col (layers/fast/gemm.py)
+                             one group on cols made band by band (large images); strided
+                             or padded 1x1, small cols and grouped ones through im2col
+                             (layers/fast/gemm.py says when)
 
 F(4x4)'s channel range is where its largest error against float64 stays within 4x torch's
 (layers/fast/winograd.py, tests/fast/test_precision.py): its output transform amplifies the
@@ -381,11 +382,14 @@ def _gemm_call(conv: Convolution, pads: Pads, out_hw: Pair, activation: Activati
 
 
 def _warm_gemm() -> None:
-    """A 3x3 (cols made band by band), a strided 1x1 and a grouped 3x3 (im2col)."""
-    x, bias = np.zeros((1, 2, 6, 6), np.float32), np.zeros(2, np.float32)
-    for kernel, stride, pad, groups, out in (((3, 3), (1, 1), 1, 1, 6), ((1, 1), (2, 2), 0, 1, 3),
-                                             ((3, 3), (1, 1), 1, 2, 6)):
-        weight = pack_gemm_weight(np.zeros((2, 2 // groups, *kernel), np.float32), groups)
+    """A 3x3 on 32x32 (cols made band by band), a strided 1x1 and a grouped 3x3 (im2col)."""
+    bias = np.zeros(2, np.float32)
+    for c_in, size, kernel, stride, pad, groups in ((8, 32, (3, 3), (1, 1), 1, 1),
+                                                    (2, 6, (1, 1), (2, 2), 0, 1),
+                                                    (2, 6, (3, 3), (1, 1), 1, 2)):
+        x = np.zeros((1, c_in, size, size), np.float32)
+        out = (size + 2 * pad - kernel[0]) // stride[0] + 1
+        weight = pack_gemm_weight(np.zeros((2, c_in // groups, *kernel), np.float32), groups)
         gemm_conv2d(x, weight, bias, kernel, stride, (pad,) * 4, (1, 1), (out, out), IDENTITY)
 
 

@@ -188,7 +188,7 @@ def gemm_conv2d(x: np.ndarray, packed: np.ndarray, bias: np.ndarray | None,
     for i, cols in _cols_of_each_image(x, groups * group_k, kernel, stride, pads, dilation,
                                        out_hw):
         image_residual = None if residual is None else residual[i:i + 1]
-        if groups == 1:                            # a strided or padded 1x1: its pixels
+        if groups == 1:                            # cols that stay in cache: one product
             pointwise_conv2d(packed[0], cols.reshape(1, group_k, length), bias, image_residual,
                              activation, y_groups[i].reshape(1, group_out, length))
             continue

@@ -252,8 +252,8 @@ def pointwise_conv2d(weight: np.ndarray, x: np.ndarray, bias: np.ndarray | None,
     stack (N, C_out, C_in), a matrix per image: y[n] = weight[n] @ x[n] (Winograd's products).
     With a convolution's ``geometry`` (phases.geometry_of), x (N, C, size) is its image
     split into stride phases (gemm.split_planes) and C_in = C * kh * kw the rows of its
-    cols. Shared with the team's helper threads if
-    there is one (the bits are the same either way)."""
+    cols. Shared with the team's helper threads if there is one (the bits are the same
+    either way)."""
     weight = weight if weight.ndim == 3 else weight[None]      # (1 or N, C_out, C_in)
     bias = _zeros(weight.shape[1]) if bias is None else bias
     residual = NO_RESIDUAL if residual is None else residual.reshape(y.shape)

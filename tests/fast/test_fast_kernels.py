@@ -17,7 +17,7 @@ from layers import kernels
 from layers.activation import (Hardsigmoid, Hardswish, Hardtanh, LeakyReLU, ReLU, ReLU6,
                                Sigmoid, SiLU, Tanh)
 from layers.fast import depthwise, winograd, winograd_f2
-from layers.fast import algorithms
+from layers.fast import gemm
 from layers.fast.algorithms import BY_NAME
 from layers.fast.conv import PackedConv2d
 from layers.fast.epilogue import IDENTITY, activation_of, bias_residual_activation
@@ -402,22 +402,24 @@ GEMM = {   # (N, C_in, H, W), C_out, kernel, stride, (top, bottom, left, right),
 }
 
 
-@pytest.mark.parametrize("product", ["gemm", "gemm_transposed"])
+@pytest.mark.parametrize("product", ["gemm", "gemm bands", "gemm_transposed"])
 @pytest.mark.parametrize("case", GEMM.values(), ids=GEMM.keys())
-def test_gemm_conv_matches_reference_and_torch(case, product):
-    """Each case through im2col (or none, for a plain 1x1) and either product: channels by
-    pixels in the register tiles, or (one group) pixels by channels."""
+def test_gemm_conv_matches_reference_and_torch(case, product, monkeypatch):
+    """Each case through im2col (or none, for a plain 1x1) and each product: channels by
+    pixels in the register tiles, on im2col's cols or (one group) on cols made band by band
+    at any size ("gemm bands"), or (one group) pixels by channels."""
     shape, c_out, kernel, stride, padding, dilation, groups = case
     if product == "gemm_transposed" and not BY_NAME[product].fits(
             PackedConv2d(rand(c_out, shape[1] // groups, *kernel), None, stride, dilation,
                          groups)):
         pytest.skip("the transposed product takes one group, and cols")
+    if product == "gemm bands":
+        monkeypatch.setattr(gemm, "BANDS_FROM", 0)
+        monkeypatch.setattr(gemm, "BANDS_MIN_PIXELS", 0)
     x = rand(*shape)
     weight, bias = rand(c_out, shape[1] // groups, *kernel), rand(c_out)
-    packed, got = run_packed(x, weight, bias, stride, padding, dilation, groups,
-                             algorithm=product)
-    chosen = algorithms.choose(packed, shape[0], got.shape[2:]).name   # the table's own
-    assert chosen in ("gemm", "gemm_transposed", "pointwise_transposed")
+    _, got = run_packed(x, weight, bias, stride, padding, dilation, groups,
+                        algorithm=product.split()[0])
     check_against_both(got, x, weight, bias, stride, padding, dilation, groups)
 
 
@@ -484,7 +486,9 @@ def test_unknown_activations_have_no_kernel_code():
     ("depthwise", (2, 8, 30, 30), (8, 1, 3, 3), 8, (1, 1)),
     ("depthwise_channels_last", (2, 16, 9, 9), (16, 1, 3, 3), 16, (2, 2)),
     ("winograd_f2", (1, 16, 7, 7), (8, 16, 3, 3), 1, (1, 1)),
-], ids=["winograd", "im2col", "1x1", "depthwise", "depthwise channels last", "winograd f2"])
+    ("gemm_transposed", (2, 32, 14, 14), (32, 32, 3, 3), 1, (2, 2)),
+], ids=["winograd", "im2col", "1x1", "depthwise", "depthwise channels last", "winograd f2",
+        "im2col transposed"])
 @pytest.mark.parametrize("name", ["relu", "relu6", "silu", "hardswish", "leaky"])
 def test_each_kernel_fuses_residual_and_activation(algorithm_case, name):
     algorithm, shape, w_shape, groups, stride = algorithm_case

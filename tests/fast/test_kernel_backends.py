@@ -19,7 +19,7 @@ import pytest
 from layers.fast import aot, backend
 from layers.fast.depthwise import depthwise_conv2d, pack_channel_blocks, uses_channels_last
 from layers.fast.epilogue import CLAMP, SILU, Activation, bias_residual_activation
-from layers.fast.gemm import gemm_conv2d, pack_gemm_weight
+from layers.fast.gemm import gemm_conv2d, gemm_transposed_conv2d, pack_gemm_weight
 from layers.fast.pointwise_transposed import pack_panels, pointwise_transposed_conv2d
 from layers.fast.pool import max_pool2d
 from layers.fast.winograd import pack_winograd_weight, winograd_conv2d
@@ -84,6 +84,14 @@ def conv_runs():
             Activation(SILU), rand(2, c_out, 11, 9, seed=8))
     yield lambda: transposed(pack_panels(rand(7, 300, seed=6)), rand(2, 300, 49), bias,
                              rand(2, 7, 49, seed=8))        # 1x1 on small images
+    stem = rand(5, 3, 7, 7, seed=9)                         # cols made band by band
+    yield lambda: gemm_conv2d(rand(2, 3, 48, 40), pack_gemm_weight(stem, 1), rand(5, seed=3),
+                              (7, 7), (2, 2), (3, 3, 3, 3), (1, 1), (24, 20), Activation(SILU),
+                              rand(2, 5, 24, 20, seed=4))
+    y = np.empty((2, 7, 6, 5), np.float32)                  # im2col, then transposed tiles
+    yield lambda: (gemm_transposed_conv2d(x, pack_panels(w5.reshape(7, -1)), bias, (5, 5),
+                                          (2, 2), (2, 2, 2, 2), (1, 1), Activation(SILU),
+                                          rand(2, 7, 6, 5, seed=4), y), y)[1]
     yield lambda: bias_residual_activation(rand(2, 7, 11, 9, seed=5), bias, residual,
                                            Activation(SILU))
     yield lambda: max_pool2d(rand(2, 3, 9, 8), (3, 3), (2, 2), (1, 1), (1, 1), (5, 4))

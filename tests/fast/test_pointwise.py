@@ -239,9 +239,14 @@ def test_a_large_batch_goes_in_parts_with_the_same_bits(monkeypatch):
     monkeypatch.setattr(gemm, "BANDS_MIN_PIXELS", 0)
     whole = convolve()
     _, size = gemm._geometry((3, 3), (2, 2), (1, 1), 1, 1, (11, 10), (6, 5))
-    for images in (1, 2):
+    split = gemm._split_planes
+    for images, parts in ((1, [1, 1, 1]), (2, [2, 1])):
+        made = []
         monkeypatch.setattr(gemm, "PHASES_MOST", images * 4 * size)
+        monkeypatch.setattr(gemm, "_split_planes", lambda x, *rest, made=made: (
+            made.append(x.shape[0]), split(x, *rest)))
         np.testing.assert_array_equal(convolve(), whole)
+        assert made == parts                                  # images split at a time
     want = F.relu(F.conv2d(torch.from_numpy(x), torch.from_numpy(weight), None, 2, 1)
                   + torch.from_numpy(residual)).numpy()
     np.testing.assert_allclose(whole, want, rtol=1e-5, atol=1e-5)
