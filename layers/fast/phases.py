@@ -49,9 +49,9 @@ def phase_layout(height, width, out_h, out_w, kh, kw, stride_h, stride_w, dil_h,
     column_ok = np.empty((kw, out_h * row_len), np.bool_)    # (the last row's tail unused)
     pattern = np.empty(row_len, np.bool_)        # one output row's; every row has the same
     for j in range(kw):
+        inside_from, inside_to = columns_inside(width, row_len, stride_w, dil_w, left, j)
         for ow in range(row_len):
-            column = ow * stride_w + j * dil_w - left
-            pattern[ow] = (column >= 0) & (column < width)
+            pattern[ow] = inside_from <= ow < inside_to
         for oh in range(out_h):
             row = column_ok[j, oh * row_len:]
             for ow in range(row_len):
@@ -114,8 +114,9 @@ def geometry_layout(geometry):
 
 @kernel(nogil=True, inline="always")
 def columns_inside(width, out_w, stride_w, dil_w, left, j):
-    """The outputs ow whose tap column j lies inside the image (0 <= ow * sw + j * dw - left
-    < W): ow from .. to - 1 (column_ok's run of True in each output row)."""
+    """The outputs ow < out_w whose tap column j lies inside the image (0 <= ow * sw +
+    j * dw - left < W): ow from .. to - 1, one run since the column grows with ow
+    (column_ok's run of True in each output row)."""
     column0 = j * dil_w - left
     inside_from = min(out_w, max(0, (stride_w - 1 - column0) // stride_w))
     inside_to = max(inside_from, min(out_w, (width - 1 - column0) // stride_w + 1))
