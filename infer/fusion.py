@@ -16,6 +16,17 @@ Patterns, tried on every nn.Conv2d (nn.Linear: the activation only), in this ord
     Conv2d -> activation        one the layer can apply (``can_fuse_activation``: for the
                                 fast layers ReLU, ReLU6, Hardtanh, LeakyReLU, SiLU, ...)
 
+then, once those are folded, on every multiply, a squeeze-and-excitation block
+(layers/excitation.py) becomes one operator, of type ``SqueezeExcitation``::
+
+    x -> global average pool -> Conv2d 1x1 -> Conv2d 1x1 -> mul(gate, x)      (either order)
+    |___________________________________________________^
+
+The pool is nn.AdaptiveAvgPool2d to (1, 1) or torch.mean over dims (2, 3) keeping them; the
+convolutions are 1x1, stride 1, unpadded, one group, with or without a folded activation.
+The pool's operator survives, with the convolutions' weights among its attributes
+(``reduce.weight``, ``expand.bias``, ...).
+
 A pattern applies only when the tensor between the two operators has exactly one consumer and
 is not a graph output (nobody else may see it), and only to the project's own layer classes,
 reference or fast (a custom layer may compute something else). The folded operators leave the
@@ -31,7 +42,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from layers.base import Layer
+from layers.excitation import SqueezeExcitation
 from layers.padding import PadModule
+from layers.pooling import AdaptiveAvgPool2d
+from layers.reduction import Mean
 from layers.registry import LayerRegisterer, is_built_in
 from infer.runtime import RuntimeOperand, RuntimeOperator
 
@@ -39,6 +53,8 @@ if TYPE_CHECKING:
     from infer.graph import RuntimeGraph
 
 RESIDUAL_ADDS = ("add(@0,@1)", "add(@1,@0)")
+MULTIPLIES = ("mul(@0,@1)", "mul(@1,@0)")
+EXCITATION_TYPE = "SqueezeExcitation"
 
 
 def fuse(graph: "RuntimeGraph") -> int:
@@ -48,7 +64,8 @@ def fuse(graph: "RuntimeGraph") -> int:
     folded: set[int] = set()
     registry = LayerRegisterer()
     own = {name: (registry.layer_class(name), registry.layer_class(name, fast=True))
-           for name in ("nn.Conv2d", "nn.Linear", "pnnx.Expression")}
+           for name in ("nn.Conv2d", "nn.Linear", "pnnx.Expression", "nn.AdaptiveAvgPool2d",
+                        "torch.mean")}
     for op in graph.operators:
         if id(op) in folded:                           # already folded into another
             continue
@@ -58,6 +75,9 @@ def fuse(graph: "RuntimeGraph") -> int:
             _fold_residual_add(graph, op, outputs, folded, own["pnnx.Expression"])
         if conv or _is_own(op.layer, own["nn.Linear"]):
             _fold_activation(graph, op, outputs, folded)
+    for op in graph.operators:
+        if id(op) not in folded and _is_own(op.layer, own["pnnx.Expression"]):
+            _fold_squeeze_excitation(graph, op, outputs, folded, own)
     if folded:
         graph.operators = [op for op in graph.operators if id(op) not in folded]
     return len(folded)
@@ -144,3 +164,78 @@ def _fold_activation(graph: "RuntimeGraph", op: RuntimeOperator, outputs: set[in
         return
     op.layer.fuse_activation(act.layer)
     _absorb_next(graph, op, act, folded)
+
+
+def _fold_squeeze_excitation(graph: "RuntimeGraph", mul: RuntimeOperator, outputs: set[int],
+                             folded: set[int],
+                             own: dict[str, tuple[type[Layer], type[Layer]]]) -> None:
+    """pool(x) -> 1x1 -> 1x1 -> mul(gate, x): one SqueezeExcitation operator (the module
+    docstring), the pool's, which now produces the multiply's output."""
+    if (mul.layer.expr.replace(" ", "") not in MULTIPLIES or len(mul.inputs) != 2
+            or len(mul.outputs) != 1 or mul.inputs[0] is mul.inputs[1]
+            or any(o.dtype not in (None, "f32") for o in (*mul.inputs, *mul.outputs))):
+        return
+    for gate, x in (mul.inputs, reversed(mul.inputs)):
+        expand = _excitation_conv(gate, mul, outputs, own)
+        reduce = expand and _excitation_conv(expand.inputs[0], expand, outputs, own)
+        pooled = reduce and reduce.inputs[0]
+        pool = pooled and pooled.producer
+        if (reduce and expand and pool and _only_consumer(pooled, outputs) is reduce
+                and pool.inputs == [x] and _global_average_pool(pool, own)
+                and reduce.layer.in_channels == expand.layer.out_channels):
+            break
+    else:
+        return
+    layer_class = SqueezeExcitation
+    if type(reduce.layer) is own["nn.Conv2d"][1] is not own["nn.Conv2d"][0]:  # fast floor
+        from layers.fast.layers import FastSqueezeExcitation
+        layer_class = FastSqueezeExcitation
+    layer = layer_class(reduce.layer, expand.layer)
+    layer.name, layer.type = pool.name, EXCITATION_TYPE
+    pool.fused_types.update({pool.type, mul.type, *reduce.fused_types, *expand.fused_types,
+                             reduce.type, expand.type})
+    pool.type, pool.layer = EXCITATION_TYPE, layer
+    for role, conv in (("reduce", reduce), ("expand", expand)):
+        pool.attrs.update({f"{role}.{key}": attr for key, attr in conv.attrs.items()})
+        pool.fused += [conv.name, *conv.fused]
+        _remove(graph, conv, conv.inputs[0], folded)
+    pool.fused.append(mul.name)
+    x.consumers = [c for c in x.consumers if c is not mul]
+    _remove(graph, mul, gate, folded)
+    pool.outputs = list(mul.outputs)
+    for out in pool.outputs:
+        out.producer = pool
+    pool.output_of = mul.output_of or mul.name
+
+
+def _excitation_conv(operand: RuntimeOperand, reader: RuntimeOperator, outputs: set[int],
+                     own: dict[str, tuple[type[Layer], type[Layer]]]) -> RuntimeOperator | None:
+    """The producer of ``operand`` if it is one of the project's 1x1 convolutions of a
+    squeeze-and-excitation block (stride 1, unpadded, one group, one input) and ``reader``
+    alone reads its output."""
+    conv = operand.producer
+    if (conv is None or _only_consumer(operand, outputs) is not reader
+            or not _is_own(conv.layer, own["nn.Conv2d"]) or len(conv.inputs) != 1
+            or len(conv.outputs) != 1):
+        return None
+    layer = conv.layer
+    if (layer.kernel_size != (1, 1) or layer.stride != (1, 1) or layer.groups != 1
+            or layer.padding not in ((0, 0), "valid", "same") or any(layer.fused_padding)
+            or layer.fused_residual):
+        return None
+    return conv
+
+
+def _global_average_pool(pool: RuntimeOperator,
+                         own: dict[str, tuple[type[Layer], type[Layer]]]) -> bool:
+    """nn.AdaptiveAvgPool2d to (1, 1) (a parameter), or torch.mean over dims (2, 3) of a 4-D
+    tensor (as the file annotates it, if it does), keeping them."""
+    layer = pool.layer
+    if len(pool.inputs) != 1 or len(pool.outputs) != 1:
+        return False
+    if _is_own(layer, own["nn.AdaptiveAvgPool2d"]):
+        return isinstance(layer, AdaptiveAvgPool2d) and layer.output_size == (1, 1)
+    shape = pool.inputs[0].shape
+    return (_is_own(layer, own["torch.mean"]) and isinstance(layer, Mean) and layer.keepdim
+            and layer.dim is not None and (shape is None or len(shape) == 4)
+            and sorted(d % 4 for d in layer.dim) == [2, 3])

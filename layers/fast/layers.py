@@ -25,6 +25,8 @@ for) it hands over to the reference code with ``super()``.
     FastLayerNorm         nn.LayerNorm over the last dim: norm.py's kernel, row by row
     FastSoftmax           nn.Softmax / F.softmax over the last dim: softmax.py's kernel, row
                           by row, shared with the helper threads (attention's too)
+    FastSqueezeExcitation the fused squeeze-and-excitation block (no pnnx type: fusion makes
+                          it): excitation.py's kernel, the whole block in one call
 """
 
 from __future__ import annotations
@@ -40,13 +42,14 @@ from layers.base import FusesActivation, Layer, Shape
 from layers.convolution import (Conv1d, Conv2d, ConvTranspose1d, ConvTranspose2d,
                                 FunctionalConv1d, FunctionalConv2d, lift_shape)
 from layers.expression import ELEMENTWISE, ExpressionLayer
-from layers.fast import norm, pool, softmax, workers
+from layers.fast import excitation, norm, pool, softmax, workers
 from layers.fast.conv import PackedConv2d, kernel_layout
 from layers.fast.pointwise import pointwise_conv2d
 from layers.fast.team import scratch, team_worth_sharing
 from parser.bin import release_pages
 from layers.activation import GELU, Hardsigmoid, Hardswish, Sigmoid, SiLU, Softmax
 from layers.attention import MultiheadAttention
+from layers.excitation import SqueezeExcitation
 from layers.fast.epilogue import (IDENTITY, Activation, activation_of,
                                   bias_residual_activation)
 from layers.linear import Linear
@@ -514,6 +517,53 @@ class FastHardswish(KernelActivationLayer, Hardswish):
 @register_fast_layer("nn.Hardsigmoid", "F.hardsigmoid")
 class FastHardsigmoid(KernelActivationLayer, Hardsigmoid):
     """clip(x + 3, 0, 6) / 6 in one pass."""
+
+
+class FastSqueezeExcitation(SqueezeExcitation):
+    """The block in one kernel call (excitation.py), on the 1x1 weights as matrices and the
+    activations as kernel codes. Inputs other than float32 (N, C, H, W) with H * W > 0, and
+    activations without a kernel code, run the reference layer."""
+
+    support_forward_into = True
+
+    def __init__(self, reduce: Conv2d, expand: Conv2d):
+        super().__init__(reduce, expand)
+        activations = [IDENTITY if conv.fused_activation is None
+                       else activation_of(conv.fused_activation) for conv in (reduce, expand)]
+        self.activation, self.gate = activations
+        self.in_kernel = None not in activations     # both activations have a code
+        self.reduce_matrix, self.reduce_bias = _matrix_1x1(reduce)
+        self.expand_matrix, self.expand_bias = _matrix_1x1(expand)
+
+    def prepare(self, input_shapes: Sequence[Shape] | None) -> None:
+        excitation.load_kernel()
+
+    def forward_one(self, x: np.ndarray) -> np.ndarray:
+        if not (self.in_kernel and _kernel_ready(x) and x.ndim == 4):
+            return super().forward_one(x)
+        y = np.empty(x.shape, np.float32)
+        self.forward_into([x], [y])
+        return y
+
+    def forward_into(self, inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray]) -> None:
+        x, y = inputs[0], outputs[0]
+        if (not self.in_kernel or x.ndim != 4 or x.shape[1] != self.channels
+                or x.shape[2] * x.shape[3] == 0):
+            np.copyto(y, super().forward_one(x))     # the reference's answer or its error
+            return
+        assert self.activation is not None and self.gate is not None
+        excitation.squeeze_excitation(np.require(x, np.float32, ("C", "A")), y,
+                                      self.reduce_matrix, self.reduce_bias, self.activation,
+                                      self.expand_matrix, self.expand_bias, self.gate)
+
+
+def _matrix_1x1(conv: Conv2d) -> tuple[np.ndarray, np.ndarray]:
+    """A 1x1 convolution's weight (C_out, C_in, 1, 1) as a C-contiguous (C_out, C_in) float32
+    matrix, and its bias (zeros if it has none)."""
+    weight = np.ascontiguousarray(conv.weight.reshape(conv.out_channels, -1), np.float32)
+    bias = (np.zeros(conv.out_channels, np.float32) if conv.bias is None
+            else np.ascontiguousarray(conv.bias, np.float32))
+    return weight, bias
 
 
 @register_fast_layer("nn.MultiheadAttention")

@@ -18,7 +18,9 @@ import pytest
 
 from layers.fast import aot, backend
 from layers.fast.depthwise import depthwise_conv2d, pack_channel_blocks, uses_channels_last
-from layers.fast.epilogue import CLAMP, SILU, Activation, bias_residual_activation
+from layers.fast.epilogue import (CLAMP, HARDSIGMOID, RELU, SILU, Activation,
+                                  bias_residual_activation)
+from layers.fast.excitation import squeeze_excitation
 from layers.fast.gemm import gemm_conv2d, gemm_transposed_conv2d, pack_gemm_weight
 from layers.fast.pointwise_transposed import pack_panels, pointwise_transposed_conv2d
 from layers.fast.pool import max_pool2d
@@ -95,6 +97,14 @@ def conv_runs():
     yield lambda: bias_residual_activation(rand(2, 7, 11, 9, seed=5), bias, residual,
                                            Activation(SILU))
     yield lambda: max_pool2d(rand(2, 3, 9, 8), (3, 3), (2, 2), (1, 1), (1, 1), (5, 4))
+    yield lambda: excite(rand(2, 40, 9, 7), rand(10, 40, seed=1), rand(40, 10, seed=2))
+
+
+def excite(x, reduce, expand):
+    y = np.empty_like(x)
+    squeeze_excitation(x, y, reduce, rand(reduce.shape[0], seed=3), Activation(RELU), expand,
+                       rand(expand.shape[0], seed=4), Activation(HARDSIGMOID))
+    return y
 
 
 def transposed(panels, x, bias, residual):

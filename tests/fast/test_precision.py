@@ -9,9 +9,9 @@ Each convolution algorithm of layers/fast/algorithms.py's table is forced on a l
 whatever the table would choose at that size, over 4 to 512 input channels (F(4x4) on the
 channels it fits: the table runs it nowhere else), on standard normal inputs and on
 post-ReLU ones (uniform in [0, 1): all positive, so sums over the channels do not average
-out). The fast nn.Linear (numpy's BLAS, or the helpers' shared GEMM) is checked the same
-way. Max pooling, the other fast layer, computes no sums: its results are exact
-(test_fast_kernels.py).
+out). The fast nn.Linear (numpy's BLAS, or the helpers' shared GEMM) and the fused
+squeeze-and-excitation block (means and dot products in float32 lanes) are checked the same
+way. Max pooling computes no sums: its results are exact (test_fast_kernels.py).
 
 ``python tests/fast/test_precision.py`` prints error(kernel) / error(torch) for every case.
 """
@@ -127,6 +127,42 @@ def linear_case(in_features: int, inputs: str, shared: bool, rows: int = 64
     return got, *want
 
 
+def excitation_case(channels: int, inputs: str) -> tuple[np.ndarray, ...]:
+    """(fast, torch float32, torch float64) outputs of a squeeze-and-excitation block,
+    channels -> channels / 4 -> channels, ReLU then a sigmoid gate, on (2, C, 14, 14)."""
+    from helpers import make_layer
+    from layers.fast.layers import FastSqueezeExcitation
+
+    rng = generator("excitation", channels, inputs)
+    x = draw(rng, (2, channels, 14, 14), inputs)
+    squeezed = max(1, channels // 4)
+    shapes = ((squeezed, channels), (channels, squeezed))
+    weights = [rng.standard_normal((*shape, 1, 1), dtype=np.float32) for shape in shapes]
+    biases = [rng.standard_normal(shape[0], dtype=np.float32) for shape in shapes]
+    convs = [make_layer("nn.Conv2d", dict(in_channels=w.shape[1], out_channels=w.shape[0],
+                                          kernel_size=(1, 1)), {"weight": w, "bias": b},
+                        fast=True) for w, b in zip(weights, biases)]
+    for conv, act in zip(convs, ("nn.ReLU", "nn.Sigmoid")):
+        conv.fuse_activation(make_layer(act, fast=True))
+    got = FastSqueezeExcitation(*convs).forward([x])[0]
+
+    def torch_block(dtype: torch.dtype) -> np.ndarray:
+        t = torch.from_numpy(x).to(dtype)
+        w = [torch.from_numpy(a).to(dtype) for a in (*weights, *biases)]
+        gate = torch.sigmoid(F.conv2d(F.relu(F.conv2d(F.adaptive_avg_pool2d(t, 1), w[0], w[2])),
+                                      w[1], w[3]))
+        return (gate * t).numpy()
+    return got, torch_block(torch.float32), torch_block(torch.float64)
+
+
+@pytest.mark.parametrize("inputs", INPUTS)
+@pytest.mark.parametrize("channels", CHANNELS)
+def test_squeeze_excitation_is_within_4x_torchs_error(channels, inputs):
+    got, torch32, exact = excitation_case(channels, inputs)
+    error, allowed = errors(got, torch32, exact)
+    assert error <= allowed, (channels, inputs, error, allowed)
+
+
 @pytest.mark.parametrize("inputs", INPUTS)
 @pytest.mark.parametrize("name, c_in", [(name, c) for name in CONVOLUTIONS
                                         for c in channels_of(name)])
@@ -167,6 +203,7 @@ def print_ratios() -> None:
             for name in CONVOLUTIONS]
     rows += [(f"linear {how}", lambda c, i, s=shared: linear_case(c, i, s), CHANNELS)
              for how, shared in (("numpy", False), ("helpers", True))]
+    rows.append(("squeeze-and-excitation", excitation_case, CHANNELS))
     for name, case, channels in rows:
         for inputs in INPUTS:
             cells = []

@@ -220,3 +220,93 @@ def test_one_activation_is_fused_and_a_second_is_refused(type_name, params, weig
     assert not layer.can_fuse_activation(Sigmoid())
     with pytest.raises(LayerError, match=f"cannot fuse Sigmoid into {words}"):
         layer.fuse_activation(Sigmoid())
+
+
+class Excitations(nn.Module):
+    """Squeeze-and-excitation as torchvision writes it (pool, conv, ReLU, conv, Hardsigmoid,
+    scale * x) and as timm does (x.mean keeping dims, SiLU, sigmoid, x * gate), then a block
+    whose gate is also an output (which must not fold)."""
+
+    def __init__(self):
+        super().__init__()
+        self.stem = nn.Conv2d(3, 16, 3, stride=2, padding=1)
+        self.pool = nn.AdaptiveAvgPool2d(1)
+        self.fc = nn.ModuleList([nn.Conv2d(16, 4, 1), nn.Conv2d(4, 16, 1), nn.Conv2d(16, 8, 1),
+                                 nn.Conv2d(8, 16, 1), nn.Conv2d(16, 4, 1),
+                                 nn.Conv2d(4, 16, 1)])
+
+    def forward(self, x):
+        x = F.relu(self.stem(x))
+        scale = F.hardsigmoid(self.fc[1](F.relu(self.fc[0](self.pool(x)))))
+        x = scale * x
+        gate = torch.sigmoid(self.fc[3](F.silu(self.fc[2](x.mean((2, 3), keepdim=True)))))
+        x = x * gate
+        seen = torch.sigmoid(self.fc[5](F.relu(self.fc[4](self.pool(x)))))
+        return x * seen, seen
+
+
+def test_squeeze_and_excitation_blocks_become_one_operator(pnnx_export):
+    torch.manual_seed(0)
+    model = Excitations().eval()
+    param, binary = pnnx_export(model, (torch.rand(1, 3, 32, 32),), "excitations",
+                                dynamic=True)
+    fused = RuntimeGraph(param, binary).build()
+    reference = RuntimeGraph(param, binary, reference=True).build()
+    blocks = [op for op in fused.operators if op.type == "SqueezeExcitation"]
+    assert len(blocks) == 2
+    for op in blocks:
+        assert type(op.layer).__name__ == "FastSqueezeExcitation" and op.layer.in_kernel
+        assert len(op.fused) == 5 and op.output_of == op.fused[-1]
+        assert {"nn.Conv2d", "pnnx.Expression"} <= op.fused_types
+        assert sorted(op.attrs) == ["expand.bias", "expand.weight", "reduce.bias",
+                                    "reduce.weight"]
+    assert {"nn.AdaptiveAvgPool2d", "torch.mean"} <= blocks[0].fused_types | blocks[1].fused_types
+    assert [op.type for op in fused.operators].count("nn.AdaptiveAvgPool2d") == 1   # seen
+    assert len(reference.operators) - len(fused.operators) == sum(len(op.fused)
+                                                                  for op in fused.operators)
+    for shape in [(1, 3, 32, 32), (2, 3, 40, 26)]:
+        x = torch.randn(*shape, generator=torch.Generator().manual_seed(1))
+        with torch.no_grad():
+            want = [t.numpy() for t in model(x)]
+        got, ref = fused.forward(x.numpy()), reference.forward(x.numpy())
+        for g, r, w in zip(got, ref, want):
+            np.testing.assert_allclose(g, w, atol=1e-5, rtol=1e-4)
+            np.testing.assert_allclose(r, w, atol=1e-5, rtol=1e-4)
+
+
+def excitation_lines(pool="nn.AdaptiveAvgPool2d pool 1 1 a s output_size=(1,1)", k=1,
+                     mul="mul(@0,@1)", outputs="y"):
+    """A squeeze-and-excitation block on 8 channels (``k``: the reduce's kernel size)."""
+    lines = ["pnnx.Input in0 0 1 a", pool,
+             conv_line("reduce", "s", "h", c_in=8, c_out=2, k=k, pad=k // 2),
+             "nn.ReLU relu 1 1 h hr",
+             conv_line("expand", "hr", "g", c_in=2, c_out=8, k=1, pad=0),
+             "nn.Sigmoid gate 1 1 g gs",
+             f"pnnx.Expression mul 2 1 gs a y expr={mul}",
+             f"pnnx.Output out0 {len(outputs.split())} 0 {outputs}"]
+    weights = {**conv_weights("reduce", 8, 2, k=k), **conv_weights("expand", 2, 8, k=1)}
+    return lines, weights
+
+
+@pytest.mark.parametrize("change, folds", [
+    ({}, True),
+    ({"mul": "mul(@1,@0)"}, True),
+    ({"pool": "torch.mean pool 1 1 a s dim=(-1,-2) keepdim=True"}, True),
+    ({"outputs": "y gs"}, False),                                  # the gate is seen
+    ({"outputs": "y s"}, False),                                   # the means are seen
+    ({"pool": "nn.AdaptiveAvgPool2d pool 1 1 a s output_size=(1,2)"}, False),
+    ({"pool": "nn.AdaptiveMaxPool2d pool 1 1 a s output_size=(1,1)"}, False),
+    ({"k": 3}, False),                                             # not a 1x1
+    ({"mul": "add(@0,@1)"}, False)])
+def test_what_folds_into_squeeze_and_excitation(tmp_path, change, folds):
+    lines, weights = excitation_lines(**change)
+    fused, reference = graph_pair(tmp_path, lines, weights)
+    assert any(op.type == "SqueezeExcitation" for op in fused.operators) == folds
+    x = rng.standard_normal((2, 8, 5, 2)).astype(np.float32)
+    for got, want in zip(fused.forward(x), reference.forward(x)):
+        np.testing.assert_allclose(got, want, atol=1e-5, rtol=1e-4)
+    if folds:
+        (op,) = fused.operators[1:-1]
+        assert op.fused == ["reduce", "relu", "expand", "gate", "mul"]
+        with pytest.raises(ShapeError, match="squeeze-and-excitation"):
+            fused.forward(x[:, :4])

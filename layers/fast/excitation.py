@@ -1,0 +1,85 @@
+"""Squeeze-and-excitation (layers/excitation.py) as one numba kernel, image by image::
+
+    s[c] = sum(x[n, c]) / (H * W)
+    h    = act(reduce @ s + reduce_bias)               reduce (S, C): C -> S
+    g    = gate(expand @ h + expand_bias)              expand (C, S): S -> C
+    y[n, c] = x[n, c] * g[c]
+
+The sums (the means and the matrix-vector products' dot products) are float32 and taken in
+vector lanes (reassociated), as BLAS takes them; the activations are the epilogue's
+(epilogue.py's codes). One thread does the whole block: after the squeeze the work is too
+small to share, and x is read twice and y written once, as the separate pool and multiply
+did.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+
+from layers.fast.epilogue import IDENTITY, Activation, activate_row
+from layers.fast.kernel import FLOAT, INT, array, kernel
+
+
+@kernel(nogil=True, exported=(array(3), array(3), array(2), array(1), INT, FLOAT, FLOAT,
+                              array(2), array(1), INT, FLOAT, FLOAT))
+def _squeeze_excitation(x, y, reduce, reduce_bias, act_code, act_a, act_b,
+                        expand, expand_bias, gate_code, gate_a, gate_b):
+    """x (N, C, L) -> y (N, C, L) (the module docstring); reduce (S, C), expand (C, S)."""
+    images, channels, length = x.shape
+    squeezed = reduce.shape[0]
+    means = np.empty(channels, np.float32)
+    hidden = np.empty(squeezed, np.float32)
+    gate = np.empty(channels, np.float32)
+    for n in range(images):
+        for c in range(channels):
+            means[c] = _sum(x[n, c]) / np.float32(length)
+        for s in range(squeezed):
+            hidden[s] = _dot(reduce[s], means) + reduce_bias[s]
+        activate_row(hidden, act_code, act_a, act_b)
+        for c in range(channels):
+            gate[c] = _dot(expand[c], hidden) + expand_bias[c]
+        activate_row(gate, gate_code, gate_a, gate_b)
+        for c in range(channels):
+            source, target, scale = x[n, c], y[n, c], gate[c]
+            for i in range(length):
+                target[i] = source[i] * scale
+
+
+@kernel(nogil=True, fastmath={"reassoc"})          # reassoc: the sum vectorises
+def _sum(row):
+    """The sum of a float32 row, in float32."""
+    total = np.float32(0.0)
+    for i in range(row.shape[0]):
+        total += row[i]
+    return total
+
+
+@kernel(nogil=True, fastmath={"reassoc"})
+def _dot(a, b):
+    """The dot product of two float32 rows of a's length, in float32."""
+    total = np.float32(0.0)
+    for i in range(a.shape[0]):
+        total += a[i] * b[i]
+    return total
+
+
+def squeeze_excitation(x: np.ndarray, out: np.ndarray, reduce: np.ndarray,
+                       reduce_bias: np.ndarray, activation: Activation,
+                       expand: np.ndarray, expand_bias: np.ndarray, gate: Activation) -> None:
+    """out (N, C, H, W) <- x's squeeze-and-excitation; both C-contiguous float32 with H*W > 0.
+    reduce (S, C) and expand (C, S) are the 1x1 weights as matrices (C-contiguous), biases
+    (S,) and (C,) (zeros where the convolution has none)."""
+    n, c = x.shape[:2]
+    _squeeze_excitation(x.reshape(n, c, -1), out.reshape(n, c, -1), reduce, reduce_bias,
+                        activation.code, activation.a, activation.b, expand, expand_bias,
+                        gate.code, gate.a, gate.b)
+
+
+@functools.cache
+def load_kernel() -> None:
+    """Run the kernel once on a tiny input so numba loads it now, at build."""
+    one = np.ones((1, 1, 1, 1), np.float32)
+    weight, bias = np.ones((1, 1), np.float32), np.zeros(1, np.float32)
+    squeeze_excitation(one, np.empty_like(one), weight, bias, IDENTITY, weight, bias, IDENTITY)
