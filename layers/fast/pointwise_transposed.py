@@ -12,8 +12,9 @@ channels (``pack_panels``)::
     panels[q, k, j] = weight[q * COLUMNS + j, k]          (P, C_in, COLUMNS), zero padded
 
 A finished tile is stored into a small work space (a band of at most BAND pixels by COLUMNS
-channels), and the epilogue writes the band into y (C_out, L) transposed, adding bias and
-residual and applying the activation on the way. A sum over more than K_BLOCK channels is
+channels). The epilogue writes the band into y (C_out, L) transposed, LANES x LANES blocks at
+a time (simd.py's ``transpose_block``), then adds bias and residual and applies the
+activation along each row of y. A sum over more than K_BLOCK channels is
 taken in slices whose partial sums stay in the work space; each slice is one chain of fused
 multiply-adds, from zero, added to the slices before. Each value of y is the same sum as in
 pointwise.py (a single matrix's), then bias, residual and activation in the same order: the
@@ -28,13 +29,14 @@ from layers.fast.kernel import FLOAT, INT, array, kernel
 from layers.fast.epilogue import CLAMP, NONE, RELU, Activation, activate_row, clamp_bounds
 from layers.fast.pointwise import K_BLOCK, NO_RESIDUAL, SHARED_FROM, _zeros
 from layers.fast.simd import (COLUMNS, LANES, ROWS, tile_add, tile_fma, tile_load, tile_store,
-                              tile_zero)
+                              tile_zero, transpose_block)
 from layers.fast.team import scratch, team_worth_sharing
 
 BAND = 40 * ROWS       # pixels of one unit of work at most (its partial sums: BAND x COLUMNS)
-EPILOGUE_CHANNELS = 40 * LANES // 16   # what the epilogue's transposition of y costs per
-                       # output value, in input channels of the product: measured with
-                       # 16-float vectors (8-float ones take twice the cycles per channel)
+EPILOGUE_CHANNELS = 13  # what the epilogue's transposition of y costs per output value, in
+                        # input channels of the product: measured with 16-float vectors (with
+                        # 8-float ones the product and the shuffles both take twice the
+                        # instructions, so about the same)
 
 
 def lanes_filled(size: int, width: int) -> float:
@@ -47,9 +49,9 @@ def transposed_pays(length: int, c_in: int, c_out: int) -> bool:
     transposed: small images (one band of pixels at most) on which its tiles fill enough
     more of their lanes to pay for its epilogue, a transposition of y one value at a time.
     Per output value the product costs C_in / (share of lanes filled) either way, plus
-    EPILOGUE_CHANNELS transposed: 1152 -> 192 channels on 7x7 runs transposed (its tiles
-    fill 0.91 of their lanes against 0.77), 192 -> 1152 does not (the same shares, but
-    6x fewer channels to pay for the epilogue)."""
+    EPILOGUE_CHANNELS transposed: 192 -> 1152 channels on 7x7 runs transposed (its tiles
+    fill 0.91 of their lanes against 0.77), 16 -> 1152 does not (the same shares, but 12x
+    fewer channels to pay for the epilogue)."""
     transposed = lanes_filled(length, ROWS) * lanes_filled(c_out, COLUMNS)
     upright = lanes_filled(length, COLUMNS) * lanes_filled(c_out, ROWS)
     return length <= BAND and c_in / transposed + EPILOGUE_CHANNELS < c_in / upright
@@ -97,7 +99,7 @@ def transposed_units(panels, x, bias, residual, y, space, code, a, b, first, las
     open_lo, open_hi = np.float32(-np.inf), np.float32(np.inf)
     lo, hi = clamp_bounds(code, a, b)                 # clamped in the epilogue: ReLU, ReLU6
     has_residual = residual.size > 0
-    ws, xs = panels.reshape(panels.size), x.reshape(x.size)
+    ws, xs, ys = panels.reshape(panels.size), x.reshape(x.size), y.reshape(y.size)
     no_bias, no_residual = np.zeros(ROWS, np.float32), xs[:0]
     for unit in range(first, last):
         image, index = unit // (bands * panel_count), unit % (bands * panel_count)
@@ -123,20 +125,26 @@ def transposed_units(panels, x, bias, residual, y, space, code, a, b, first, las
                 tile = tile_add(tile, part)
                 tile_store(tile, space, at, COLUMNS, rows, COLUMNS, no_bias, 0, no_residual,
                            open_lo, open_hi)
-        for j in range(min(COLUMNS, c_out - c0)):     # the epilogue, into y transposed
-            c = c0 + j
-            shift, row = bias[c], y[image, c]
-            for p in range(start, stop):
-                value = space[(p - start) * COLUMNS + j] + shift
+        channels, pixels = min(COLUMNS, c_out - c0), stop - start
+        for p in range(0, pixels, LANES):             # the band into y, transposed
+            for j in range(0, channels, LANES):
+                transpose_block(space, p * COLUMNS + j, COLUMNS, min(LANES, pixels - p),
+                                LANES, ys, ((image * c_out + c0 + j) * length + start + p),
+                                length, min(LANES, channels - j), min(LANES, pixels - p))
+        for c in range(c0, c0 + channels):            # the epilogue, row by row
+            shift, row = bias[c], y[image, c, start:stop]
+            other = residual[image, c, start:stop] if has_residual else no_residual
+            for p in range(pixels):
+                value = row[p] + shift
                 if has_residual:
-                    value += residual[image, c, p]
+                    value += other[p]
                 if value <= lo:                       # max(value, lo): a NaN stays NaN
                     value = lo
                 if value >= hi:
                     value = hi
                 row[p] = value
             if code != NONE and code != RELU and code != CLAMP:   # other activations
-                activate_row(row[start:stop], code, a, b)
+                activate_row(row, code, a, b)
 
 
 def space_size() -> int:

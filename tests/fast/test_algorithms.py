@@ -103,14 +103,14 @@ RESNET18 = [   # c_in, c_out, k, stride, out size at 224x224; batch 1, batch 8
     (64, 128, 1, 2, 28, "gemm", "gemm"),                        # downsample
     (128, 128, 3, 1, 28, "winograd_f2", "winograd_f2"),         # F(4x4): up to 64 channels
     (128, 256, 3, 2, 14, *["gemm_transposed"] * 2),             # 196 pixels: rows of 6 fill
+    (128, 256, 1, 2, 14, *["gemm_transposed"] * 2),             # (downsample)
     (256, 512, 1, 2, 7, *["gemm_transposed"] * 2),              # more lanes than 32 wide
     (256, 256, 3, 1, 14, "winograd_f2", "winograd_f2"),
     (256, 512, 3, 2, 7, "gemm", "gemm"),                        # panels: 4.5 MiB
     (512, 512, 3, 1, 7, "gemm", "winograd_f2"),                 # F(2x2) packs 16 MiB
 ]
 # 1x1 layers whose transposed epilogue costs a little more than its lanes save with 16-float
-# vectors, and less with 8 (AVX2: the upright tiles, 16 pixels wide, fill fewer lanes, and
-# the epilogue costs fewer channels of product)
+# vectors, and less with 8 (AVX2: the upright tiles, 16 pixels wide, fill fewer lanes)
 WIDTH_DEPENDENT = "gemm" if LANES == 16 else "pointwise_transposed"
 EFFICIENTNET_LITE0 = [   # c_in, c_out, k, stride, groups, out size at 224x224; batch 1, 8
     (3, 32, 3, 2, 1, 112, "gemm", "gemm"),                      # the stem
@@ -124,7 +124,8 @@ EFFICIENTNET_LITE0 = [   # c_in, c_out, k, stride, groups, out size at 224x224; 
     (144, 144, 3, 1, 144, 56, "depthwise", "depthwise"),
     (672, 112, 1, 1, 1, 14, *[WIDTH_DEPENDENT] * 2),
     (1152, 192, 1, 1, 1, 7, "pointwise_transposed", "pointwise_transposed"),
-    (192, 1152, 1, 1, 1, 7, *[WIDTH_DEPENDENT] * 2),
+    (192, 1152, 1, 1, 1, 7, "pointwise_transposed", "pointwise_transposed"),
+    (16, 1152, 1, 1, 1, 7, "gemm", "gemm"),                     # too few channels to pay
     (320, 1280, 1, 1, 1, 7, "pointwise_transposed", "pointwise_transposed"),
     (80, 480, 1, 1, 1, 14, "gemm", "gemm"),
 ]
