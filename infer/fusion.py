@@ -23,9 +23,11 @@ then, once those are folded, on every multiply, a squeeze-and-excitation block
     |___________________________________________________^
 
 The pool is nn.AdaptiveAvgPool2d to (1, 1) or torch.mean over dims (2, 3) keeping them; the
-convolutions are 1x1, stride 1, unpadded, one group, with or without a folded activation.
-The pool's operator survives, with the convolutions' weights among its attributes
-(``reduce.weight``, ``expand.bias``, ...).
+convolutions are 1x1, stride 1, one group, no padding (0, or "same" / "valid", which are 0
+for a 1x1), with or without a folded activation, C -> S -> C. The multiply's operator
+survives with the new type (its old one joins ``fused_types``), x as its one input, and the
+convolutions' weights among its attributes (``reduce.weight``, ``expand.bias``, ...); the
+pool and the convolutions are in its ``fused``.
 
 A pattern applies only when the tensor between the two operators has exactly one consumer and
 is not a graph output (nobody else may see it), and only to the project's own layer classes,
@@ -170,42 +172,56 @@ def _fold_squeeze_excitation(graph: "RuntimeGraph", mul: RuntimeOperator, output
                              folded: set[int],
                              own: dict[str, tuple[type[Layer], type[Layer]]]) -> None:
     """pool(x) -> 1x1 -> 1x1 -> mul(gate, x): one SqueezeExcitation operator (the module
-    docstring), the pool's, which now produces the multiply's output."""
+    docstring). The multiply's operator survives: it produces the block's output, and the
+    pool and convolutions, which it absorbs, have no output of their own any more."""
     if (mul.layer.expr.replace(" ", "") not in MULTIPLIES or len(mul.inputs) != 2
             or len(mul.outputs) != 1 or mul.inputs[0] is mul.inputs[1]
             or any(o.dtype not in (None, "f32") for o in (*mul.inputs, *mul.outputs))):
         return
-    for gate, x in (mul.inputs, reversed(mul.inputs)):
-        expand = _excitation_conv(gate, mul, outputs, own)
-        reduce = expand and _excitation_conv(expand.inputs[0], expand, outputs, own)
-        pooled = reduce and reduce.inputs[0]
-        pool = pooled and pooled.producer
-        if (reduce and expand and pool and _only_consumer(pooled, outputs) is reduce
-                and pool.inputs == [x] and _global_average_pool(pool, own)
-                and reduce.layer.in_channels == expand.layer.out_channels):
-            break
-    else:
+    block = (_excitation_block(mul, mul.inputs[0], mul.inputs[1], outputs, own)
+             or _excitation_block(mul, mul.inputs[1], mul.inputs[0], outputs, own))
+    if block is None:
         return
-    layer_class = SqueezeExcitation
-    if type(reduce.layer) is own["nn.Conv2d"][1] is not own["nn.Conv2d"][0]:  # fast floor
+    pool, reduce, expand, x = block
+    gate = mul.inputs[0] if mul.inputs[1] is x else mul.inputs[1]
+    if type(reduce.layer) is own["nn.Conv2d"][0]:      # the reference floor's convolutions
+        layer = SqueezeExcitation(reduce.layer, expand.layer)
+    else:                                              # the fast floor's (loaded with it)
         from layers.fast.layers import FastSqueezeExcitation
-        layer_class = FastSqueezeExcitation
-    layer = layer_class(reduce.layer, expand.layer)
-    layer.name, layer.type = pool.name, EXCITATION_TYPE
-    pool.fused_types.update({pool.type, mul.type, *reduce.fused_types, *expand.fused_types,
-                             reduce.type, expand.type})
-    pool.type, pool.layer = EXCITATION_TYPE, layer
+        layer = FastSqueezeExcitation(reduce.layer, expand.layer)
+    layer.name, layer.type = mul.name, EXCITATION_TYPE
+    mul.fused_types.update({mul.type, pool.type, reduce.type, expand.type,
+                            *reduce.fused_types, *expand.fused_types})
+    mul.type, mul.layer, mul.params = EXCITATION_TYPE, layer, {}
+    mul.fused = [pool.name, reduce.name, *reduce.fused, expand.name, *expand.fused]
     for role, conv in (("reduce", reduce), ("expand", expand)):
-        pool.attrs.update({f"{role}.{key}": attr for key, attr in conv.attrs.items()})
-        pool.fused += [conv.name, *conv.fused]
-        _remove(graph, conv, conv.inputs[0], folded)
-    pool.fused.append(mul.name)
-    x.consumers = [c for c in x.consumers if c is not mul]
-    _remove(graph, mul, gate, folded)
-    pool.outputs = list(mul.outputs)
-    for out in pool.outputs:
-        out.producer = pool
-    pool.output_of = mul.output_of or mul.name
+        mul.attrs.update({f"{role}.{key}": attr for key, attr in conv.attrs.items()})
+    x.consumers = [mul if c is pool else c for c in x.consumers if c is not mul]
+    mul.inputs = [x]
+    _remove(graph, pool, pool.outputs[0], folded)
+    _remove(graph, reduce, reduce.outputs[0], folded)
+    _remove(graph, expand, gate, folded)
+
+
+def _excitation_block(mul: RuntimeOperator, gate: RuntimeOperand, x: RuntimeOperand,
+                      outputs: set[int], own: dict[str, tuple[type[Layer], type[Layer]]]
+                      ) -> tuple[RuntimeOperator, RuntimeOperator, RuntimeOperator,
+                                 RuntimeOperand] | None:
+    """(pool, reduce, expand, x) if ``gate`` is expand(reduce(pool(x))), a squeeze-and-
+    excitation's gate of x's channels that only ``mul`` reads; else None."""
+    expand = _excitation_conv(gate, mul, outputs, own)
+    if expand is None:
+        return None
+    reduce = _excitation_conv(expand.inputs[0], expand, outputs, own)
+    if reduce is None:
+        return None
+    pool = reduce.inputs[0].producer
+    if (pool is None or _only_consumer(reduce.inputs[0], outputs) is not reduce
+            or pool.inputs != [x] or not _global_average_pool(pool, own)
+            or reduce.layer.in_channels != expand.layer.out_channels
+            or reduce.layer.out_channels != expand.layer.in_channels):
+        return None
+    return pool, reduce, expand, x
 
 
 def _excitation_conv(operand: RuntimeOperand, reader: RuntimeOperator, outputs: set[int],
@@ -238,4 +254,5 @@ def _global_average_pool(pool: RuntimeOperator,
     shape = pool.inputs[0].shape
     return (_is_own(layer, own["torch.mean"]) and isinstance(layer, Mean) and layer.keepdim
             and layer.dim is not None and (shape is None or len(shape) == 4)
+            and all(-4 <= d < 4 for d in layer.dim)
             and sorted(d % 4 for d in layer.dim) == [2, 3])

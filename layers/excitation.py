@@ -38,9 +38,13 @@ class SqueezeExcitation(Layer):
         self.channels = reduce.in_channels
 
     def infer_shape(self, shape: Shape) -> Shape:
+        """x's shape, once the two convolutions have checked theirs on (N, C, 1, 1)."""
         if len(shape) != 4 or shape[1] != self.channels:
             raise ShapeError(f"squeeze-and-excitation takes (N, {self.channels}, H, W), got "
                              f"{shape}")
+        gate = self.expand.infer_shape(self.reduce.infer_shape((*shape[:2], 1, 1)))
+        if gate != (*shape[:2], 1, 1):
+            raise ShapeError(f"the gate {gate} does not match x {shape} channel by channel")
         return shape
 
     def forward_one(self, x: np.ndarray) -> np.ndarray:

@@ -68,11 +68,12 @@ def _dot(a, b):
 def squeeze_excitation(x: np.ndarray, out: np.ndarray, reduce: np.ndarray,
                        reduce_bias: np.ndarray, activation: Activation,
                        expand: np.ndarray, expand_bias: np.ndarray, gate: Activation) -> None:
-    """out (N, C, H, W) <- x's squeeze-and-excitation; both C-contiguous float32 with H*W > 0.
+    """out (N, C, H, W) <- x's squeeze-and-excitation; both C-contiguous float32 with N > 0
+    and H * W > 0.
     reduce (S, C) and expand (C, S) are the 1x1 weights as matrices (C-contiguous), biases
     (S,) and (C,) (zeros where the convolution has none)."""
-    n, c = x.shape[:2]
-    _squeeze_excitation(x.reshape(n, c, -1), out.reshape(n, c, -1), reduce, reduce_bias,
+    n, c, h, w = x.shape
+    _squeeze_excitation(x.reshape(n, c, h * w), out.reshape(n, c, h * w), reduce, reduce_bias,
                         activation.code, activation.a, activation.b, expand, expand_bias,
                         gate.code, gate.a, gate.b)
 

@@ -536,10 +536,16 @@ class FastSqueezeExcitation(SqueezeExcitation):
         self.expand_matrix, self.expand_bias = _matrix_1x1(expand)
 
     def prepare(self, input_shapes: Sequence[Shape] | None) -> None:
-        excitation.load_kernel()
+        if self.in_kernel:
+            excitation.load_kernel()
+            return
+        squeezed = None if input_shapes is None else [(*input_shapes[0][:2], 1, 1)]
+        self.reduce.prepare(squeezed)                # the reference runs the convolutions
+        self.expand.prepare(None if squeezed is None
+                            else [self.reduce.infer_shape(squeezed[0])])
 
     def forward_one(self, x: np.ndarray) -> np.ndarray:
-        if not (self.in_kernel and _kernel_ready(x) and x.ndim == 4):
+        if not (self.in_kernel and x.dtype == np.float32 and x.ndim == 4):
             return super().forward_one(x)
         y = np.empty(x.shape, np.float32)
         self.forward_into([x], [y])
@@ -550,6 +556,8 @@ class FastSqueezeExcitation(SqueezeExcitation):
         if (not self.in_kernel or x.ndim != 4 or x.shape[1] != self.channels
                 or x.shape[2] * x.shape[3] == 0):
             np.copyto(y, super().forward_one(x))     # the reference's answer or its error
+            return
+        if x.shape[0] == 0:                          # an empty batch
             return
         assert self.activation is not None and self.gate is not None
         excitation.squeeze_excitation(np.require(x, np.float32, ("C", "A")), y,

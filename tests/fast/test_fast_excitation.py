@@ -116,5 +116,33 @@ def test_other_layouts_and_dtypes_give_torchs_answer():
 def test_a_wrong_input_shape_is_refused(fast):
     layer, _ = block(12, 4, ("nn.ReLU", "nn.Hardsigmoid"), fast=fast)
     for shape in [(1, 8, 5, 5), (12, 5, 5), (1, 12, 5, 5, 1)]:
+        x = np.zeros(shape, np.float32)
         with pytest.raises(ShapeError, match="squeeze-and-excitation"):
             layer.infer_shapes([shape])
+        with pytest.raises(ShapeError, match="squeeze-and-excitation"):
+            layer.forward([x])
+        if fast:
+            with pytest.raises(ShapeError, match="squeeze-and-excitation"):
+                layer.forward_into([x], [np.empty_like(x)])
+
+
+@pytest.mark.parametrize("fast", [False, True])
+def test_an_empty_batch_is_empty_and_an_empty_image_refused_as_the_pool_does(fast):
+    layer, torch_block = block(12, 4, ("nn.ReLU", "nn.Sigmoid"), fast=fast)
+    x = np.zeros((0, 12, 5, 5), np.float32)
+    assert layer.forward([x])[0].shape == torch_block(torch.from_numpy(x)).shape == x.shape
+    x = np.zeros((2, 12, 0, 3), np.float32)                  # nn.AdaptiveAvgPool2d's refusal
+    with pytest.raises(ShapeError, match="at least 1"):
+        layer.forward([x])
+    if fast:
+        with pytest.raises(ShapeError, match="at least 1"):
+            layer.forward_into([x], [np.empty_like(x)])
+
+
+def test_convolutions_that_disagree_are_refused():
+    """reduce 12 -> 4, expand built for 3 inputs: the convolutions' own error."""
+    reduce, _ = block(12, 4, (None, None), fast=True)
+    other, _ = block(12, 3, (None, None), fast=True)
+    layer = FastSqueezeExcitation(reduce.reduce, other.expand)
+    with pytest.raises(ShapeError, match="channels"):
+        layer.infer_shapes([(1, 12, 5, 5)])

@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from infer import RuntimeGraph
-from parser.errors import LayerError, ShapeError
+from parser.errors import GraphError, LayerError, ShapeError
 from support import write_pnnx
 
 rng = np.random.default_rng(0)
@@ -256,7 +256,7 @@ def test_squeeze_and_excitation_blocks_become_one_operator(pnnx_export):
     assert len(blocks) == 2
     for op in blocks:
         assert type(op.layer).__name__ == "FastSqueezeExcitation" and op.layer.in_kernel
-        assert len(op.fused) == 5 and op.output_of == op.fused[-1]
+        assert len(op.fused) == 5 and op.output_of is None and op.name.startswith("pnnx_expr")
         assert {"nn.Conv2d", "pnnx.Expression"} <= op.fused_types
         assert sorted(op.attrs) == ["expand.bias", "expand.weight", "reduce.bias",
                                     "reduce.weight"]
@@ -275,16 +275,19 @@ def test_squeeze_and_excitation_blocks_become_one_operator(pnnx_export):
 
 
 def excitation_lines(pool="nn.AdaptiveAvgPool2d pool 1 1 a s output_size=(1,1)", k=1,
-                     mul="mul(@0,@1)", outputs="y"):
-    """A squeeze-and-excitation block on 8 channels (``k``: the reduce's kernel size)."""
-    lines = ["pnnx.Input in0 0 1 a", pool,
-             conv_line("reduce", "s", "h", c_in=8, c_out=2, k=k, pad=k // 2),
+                     groups=1, gate_channels=8, mul="mul(@0,@1)", outputs="y"):
+    """A squeeze-and-excitation block on 8 channels of ``a`` (a second input ``z``, of the same
+    shape, for a pool that reads it): ``k`` the reduce's kernel size, ``groups`` its groups,
+    ``gate_channels`` the expand's output channels."""
+    lines = ["pnnx.Input in0 0 1 a", "pnnx.Input in1 0 1 z", pool,
+             conv_line("reduce", "s", "h", c_in=8, c_out=2, k=k, pad=k // 2, groups=groups),
              "nn.ReLU relu 1 1 h hr",
-             conv_line("expand", "hr", "g", c_in=2, c_out=8, k=1, pad=0),
+             conv_line("expand", "hr", "g", c_in=2, c_out=gate_channels, k=1, pad=0),
              "nn.Sigmoid gate 1 1 g gs",
              f"pnnx.Expression mul 2 1 gs a y expr={mul}",
              f"pnnx.Output out0 {len(outputs.split())} 0 {outputs}"]
-    weights = {**conv_weights("reduce", 8, 2, k=k), **conv_weights("expand", 2, 8, k=1)}
+    weights = {**conv_weights("reduce", 8, 2, k=k, groups=groups),
+               **conv_weights("expand", 2, gate_channels, k=1)}
     return lines, weights
 
 
@@ -294,19 +297,47 @@ def excitation_lines(pool="nn.AdaptiveAvgPool2d pool 1 1 a s output_size=(1,1)",
     ({"pool": "torch.mean pool 1 1 a s dim=(-1,-2) keepdim=True"}, True),
     ({"outputs": "y gs"}, False),                                  # the gate is seen
     ({"outputs": "y s"}, False),                                   # the means are seen
+    ({"pool": "nn.AdaptiveAvgPool2d pool 1 1 z s output_size=(1,1)"}, False),   # z's gate
     ({"pool": "nn.AdaptiveAvgPool2d pool 1 1 a s output_size=(1,2)"}, False),
     ({"pool": "nn.AdaptiveMaxPool2d pool 1 1 a s output_size=(1,1)"}, False),
+    ({"pool": "torch.mean pool 1 1 a s dim=(6,7) keepdim=True"}, False),  # no such dims
     ({"k": 3}, False),                                             # not a 1x1
+    ({"groups": 2}, False),
+    ({"gate_channels": 1}, False),                                 # one gate for all
     ({"mul": "add(@0,@1)"}, False)])
 def test_what_folds_into_squeeze_and_excitation(tmp_path, change, folds):
     lines, weights = excitation_lines(**change)
     fused, reference = graph_pair(tmp_path, lines, weights)
     assert any(op.type == "SqueezeExcitation" for op in fused.operators) == folds
-    x = rng.standard_normal((2, 8, 5, 2)).astype(np.float32)
-    for got, want in zip(fused.forward(x), reference.forward(x)):
+    x, z = rng.standard_normal((2, 2, 8, 5, 2)).astype(np.float32)
+    if "dim=(6,7)" in change.get("pool", ""):                   # refused by both graphs
+        for graph in (fused, reference):
+            with pytest.raises(ShapeError):
+                graph.forward(x, z)
+        return
+    for got, want in zip(fused.forward(x, z), reference.forward(x, z)):
         np.testing.assert_allclose(got, want, atol=1e-5, rtol=1e-4)
     if folds:
-        (op,) = fused.operators[1:-1]
-        assert op.fused == ["reduce", "relu", "expand", "gate", "mul"]
+        (op,) = fused.operators[2:-1]
+        assert op.name == "mul" and op.fused == ["pool", "reduce", "relu", "expand", "gate"]
+        assert [o.name for o in op.inputs] == ["a"] and op.output_of is None
+        assert {"pnnx.Expression", "nn.Conv2d", "nn.Sigmoid"} <= op.fused_types
+        for graph in (fused, reference):                        # an empty batch
+            assert graph.forward(x[:0], z[:0])[0].shape == (0, 8, 5, 2)
         with pytest.raises(ShapeError, match="squeeze-and-excitation"):
-            fused.forward(x[:, :4])
+            fused.forward(x[:, :4], z[:, :4])
+        with pytest.raises(GraphError, match="'pool' is fused into SqueezeExcitation mul"):
+            fused.debug(x, z).value("pool")
+
+
+def test_a_gate_whose_convolutions_disagree_is_refused_as_unfused(tmp_path):
+    """reduce gives 2 channels, expand's weight takes 3: the file is wrong, and the fused
+    graph says so as the reference does (it does not fold)."""
+    lines, weights = excitation_lines()
+    lines[5] = conv_line("expand", "hr", "g", c_in=3, c_out=8, k=1, pad=0)
+    weights.update(conv_weights("expand", 3, 8, k=1))
+    fused, reference = graph_pair(tmp_path, lines, weights)
+    x = rng.standard_normal((2, 8, 5, 2)).astype(np.float32)
+    for graph in (fused, reference):
+        with pytest.raises(ShapeError, match="nn.Conv2d expand"):
+            graph.forward(x, x)
