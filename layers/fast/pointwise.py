@@ -189,8 +189,8 @@ def pointwise_blocks(weight, x, bias, residual, y, space, geometry, code, a, b, 
                                   stop, packed, width)
                     else:
                         for k in range(k0, k1):
-                            at = (k - k0) * width
-                            packed[at:at + stop - start] = x[image, k, start:stop]
+                            copy_run(xs, (image * c_in + k) * length + start, packed,
+                                     (k - k0) * width, stop - start)
                 source, origin, step = packed, -start - k0 * width, width
             else:
                 source, origin, step = xs, image * c_in * length, length

@@ -22,6 +22,7 @@ CASES = {                                     # N, C_in, C_out, H, W
     "widening, two bands of pixels": (1, 8, 30, 100, 100),
     "widening, EfficientNet's 7x7": (1, 192, 1152, 7, 7),
     "narrowing, x read in place": (2, 48, 20, 9, 11),
+    "widening, two images in bands": (2, 24, 40, 50, 70),
     "narrowing, EfficientNet's 14x14": (1, 672, 112, 14, 14),
     "13 channels by 17 pixels": (1, 5, 13, 1, 17),
     "one pixel": (3, 7, 9, 1, 1),
