@@ -34,9 +34,7 @@ from layers.fast.team import scratch, team_worth_sharing
 
 BAND = 40 * ROWS       # pixels of one unit of work at most (its partial sums: BAND x COLUMNS)
 EPILOGUE_CHANNELS = 13  # what the epilogue's transposition of y costs per output value, in
-                        # input channels of the product: measured with 16-float vectors (with
-                        # 8-float ones the product and the shuffles both take twice the
-                        # instructions, so about the same)
+                        # input channels of the product: measured with 16-float vectors only
 
 
 def lanes_filled(size: int, width: int) -> float:
@@ -47,7 +45,7 @@ def lanes_filled(size: int, width: int) -> float:
 def transposed_pays(length: int, c_in: int, c_out: int) -> bool:
     """Whether a 1x1 convolution (C_in -> C_out) on images of ``length`` pixels should run
     transposed: small images (one band of pixels at most) on which its tiles fill enough
-    more of their lanes to pay for its epilogue, a transposition of y one value at a time.
+    more of their lanes to pay for its epilogue, a transposition of y by LANES x LANES blocks.
     Per output value the product costs C_in / (share of lanes filled) either way, plus
     EPILOGUE_CHANNELS transposed: 192 -> 1152 channels on 7x7 runs transposed (its tiles
     fill 0.91 of their lanes against 0.77), 16 -> 1152 does not (the same shares, but 12x
@@ -92,7 +90,8 @@ def transposed_units(panels, x, bias, residual, y, space, code, a, b, first, las
     pixels by one panel of COLUMNS channels; consecutive units share the band (the panel
     changes fastest), so the band of x stays in cache. ``bias`` has C_out values (zeros for
     none); ``residual`` y's shape, or no values for none; ``code``, a, b: the activation
-    (layers/fast/epilogue.py); ``space``: at least BAND x COLUMNS floats."""
+    (layers/fast/epilogue.py); ``space``: at least BAND x COLUMNS floats. y must not overlap
+    residual: a band is written into y before the residual is read."""
     images, c_in, length = x.shape
     c_out, panel_count = y.shape[1], panels.shape[0]
     bands = (length + BAND - 1) // BAND
@@ -157,8 +156,8 @@ def pointwise_transposed_conv2d(panels: np.ndarray, x: np.ndarray, bias: np.ndar
                                 y: np.ndarray) -> None:
     """y (N, C_out, L) = activation(weight @ x (N, C_in, L) + bias + residual), the weight
     given as its ``panels`` (``pack_panels``): all float32, C-contiguous; residual y's shape
-    or None. Shared with the team's helper threads if there is one (the same bits either
-    way)."""
+    or None, and not y's memory. Shared with the team's helper threads if there is one (the
+    same bits either way)."""
     bias = _zeros(y.shape[1]) if bias is None else bias
     residual = NO_RESIDUAL if residual is None else residual.reshape(y.shape)
     team = team_worth_sharing(x.shape[0] * x.shape[1] * x.shape[2] * y.shape[1], SHARED_FROM)

@@ -31,7 +31,8 @@ CPU has, since aot.py compiles for the host CPU (and its key includes LANES).
 
 Single vectors serve the channels-last depthwise kernel (depthwise.py), where LANES channels
 share one: ``vector_load``, ``vector_fma``, ``vector_store``, and ``transpose_block`` (a
-LANES x LANES block, between planes and channels last). A vector load that crosses a cache
+LANES x LANES block, between planes and channels last; pointwise_transposed.py's epilogue
+and the vector copies of pointwise.py use them too). A vector load that crosses a cache
 line costs about twice one that does not: ``aligned_empty`` (in Python) and
 ``aligned_array`` (in a kernel) give arrays that start on a vector's boundary.
 
@@ -389,7 +390,8 @@ def tile_store():
     return tile_store
 
 
-# ----- single vectors: the channels-last depthwise kernel (layers/fast/depthwise.py) -------
+# ----- single vectors: the channels-last depthwise kernel (layers/fast/depthwise.py), ------
+# ----- the transposed 1x1's epilogue and pointwise.py's copies --------------------------
 # There LANES channels share a vector: one output pixel of LANES channels is a chain of
 # fused multiply-adds, a vector of weights by a vector of inputs per tap. A Vector is one
 # <LANES x float> value, kept in a register like the tile's.

@@ -96,6 +96,12 @@ def test_the_table_chooses_what_the_documented_rules_say():
     assert checked > 10_000
 
 
+# 1x1 layers whose transposed epilogue costs a little more than its lanes save with 16-float
+# vectors, and less with 8 (AVX2: the upright tiles, 16 pixels wide, fill fewer lanes)
+WIDTH_DEPENDENT = "gemm" if LANES == 16 else "pointwise_transposed"
+# and the other way round: 128 -> 256 1x1 s2 at 14x14 (ResNet's downsample), whose upright
+# tiles 16 pixels wide fill 0.93 of their lanes, too near the transposed 0.99 to pay
+DOWNSAMPLE_14 = "gemm_transposed" if LANES == 16 else "gemm"
 RESNET18 = [   # c_in, c_out, k, stride, out size at 224x224; batch 1, batch 8
     (3, 64, 7, 2, 112, "gemm", "gemm"),                         # the stem
     (64, 64, 3, 1, 56, "winograd", "winograd"),
@@ -103,15 +109,12 @@ RESNET18 = [   # c_in, c_out, k, stride, out size at 224x224; batch 1, batch 8
     (64, 128, 1, 2, 28, "gemm", "gemm"),                        # downsample
     (128, 128, 3, 1, 28, "winograd_f2", "winograd_f2"),         # F(4x4): up to 64 channels
     (128, 256, 3, 2, 14, *["gemm_transposed"] * 2),             # 196 pixels: rows of 6 fill
-    (128, 256, 1, 2, 14, *["gemm_transposed"] * 2),             # (downsample)
+    (128, 256, 1, 2, 14, *[DOWNSAMPLE_14] * 2),
     (256, 512, 1, 2, 7, *["gemm_transposed"] * 2),              # more lanes than 32 wide
     (256, 256, 3, 1, 14, "winograd_f2", "winograd_f2"),
     (256, 512, 3, 2, 7, "gemm", "gemm"),                        # panels: 4.5 MiB
     (512, 512, 3, 1, 7, "gemm", "winograd_f2"),                 # F(2x2) packs 16 MiB
 ]
-# 1x1 layers whose transposed epilogue costs a little more than its lanes save with 16-float
-# vectors, and less with 8 (AVX2: the upright tiles, 16 pixels wide, fill fewer lanes)
-WIDTH_DEPENDENT = "gemm" if LANES == 16 else "pointwise_transposed"
 EFFICIENTNET_LITE0 = [   # c_in, c_out, k, stride, groups, out size at 224x224; batch 1, 8
     (3, 32, 3, 2, 1, 112, "gemm", "gemm"),                      # the stem
     (32, 32, 3, 1, 32, 112, "depthwise", "depthwise"),

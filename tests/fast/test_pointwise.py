@@ -102,6 +102,29 @@ def test_every_activation_after_bias_and_residual(case, name, layout):
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=2e-5)
 
 
+@pytest.mark.parametrize("name", ACTIVATIONS)
+@pytest.mark.parametrize("residual", [False, True], ids=["", "residual"])
+@pytest.mark.parametrize("case", ["13 channels by 17 pixels", "two bands of pixels transposed",
+                                  "narrowing, EfficientNet's 14x14", "one channel out"])
+def test_both_layouts_give_the_same_bits_and_write_only_y(case, residual, name):
+    """The transposed kernel moves its bands into y by LANES x LANES blocks (partial ones at
+    the edges) and finishes each row there: the upright kernel's bits, for every activation,
+    and not a value written outside y (here a view between two guard zones)."""
+    x, weight, bias, r = data(case, seed=4)
+    x[0, 0, 0, :2] = np.nan, -np.inf                        # and -0.0 from the products
+    activation = ACTIVATIONS[name][0]
+    residual_or_none = r if residual else None
+    with np.errstate(invalid="ignore", over="ignore"):
+        upright = convolve(x * 3, weight, bias, activation, residual_or_none, "upright")
+        packed = PackedConv2d(weight, bias, (1, 1), (1, 1), 1)
+        packed.algorithm = lambda batch, out_hw: "pointwise_transposed"
+        guarded = np.full(upright.size + 2 * 64, 7.5, np.float32)
+        y = guarded[64:-64].reshape(upright.shape)
+        packed.run(x * 3, (0, 0, 0, 0), x.shape[2:], activation, residual_or_none, y)
+    np.testing.assert_array_equal(y.view(np.int32), upright.view(np.int32))
+    assert (guarded[:64] == 7.5).all() and (guarded[-64:] == 7.5).all()
+
+
 @pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize("case", ["widening, two bands of pixels", "narrowing, x read in place"])
 @pytest.mark.parametrize("name", ["none", "relu", "relu6"])
