@@ -13,7 +13,8 @@ for) it hands over to the reference code with ``super()``.
     FastFunctionalConv2d  F.conv2d / F.conv1d, weights as inputs: packed on every call
     FastConvTranspose2d   nn.ConvTranspose2d / 1d whose kernel is its stride: one product in
                           register tiles, then a strided copy per tap
-    FastLinear            nn.Linear: the product shared with the helper threads (workers.py)
+    FastLinear            nn.Linear: the product shared with the helper threads (workers.py);
+                          from 16 rows, a small weight in register tiles (TiledLinear)
     FastMaxPool2d         nn.MaxPool2d / nn.MaxPool1d / aten::max_pool2d: pool.py's kernel
     FastExpression        pnnx.Expression of one elementwise function (add(@0,@1), ...):
                           numpy's ufunc straight into the planned buffer
@@ -333,15 +334,42 @@ TILED_FROM = 16        # rows of x
 class FastLinear(KernelActivation, Linear):
     """nn.Linear: one product x (M, in) @ weight.T (in, out) into a fresh output, the weight
     read as stored (BLAS takes the transpose as a flag), shared with the helper threads when
-    a forward has them; then the bias in place and the fused activation (shared too). The
-    register tiles (TiledLinear) would be faster from 16 rows, but need the weight packed
-    transposed: a second copy of every weight, as the weights read into memory (build's
-    default) cannot give theirs back."""
+    a forward has them; then the bias in place and the fused activation (shared too).
+    From 16 rows, a weight of at most TILED_MAX_PACKED bytes runs the register tiles
+    (TiledLinear: bias and activation in the tiles), which BLAS's repacking of the weight at
+    every call makes slower for small products. The tiles need the weight packed
+    transposed, a second copy (the weights read into memory cannot give theirs back): only
+    small weights get one."""
+
+    def prepare(self, input_shapes: Sequence[Shape] | None) -> None:
+        if self.weight.nbytes <= TILED_MAX_PACKED and (
+                input_shapes is None or enough_rows(tuple(input_shapes[0]))):
+            self._tiled.columns()                     # packed now, not in the first forward
+
+    @functools.cached_property
+    def _tiled(self) -> TiledLinear:
+        return TiledLinear([self.weight], None if self.bias is None else [self.bias])
+
+    def forward_one(self, x: np.ndarray) -> np.ndarray:
+        if not (tiles_take(x) and self.weight.nbytes <= TILED_MAX_PACKED):
+            return super().forward_one(x)
+        y = np.empty((*x.shape[:-1], self.out_features), np.float32)
+        activation = (IDENTITY if self.fused_activation is None
+                      else activation_of(self.fused_activation))
+        if activation is None:                        # not one the tiles apply
+            self._tiled.run(x, y)
+            self.fused_activation.forward_inplace(y)  # type: ignore[union-attr]
+        else:
+            self._tiled.run(x, y, activation)
+        return y
 
     def _linear(self, x: np.ndarray) -> np.ndarray:
         if x.ndim < 1 or x.dtype != np.float32:
             return super()._linear(x)
         return shared_linear(x, self.weight, self.bias)
+
+
+TILED_MAX_PACKED = 1 << 20     # bytes: a larger weight keeps BLAS (no copy of it)
 
 
 SWAPPED_BELOW = 32     # rows of x: from 2 to this many, y.T = weight @ x.T (shared_linear)

@@ -547,6 +547,41 @@ def test_linear_fast_path_matches_reference_and_torch(shape):
     np.testing.assert_allclose(fast, layer.forward([x])[0], atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.parametrize("activation", [None, "nn.GELU", "nn.GELU approximate=tanh", "nn.ReLU"])
+@pytest.mark.parametrize("bias", [True, False])
+def test_linear_on_16_rows_or_more_runs_the_tiles_with_its_activation(activation, bias):
+    """A small weight is packed for the register tiles (bias and a kernel activation applied
+    in them; GELU's tanh form, which the kernels lack, afterwards); a large one keeps BLAS."""
+    from layers.fast.layers import TILED_MAX_PACKED
+
+    params = dict(in_features=24, out_features=40, bias=bias)
+    fc, weights = torch_module(nn.Linear, **params)
+    layer = make_layer("nn.Linear", params, weights, fast=True)
+    want = fc
+    if activation is not None:
+        name, *extra = activation.split()
+        act = make_layer(name, dict(e.split("=") for e in extra), fast=True)
+        layer.fuse_activation(act)
+        torch_act = (nn.GELU(**dict(e.split("=") for e in extra)) if name == "nn.GELU"
+                     else nn.ReLU())
+        want = nn.Sequential(fc, torch_act)
+    x = rand(2, 9, 24)                                       # 18 rows
+    layer.prepare([x.shape])
+    assert layer.__dict__["_tiled"].packed is not None       # packed at prepare
+    with torch.no_grad():
+        expected = want(torch.from_numpy(x)).numpy()
+    np.testing.assert_allclose(layer.forward([x])[0], expected, atol=1e-5, rtol=1e-5)
+    big = dict(in_features=TILED_MAX_PACKED // 4 // 8 + 1, out_features=8, bias=bias)
+    big_fc, big_weights = torch_module(nn.Linear, **big)
+    big_layer = make_layer("nn.Linear", big, big_weights, fast=True)
+    big_layer.prepare([(18, big["in_features"])])
+    x = rand(18, big["in_features"])
+    with torch.no_grad():
+        expected = big_fc(torch.from_numpy(x)).numpy()
+    np.testing.assert_allclose(big_layer.forward([x])[0], expected, atol=1e-4, rtol=1e-4)
+    assert "_tiled" not in big_layer.__dict__                # no copy of a large weight
+
+
 # ----- max pooling ----------------------------------------------------------------------------
 
 MAX_POOL = {   # kernel, stride, padding, dilation, ceil_mode, (N, C, H, W)
