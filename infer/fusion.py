@@ -116,6 +116,12 @@ def _absorb_next(graph: "RuntimeGraph", op: RuntimeOperator, nxt: RuntimeOperato
     op.output_of = nxt.output_of or nxt.name
 
 
+def _float32(*operands: RuntimeOperand) -> bool:
+    """Every operand is float32, or of a dtype the file does not give (the kernels fold in
+    float32 arithmetic)."""
+    return all(o.dtype in (None, "f32") for o in operands)
+
+
 def _remove(graph: "RuntimeGraph", op: RuntimeOperator, operand: RuntimeOperand,
             folded: set[int]) -> None:
     """``op`` leaves the graph (from ``operators`` at the end of fuse), ``operand`` at once."""
@@ -151,7 +157,7 @@ def _fold_residual_add(graph: "RuntimeGraph", op: RuntimeOperator, outputs: set[
             or add.layer.expr.replace(" ", "") not in RESIDUAL_ADDS
             or add.inputs[0] is add.inputs[1] or len(op.outputs) != 1
             or op.layer.fused_activation is not None or op.layer.fused_residual
-            or any(o.dtype not in (None, "f32") for o in (*add.inputs, *add.outputs))):
+            or not _float32(*add.inputs, *add.outputs)):
         return
     op.layer.fuse_residual()
     _absorb_next(graph, op, add, folded)
@@ -176,7 +182,7 @@ def _fold_squeeze_excitation(graph: "RuntimeGraph", mul: RuntimeOperator, output
     pool and convolutions, which it absorbs, have no output of their own any more."""
     if (mul.layer.expr.replace(" ", "") not in MULTIPLIES or len(mul.inputs) != 2
             or len(mul.outputs) != 1 or mul.inputs[0] is mul.inputs[1]
-            or any(o.dtype not in (None, "f32") for o in (*mul.inputs, *mul.outputs))):
+            or not _float32(*mul.inputs, *mul.outputs)):
         return
     block = (_excitation_block(mul, mul.inputs[0], mul.inputs[1], outputs, own)
              or _excitation_block(mul, mul.inputs[1], mul.inputs[0], outputs, own))

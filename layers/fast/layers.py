@@ -45,7 +45,7 @@ from layers.convolution import (Conv1d, Conv2d, ConvTranspose1d, ConvTranspose2d
 from layers.expression import ELEMENTWISE, ExpressionLayer
 from layers.fast import excitation, norm, pool, softmax, workers
 from layers.fast.conv import PackedConv2d, kernel_layout
-from layers.fast.pointwise import pointwise_conv2d
+from layers.fast.pointwise import _zeros, pointwise_conv2d
 from layers.fast.team import scratch, team_worth_sharing
 from parser.bin import release_pages
 from layers.activation import GELU, Hardsigmoid, Hardswish, Sigmoid, SiLU, Softmax
@@ -341,6 +341,12 @@ class FastLinear(KernelActivation, Linear):
     transposed, a second copy (the weights read into memory cannot give theirs back): only
     small weights get one."""
 
+    tile_activation: Activation | None = IDENTITY    # the fused activation as a kernel code
+
+    def fuse_activation(self, layer: Layer) -> None:
+        super().fuse_activation(layer)
+        self.tile_activation = activation_of(layer)
+
     def prepare(self, input_shapes: Sequence[Shape] | None) -> None:
         if self.weight.nbytes <= TILED_MAX_PACKED and (
                 input_shapes is None or enough_rows(tuple(input_shapes[0]))):
@@ -354,13 +360,11 @@ class FastLinear(KernelActivation, Linear):
         if not (tiles_take(x) and self.weight.nbytes <= TILED_MAX_PACKED):
             return super().forward_one(x)
         y = np.empty((*x.shape[:-1], self.out_features), np.float32)
-        activation = (IDENTITY if self.fused_activation is None
-                      else activation_of(self.fused_activation))
-        if activation is None:                        # not one the tiles apply
+        if self.tile_activation is None:              # not one the tiles apply
             self._tiled.run(x, y)
             self.fused_activation.forward_inplace(y)  # type: ignore[union-attr]
         else:
-            self._tiled.run(x, y, activation)
+            self._tiled.run(x, y, self.tile_activation)
         return y
 
     def _linear(self, x: np.ndarray) -> np.ndarray:
@@ -548,20 +552,23 @@ class FastHardsigmoid(KernelActivationLayer, Hardsigmoid):
 
 
 class FastSqueezeExcitation(SqueezeExcitation):
-    """The block in one kernel call (excitation.py), on the 1x1 weights as matrices and the
-    activations as kernel codes. Inputs other than float32 (N, C, H, W) with H * W > 0, and
-    activations without a kernel code, run the reference layer."""
+    """The block in one kernel call (excitation.py), on the 1x1 weights as the matrices the
+    convolutions' gemv algorithm packs and the activations as kernel codes. Inputs other
+    than float32 (N, C, H, W) with H * W > 0, and activations without a kernel code, run the
+    reference layer."""
 
     support_forward_into = True
 
-    def __init__(self, reduce: Conv2d, expand: Conv2d):
+    def __init__(self, reduce: FastConv2d, expand: FastConv2d):
         super().__init__(reduce, expand)
         activations = [IDENTITY if conv.fused_activation is None
                        else activation_of(conv.fused_activation) for conv in (reduce, expand)]
         self.activation, self.gate = activations
         self.in_kernel = None not in activations     # both activations have a code
-        self.reduce_matrix, self.reduce_bias = _matrix_1x1(reduce)
-        self.expand_matrix, self.expand_bias = _matrix_1x1(expand)
+        self.reduce_matrix, self.expand_matrix = (conv.packed.packed("gemv")
+                                                  for conv in (reduce, expand))
+        self.reduce_bias, self.expand_bias = (_zeros(conv.out_channels) if conv.bias is None
+                                              else conv.packed.bias for conv in (reduce, expand))
 
     def prepare(self, input_shapes: Sequence[Shape] | None) -> None:
         if self.in_kernel:
@@ -591,15 +598,6 @@ class FastSqueezeExcitation(SqueezeExcitation):
         excitation.squeeze_excitation(np.require(x, np.float32, ("C", "A")), y,
                                       self.reduce_matrix, self.reduce_bias, self.activation,
                                       self.expand_matrix, self.expand_bias, self.gate)
-
-
-def _matrix_1x1(conv: Conv2d) -> tuple[np.ndarray, np.ndarray]:
-    """A 1x1 convolution's weight (C_out, C_in, 1, 1) as a C-contiguous (C_out, C_in) float32
-    matrix, and its bias (zeros if it has none)."""
-    weight = np.ascontiguousarray(conv.weight.reshape(conv.out_channels, -1), np.float32)
-    bias = (np.zeros(conv.out_channels, np.float32) if conv.bias is None
-            else np.ascontiguousarray(conv.bias, np.float32))
-    return weight, bias
 
 
 @register_fast_layer("nn.MultiheadAttention")
