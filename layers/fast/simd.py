@@ -13,10 +13,11 @@ holds ``LANES`` floats: 16 with AVX-512 (32 registers), else 8 (AVX2's 16 regist
 12 accumulators, 2 rows of B and a broadcast), so a tile is 6 x 32 or 6 x 16; wider vectors
 than the registers would spill the accumulators to memory on every k. numba's arrays live in
 memory, so the block is a value of its own type, an LLVM array of 12 ``<LANES x float>``
-vectors that the compiler keeps in registers, and four intrinsics work on it::
+vectors that the compiler keeps in registers, and five intrinsics work on it::
 
     tile = tile_zero()                                    # or tile_load(c, ...): carry on
     tile = tile_fma(tile, a, a_first, a_step, rows, b, b_first, count)
+    tile = tile_fma_narrow(...)                           # the same, first vector only
     tile = tile_add(tile, part)                           # a sum taken in parts
     tile_store(tile, c, c_first, c_step, rows, count, bias, bias_first, residual, lo, hi)
 
@@ -269,6 +270,26 @@ def tile_load():
     return tile_load
 
 
+def _tile_fma_codegen(vectors):
+    """The code of tile_fma on the first ``vectors`` vectors of each row (the others kept)."""
+    def codegen(context, builder, signature, args):
+        emit = _Emit(context, builder, signature, args)
+        tile = args[0]
+        b_pointer = emit.pointer(5, emit.int(6))
+        count = emit.int(7)
+        columns = [emit.load(builder.gep(b_pointer, [emit.const(v * LANES)]),
+                             builder.sub(count, emit.const(v * LANES)))
+                   for v in range(vectors)]
+        for r, offset in enumerate(emit.row_offsets(emit.int(2), emit.int(3), emit.int(4))):
+            a_value = emit.splat(builder.load(emit.pointer(1, offset)))
+            for v in range(vectors):
+                slot = r * VECTORS + v
+                total = emit.fma(a_value, columns[v], builder.extract_value(tile, slot))
+                tile = builder.insert_value(tile, total, slot)
+        return tile
+    return codegen
+
+
 @intrinsic
 def tile_fma():
     from numba.extending import intrinsic as numba_intrinsic
@@ -278,24 +299,21 @@ def tile_fma():
         """tile[r, j] += a[a_first + r * a_step] * b[b_first + j] for r < ROWS, j < COLUMNS;
         b read only for j < count (0 past it), a only for r < rows (the last row again past
         it). a and b: 1-D float32 arrays."""
-        def codegen(context, builder, signature, args):
-            emit = _Emit(context, builder, signature, args)
-            tile = args[0]
-            b_pointer = emit.pointer(5, emit.int(6))
-            count = emit.int(7)
-            columns = [emit.load(builder.gep(b_pointer, [emit.const(v * LANES)]),
-                                 builder.sub(count, emit.const(v * LANES)))
-                       for v in range(VECTORS)]
-            for r, offset in enumerate(emit.row_offsets(emit.int(2), emit.int(3),
-                                                        emit.int(4))):
-                a_value = emit.splat(builder.load(emit.pointer(1, offset)))
-                for v in range(VECTORS):
-                    slot = r * VECTORS + v
-                    total = emit.fma(a_value, columns[v], builder.extract_value(tile, slot))
-                    tile = builder.insert_value(tile, total, slot)
-            return tile
-        return tile(tile, a, a_first, a_step, rows, b, b_first, count), codegen
+        return (tile(tile, a, a_first, a_step, rows, b, b_first, count),
+                _tile_fma_codegen(VECTORS))
     return tile_fma
+
+
+@intrinsic
+def tile_fma_narrow():
+    from numba.extending import intrinsic as numba_intrinsic
+
+    @numba_intrinsic
+    def tile_fma_narrow(typingctx, tile, a, a_first, a_step, rows, b, b_first, count):
+        """tile_fma on the first vector of each row only (j < LANES; the others are left as
+        they are): a strip of at most LANES columns at half the multiply-adds."""
+        return tile(tile, a, a_first, a_step, rows, b, b_first, count), _tile_fma_codegen(1)
+    return tile_fma_narrow
 
 
 @intrinsic

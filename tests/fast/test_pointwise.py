@@ -15,7 +15,7 @@ from layers.fast import backend, pointwise, pointwise_transposed, workers
 from layers.fast.conv import PackedConv2d
 from layers.fast.epilogue import (CLAMP, HARDSWISH, LEAKY, NONE, RELU, SIGMOID, SILU, TANH,
                                   Activation)
-from layers.fast.simd import COLUMNS, ROWS
+from layers.fast.simd import COLUMNS, LANES, ROWS
 from layers.fast.team import set_current_team
 
 CASES = {                                     # N, C_in, C_out, H, W
@@ -29,6 +29,7 @@ CASES = {                                     # N, C_in, C_out, H, W
     "one channel in": (1, 1, 12, 6, 6),
     "one channel out": (2, 16, 1, 5, 7),
     "a whole tile": (1, 4, ROWS, 1, COLUMNS),
+    "a last strip of one vector": (2, 20, 14, 1, COLUMNS + LANES),
     "narrowing, three slices of K": (1, 2 * pointwise.K_BLOCK + 88, 40, 7, 7),
     "widening, two slices of K": (2, pointwise.K_BLOCK + 1, 270, 5, 5),
     "two bands of pixels transposed": (2, 24, 40, 1, pointwise_transposed.BAND + 7),
