@@ -16,6 +16,7 @@ for) it hands over to the reference code with ``super()``.
     FastLinear            nn.Linear: the product shared with the helper threads (workers.py);
                           from 16 rows, a small weight in register tiles (TiledLinear)
     FastMaxPool2d         nn.MaxPool2d / nn.MaxPool1d / aten::max_pool2d: pool.py's kernel
+    FastAdaptiveAvgPool2d nn.AdaptiveAvgPool2d to 1 x 1: pool.py's kernel, a sum per plane
     FastExpression        pnnx.Expression of one elementwise function (add(@0,@1), ...):
                           numpy's ufunc straight into the planned buffer
     FastGELU, FastSigmoid, FastSiLU, FastHardswish, FastHardsigmoid
@@ -55,7 +56,7 @@ from layers.fast.epilogue import (IDENTITY, Activation, activation_of,
                                   bias_residual_activation)
 from layers.linear import Linear
 from layers.normalization import LayerNorm
-from layers.pooling import AtenMaxPool2d, MaxPool1d, MaxPool2d
+from layers.pooling import AdaptiveAvgPool2d, AtenMaxPool2d, MaxPool1d, MaxPool2d
 from layers.registry import register_fast_layer
 from parser.expression import Call, Constant, OperandRef
 
@@ -445,6 +446,21 @@ class FastMaxPool2d(MaxPool2d):
             self._pool(x, outputs[0])                # the kernel writes the planned buffer
         else:                                        # MaxPool1d's (N, C, L), the reference
             np.copyto(outputs[0], self.forward(list(inputs))[0])
+
+
+@register_fast_layer("nn.AdaptiveAvgPool2d", "F.adaptive_avg_pool2d")
+class FastAdaptiveAvgPool2d(AdaptiveAvgPool2d):
+    """Adaptive average pooling to 1 x 1 (global: a classifier's head) of (N, C, H, W)
+    float32 by pool.py's kernel, a float32 sum per plane; other sizes by the reference."""
+
+    def prepare(self, input_shapes: Sequence[Shape] | None) -> None:
+        pool.load_kernel()                         # at build, not in the first inference
+
+    def _pool(self, x: np.ndarray, output_size: Sequence[int | None]) -> list[np.ndarray]:
+        if (x.ndim == 4 and x.dtype == np.float32 and x.shape[2] * x.shape[3] > 0
+                and kernels.adaptive_output_size(x.shape, output_size) == (1, 1)):
+            return [pool.global_average_pool(x)]
+        return super()._pool(x, output_size)
 
 
 @register_fast_layer("nn.MaxPool1d", "F.max_pool1d")

@@ -1,4 +1,6 @@
-"""Max pooling as a numba kernel (nn.MaxPool2d without return_indices)::
+"""Max pooling and global average pooling as numba kernels.
+
+Max pooling (nn.MaxPool2d without return_indices)::
 
     y[n, c, oh, ow] = max_{i, j} x[n, c, oh*sh + i*dh - top, ow*sw + j*dw - left]
 
@@ -12,6 +14,13 @@ stride 2 the row is first split into its even and odd columns (``phases.split_ro
 that the second pass reads at unit stride too; with stride 1 the second pass goes tap by
 tap along the whole row. Planes are shared with the helper threads. The reference,
 ``kernels.max_pool2d``, pads the whole input and takes kh*kw strided maxima over it.
+
+Global average pooling (nn.AdaptiveAvgPool2d(1), a classifier's head)::
+
+    y[n, c, 0, 0] = sum(x[n, c]) / (H * W)
+
+each plane summed in float32 in vector lanes (excitation.float32_sum), on the calling thread:
+the work is one read of x, too small to share.
 """
 
 from __future__ import annotations
@@ -20,6 +29,7 @@ import functools
 
 import numpy as np
 
+from layers.fast.excitation import float32_sum
 from layers.fast.kernel import INT, array, kernel
 from layers.fast.phases import split_row
 from layers.fast.team import current_team
@@ -122,3 +132,21 @@ def load_kernel() -> None:
     """Run the kernel once on a tiny input so numba loads it (from its disk cache) now: at
     build, when the graph plans shapes, rather than in the first inference."""
     max_pool2d(np.zeros((1, 1, 2, 2), np.float32), (2, 2), (2, 2), (0, 0), (1, 1), (1, 1))
+    global_average_pool(np.zeros((1, 1, 1, 1), np.float32))
+
+
+@kernel(nogil=True, exported=(array(2), array(1)))
+def _plane_means(planes, means):
+    """means[p] = the mean of row p of planes (P, L), L > 0."""
+    length = np.float32(planes.shape[1])
+    for p in range(planes.shape[0]):
+        means[p] = float32_sum(planes[p]) / length
+
+
+def global_average_pool(x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """x (N, C, H, W) float32 with H * W > 0 -> y (N, C, 1, 1), the mean of each plane (into
+    ``out``, C-contiguous float32, if given)."""
+    n, c, h, w = x.shape
+    y = np.empty((n, c, 1, 1), np.float32) if out is None else out
+    _plane_means(np.ascontiguousarray(x).reshape(n * c, h * w), y.reshape(n * c))
+    return y

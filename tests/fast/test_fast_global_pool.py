@@ -1,0 +1,83 @@
+"""Global average pooling on the fast floor (pool.global_average_pool) against torch."""
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from layers.fast import pool
+from layers.fast.layers import FastAdaptiveAvgPool2d
+from layers.pooling import AdaptiveAvgPool2d
+from layers.registry import LayerRegisterer
+
+SHAPES = {                                        # N, C, H, W
+    "a classifier's head": (1, 1280, 7, 7),
+    "a batch": (8, 512, 7, 7),
+    "one pixel": (2, 3, 1, 1),
+    "a large plane, odd sizes": (1, 5, 67, 65),
+    "one row": (3, 4, 1, 33),
+}
+
+
+def layer(output_size):
+    return FastAdaptiveAvgPool2d(output_size=output_size)
+
+
+@pytest.mark.parametrize("shape", SHAPES.values(), ids=list(SHAPES))
+def test_matches_torch(shape):
+    x = np.random.default_rng(0).standard_normal(shape, dtype=np.float32) * 3 + 1
+    want = F.adaptive_avg_pool2d(torch.from_numpy(x), 1).numpy()
+    got = layer(1).forward([x])[0]
+    assert got.shape == want.shape and got.dtype == np.float32
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+def test_within_torchs_own_error_against_float64():
+    """A mean of many large values: the float32 sums in lanes stay as close to the exact mean
+    as torch's own float32 kernel (or within a few units of float32's last place)."""
+    x = np.random.default_rng(1).uniform(0, 1000, (2, 64, 56, 56)).astype(np.float32)
+    exact = x.astype(np.float64).mean(axis=(2, 3), keepdims=True)
+    ours = np.abs(layer(1).forward([x])[0] - exact).max()
+    theirs = np.abs(F.adaptive_avg_pool2d(torch.from_numpy(x), 1).numpy() - exact).max()
+    assert ours <= max(4 * theirs, 4 * np.spacing(np.float32(500)))
+
+
+def test_a_non_contiguous_input_and_other_output_sizes():
+    x = np.random.default_rng(2).standard_normal((2, 6, 9, 10), dtype=np.float32)
+    view = x.transpose(0, 1, 3, 2)                           # (2, 6, 10, 9), strided
+    np.testing.assert_allclose(layer((1, 1)).forward([view])[0],
+                               F.adaptive_avg_pool2d(torch.from_numpy(view.copy()), 1).numpy(),
+                               rtol=1e-5, atol=1e-6)
+    for size in [(3, 2), (1, None), (None, 1), 2]:           # not global: the reference
+        want = AdaptiveAvgPool2d(output_size=size).forward([x])[0]
+        np.testing.assert_array_equal(layer(size).forward([x])[0], want)
+
+
+def test_nan_and_inf_reach_only_their_own_plane():
+    x = np.ones((1, 4, 5, 5), np.float32)
+    x[0, 1, 2, 3], x[0, 2, 0, 0] = np.nan, np.inf
+    got = layer(1).forward([x])[0].ravel()
+    assert np.isnan(got[1]) and got[2] == np.inf and got[0] == got[3] == 1.0
+
+
+def test_float64_and_empty_inputs_go_to_the_reference():
+    x = np.random.default_rng(3).standard_normal((1, 3, 4, 4))
+    got = layer(1).forward([x])[0]
+    assert got.dtype == np.float64
+    np.testing.assert_allclose(got, x.mean(axis=(2, 3), keepdims=True))
+    empty = np.zeros((0, 3, 4, 4), np.float32)
+    assert layer(1).forward([empty])[0].shape == (0, 3, 1, 1)
+
+
+def test_the_kernel_writes_into_a_given_buffer():
+    x = np.random.default_rng(4).standard_normal((2, 3, 4, 5), dtype=np.float32)
+    out = np.full((2, 3, 1, 1), 7.0, np.float32)
+    assert pool.global_average_pool(x, out) is out
+    np.testing.assert_allclose(out, x.mean(axis=(2, 3), keepdims=True), rtol=1e-6)
+
+
+def test_the_fast_floor_registers_it_for_both_spellings():
+    registry = LayerRegisterer()
+    for name in ("nn.AdaptiveAvgPool2d", "F.adaptive_avg_pool2d"):
+        assert registry.layer_class(name, fast=True) is FastAdaptiveAvgPool2d
+    assert registry.layer_class("nn.AdaptiveAvgPool1d", fast=True) is not FastAdaptiveAvgPool2d
