@@ -47,7 +47,8 @@ from layers.fast.epilogue import CLAMP, NONE, RELU, Activation, activate_row, cl
 from layers.fast.phases import (DIL_W, KH, KW, LEFT, OUT_W, STRIDE_W, WIDTH, columns_inside,
                                 geometry_layout)
 from layers.fast.simd import (COLUMNS, LANES, ROWS, tile_add, tile_fma, tile_fma_narrow,
-                              tile_load, tile_store, tile_zero, vector_load, vector_store)
+                              tile_load, tile_store, tile_zero, vector_copy_part,
+                              vector_load, vector_store)
 from layers.fast.team import scratch, team_worth_sharing
 
 X_BLOCK = 1 << 16      # floats of x a band of pixels reads (256 KiB)
@@ -140,12 +141,13 @@ def cols_band(phases, image, geometry, row_len, tap_start, k0, k1, start, stop, 
 @kernel(nogil=True, inline="always")
 def copy_run(source, source_first, target, target_first, count):
     """target[target_first + q] = source[source_first + q] for q < count, LANES at a time
-    (a loop over computed indices compiles to gathers or to one value at a time)."""
+    and the rest in one masked vector (a loop over computed indices compiles to gathers or
+    to one value at a time)."""
     whole = count // LANES * LANES
     for q in range(0, whole, LANES):
         vector_store(vector_load(source, source_first + q), target, target_first + q)
-    for q in range(whole, count):
-        target[target_first + q] = source[source_first + q]
+    vector_copy_part(source, source_first + whole, target, target_first + whole,
+                     count - whole)
 
 
 @kernel(nogil=True)

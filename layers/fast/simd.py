@@ -31,7 +31,8 @@ differently (over more threads) gives the same bits. LLVM lowers the vectors to 
 CPU has, since aot.py compiles for the host CPU (and its key includes LANES).
 
 Single vectors serve the channels-last depthwise kernel (depthwise.py), where LANES channels
-share one: ``vector_load``, ``vector_fma``, ``vector_store``, and ``transpose_block`` (a
+share one: ``vector_load``, ``vector_fma``, ``vector_store``, ``vector_copy_part`` (the
+first lanes of a vector, masked), and ``transpose_block`` (a
 LANES x LANES block, between planes and channels last; pointwise_transposed.py's epilogue
 and the vector copies of pointwise.py use them too). A vector load that crosses a cache
 line costs about twice one that does not: ``aligned_empty`` (in Python) and
@@ -480,6 +481,26 @@ def vector_store():
             return context.get_dummy_value()
         return types.void(value, target, first), codegen
     return vector_store
+
+
+@intrinsic
+def vector_copy_part():
+    from numba import types
+    from numba.extending import intrinsic as numba_intrinsic
+
+    @numba_intrinsic
+    def vector_copy_part(typingctx, source, source_first, target, target_first, count):
+        """target[target_first + q] = source[source_first + q] for q < count: one masked
+        load and store for 0 < count < LANES (nothing past count read or written), a plain
+        vector for count >= LANES, nothing for count <= 0 (1-D float32 arrays)."""
+        def codegen(context, builder, signature, args):
+            emit = _Emit(context, builder, signature, args)
+            count = emit.int(4)
+            value = emit.load(emit.pointer(0, emit.int(1)), count)
+            emit.store(value, emit.pointer(2, emit.int(3)), count)
+            return context.get_dummy_value()
+        return types.void(source, source_first, target, target_first, count), codegen
+    return vector_copy_part
 
 
 @intrinsic
