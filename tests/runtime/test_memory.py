@@ -309,6 +309,25 @@ def test_fresh_pages_are_writeable_and_plain():
     assert "hg" not in flags          # no huge-page advice, unlike np.empty of 9 MiB
 
 
+def test_fresh_pages_are_mapped_in_before_their_first_write():
+    """MAP_POPULATE: the OS maps a buffer's pages in when it is made (one call), not one
+    fault at a time during the first forward."""
+    from layers import pages
+
+    if not pages.POPULATE:
+        pytest.skip("no MAP_POPULATE here")
+    nbytes = 8 << 20
+    buffer = pages.fresh_pages(nbytes)
+    resident = next((int(fields["Rss"].split()[0]) << 10
+                     for low, high, _, fields in mappings()
+                     if low <= buffer.ctypes.data < high and "Rss" in fields), None)
+    if resident is None:
+        pytest.skip("no /proc/self/smaps here")
+    assert resident >= nbytes
+    small = pages.fresh_pages(pages.MAPPED_FROM - 1)       # numpy's, below the threshold
+    assert small.shape == (pages.MAPPED_FROM - 1,) and small.flags.writeable
+
+
 def test_arena_buffers_are_fresh_pages(tmp_path):
     """Activations of several MiB land in the arena's own pages (no huge-page advice), and
     the answer is torch's."""
