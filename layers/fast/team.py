@@ -52,6 +52,8 @@ def scratch(name: str, shape: tuple[int, ...]) -> np.ndarray:
     buffers = _local.__dict__.setdefault("buffers", {})
     buffer = buffers.get(name)
     if buffer is None or buffer.size < size:
+        buffers.pop(name, None)
+        buffer = None                   # the smaller buffer's pages go before the new ones come
         buffer = buffers[name] = fresh_pages(size * 4).view(np.float32)
     return buffer[:size].reshape(shape)
 

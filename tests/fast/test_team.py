@@ -1,0 +1,30 @@
+"""Work buffers of the fast kernels (layers/fast/team.py's ``scratch``)."""
+
+import weakref
+
+import numpy as np
+
+from layers.fast import team
+
+
+def test_a_scratch_buffer_is_reused_and_grows_after_the_old_one_is_gone(monkeypatch):
+    """A larger request replaces the buffer; the old one's pages go first, so that a grown
+    buffer (its pages mapped in when made: layers/pages.py) never sits beside the old one
+    and the process's peak memory stays what the largest buffer needs."""
+    first = team.scratch("test grows", (4, 8))
+    assert first.shape == (4, 8) and first.dtype == np.float32
+    again = team.scratch("test grows", (2, 3))
+    assert again.base is first.base or np.shares_memory(again, first)   # reused, not new
+    old = weakref.ref(team._local.buffers["test grows"])
+    del first, again
+
+    made = team.fresh_pages
+    seen = []
+
+    def fresh(nbytes):
+        seen.append(old() is None)          # the old buffer is gone before the new one
+        return made(nbytes)
+    monkeypatch.setattr(team, "fresh_pages", fresh)
+    grown = team.scratch("test grows", (64, 64))
+    assert seen == [True] and grown.shape == (64, 64)
+    team._local.buffers.pop("test grows")
