@@ -90,6 +90,16 @@ class MemoryPlan:
         self.operands = operands
         self.buffer_sizes = buffer_sizes
         self.step_slots = step_slots        # per step: where a forward_into step writes
+        # what the layers write into each buffer: less than its planned size where the
+        # largest operand planned in it comes from a layer that allocates its own (OWN),
+        # and the arenas take no more (their pages are mapped in when made: layers/pages.py)
+        self.written_sizes = [0] * len(buffer_sizes)
+        for slots in step_slots:
+            for slot in slots or ():
+                if slot.buffer >= 0:
+                    self.written_sizes[slot.buffer] = max(
+                        self.written_sizes[slot.buffer],
+                        math.prod(slot.shape) * slot.dtype.itemsize)
         # the most bytes alive at once in a forward pass, the step where that happens, and
         # the bytes of every operand together (what a pass that keeps them all holds)
         self.peak_bytes, self.peak_step, self.total_bytes = live
@@ -112,7 +122,7 @@ class MemoryPlan:
         try:
             return self._pool.pop()             # list.pop / append are atomic: no lock needed
         except IndexError:
-            return Arena(self.buffer_sizes)
+            return Arena(self.written_sizes)
 
     def give_back(self, arena: "Arena") -> None:
         if len(self._pool) < MAX_POOLED_ARENAS:
