@@ -34,7 +34,7 @@ def _squeeze_excitation(x, y, reduce, reduce_bias, act_code, act_a, act_b,
     gate = np.empty(channels, np.float32)
     for n in range(images):
         for c in range(channels):
-            means[c] = float32_sum(x[n, c]) / np.float32(length)
+            means[c] = _sum(x[n, c]) / np.float32(length)
         for s in range(squeezed):
             hidden[s] = _dot(reduce[s], means) + reduce_bias[s]
         activate_row(hidden, act_code, act_a, act_b)
@@ -48,7 +48,7 @@ def _squeeze_excitation(x, y, reduce, reduce_bias, act_code, act_a, act_b,
 
 
 @kernel(nogil=True, fastmath={"reassoc"})          # reassoc: the sum vectorises
-def float32_sum(row):
+def _sum(row):
     """The sum of a float32 row, in float32."""
     total = np.float32(0.0)
     for i in range(row.shape[0]):

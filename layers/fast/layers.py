@@ -450,17 +450,34 @@ class FastMaxPool2d(MaxPool2d):
 
 @register_fast_layer("nn.AdaptiveAvgPool2d", "F.adaptive_avg_pool2d")
 class FastAdaptiveAvgPool2d(AdaptiveAvgPool2d):
-    """Adaptive average pooling to 1 x 1 (global: a classifier's head) of (N, C, H, W)
-    float32 by pool.py's kernel, a float32 sum per plane; other sizes by the reference."""
+    """Adaptive average pooling to 1 x 1 (global: a classifier's head) of (N, C, H, W) or
+    (C, H, W) float32 by pool.py's kernel, a sum per plane; other sizes by the reference."""
 
     def prepare(self, input_shapes: Sequence[Shape] | None) -> None:
         pool.load_kernel()                         # at build, not in the first inference
 
+    @property
+    def support_forward_into(self) -> bool:          # type: ignore[override]
+        return True
+
+    def _global(self, x: np.ndarray, output_size: Sequence[int | None]) -> bool:
+        """Whether x is pooled by the kernel: float32 (N, C, H, W) or (C, H, W) to 1 x 1."""
+        return (x.ndim in (3, 4) and x.dtype == np.float32
+                and kernels.adaptive_output_size(x.shape, output_size) == (1, 1))
+
     def _pool(self, x: np.ndarray, output_size: Sequence[int | None]) -> list[np.ndarray]:
-        if (x.ndim == 4 and x.dtype == np.float32 and x.shape[2] * x.shape[3] > 0
-                and kernels.adaptive_output_size(x.shape, output_size) == (1, 1)):
-            return [pool.global_average_pool(x)]
+        if self._global(x, output_size):
+            y = pool.global_average_pool(x.reshape(-1, *x.shape[-3:]))
+            return [y.reshape(*x.shape[:-2], 1, 1)]
         return super()._pool(x, output_size)
+
+    def forward_into(self, inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray]) -> None:
+        x, out = inputs[0], outputs[0]
+        if self._global(x, self._output_size(inputs)) and out.flags.c_contiguous:
+            pool.global_average_pool(x.reshape(-1, *x.shape[-3:]),
+                                     out.reshape(-1, x.shape[-3], 1, 1))
+        else:
+            np.copyto(out, self.forward(list(inputs))[0])
 
 
 @register_fast_layer("nn.MaxPool1d", "F.max_pool1d")

@@ -19,8 +19,9 @@ Global average pooling (nn.AdaptiveAvgPool2d(1), a classifier's head)::
 
     y[n, c, 0, 0] = sum(x[n, c]) / (H * W)
 
-each plane summed in float32 in vector lanes (excitation.float32_sum), on the calling thread:
-the work is one read of x, too small to share.
+each plane summed in vector lanes in float64 (softmax.row_sum: a float32 sum of a large
+plane of one sign drifts from the mean), on the calling thread: the work is one read of x,
+too small to share.
 """
 
 from __future__ import annotations
@@ -29,9 +30,9 @@ import functools
 
 import numpy as np
 
-from layers.fast.excitation import float32_sum
 from layers.fast.kernel import INT, array, kernel
 from layers.fast.phases import split_row
+from layers.fast.softmax import row_sum
 from layers.fast.team import current_team
 
 
@@ -138,15 +139,18 @@ def load_kernel() -> None:
 @kernel(nogil=True, exported=(array(2), array(1)))
 def _plane_means(planes, means):
     """means[p] = the mean of row p of planes (P, L), L > 0."""
-    length = np.float32(planes.shape[1])
+    length = planes.shape[1]
     for p in range(planes.shape[0]):
-        means[p] = float32_sum(planes[p]) / length
+        means[p] = np.float32(row_sum(planes[p]) / length)
 
 
 def global_average_pool(x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
-    """x (N, C, H, W) float32 with H * W > 0 -> y (N, C, 1, 1), the mean of each plane (into
-    ``out``, C-contiguous float32, if given)."""
+    """x (N, C, H, W) float32 of any layout, H * W > 0 -> y (N, C, 1, 1), the mean of each
+    plane (into ``out``, a C-contiguous float32 array of that shape, if given)."""
     n, c, h, w = x.shape
     y = np.empty((n, c, 1, 1), np.float32) if out is None else out
-    _plane_means(np.ascontiguousarray(x).reshape(n * c, h * w), y.reshape(n * c))
+    if y.shape != (n, c, 1, 1):
+        raise ValueError(f"out has shape {y.shape}, the pooling gives {(n, c, 1, 1)}")
+    planes = np.require(x, np.float32, ("C", "A")).reshape(n * c, h * w)
+    _plane_means(planes, y.reshape(n * c))
     return y
