@@ -3,8 +3,8 @@
     buffer = fresh_pages(nbytes)     # uint8, uninitialised, page-aligned where mapped
 
 An anonymous private mapping (mmap) whose pages the OS maps in when it is made
-(MAP_POPULATE, on Linux), in one call: a page fault each at the first write costs more, in
-a virtual machine above all. Not np.empty: numpy asks the OS for transparent huge pages
+(MAP_POPULATE, on Linux), in one call, rather than one page fault each at its first write.
+Not np.empty: numpy asks the OS for transparent huge pages
 (madvise) for every array of 4 MiB or more, and where the kernel's THP policy is "madvise"
 the first write to such an array may compact memory to find 2 MiB pages: a stall of tens of
 milliseconds, at random, in the first forward at a new input size. Smaller buffers come
