@@ -4,13 +4,12 @@
 
 An anonymous private mapping (mmap) whose pages the OS maps in when it is made
 (MAP_POPULATE, on Linux), in one call, rather than one page fault each at its first write.
-Not np.empty: numpy asks the OS for transparent huge pages
-(madvise) for every array of 4 MiB or more, and where the kernel's THP policy is "madvise"
-the first write to such an array may compact memory to find 2 MiB pages: a stall of tens of
-milliseconds, at random, in the first forward at a new input size. Smaller buffers come
-from np.empty, whose heap often hands back pages already mapped. The arena of a memory
-plan (infer/memory.py) and the fast kernels' work buffers (layers/fast/team.py) take their
-memory here.
+Not np.empty: numpy asks the OS for transparent huge pages (madvise) for every array of 4
+MiB or more, and where the kernel's THP policy is "madvise" the first write to such an
+array may compact memory to find 2 MiB pages: a stall of tens of milliseconds, at random,
+in the first forward at a new input size. Smaller buffers come from np.empty, whose heap
+often hands back pages already mapped. The arena of a memory plan (infer/memory.py) and
+the fast kernels' work buffers (layers/fast/team.py) take their memory here.
 """
 
 from __future__ import annotations
