@@ -5,9 +5,8 @@
     g    = gate(expand @ h + expand_bias)              expand (C, S): S -> C
     y[n, c] = x[n, c] * g[c]
 
-The means are summed in vector lanes in float64 (softmax.row_sum, as global pooling's: a
-float32 sum of a large plane of one sign drifts), the matrix-vector products' dot products
-in float32 lanes (reassociated), as BLAS takes them; the activations are the epilogue's
+The sums (the means and the matrix-vector products' dot products) are float32 and taken in
+vector lanes (reassociated), as BLAS takes them; the activations are the epilogue's
 (epilogue.py's codes). One thread does the whole block: after the squeeze the work is too
 small to share, and x is read twice and y written once, as the separate pool and multiply
 did.
@@ -21,7 +20,6 @@ import numpy as np
 
 from layers.fast.epilogue import IDENTITY, Activation, activate_row
 from layers.fast.kernel import FLOAT, INT, array, kernel
-from layers.fast.softmax import row_sum
 
 
 @kernel(nogil=True, exported=(array(3), array(3), array(2), array(1), INT, FLOAT, FLOAT,
@@ -36,7 +34,7 @@ def _squeeze_excitation(x, y, reduce, reduce_bias, act_code, act_a, act_b,
     gate = np.empty(channels, np.float32)
     for n in range(images):
         for c in range(channels):
-            means[c] = np.float32(row_sum(x[n, c]) / length)
+            means[c] = _sum(x[n, c]) / np.float32(length)
         for s in range(squeezed):
             hidden[s] = _dot(reduce[s], means) + reduce_bias[s]
         activate_row(hidden, act_code, act_a, act_b)
@@ -50,6 +48,15 @@ def _squeeze_excitation(x, y, reduce, reduce_bias, act_code, act_a, act_b,
 
 
 @kernel(nogil=True, fastmath={"reassoc"})          # reassoc: the sum vectorises
+def _sum(row):
+    """The sum of a float32 row, in float32."""
+    total = np.float32(0.0)
+    for i in range(row.shape[0]):
+        total += row[i]
+    return total
+
+
+@kernel(nogil=True, fastmath={"reassoc"})
 def _dot(a, b):
     """The dot product of two float32 rows of a's length, in float32."""
     total = np.float32(0.0)
