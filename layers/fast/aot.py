@@ -211,7 +211,7 @@ def build(directory: Path, part: int) -> Path:
     """Compile part ``part`` of the exported kernels (``kernels_of_part``) into
     the module ``module_names()[part]`` in ``directory`` (in this process: it imports numba
     and needs a C compiler). Returns the module's path."""
-    from numba.core import cpu
+    from numba.core import codegen, cpu
     from numba.core.compiler import compile_extra
     from numba.pycc import CC
     from numba.pycc import compiler as pycc_compiler
@@ -241,16 +241,27 @@ def build(directory: Path, part: int) -> Path:
         cc.verbose = False
         for k in exported:
             cc.export(k.name, f"void({', '.join(k.exported)})")(k.func)
-        original = pycc_compiler.compile_extra
+        original = pycc_compiler.compile_extra, codegen.AOTCPUCodegen._customize_tm_features
         pycc_compiler.compile_extra = compile_with_kernel_options
+        codegen.AOTCPUCodegen._customize_tm_features = lambda self: host_features()
         try:
             cc.compile()
         finally:
-            pycc_compiler.compile_extra = original
+            pycc_compiler.compile_extra, codegen.AOTCPUCodegen._customize_tm_features = original
         built = Path(work) / f"{name}{importlib.machinery.EXTENSION_SUFFIXES[0]}"
         target = directory / built.name
         os.replace(built, target)                  # appears whole, or not at all
     return target
+
+
+def host_features() -> str:
+    """The instruction sets the host CPU reports, as LLVM's feature string ("+avx2,-avx512f,
+    ..."). pycc's "host" target names only the CPU model, whose every feature LLVM assumes:
+    a virtual machine that hides some (AVX-512 on a Zen 4 guest, say) would get code its CPU
+    cannot run. The build gives LLVM this string too, as numba's JIT does."""
+    from numba.core import codegen
+
+    return codegen.get_host_cpu_features()
 
 
 def kernels_of_part(part: int) -> list:

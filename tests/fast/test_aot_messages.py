@@ -175,3 +175,25 @@ def test_importing_the_package_does_not_import_the_builder():
     done = run_python("import sys, layers.fast, infer; "
                       "print('layers.fast.aot' in sys.modules)", check=True)
     assert done.stdout.strip() == "False"
+
+
+def test_the_build_compiles_for_the_instruction_sets_the_cpu_reports(monkeypatch, tmp_path):
+    """pycc's "host" target names the CPU model only, and LLVM assumes all its features: a
+    virtual machine that hides AVX-512 from a Zen 4 got AVX-512 code and died of SIGILL. The
+    build passes the features the CPU reports (here a made-up AVX2-only report)."""
+    from numba.core import codegen
+    from numba.pycc import CC
+
+    seen = {}
+
+    def compile_and_look(cc):
+        target = codegen.AOTCPUCodegen("probe", cc.target_cpu)
+        seen["cpu"], seen["features"] = cc.target_cpu, target._tm_features
+        raise RuntimeError("looked")
+
+    monkeypatch.setattr(codegen, "get_host_cpu_features", lambda: "+avx2,+fma,-avx512f")
+    monkeypatch.setattr(CC, "compile", compile_and_look)
+    with pytest.raises(RuntimeError, match="looked"):
+        aot.build(tmp_path, 0)
+    assert seen == {"cpu": "host", "features": "+avx2,+fma,-avx512f"}
+    assert codegen.AOTCPUCodegen("after", "host")._tm_features == ""     # put back as it was
