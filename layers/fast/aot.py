@@ -26,6 +26,11 @@ numba without pycc, a failed build), one WARNING says so and what to install, an
 compiles the kernels just in time: a slower first run, the same results. The compiler's own
 output is logged at DEBUG level only (``python -m layers.fast.aot -v`` shows it).
 
+The modules are compiled for the instruction sets the CPU reports (``host_features``), and
+run once in a child process before any other process loads them (``_check_they_run``): a
+module that kills it (an instruction this CPU lacks) is deleted, and this key's kernels run
+just in time from then on, instead of a crash in the user's Python.
+
 This module builds and loads; it does not choose. backend.py calls ``load_or_build`` and
 binds what it returns, and falls back to the JIT on None. This module imports only
 binding.py (the kernels, their sources, numba's binding for the build), simd.py (LANES) and
@@ -130,6 +135,7 @@ def load_or_build() -> SimpleNamespace | None:
                 missing = [part for part, module in enumerate(modules) if module is None]
                 if missing:
                     _build_in_children(directory, missing)
+                    _check_they_run(directory, names)
                     modules = [_import(directory, name) for name in names]
                     _remove_stale(directory, names)
         except (OSError, subprocess.SubprocessError, NotBuilt) as exc:
@@ -182,6 +188,9 @@ def _missing_tool() -> tuple[str, str] | None:
     if c_compiler() is None:
         command = os.environ.get("CC") or sysconfig.get_config_var("CC")
         return f"no C compiler ({shlex.split(command)[0]!r} is not on PATH)", COMPILER_ADVICE
+    mark = _crash_mark(cache_dir())
+    if mark.exists():
+        return CRASHED, f"Delete {mark} to try building them again."
     return None
 
 
@@ -406,6 +415,48 @@ def build_in_background() -> BackgroundBuild | None:
         except OSError:                        # no cache folder, no process: build here
             return None
     return _background
+
+
+CRASHED = "the compiled kernels crashed on this CPU (an instruction it lacks?)"
+CHECK = ("from layers.fast import algorithms, backend\n"
+         "assert backend.start() == 'aot', 'the modules did not load'\n"
+         "for name in algorithms.BY_NAME:\n"
+         "    algorithms.warm(name)\n")
+CHECK_TIMEOUT = 120   # seconds
+
+
+def _crash_mark(directory: Path) -> Path:
+    """The file that says this key's modules crashed here (``_check_they_run``)."""
+    return directory / f"{_names()[0]}.crashed"
+
+
+def _check_they_run(directory: Path, names: list[str]) -> None:
+    """Load the modules just built in a child process and make one tiny call of every
+    algorithm (``algorithms.warm``), before any process of the user runs them: a compiler
+    that emits an instruction this CPU lacks kills that child (SIGILL), not the user's
+    Python. Then the modules are deleted, a mark left (``_missing_tool`` reads it: no
+    rebuild for this key, numba's JIT instead) and NotBuilt raised."""
+    import subprocess
+
+    child = subprocess.run(_check_command(), env=_child_env(), cwd=HERE.parent.parent,
+                           stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                           timeout=CHECK_TIMEOUT)
+    if child.returncode < 0:                       # killed by a signal
+        for name in names:
+            path = _module_path(directory, name)
+            if path is not None:
+                path.unlink(missing_ok=True)
+        mark = _crash_mark(directory)
+        mark.write_text(f"killed by signal {-child.returncode}\n")
+        raise NotBuilt(CRASHED, f"Delete {mark} to try building them again.")
+    if child.returncode != 0:
+        raise subprocess.CalledProcessError(child.returncode, child.args, output=child.stdout,
+                                            stderr=child.stderr)
+
+
+def _check_command() -> list[str]:
+    """The command of the child process that runs the new modules once (``CHECK``)."""
+    return [sys.executable, "-c", CHECK]
 
 
 def _child_env() -> dict[str, str]:

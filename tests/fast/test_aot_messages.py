@@ -197,3 +197,45 @@ def test_the_build_compiles_for_the_instruction_sets_the_cpu_reports(monkeypatch
         aot.build(tmp_path, 0)
     assert seen == {"cpu": "host", "features": "+avx2,+fma,-avx512f"}
     assert codegen.AOTCPUCodegen("after", "host")._tm_features == ""     # put back as it was
+
+
+def test_modules_that_crash_when_run_are_deleted_and_not_built_again(monkeypatch, tmp_path,
+                                                                     caplog):
+    """A just-built module is run once in a child process before any process of the user's
+    runs it: if that child dies of a signal (SIGILL: an instruction this CPU lacks), the
+    modules go, a mark stays, and this key's kernels run just in time from then on."""
+    import importlib.machinery
+
+    monkeypatch.setenv("NUMBA_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(aot, "c_compiler", lambda: "cc")
+    suffix = importlib.machinery.EXTENSION_SUFFIXES[0]
+    monkeypatch.setattr(aot, "_child_command", lambda directory, part: [
+        sys.executable, "-c", "import pathlib, sys; pathlib.Path(sys.argv[1]).touch()",
+        str(directory / f"{aot.module_names()[part]}{suffix}")])
+    monkeypatch.setattr(aot, "_check_command", lambda: [
+        sys.executable, "-c", "import os, signal; os.kill(os.getpid(), signal.SIGILL)"])
+    caplog.set_level(logging.WARNING, logger="layers.fast.aot")
+    assert aot.load_or_build() is None
+    (warning,) = caplog.records
+    assert "crashed on this CPU" in warning.getMessage()
+    assert "just in time" in warning.getMessage()
+    directory = tmp_path / "pnnx_infer"
+    assert not list(directory.glob(f"*{suffix}"))
+    assert (directory / f"{aot.module_names()[0]}.crashed").read_text().startswith(
+        "killed by signal")
+
+    def no_build(directory, part):
+        raise AssertionError("built again")
+    monkeypatch.setattr(aot, "_child_command", no_build)
+    caplog.clear()
+    assert aot.build_in_background() is None and aot.load_or_build() is None
+    assert "crashed on this CPU" in caplog.records[0].getMessage()
+    assert ".crashed to try building them again" in caplog.records[0].getMessage()
+
+
+def test_the_check_of_new_modules_runs_every_algorithm_on_them():
+    """The check's own command, on the modules of this checkout: it loads them and exits 0."""
+    aot.load_or_build()
+    done = subprocess.run(aot._check_command(), env=aot._child_env(), cwd=REPO,
+                          capture_output=True, text=True, timeout=aot.CHECK_TIMEOUT)
+    assert done.returncode == 0, done.stderr
