@@ -26,10 +26,10 @@ numba without pycc, a failed build), one WARNING says so and what to install, an
 compiles the kernels just in time: a slower first run, the same results. The compiler's own
 output is logged at DEBUG level only (``python -m layers.fast.aot -v`` shows it).
 
-The modules are compiled for the instruction sets the CPU reports (``host_features``), and
-run once in a child process before any other process loads them (``_check_they_run``): a
-module that kills it (an instruction this CPU lacks) is deleted, and this key's kernels run
-just in time from then on, instead of a crash in the user's Python.
+The modules are compiled for the instruction sets the CPU reports (``_features``), and run
+once in a child process before they are put where other processes find them
+(``_build_checked``): a module that kills it (an instruction this CPU lacks) is dropped, and
+this key's kernels run just in time from then on, instead of crashing the user's Python.
 
 This module builds and loads; it does not choose. backend.py calls ``load_or_build`` and
 binds what it returns, and falls back to the JIT on None. This module imports only
@@ -126,16 +126,18 @@ def load_or_build() -> SimpleNamespace | None:
     if None in modules:
         import subprocess     # only to build: loading the modules needs none of it
         try:
-            missing_tool = _missing_tool()
+            missing_tool = _missing_tool() or _crashed_before(directory, names[0])
             if missing_tool:
                 raise NotBuilt(*missing_tool)
             directory.mkdir(parents=True, exist_ok=True)
             with _lock(directory / f"{names[0]}.lock"):
                 modules = [_import(directory, name) for name in names]   # built meanwhile?
                 missing = [part for part, module in enumerate(modules) if module is None]
+                crashed = _crashed_before(directory, names[0])         # ... or crashed?
+                if missing and crashed:
+                    raise NotBuilt(*crashed)
                 if missing:
-                    _build_in_children(directory, missing)
-                    _check_they_run(directory, names)
+                    _build_checked(directory, names, missing)
                     modules = [_import(directory, name) for name in names]
                     _remove_stale(directory, names)
         except (OSError, subprocess.SubprocessError, NotBuilt) as exc:
@@ -143,6 +145,11 @@ def load_or_build() -> SimpleNamespace | None:
             log.warning(f"{reason}: numba compiles the fast kernels just in time instead "
                         f"(a slower first run, the same results). {advice}".strip())
             return None
+    return _kernels_of(modules)
+
+
+def _kernels_of(modules: list) -> SimpleNamespace:
+    """The exported kernels of ``modules``, one attribute each."""
     return SimpleNamespace(**{name: getattr(module, name) for module in modules
                               for name in dir(module) if not name.startswith("_")})
 
@@ -188,9 +195,6 @@ def _missing_tool() -> tuple[str, str] | None:
     if c_compiler() is None:
         command = os.environ.get("CC") or sysconfig.get_config_var("CC")
         return f"no C compiler ({shlex.split(command)[0]!r} is not on PATH)", COMPILER_ADVICE
-    mark = _crash_mark(cache_dir())
-    if mark.exists():
-        return CRASHED, f"Delete {mark} to try building them again."
     return None
 
 
@@ -252,7 +256,7 @@ def build(directory: Path, part: int) -> Path:
             cc.export(k.name, f"void({', '.join(k.exported)})")(k.func)
         original = pycc_compiler.compile_extra, codegen.AOTCPUCodegen._customize_tm_features
         pycc_compiler.compile_extra = compile_with_kernel_options
-        codegen.AOTCPUCodegen._customize_tm_features = lambda self: host_features()
+        codegen.AOTCPUCodegen._customize_tm_features = _features
         try:
             cc.compile()
         finally:
@@ -263,14 +267,13 @@ def build(directory: Path, part: int) -> Path:
     return target
 
 
-def host_features() -> str:
-    """The instruction sets the host CPU reports, as LLVM's feature string ("+avx2,-avx512f,
-    ..."). pycc's "host" target names only the CPU model, whose every feature LLVM assumes:
-    a virtual machine that hides some (AVX-512 on a Zen 4 guest, say) would get code its CPU
-    cannot run. The build gives LLVM this string too, as numba's JIT does."""
-    from numba.core import codegen
-
-    return codegen.get_host_cpu_features()
+def _features(target) -> str:
+    """The LLVM feature string ("+avx2,-avx512f,...") of numba's AOT code generator
+    ``target``: for the "host" CPU, the instruction sets the CPU reports (numba's
+    NUMBA_CPU_FEATURES if set), as numba's JIT uses. pycc's own gives none, so LLVM assumes
+    every feature of the CPU's model: a virtual machine that hides some (AVX-512 on a Zen 4
+    guest) got code its CPU cannot run."""
+    return target._get_host_cpu_features() if target._cpu_name == "host" else ""
 
 
 def kernels_of_part(part: int) -> list:
@@ -283,16 +286,17 @@ def kernels_of_part(part: int) -> list:
     return (alone + [others[i::rest] for i in range(rest)])[part]
 
 
-def _build_in_children(directory: Path, parts: list[int]) -> None:
-    """Build the missing parts, each in a child process, all at once; say which, and how
-    long each took (INFO, shown: ``_progress_shown``). The children's output is kept, and
-    logged at DEBUG level; a failure raises CalledProcessError (or TimeoutExpired) with it."""
+def _build_in_children(directory: Path, parts: list[int], shown: Path | None = None) -> None:
+    """Build the missing parts into ``directory``, each in a child process, all at once; say
+    which, and how long each took (INFO, shown: ``_progress_shown``; the folder named is
+    ``shown``, if given). The children's output is kept, and logged at DEBUG level; a failure
+    raises CalledProcessError (or TimeoutExpired) with it."""
     import subprocess
 
     names = module_names()
     with _progress_shown():
         log.info("compiling the fast kernels for this CPU, once (about a minute): %d modules "
-                 "into %s", len(parts), directory)
+                 "into %s", len(parts), shown or directory)
         started = time.perf_counter()
         env, root = _child_env(), str(HERE.parent.parent)
         # an empty numba cache of their own: numba would reuse a kernel's code compiled before
@@ -345,7 +349,7 @@ def _build_in_children(directory: Path, parts: list[int]) -> None:
                 output.close()
             numba_cache.cleanup()
         log.info("compiled the fast kernels in %.0f s into %s", time.perf_counter() - started,
-                 directory)
+                 shown or directory)
 
 
 # ----- the build in the background ---------------------------------------------------------
@@ -408,7 +412,8 @@ def build_in_background() -> BackgroundBuild | None:
     JIT takes over)."""
     global _background
     if _background is None:
-        if modules_present() or _missing_tool() is not None:
+        if (modules_present() or _missing_tool() is not None
+                or _crashed_before(cache_dir(), _names()[0]) is not None):
             return None
         try:
             _background = BackgroundBuild()
@@ -418,45 +423,71 @@ def build_in_background() -> BackgroundBuild | None:
 
 
 CRASHED = "the compiled kernels crashed on this CPU (an instruction it lacks?)"
-CHECK = ("from layers.fast import algorithms, backend\n"
-         "assert backend.start() == 'aot', 'the modules did not load'\n"
-         "for name in algorithms.BY_NAME:\n"
-         "    algorithms.warm(name)\n")
+CRASH_SIGNALS = ("SIGILL", "SIGSEGV", "SIGBUS")   # what a module wrong for this CPU dies of
 CHECK_TIMEOUT = 120   # seconds
 
 
-def _crash_mark(directory: Path) -> Path:
-    """The file that says this key's modules crashed here (``_check_they_run``)."""
-    return directory / f"{_names()[0]}.crashed"
+def _crash_mark(directory: Path, name: str) -> Path:
+    """The file that says the modules ``name`` (the first) crashed here (``_build_checked``)."""
+    return directory / f"{name}.crashed"
 
 
-def _check_they_run(directory: Path, names: list[str]) -> None:
-    """Load the modules just built in a child process and make one tiny call of every
-    algorithm (``algorithms.warm``), before any process of the user runs them: a compiler
-    that emits an instruction this CPU lacks kills that child (SIGILL), not the user's
-    Python. Then the modules are deleted, a mark left (``_missing_tool`` reads it: no
-    rebuild for this key, numba's JIT instead) and NotBuilt raised."""
+def _crashed_before(directory: Path, name: str) -> tuple[str, str] | None:
+    """(reason, advice) if this key's modules crashed here before, else None."""
+    mark = _crash_mark(directory, name)
+    if mark.exists():
+        return CRASHED, f"Delete {mark} to try building them again."
+    return None
+
+
+def _build_checked(directory: Path, names: list[str], parts: list[int]) -> None:
+    """Build ``parts`` into a folder of their own, run them there once in a child process
+    (``check``), and only then move them into ``directory``: a compiler that emits an
+    instruction this CPU lacks kills that child (SIGILL), not a process of the user's, and no
+    process loads them meanwhile. If the check dies of such a signal, a mark is left
+    (``_crashed_before``: this key's kernels then run just in time, no rebuild); if it fails
+    otherwise, nothing. Either way the new modules are dropped and NotBuilt raised."""
+    import signal
     import subprocess
 
-    child = subprocess.run(_check_command(), env=_child_env(), cwd=HERE.parent.parent,
-                           stdin=subprocess.DEVNULL, capture_output=True, text=True,
-                           timeout=CHECK_TIMEOUT)
-    if child.returncode < 0:                       # killed by a signal
-        for name in names:
-            path = _module_path(directory, name)
-            if path is not None:
-                path.unlink(missing_ok=True)
-        mark = _crash_mark(directory)
-        mark.write_text(f"killed by signal {-child.returncode}\n")
-        raise NotBuilt(CRASHED, f"Delete {mark} to try building them again.")
-    if child.returncode != 0:
-        raise subprocess.CalledProcessError(child.returncode, child.args, output=child.stdout,
-                                            stderr=child.stderr)
+    with tempfile.TemporaryDirectory(dir=directory, prefix="staging_") as staging:
+        _build_in_children(Path(staging), parts, shown=directory)
+        child = subprocess.run(_check_command(Path(staging)), env=_child_env(),
+                               cwd=HERE.parent.parent, stdin=subprocess.DEVNULL,
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                               timeout=CHECK_TIMEOUT)
+        if child.stdout.strip():
+            log.debug("the check of the new modules said:\n%s", child.stdout.rstrip())
+        killed_by = {-s.value: s.name for s in signal.Signals}.get(child.returncode)
+        if killed_by in CRASH_SIGNALS:
+            _crash_mark(directory, names[0]).write_text(f"{killed_by}\n")
+            raise NotBuilt(CRASHED, f"Delete {_crash_mark(directory, names[0])} to try "
+                                    "building them again.")
+        if child.returncode != 0:
+            raise NotBuilt(f"the new kernels failed their check (exit status "
+                           f"{child.returncode})", DETAILS)
+        for part in parts:
+            built = _module_path(Path(staging), names[part])
+            os.replace(built, directory / built.name)
 
 
-def _check_command() -> list[str]:
-    """The command of the child process that runs the new modules once (``CHECK``)."""
-    return [sys.executable, "-c", CHECK]
+def check(staging: Path) -> None:
+    """The check child's work: bind the modules (those in ``staging`` first, the others from
+    the cache) and make one tiny call of every convolution algorithm (``algorithms.warm``)."""
+    from layers.fast import algorithms, backend
+
+    names = module_names()
+    modules = [_import(staging, name) or _import(cache_dir(), name) for name in names]
+    if None in modules:
+        raise SystemExit(f"missing modules: {[n for n, m in zip(names, modules) if m is None]}")
+    backend.use_compiled(_kernels_of(modules))
+    for name in algorithms.BY_NAME:
+        algorithms.warm(name)
+
+
+def _check_command(staging: Path) -> list[str]:
+    """The command of the child process that runs the modules in ``staging`` once."""
+    return [sys.executable, "-m", "layers.fast.aot", "--check", str(staging)]
 
 
 def _child_env() -> dict[str, str]:
@@ -603,9 +634,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--part", type=int, help=argparse.SUPPRESS)     # a child: build
     parser.add_argument("--into", type=Path, help=argparse.SUPPRESS)    # this part there
     parser.add_argument("--log", type=Path, help=argparse.SUPPRESS)     # a background build
+    parser.add_argument("--check", type=Path, help=argparse.SUPPRESS)   # run new modules
     args = parser.parse_args(argv)
     if args.part is not None:
         build(args.into, args.part)
+        return 0
+    if args.check is not None:
+        check(args.check)
         return 0
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
                         format="%(message)s", filename=args.log)

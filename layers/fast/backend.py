@@ -116,11 +116,20 @@ def _bind_backend(wanted: str) -> str:
 
         kernels = aot.load_or_build()
         if kernels is not None:
-            binding.bind({k: _checked(k, getattr(kernels, k.name))
-                          for k in exported_kernels()})
+            use_compiled(kernels)
             return "aot"
     use_jit()
     return "jit"
+
+
+def use_compiled(kernels: object) -> None:
+    """Bind every kernel to its compiled function, an attribute of ``kernels`` (the
+    modules' kernels, aot.load_or_build), and make "aot" this process's back end."""
+    global _backend
+    with _starting:
+        binding.import_kernel_modules()
+        binding.bind({k: _checked(k, getattr(kernels, k.name)) for k in exported_kernels()})
+        _backend = "aot"
 
 
 def use_jit() -> None:
