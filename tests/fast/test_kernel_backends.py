@@ -160,7 +160,7 @@ def test_when_the_module_cannot_be_built_numba_compiles_just_in_time(monkeypatch
                                                                      caplog):
     monkeypatch.setenv("NUMBA_CACHE_DIR", str(tmp_path))
 
-    def no_compiler(directory, parts):
+    def no_compiler(directory, parts, **options):
         raise subprocess.CalledProcessError(1, "cc", stderr="error: no C compiler")
 
     monkeypatch.setattr(aot, "_build_in_children", no_compiler)
