@@ -118,12 +118,13 @@ CONTROL, RECORD, REALS = array(1, "i8"), array(1, "i8"), array(1, "f8")
 
 
 # ----- the protocol ------------------------------------------------------------------------
-@kernel(nogil=True, exported=(CONTROL, RECORD, REALS, INT, INT))
-def _work(control, record, reals, chunks, idle_polls):
+@kernel(nogil=True, exported=(CONTROL, RECORD, REALS, INT, INT, INT))
+def _work(control, record, reals, chunks, idle_polls, slot):
     """The one compiled entry that runs jobs. ``chunks`` > 0: publish the job in ``record``
     as that many chunks, take chunks with the helpers, and return when all are done. Else a
     helper's loop: take chunks of whatever job is published; return after ``idle_polls``
-    polls without work, or when STOP is set.
+    polls without work, or when STOP is set. ``slot``: this thread's place in the team (0
+    for the calling thread, 1, 2, ... for the helpers), its row of a job's work space.
 
     Every kernel a chunk may run is linked into this function, and numba optimizes all of
     it again for each function that calls another, so compiling it is the longest part of
@@ -141,7 +142,7 @@ def _work(control, record, reals, chunks, idle_polls):
         store(control, TICKET, (job * FIELD + chunks) * FIELD)
     idle = 0
     while True:
-        if _take_one(control, record, reals):
+        if _take_one(control, record, reals, slot):
             idle = 0
         elif chunks > 0:                              # none left: wait for the helpers'
             while load(control, DONE) < chunks:
@@ -155,8 +156,9 @@ def _work(control, record, reals, chunks, idle_polls):
 
 
 @kernel(inline="always")
-def _take_one(control, record, reals):
-    """Take and run the next chunk of the current job; False if none is left."""
+def _take_one(control, record, reals, slot):
+    """Take and run the next chunk of the current job on thread ``slot``; False if none is
+    left."""
     while True:
         ticket = load(control, TICKET)
         chunks, taken = (ticket // FIELD) % FIELD, ticket % FIELD
@@ -164,7 +166,7 @@ def _take_one(control, record, reals):
             return False
         if compare_swap(control, TICKET, ticket, ticket + 1) == ticket:
             units = record[UNITS]
-            _run_units(record, reals, taken, units * taken // chunks,
+            _run_units(record, reals, slot, units * taken // chunks,
                        units * (taken + 1) // chunks)
             add(control, DONE, 1)
             return True
@@ -211,9 +213,9 @@ def _get4(record, slot):
 
 # ----- what a chunk runs -------------------------------------------------------------------
 @kernel(inline="always")
-def _run_units(record, reals, chunk, first, last):
-    """Units first .. last - 1 of the job in ``record``, chunk ``chunk`` of it (a job that
-    needs work space has one row of it per chunk)."""
+def _run_units(record, reals, slot, first, last):
+    """Units first .. last - 1 of the job in ``record``, run by thread ``slot`` (a job that
+    needs work space has one row of it per thread of the team)."""
     kind, a = record[KIND], ARRAYS
     act_a, act_b = reals[ACT_A], reals[ACT_B]
     if kind == DEPTHWISE or kind == DEPTHWISE_BLOCKS:
@@ -239,7 +241,7 @@ def _run_units(record, reals, chunk, first, last):
         weight, x, bias = (_get3(record, a[PW_WEIGHT]), _get3(record, a[PW_X]),
                            _get1(record, a[PW_BIAS]))
         residual, y = _get3(record, a[PW_RESIDUAL]), _get3(record, a[PW_Y])
-        space = _get2(record, a[PW_SPACE])[chunk]
+        space = _get2(record, a[PW_SPACE])[slot]
         if kind == POINTWISE:
             geometry = record[PW_GEOMETRY:PW_GEOMETRY + record[PW_GEOMETRY_SIZE]]
             pointwise.pointwise_blocks(weight, x, bias, residual, y, space, geometry,

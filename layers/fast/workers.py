@@ -52,8 +52,9 @@ IDLE_POLLS = 200_000        # polls (~10 ns each) a helper spins without work be
 MIN_GEMM_WORK = 1 << 16     # multiply-adds below which a product is not shared
 WIDE = 8                    # a product with this many times more columns than rows is cut
                             # into bands of columns (else of rows, where that is as even)
-BLOCK_CHUNKS = 4            # chunks per thread of the channels-last depthwise kernel: a
-                            # late thread leaves a few to the others
+CHUNKS = 4                  # chunks per thread of a job: a thread that runs slower (a
+                            # busy virtual CPU, an efficiency core) or starts late takes
+                            # fewer, instead of the others waiting for its half
 
 
 class Team:
@@ -62,6 +63,7 @@ class Team:
 
     def __init__(self, helpers: int, blas: "Blas"):
         self.threads = helpers + 1
+        self.chunks = CHUNKS * self.threads        # of a job whose units are many and even
         self.blas = blas                           # cblas_sgemm's and cblas_sgemv's addresses
         self.control = np.zeros(jobs.CONTROL_SIZE, np.int64)
         self.record = np.zeros(jobs.RECORD_SIZE, np.int64)
@@ -72,17 +74,17 @@ class Team:
         self.in_use = threading.Lock()             # one forward at a time
         self.active = threading.Event()            # set while a forward runs: helpers spin
         self.stopped = False
-        self.helpers = [threading.Thread(target=self._help, name=f"pnnx-infer helper {i}",
-                                         daemon=True) for i in range(helpers)]
+        self.helpers = [threading.Thread(target=self._help, args=(i + 1,), daemon=True,
+                                         name=f"pnnx-infer helper {i}") for i in range(helpers)]
         for helper in self.helpers:
             helper.start()
 
-    def _help(self) -> None:
+    def _help(self, slot: int) -> None:
         while True:
             self.active.wait()
             if self.stopped:
                 return
-            self._work(self.control, self.record, self.reals, 0, IDLE_POLLS)
+            self._work(self.control, self.record, self.reals, 0, IDLE_POLLS, slot)
 
     def stop(self) -> None:
         """Let the helpers return (at exit)."""
@@ -97,25 +99,25 @@ class Team:
         """Fill the record with ``job(record, reals, *arguments)`` and run it in ``chunks``
         chunks, with the helpers."""
         job(self.record, self.reals, *arguments)
-        self._work(self.control, self.record, self.reals, chunks, 0)
+        self._work(self.control, self.record, self.reals, chunks, 0, 0)
 
     def depthwise(self, x: np.ndarray, weight: np.ndarray, bias: np.ndarray, y: np.ndarray,
                   stride, dilation, pads, activation: Activation) -> None:
         """layers/fast/depthwise.py's kernels (as depthwise_conv2d calls them), shared:
-        planes in one chunk per thread, blocks of channels in up to BLOCK_CHUNKS chunks per
-        thread (each chunk sets up its buffers once)."""
+        planes in one chunk per thread (each chunk splits planes into buffers of its own),
+        blocks of channels in up to CHUNKS chunks per thread."""
         if weight.ndim == 3:
             job, chunks = jobs._depthwise_job, self.threads
         else:
             job = jobs._depthwise_blocks_job
-            chunks = min(x.shape[0] * weight.shape[0], BLOCK_CHUNKS * self.threads)
+            chunks = min(x.shape[0] * weight.shape[0], self.chunks)
         self._share(job, chunks, x, weight, bias, y, stride[0], stride[1], dilation[0],
                     dilation[1], pads[0], pads[2], activation.code, activation.a, activation.b)
 
     def im2col(self, x: np.ndarray, cols: np.ndarray, kernel, stride, dilation, pads,
                out_hw) -> None:
         """gemm._im2col (one image), shared."""
-        self._share(jobs._im2col_job, self.threads, x, cols, kernel[0], kernel[1], stride[0],
+        self._share(jobs._im2col_job, self.chunks, x, cols, kernel[0], kernel[1], stride[0],
                     stride[1], dilation[0], dilation[1], pads[0], pads[2], out_hw[0],
                     out_hw[1])
 
@@ -123,7 +125,7 @@ class Team:
                        tiles_h: int, tiles_w: int) -> None:
         """A Winograd input transform (F(2x2)'s if ``f2``, else F(4x4)'s), shared."""
         kind = jobs.WINOGRAD_F2_IN if f2 else jobs.WINOGRAD_IN
-        self._share(jobs._winograd_input_job, self.threads, kind, x, v, top, left, tiles_h,
+        self._share(jobs._winograd_input_job, self.chunks, kind, x, v, top, left, tiles_h,
                     tiles_w)
 
     def winograd_output(self, f2: bool, m: np.ndarray, y: np.ndarray, bias: np.ndarray,
@@ -131,7 +133,7 @@ class Team:
                         activation: Activation) -> None:
         """A Winograd output transform, shared (bias and residual: empty arrays for none)."""
         kind = jobs.WINOGRAD_F2_OUT if f2 else jobs.WINOGRAD_OUT
-        self._share(jobs._winograd_output_job, self.threads, kind, m, y, bias, residual,
+        self._share(jobs._winograd_output_job, self.chunks, kind, m, y, bias, residual,
                     tiles_h, tiles_w, activation.code, activation.a, activation.b)
 
     def pointwise(self, weight: np.ndarray, x: np.ndarray, bias: np.ndarray,
@@ -140,37 +142,36 @@ class Team:
         """pointwise._pointwise, shared (a bias of zeros, a residual of no values for none;
         ``space``: a row of work space per thread; ``geometry``: no values for a plain
         product)."""
-        self._share(jobs._pointwise_job, self.threads, weight, x, bias, residual, y, space,
+        self._share(jobs._pointwise_job, self.chunks, weight, x, bias, residual, y, space,
                     geometry, activation.code, activation.a, activation.b)
 
     def pointwise_transposed(self, panels: np.ndarray, x: np.ndarray, bias: np.ndarray,
                              residual: np.ndarray, y: np.ndarray, space: np.ndarray,
                              activation: Activation) -> None:
         """pointwise_transposed._pointwise_transposed, shared (as ``pointwise``)."""
-        self._share(jobs._pointwise_transposed_job, self.threads, panels, x, bias, residual, y,
+        self._share(jobs._pointwise_transposed_job, self.chunks, panels, x, bias, residual, y,
                     space, activation.code, activation.a, activation.b)
 
     def split_planes(self, x: np.ndarray, phases: np.ndarray, geometry: np.ndarray) -> None:
-        """gemm._split_planes, shared: planes in one chunk per thread."""
-        self._share(jobs._split_planes_job, self.threads, x, phases, geometry)
+        """gemm._split_planes, shared (units: planes)."""
+        self._share(jobs._split_planes_job, self.chunks, x, phases, geometry)
 
     def finish(self, y: np.ndarray, bias: np.ndarray | None, residual: np.ndarray | None,
                activation: Activation) -> None:
         """epilogue.bias_residual_activation, shared."""
         if nothing_to_finish(bias, residual, activation):
             return
-        self._share(jobs._epilogue_job, self.threads, *epilogue_operands(y, bias, residual),
+        self._share(jobs._epilogue_job, self.chunks, *epilogue_operands(y, bias, residual),
                     activation.code, activation.a, activation.b)
 
     def max_pool(self, x: np.ndarray, y: np.ndarray, geometry: tuple[int, ...]) -> None:
-        """pool._max_pool2d, shared: planes in one chunk per thread (``geometry``: kh, kw,
-        stride_h, stride_w, dil_h, dil_w, top, left)."""
-        self._share(jobs._max_pool_job, self.threads, x, y, *geometry)
+        """pool._max_pool2d, shared: planes (``geometry``: kh, kw, stride_h, stride_w,
+        dil_h, dil_w, top, left)."""
+        self._share(jobs._max_pool_job, self.chunks, x, y, *geometry)
 
     def softmax(self, x: np.ndarray) -> None:
-        """softmax._softmax (x (R, D), each row in place), shared: rows in one chunk per
-        thread."""
-        self._share(jobs._softmax_job, self.threads, x)
+        """softmax._softmax (x (R, D), each row in place), shared (units: rows)."""
+        self._share(jobs._softmax_job, self.chunks, x)
 
     def matmul(self, a: np.ndarray, b: np.ndarray, out: np.ndarray,
                transposed: bool = False) -> None:
