@@ -273,8 +273,8 @@ def depthwise_blocks(x, blocks, bias, y, stride_h, stride_w, dil_h, dil_w, top, 
     zero-padded (PH, PW, LANES) image, every output pixel of the block is one chain of
     vector multiply-adds (``_block_pixels``) into a (Ho*Wo, LANES) buffer, which is
     activated and transposed back into y. ``blocks`` (ceil(C / LANES), kh, kw, LANES) from
-    pack_channel_blocks. Only blocks first .. last - 1, counted over (image, block): a share
-    for one thread."""
+    pack_channel_blocks. Only blocks first .. last - 1, counted over (image, block): a chunk
+    of the work (layers/fast/jobs.py)."""
     n, channels, height, width = x.shape
     out_h, out_w = y.shape[2], y.shape[3]
     n_blocks, kh, kw = blocks.shape[0], blocks.shape[1], blocks.shape[2]

@@ -13,8 +13,8 @@ written.
 * A 1x1 convolution with stride 1 and no padding needs no cols at all: the image itself,
   viewed as (C_in, H*W), is the matrix.
 * A larger kernel, with one group, on cols of BANDS_FROM values or more and outputs of
-  BANDS_MIN_PIXELS or more (fewer would be one band of pixels, which each thread sharing
-  the product would make whole): each input plane is split into its stride phases
+  BANDS_MIN_PIXELS or more (fewer would be one band of pixels, which each chunk of the
+  shared product would make whole): each input plane is split into its stride phases
   (layers/fast/phases.py: about the input's size, ``split_planes``), and the product makes
   cols from them band of pixels by band, in the work space its tiles read
   (``pointwise.cols_band``): cols (kh * kw / (sh * sw) times the input) are never written

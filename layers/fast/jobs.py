@@ -421,7 +421,7 @@ def _gemm_job(record, reals, function, gemv, a, b, c, cut, parts, transposed):
 def _pointwise_job(record, reals, weight, x, bias, residual, y, space, geometry, code, act_a,
                    act_b):
     """POINTWISE, as pointwise._pointwise (units: blocks of channels by pixels; ``space``: a
-    row of work space per chunk)."""
+    row of work space per thread of the team)."""
     _pointwise_record(record, reals, POINTWISE,
                       pointwise.block_count(weight.shape[2], weight.shape[1], y.shape[0],
                                             y.shape[2]),
@@ -435,7 +435,7 @@ def _pointwise_job(record, reals, weight, x, bias, residual, y, space, geometry,
 def _pointwise_transposed_job(record, reals, panels, x, bias, residual, y, space, code, act_a,
                               act_b):
     """POINTWISE_TRANSPOSED, as pointwise_transposed._pointwise_transposed (units: bands of
-    pixels by panels of channels; ``space``: a row of work space per chunk)."""
+    pixels by panels of channels; ``space``: a row of work space per thread of the team)."""
     _pointwise_record(record, reals, POINTWISE_TRANSPOSED,
                       pointwise_transposed.unit_count(x.shape[0], panels.shape[0], x.shape[2]),
                       panels, x, bias, residual, y, space, code, act_a, act_b)

@@ -21,8 +21,8 @@ into blocks of ROWS channels, so that a band of x stays in cache while every blo
 A sum over more than K_BLOCK channels is taken in slices: each slice's partial sums are
 stored as the float32 the registers hold and the next slice carries on from them
 (``tile_load``), so the result has the bits of the uncut sum. A widening convolution
-(C_out >= C_in) first copies its band of x into the chunk's work space (``space``); a
-narrowing one reads x in place.
+(C_out >= C_in) first copies its band of x into its thread's row of work space (``space``);
+a narrowing one reads x in place.
 
 The rows of x may also be the cols of a k x k convolution (layers/fast/gemm.py), made band by
 band straight into the work space (``cols_band``, from the stride phases of its image and
@@ -248,7 +248,7 @@ NO_GEOMETRY = np.zeros(0, np.int64)       # x's rows are x's own (not a convolut
 
 
 def space_size(c_in: int) -> int:
-    """Floats of work space one chunk of pointwise_blocks needs: a band of x, at most K_BLOCK
+    """Floats of work space a thread running pointwise_blocks needs: a band of x, at most K_BLOCK
     rows of ``block_width`` pixels, at most X_BLOCK floats unless one strip of COLUMNS is
     more."""
     return max(X_BLOCK, min(c_in, K_BLOCK) * COLUMNS)

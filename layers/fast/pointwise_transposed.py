@@ -147,7 +147,7 @@ def transposed_units(panels, x, bias, residual, y, space, code, a, b, first, las
 
 
 def space_size() -> int:
-    """Floats of work space one chunk of transposed_units needs."""
+    """Floats of work space a thread running transposed_units needs (its row)."""
     return BAND * COLUMNS
 
 

@@ -51,8 +51,8 @@ def _max_pool2d(x, y, kh, kw, stride_h, stride_w, dil_h, dil_w, top, left):
 
 @kernel(nogil=True)
 def max_pool_planes(x, y, kh, kw, stride_h, stride_w, dil_h, dil_w, top, left, first, last):
-    """Planes first .. last - 1 of _max_pool2d's, counted over (n, c): a share of the work
-    for one thread (layers/fast/jobs.py)."""
+    """Planes first .. last - 1 of _max_pool2d's, counted over (n, c): a chunk of the work
+    (layers/fast/jobs.py)."""
     n, channels, height, width = x.shape
     out_h, out_w = y.shape[2], y.shape[3]
     padded_w = max((out_w - 1) * stride_w + (kw - 1) * dil_w + 1, left + width)

@@ -279,7 +279,7 @@ def test_a_large_batch_goes_in_parts_with_the_same_bits(monkeypatch):
 
 def test_bands_fit_the_work_space():
     """A chunk packs one band of x (C_in rows of block_width pixels, at most K_BLOCK rows at
-    a time) into its row of work space: space_size must hold it for any size."""
+    a time) into its thread's row of work space: space_size must hold it for any size."""
     backend.start()
     for c_in in (1, 3, 16, 17, 100, 2047, 2048, 5000):
         for length in (1, 31, 32, 33, 49, 196, 3136, 12544, 100_000):

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from layers import kernels
-from layers.fast import backend, jobs, workers
+from layers.fast import backend, jobs, pointwise, workers
 from layers.fast.conv import PackedConv2d
 from layers.fast.epilogue import CLAMP, IDENTITY, Activation
 from layers.fast.winograd import pack_winograd_weight
@@ -200,6 +200,26 @@ def test_a_thousand_jobs_in_a_row_each_complete(team):
     for _ in range(1000):
         team.finish(y, ones, None, IDENTITY)             # y += 1 on every row, once
     np.testing.assert_allclose(y, want + 1000, rtol=1e-5)
+
+
+def test_a_job_runs_in_four_chunks_per_thread_with_a_row_of_space_per_thread(team):
+    """Each thread takes chunks until none is left (a slower one takes fewer), and the
+    pointwise kernels' work space is indexed by the thread, not the chunk: CHUNKS per thread,
+    as many rows as threads, the product numpy's; fewer rows are refused before any kernel
+    runs past them."""
+    assert team.chunks == workers.CHUNKS * team.threads
+    rng = np.random.default_rng(6)
+    weight = rng.standard_normal((1, 96, 32), dtype=np.float32)      # widening: x packed
+    x = rng.standard_normal((1, 32, 300), dtype=np.float32)
+    y = np.empty((1, 96, 300), np.float32)
+    bias, no_residual = np.zeros(96, np.float32), np.zeros((0, 0, 0), np.float32)
+    space = np.zeros((team.threads, pointwise.space_size(32)), np.float32)
+    team.pointwise(weight, x, bias, no_residual, y, space, pointwise.NO_GEOMETRY, IDENTITY)
+    np.testing.assert_allclose(y[0], weight[0] @ x[0], rtol=1e-4, atol=1e-4)
+    if team.threads > 1:
+        with pytest.raises(ValueError, match="one row per thread"):
+            team.pointwise(weight, x, bias, no_residual, y, space[:1], pointwise.NO_GEOMETRY,
+                           IDENTITY)
 
 
 def test_forwards_in_two_threads_at_once_share_one_team(shared):
