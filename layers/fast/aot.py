@@ -27,9 +27,10 @@ compiles the kernels just in time: a slower first run, the same results. The com
 output is logged at DEBUG level only (``python -m layers.fast.aot -v`` shows it).
 
 The modules are compiled for the instruction sets the CPU reports (``_features``), and run
-once in a child process before they are put where other processes find them
-(``_build_checked``): a module that kills it (an instruction this CPU lacks) is dropped, and
-this key's kernels run just in time from then on, instead of crashing the user's Python.
+once in a child process (layers/fast/check.py) before they are put where other processes
+find them (``_build_checked``): a module that kills it (an instruction this CPU lacks) is
+dropped, and this key's kernels run just in time from then on, instead of crashing the
+user's Python.
 
 This module builds and loads; it does not choose. backend.py calls ``load_or_build`` and
 binds what it returns, and falls back to the JIT on None. This module imports only
@@ -442,7 +443,7 @@ def _crashed_before(directory: Path, name: str) -> tuple[str, str] | None:
 
 def _build_checked(directory: Path, names: list[str], parts: list[int]) -> None:
     """Build ``parts`` into a folder of their own, run them there once in a child process
-    (``check``), and only then move them into ``directory``: a compiler that emits an
+    (layers/fast/check.py), and only then move them into ``directory``: a compiler that emits an
     instruction this CPU lacks kills that child (SIGILL), not a process of the user's, and no
     process loads them meanwhile. If the check dies of such a signal, a mark is left
     (``_crashed_before``: this key's kernels then run just in time, no rebuild); if it fails
@@ -471,23 +472,22 @@ def _build_checked(directory: Path, names: list[str], parts: list[int]) -> None:
             os.replace(built, directory / built.name)
 
 
-def check(staging: Path) -> None:
-    """The check child's work: bind the modules (those in ``staging`` first, the others from
-    the cache) and make one tiny call of every convolution algorithm (``algorithms.warm``)."""
-    from layers.fast import algorithms, backend
-
-    names = module_names()
-    modules = [_import(staging, name) or _import(cache_dir(), name) for name in names]
-    if None in modules:
-        raise SystemExit(f"missing modules: {[n for n, m in zip(names, modules) if m is None]}")
-    backend.use_compiled(_kernels_of(modules))
-    for name in algorithms.BY_NAME:
-        algorithms.warm(name)
+def load_from(*folders: Path) -> SimpleNamespace | None:
+    """The kernels of this key's modules, each module imported from the first of ``folders``
+    that holds it, without building anything; None if one is in none of them."""
+    modules = []
+    for name in _names():
+        module = next((m for m in (_import(folder, name) for folder in folders) if m), None)
+        if module is None:
+            return None
+        modules.append(module)
+    return _kernels_of(modules)
 
 
 def _check_command(staging: Path) -> list[str]:
-    """The command of the child process that runs the modules in ``staging`` once."""
-    return [sys.executable, "-m", "layers.fast.aot", "--check", str(staging)]
+    """The command of the child process that runs the modules in ``staging`` once
+    (layers/fast/check.py)."""
+    return [sys.executable, "-m", "layers.fast.check", str(staging)]
 
 
 def _child_env() -> dict[str, str]:
@@ -634,13 +634,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--part", type=int, help=argparse.SUPPRESS)     # a child: build
     parser.add_argument("--into", type=Path, help=argparse.SUPPRESS)    # this part there
     parser.add_argument("--log", type=Path, help=argparse.SUPPRESS)     # a background build
-    parser.add_argument("--check", type=Path, help=argparse.SUPPRESS)   # run new modules
     args = parser.parse_args(argv)
     if args.part is not None:
         build(args.into, args.part)
-        return 0
-    if args.check is not None:
-        check(args.check)
         return 0
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
                         format="%(message)s", filename=args.log)

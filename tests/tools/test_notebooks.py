@@ -3,9 +3,10 @@
 The notebooks are committed with their outputs (so they read well on a code host); this test
 re-executes each one from scratch, fails on the first cell that raises, and checks that the
 committed text outputs (not stderr) are what the fresh run printed, numbers with a decimal
-point aside (timings, errors of 1e-7) and temporary paths aside; a cell tagged ``timings`` (a
-table sorted by time) is not compared. Regenerate the stored outputs after a change with
-(``pip install -e ".[test,notebooks]"``):
+point aside (timings, errors of 1e-7), temporary paths aside, and which engine drew a graph
+(graphviz's dot where it is installed, else the built-in layout: infer/draw.py); a cell
+tagged ``timings`` (a table sorted by time) is not compared. Regenerate the stored outputs
+after a change with (``pip install -e ".[test,notebooks]"``):
 
     jupyter nbconvert --to notebook --execute --inplace notebooks/*.ipynb
 """
@@ -30,11 +31,12 @@ CELL_TIMEOUT = 300          # seconds: a guard against a hung cell, not a speed 
 DECIMAL = re.compile(r"[-+]?(?:\d+\.\d*|\.\d+)(?:[eE][-+]?\d+)?|[-+]?\d+[eE][-+]?\d+")
 TEMPORARY = re.compile(re.escape(tempfile.gettempdir()) + r"/[\w./-]+")
 ADDRESS = re.compile(r"0x[0-9a-fA-F]+")
+DRAWING = re.compile(r"<Drawing by \w+: \d+ characters of SVG>")   # infer/draw.py's repr
 
 
 def shown(notebook) -> list[tuple[int, str]]:
-    """(cell index, text it printed) for the code cells not tagged ``timings``, with decimal
-    numbers, temporary paths, addresses and runs of spaces made alike."""
+    """(cell index, text it printed) for the code cells not tagged ``timings``, with
+    drawings, decimal numbers, temporary paths, addresses and runs of spaces made alike."""
     texts = []
     for index, cell in enumerate(notebook.cells):
         if cell.cell_type != "code" or "timings" in cell.metadata.get("tags", []):
@@ -46,7 +48,8 @@ def shown(notebook) -> list[tuple[int, str]]:
             elif output.output_type in ("execute_result", "display_data"):
                 parts.append(output.get("data", {}).get("text/plain", ""))
         # temporary paths first: their random names hold digits the decimal mask would cut
-        text = ADDRESS.sub("0x?", DECIMAL.sub("#", TEMPORARY.sub("<tmp>", "".join(parts))))
+        text = DRAWING.sub("<Drawing>", "".join(parts))
+        text = ADDRESS.sub("0x?", DECIMAL.sub("#", TEMPORARY.sub("<tmp>", text)))
         texts.append((index, re.sub(r"[ \t]+", " ", text)))
     return texts
 
