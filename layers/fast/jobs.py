@@ -428,6 +428,8 @@ def _pointwise_job(record, reals, weight, x, bias, residual, y, space, geometry,
                       weight, x, bias, residual, y, space, code, act_a, act_b)
     record[PW_GEOMETRY_SIZE] = geometry.shape[0]
     _put_ints(record, PW_GEOMETRY, geometry)
+    for row in range(space.shape[0]):                 # no thread holds a band of this x yet
+        pointwise.forget_band(space[row])
 
 
 @kernel(nogil=True, exported=(RECORD, REALS, array(3), array(3), array(1), array(3),

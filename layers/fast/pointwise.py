@@ -21,8 +21,9 @@ into blocks of ROWS channels, so that a band of x stays in cache while every blo
 A sum over more than K_BLOCK channels is taken in slices: each slice's partial sums are
 stored as the float32 the registers hold and the next slice carries on from them
 (``tile_load``), so the result has the bits of the uncut sum. A widening convolution
-(C_out >= C_in) first copies its band of x into its thread's row of work space (``space``);
-a narrowing one reads x in place.
+(C_out >= C_in) first copies its band of x into its thread's row of work space (``space``),
+whose header says which band it holds: a thread that takes the next chunk of the same band
+does not copy it again; a narrowing one reads x in place.
 
 The rows of x may also be the cols of a k x k convolution (layers/fast/gemm.py), made band by
 band straight into the work space (``cols_band``, from the stride phases of its image and
@@ -55,6 +56,8 @@ X_BLOCK = 1 << 16      # floats of x a band of pixels reads (256 KiB)
 K_BLOCK = 256          # input channels summed per pass over the output (when C_in is more)
 SHARED_FROM = 1 << 18  # multiply-adds: a smaller product runs faster alone than shared
 STACK_CHAIN = 16       # channels per chain of a stack's sums (Winograd's products)
+HEADER = 16            # floats before a row of work space's band: (band + 1, k0) it holds,
+                       # read by the next chunk its thread takes (64 bytes: rows stay aligned)
 
 
 @kernel(nogil=True, exported=(array(3), array(3), array(1), array(3), array(3), array(1),
@@ -62,8 +65,16 @@ STACK_CHAIN = 16       # channels per chain of a stack's sums (Winograd's produc
 def _pointwise(weight, x, bias, residual, y, space, geometry, code, a, b):
     """y[n] (C_out, L) = activation(weight[n or 0] (C_out, C_in) @ x[n] (C_in, L) + bias[c] +
     residual[n]), every block (``pointwise_blocks``; ``space``: space_size(C_in) floats)."""
+    forget_band(space)
     pointwise_blocks(weight, x, bias, residual, y, space, geometry, code, a, b, np.int64(0),
                      block_count(weight.shape[2], weight.shape[1], y.shape[0], y.shape[2]))
+
+
+@kernel(nogil=True, inline="always")
+def forget_band(space):
+    """Mark a row of work space as holding no band of x: done before each call or job, so
+    that a band packed from another x is never taken for this one's."""
+    space[0] = np.float32(0.0)
 
 
 @kernel(nogil=True)
@@ -173,20 +184,21 @@ def pointwise_blocks(weight, x, bias, residual, y, space, geometry, code, a, b, 
     rs = residual.reshape(residual.size)
     pack = cols or c_out >= c_in                      # x read again for each 6 channels
     chain = STACK_CHAIN if stacked else K_BLOCK       # channels per chain of the sum
-    packed, xs = space[:min(c_in, K_BLOCK) * width], x.reshape(x.size)
+    held = space[:HEADER]                             # which band the work space holds
+    packed, xs = space[HEADER:HEADER + min(c_in, K_BLOCK) * width], x.reshape(x.size)
     no_bias, no_residual = np.zeros(ROWS, np.float32), rs[:0]     # for partial sums
     for k0 in range(0, max(c_in, 1), K_BLOCK):       # a slice of the sum over k ...
         k1 = min(c_in, k0 + K_BLOCK)
         whole = k1 == c_in                            # ... the last one: finish y
-        packed_band = -1
         for block in range(first, last):
             image, index = block // (panels * bands), block % (panels * bands)
             band, panel = index // panels, index % panels
             start = band * width
             stop = min(length, start + width)
             if pack:                                  # x[k, p] at source[k * step + p - start]
-                if image * bands + band != packed_band:
-                    packed_band = image * bands + band
+                held_band, held_k0 = np.float32(image * bands + band + 1), np.float32(k0)
+                if held[0] != held_band or held[1] != held_k0:   # not packed by this thread
+                    held[0], held[1] = held_band, held_k0        # in this call or job yet
                     if cols:
                         cols_band(x, image, geometry, row_len, tap_start, k0, k1, start,
                                   stop, packed, width)
@@ -248,10 +260,10 @@ NO_GEOMETRY = np.zeros(0, np.int64)       # x's rows are x's own (not a convolut
 
 
 def space_size(c_in: int) -> int:
-    """Floats of work space a thread running pointwise_blocks needs: a band of x, at most K_BLOCK
-    rows of ``block_width`` pixels, at most X_BLOCK floats unless one strip of COLUMNS is
-    more."""
-    return max(X_BLOCK, min(c_in, K_BLOCK) * COLUMNS)
+    """Floats of work space a thread running pointwise_blocks needs: HEADER, then a band of x,
+    at most K_BLOCK rows of ``block_width`` pixels, at most X_BLOCK floats unless one strip of
+    COLUMNS is more."""
+    return HEADER + max(X_BLOCK, min(c_in, K_BLOCK) * COLUMNS)
 
 
 def pointwise_conv2d(weight: np.ndarray, x: np.ndarray, bias: np.ndarray | None,

@@ -205,8 +205,9 @@ def test_a_thousand_jobs_in_a_row_each_complete(team):
 def test_a_job_runs_in_four_chunks_per_thread_with_a_row_of_space_per_thread(team):
     """Each thread takes chunks until none is left (a slower one takes fewer), and the
     pointwise kernels' work space is indexed by the thread, not the chunk: CHUNKS per thread,
-    as many rows as threads, the product numpy's; fewer rows are refused before any kernel
-    runs past them."""
+    as many rows as threads, the product numpy's. A thread keeps the band of x it packed for
+    its next chunk of the same band, never for another call's x (the same space, reused);
+    fewer rows are refused before any kernel runs past them."""
     assert team.chunks == workers.CHUNKS * team.threads
     rng = np.random.default_rng(6)
     weight = rng.standard_normal((1, 96, 32), dtype=np.float32)      # widening: x packed
@@ -216,6 +217,14 @@ def test_a_job_runs_in_four_chunks_per_thread_with_a_row_of_space_per_thread(tea
     space = np.zeros((team.threads, pointwise.space_size(32)), np.float32)
     team.pointwise(weight, x, bias, no_residual, y, space, pointwise.NO_GEOMETRY, IDENTITY)
     np.testing.assert_allclose(y[0], weight[0] @ x[0], rtol=1e-4, atol=1e-4)
+    for seed in (7, 8):               # the same space, another x: no band of the old one
+        x2 = np.random.default_rng(seed).standard_normal((1, 32, 300), dtype=np.float32)
+        team.pointwise(weight, x2, bias, no_residual, y, space, pointwise.NO_GEOMETRY,
+                       IDENTITY)
+        np.testing.assert_allclose(y[0], weight[0] @ x2[0], rtol=1e-4, atol=1e-4)
+        pointwise._pointwise(weight, x, bias, no_residual, y, space[0], pointwise.NO_GEOMETRY,
+                             IDENTITY.code, IDENTITY.a, IDENTITY.b)
+        np.testing.assert_allclose(y[0], weight[0] @ x[0], rtol=1e-4, atol=1e-4)
     if team.threads > 1:
         with pytest.raises(ValueError, match="one row per thread"):
             team.pointwise(weight, x, bias, no_residual, y, space[:1], pointwise.NO_GEOMETRY,
