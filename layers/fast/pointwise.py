@@ -185,6 +185,7 @@ def pointwise_blocks(weight, x, bias, residual, y, space, geometry, code, a, b, 
     pack = cols or c_out >= c_in                      # x read again for each 6 channels
     chain = STACK_CHAIN if stacked else K_BLOCK       # channels per chain of the sum
     held = space[:HEADER]                             # which band the work space holds
+    keep = y.shape[0] * bands < (1 << 24)             # band numbers exact as float32
     packed, xs = space[HEADER:HEADER + min(c_in, K_BLOCK) * width], x.reshape(x.size)
     no_bias, no_residual = np.zeros(ROWS, np.float32), rs[:0]     # for partial sums
     for k0 in range(0, max(c_in, 1), K_BLOCK):       # a slice of the sum over k ...
@@ -197,8 +198,8 @@ def pointwise_blocks(weight, x, bias, residual, y, space, geometry, code, a, b, 
             stop = min(length, start + width)
             if pack:                                  # x[k, p] at source[k * step + p - start]
                 held_band, held_k0 = np.float32(image * bands + band + 1), np.float32(k0)
-                if held[0] != held_band or held[1] != held_k0:   # not packed by this thread
-                    held[0], held[1] = held_band, held_k0        # in this call or job yet
+                if not keep or held[0] != held_band or held[1] != held_k0:   # not yet
+                    held[0], held[1] = held_band, held_k0        # by this thread
                     if cols:
                         cols_band(x, image, geometry, row_len, tap_start, k0, k1, start,
                                   stop, packed, width)

@@ -39,7 +39,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from layers.fast import jobs
+from layers.fast import jobs, pointwise, pointwise_transposed
 from layers.fast.epilogue import Activation, epilogue_operands, nothing_to_finish
 from layers.fast.team import current_team as current  # workers.current(), as before
 from layers.fast.team import scratch as scratch  # workers.scratch, as before
@@ -142,7 +142,7 @@ class Team:
         """pointwise._pointwise, shared (a bias of zeros, a residual of no values for none;
         ``space``: a row of work space per thread; ``geometry``: no values for a plain
         product)."""
-        self._check_space(space)
+        self._check_space(space, pointwise.space_size(weight.shape[2]))
         self._share(jobs._pointwise_job, self.chunks, weight, x, bias, residual, y, space,
                     geometry, activation.code, activation.a, activation.b)
 
@@ -150,16 +150,17 @@ class Team:
                              residual: np.ndarray, y: np.ndarray, space: np.ndarray,
                              activation: Activation) -> None:
         """pointwise_transposed._pointwise_transposed, shared (as ``pointwise``)."""
-        self._check_space(space)
+        self._check_space(space, pointwise_transposed.space_size())
         self._share(jobs._pointwise_transposed_job, self.chunks, panels, x, bias, residual, y,
                     space, activation.code, activation.a, activation.b)
 
-    def _check_space(self, space: np.ndarray) -> None:
-        """A job's work space has a row for every thread of the team (jobs._run_units indexes
-        it by the thread's slot, unchecked)."""
-        if space.ndim != 2 or space.shape[0] < self.threads:
+    def _check_space(self, space: np.ndarray, floats: int) -> None:
+        """A job's work space has a row of ``floats`` or more for every thread of the team
+        (jobs._run_units indexes it by the thread's slot, and the kernels write into it,
+        unchecked)."""
+        if space.ndim != 2 or space.shape[0] < self.threads or space.shape[1] < floats:
             raise ValueError(f"work space of shape {space.shape} for a team of {self.threads} "
-                             f"threads: one row per thread needed")
+                             f"threads: one row of {floats} floats per thread needed")
 
     def split_planes(self, x: np.ndarray, phases: np.ndarray, geometry: np.ndarray) -> None:
         """gemm._split_planes, shared (units: planes)."""

@@ -225,8 +225,22 @@ def test_a_job_runs_in_four_chunks_per_thread_with_a_row_of_space_per_thread(tea
         pointwise._pointwise(weight, x, bias, no_residual, y, space[0], pointwise.NO_GEOMETRY,
                              IDENTITY.code, IDENTITY.a, IDENTITY.b)
         np.testing.assert_allclose(y[0], weight[0] @ x[0], rtol=1e-4, atol=1e-4)
+    held = [tuple(row) for row in space[:, :2]]      # (band + 1, k0) each thread holds
+    assert (1, 0) in held and set(held) <= {(1, 0), (0, 0)}        # one band: band 0, k0 0
+    # two images of three bands each, two slices of K: chunks cross bands and images
+    weight = rng.standard_normal((1, 300, 290), dtype=np.float32)
+    x = rng.standard_normal((2, 290, 1500), dtype=np.float32)
+    y = np.empty((2, 300, 1500), np.float32)
+    space = np.zeros((team.threads, pointwise.space_size(290)), np.float32)
+    assert pointwise.block_width(290, 1500) < 1500 // 2
+    team.pointwise(weight, x, np.zeros(300, np.float32), no_residual, y, space,
+                   pointwise.NO_GEOMETRY, IDENTITY)
+    np.testing.assert_allclose(y, weight[0] @ x, rtol=1e-3, atol=1e-3)
+    with pytest.raises(ValueError, match="one row of"):
+        team.pointwise(weight, x, bias, no_residual, y, space[:, :-1], pointwise.NO_GEOMETRY,
+                       IDENTITY)
     if team.threads > 1:
-        with pytest.raises(ValueError, match="one row per thread"):
+        with pytest.raises(ValueError, match="per thread needed"):
             team.pointwise(weight, x, bias, no_residual, y, space[:1], pointwise.NO_GEOMETRY,
                            IDENTITY)
 
