@@ -6,9 +6,10 @@
 numba's ``pycc`` compiles each exported kernel (layers/fast/kernel.py, found by binding.py)
 for its one signature, for the host CPU, and links it with numba's small C runtime into
 ``kernels_<key>_<part>.<ext>``. ``key`` hashes everything the machine code depends on: the
-sources of the kernels, the numba, numpy and Python versions, the CPU and the width of the
-register tiles (layers/fast/simd.py's LANES, which PNNX_INFER_LANES may set); a change to any
-of them makes new modules, built the next time a graph is built (about a minute, once).
+sources of the kernels, the numba, numpy and Python versions, the CPU (and numba's
+NUMBA_CPU_NAME and NUMBA_CPU_FEATURES, which override it) and the width of the register
+tiles (layers/fast/simd.py's LANES, which PNNX_INFER_LANES may set); a change to any of them
+makes new modules, built the next time a graph is built (about a minute, once).
 The kernels are dealt into PARTS modules, compiled by as many child processes side by side
 (numba's compiler is single-threaded), jobs._work alone in one of them. The children keep
 numba and LLVM out of the process that asked; a file lock makes processes starting
@@ -72,7 +73,8 @@ def key() -> str:
         digest.update(source.name.encode() + source.read_bytes())
     for part in (_version("numba"), np.__version__, sys.version,
                  importlib.machinery.EXTENSION_SUFFIXES[0], cpu_description(),
-                 f"lanes {simd.LANES}"):
+                 f"lanes {simd.LANES}", *(f"{name}={os.environ.get(name, '')}"
+                                          for name in ("NUMBA_CPU_NAME", "NUMBA_CPU_FEATURES"))):
         digest.update(part.encode())
     return digest.hexdigest()[:16]
 
@@ -143,8 +145,7 @@ def load_or_build() -> SimpleNamespace | None:
                     _remove_stale(directory, names)
         except (OSError, subprocess.SubprocessError, NotBuilt) as exc:
             reason, advice = _why(exc)
-            log.warning(f"{reason}: numba compiles the fast kernels just in time instead "
-                        f"(a slower first run, the same results). {advice}".strip())
+            log.warning(f"{reason}: {JIT_INSTEAD}. {advice}".strip())
             return None
     return _kernels_of(modules)
 
@@ -153,6 +154,10 @@ def _kernels_of(modules: list) -> SimpleNamespace:
     """The exported kernels of ``modules``, one attribute each."""
     return SimpleNamespace(**{name: getattr(module, name) for module in modules
                               for name in dir(module) if not name.startswith("_")})
+
+
+JIT_INSTEAD = ("numba compiles the fast kernels just in time instead (a slower first run, the "
+               "same results)")    # what a process that cannot have the modules does
 
 
 class NotBuilt(Exception):
@@ -394,13 +399,16 @@ class BackgroundBuild:
         return self._state
 
     def _last_words(self) -> str:
-        """The builder's last line of log, or its exit status."""
+        """The builder's last line of log, or its exit status; without what the builder
+        itself would have done instead (this process's graphs stay on the reference floor)."""
         try:
             lines = [line.strip() for line in self.log_path.read_text().splitlines()
                      if line.strip()]
         except OSError:
             lines = []
-        return lines[-1][:300] if lines else f"exit status {self.process.returncode}"
+        if not lines:
+            return f"exit status {self.process.returncode}"
+        return lines[-1].replace(f": {JIT_INSTEAD}.", ".")[:300]
 
 
 _background: BackgroundBuild | None = None

@@ -271,3 +271,26 @@ def test_the_check_of_new_modules_runs_every_algorithm_on_them():
     done = subprocess.run(aot._check_command(aot.cache_dir()), env=aot._child_env(), cwd=REPO,
                           capture_output=True, text=True, timeout=aot.CHECK_TIMEOUT)
     assert done.returncode == 0, done.stderr
+
+
+def test_the_key_follows_numbas_cpu_overrides(monkeypatch):
+    """Modules compiled under NUMBA_CPU_FEATURES (or NUMBA_CPU_NAME) are not reused without
+    it, nor the other way round: a crash mark left by one stays with it."""
+    monkeypatch.delenv("NUMBA_CPU_FEATURES", raising=False)
+    monkeypatch.delenv("NUMBA_CPU_NAME", raising=False)
+    plain = aot.key()
+    monkeypatch.setenv("NUMBA_CPU_FEATURES", "+avx2,-avx512f")
+    features = aot.key()
+    monkeypatch.setenv("NUMBA_CPU_NAME", "generic")
+    assert len({plain, features, aot.key()}) == 3
+
+
+def test_a_failed_background_build_says_why_without_the_builders_own_fallback(tmp_path):
+    """The builder logs "<why>: numba compiles ... just in time instead. <advice>"; the
+    process that waited for it keeps its graphs on the reference floor, so its warning
+    quotes the why and the advice only."""
+    build = object.__new__(aot.BackgroundBuild)
+    build.log_path = tmp_path / "build.log"
+    build.log_path.write_text(f"compiling ...\n{aot.CRASHED}: {aot.JIT_INSTEAD}. Delete X to "
+                              f"try building them again.\n")
+    assert build._last_words() == f"{aot.CRASHED}. Delete X to try building them again."
