@@ -441,12 +441,15 @@ def _crash_mark(directory: Path, name: str) -> Path:
     return directory / f"{name}.crashed"
 
 
+def _crashed(mark: Path) -> tuple[str, str]:
+    """(reason, advice) of modules that crashed, whose crash mark is ``mark``."""
+    return CRASHED, f"Delete {mark} to try building them again."
+
+
 def _crashed_before(directory: Path, name: str) -> tuple[str, str] | None:
     """(reason, advice) if this key's modules crashed here before, else None."""
     mark = _crash_mark(directory, name)
-    if mark.exists():
-        return CRASHED, f"Delete {mark} to try building them again."
-    return None
+    return _crashed(mark) if mark.exists() else None
 
 
 def _build_checked(directory: Path, names: list[str], parts: list[int]) -> None:
@@ -469,9 +472,9 @@ def _build_checked(directory: Path, names: list[str], parts: list[int]) -> None:
             log.debug("the check of the new modules said:\n%s", child.stdout.rstrip())
         killed_by = {-s.value: s.name for s in signal.Signals}.get(child.returncode)
         if killed_by in CRASH_SIGNALS:
-            _crash_mark(directory, names[0]).write_text(f"{killed_by}\n")
-            raise NotBuilt(CRASHED, f"Delete {_crash_mark(directory, names[0])} to try "
-                                    "building them again.")
+            mark = _crash_mark(directory, names[0])
+            mark.write_text(f"{killed_by}\n")
+            raise NotBuilt(*_crashed(mark))
         if child.returncode != 0:
             raise NotBuilt(f"the new kernels failed their check (exit status "
                            f"{child.returncode})", DETAILS)
