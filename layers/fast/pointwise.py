@@ -14,7 +14,10 @@ The sum over C_in is taken in chains of fused multiply-adds, each from zero and 
 turn to the sum of those before (``tile_add``): chains of K_BLOCK channels for one matrix,
 of STACK_CHAIN for a stack, whose sums Winograd's output transform amplifies (a chain's
 float32 error grows with the partial sums it carries; short chains added up stay nearer
-the exact sum: tests/fast/test_precision.py).
+the exact sum: tests/fast/test_precision.py). A sum that is one chain (most 1x1 layers) is
+taken straight into the tile (0 + a chain from zero is the chain, bit for bit): holding a
+second tile while a chain runs would spill one to memory on AVX2, whose 16 registers hold
+one tile and its operands.
 
 Work is cut into bands of pixels of at most X_BLOCK floats of x (``block_width``), each band
 into blocks of ROWS channels, so that a band of x stays in cache while every block reads it.
@@ -216,30 +219,38 @@ def pointwise_blocks(weight, x, bias, residual, y, space, geometry, code, a, b, 
             for p0 in range(start, stop, COLUMNS):
                 count = min(COLUMNS, stop - p0)
                 at = (image * c_out + c0) * length + p0
-                if k0 == 0:
-                    tile = tile_zero()
-                else:                                 # carry on from the slices before
-                    tile = tile_load(ys, at, length, rows, count)
                 narrow = count <= LANES               # one vector a row is enough
                 read = LANES if narrow else COLUMNS   # floats of x read a row
                 inside = origin + (k1 - 1) * step + p0 + read <= source.size
-                for h0 in range(k0, k1, chain):       # tile += a chain, from zero
-                    part = tile_zero()
-                    h1 = min(k1, h0 + chain)
-                    if inside and narrow:             # weight[c0:, k] x[k, p0:], whole vectors
-                        for k in range(h0, h1):
-                            part = tile_fma_narrow(part, w, w0 + k, c_in, rows, source,
-                                                   origin + k * step + p0, LANES)
-                    elif inside:
-                        for k in range(h0, h1):
-                            part = tile_fma(part, w, w0 + k, c_in, rows, source,
-                                            origin + k * step + p0, COLUMNS)
-                    else:                             # the tile at the very end of x
-                        for k in range(h0, h1):
-                            at_x = origin + k * step + p0     # whole vectors up to x's end
-                            part = tile_fma(part, w, w0 + k, c_in, rows, source, at_x,
-                                            min(read, source.size - at_x))
-                    tile = tile_add(tile, part)
+                if k0 == 0 and k1 <= chain and inside and not narrow:
+                    # the common tile: its whole sum is one chain, taken straight into it
+                    # (a second tile held while a chain runs, 24 vectors, spills on AVX2)
+                    tile = tile_zero()
+                    for k in range(k1):
+                        tile = tile_fma(tile, w, w0 + k, c_in, rows, source,
+                                        origin + k * step + p0, COLUMNS)
+                else:
+                    if k0 == 0:
+                        tile = tile_zero()
+                    else:                             # carry on from the slices before
+                        tile = tile_load(ys, at, length, rows, count)
+                    for h0 in range(k0, k1, chain):   # tile += a chain, from zero
+                        part = tile_zero()
+                        h1 = min(k1, h0 + chain)
+                        if inside and narrow:         # weight[c0:, k] x[k, p0:], whole vectors
+                            for k in range(h0, h1):
+                                part = tile_fma_narrow(part, w, w0 + k, c_in, rows, source,
+                                                       origin + k * step + p0, LANES)
+                        elif inside:
+                            for k in range(h0, h1):
+                                part = tile_fma(part, w, w0 + k, c_in, rows, source,
+                                                origin + k * step + p0, COLUMNS)
+                        else:                         # the tile at the very end of x
+                            for k in range(h0, h1):
+                                at_x = origin + k * step + p0   # whole vectors up to x's end
+                                part = tile_fma(part, w, w0 + k, c_in, rows, source, at_x,
+                                                min(read, source.size - at_x))
+                        tile = tile_add(tile, part)
                 if not whole:                         # a partial sum, stored as it is
                     tile_store(tile, ys, at, length, rows, count, no_bias, 0, no_residual,
                                open_lo, open_hi)

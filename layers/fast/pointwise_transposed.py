@@ -113,15 +113,13 @@ def transposed_units(panels, x, bias, residual, y, space, code, a, b, first, las
             for p0 in range(start, stop, ROWS):       # tile[r, j]: pixel p0 + r, channel c0 + j
                 rows = min(ROWS, stop - p0)
                 at = (p0 - start) * COLUMNS
-                if k0 == 0:
-                    tile = tile_zero()
-                else:                                 # carry on from the slices before
-                    tile = tile_load(space, at, COLUMNS, rows, COLUMNS)
                 part = tile_zero()                    # the slice's chain, from zero
                 for k in range(k0, k1):               # part += x[k, p0:] (x) panels[k, :]
                     part = tile_fma(part, xs, x0 + k * length + p0, 1, rows, ws,
                                     w0 + k * COLUMNS, COLUMNS)
-                tile = tile_add(tile, part)
+                # carried on from the slices before, read after the chain (as pointwise.py)
+                tile = part if k0 == 0 else tile_add(tile_load(space, at, COLUMNS, rows,
+                                                               COLUMNS), part)
                 tile_store(tile, space, at, COLUMNS, rows, COLUMNS, no_bias, 0, no_residual,
                            open_lo, open_hi)
         channels, pixels = min(COLUMNS, c_out - c0), stop - start
