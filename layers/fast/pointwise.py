@@ -25,8 +25,9 @@ A sum over more than K_BLOCK channels is taken in slices: each slice's partial s
 stored as the float32 the registers hold and the next slice carries on from them
 (``tile_load``), so the result has the bits of the uncut sum. A widening convolution
 (C_out >= C_in) first copies its band of x into its thread's row of work space (``space``),
-whose header says which band it holds: a thread that takes the next chunk of the same band
-does not copy it again; a narrowing one reads x in place.
+in strips of COLUMNS pixels (``pack_strips``: each tile then reads one run of memory), whose
+header says which band it holds: a thread that takes the next chunk of the same band does
+not copy it again; a narrowing one reads x in place.
 
 The rows of x may also be the cols of a k x k convolution (layers/fast/gemm.py), made band by
 band straight into the work space (``cols_band``, from the stride phases of its image and
@@ -153,6 +154,27 @@ def cols_band(phases, image, geometry, row_len, tap_start, k0, k1, start, stop, 
 
 
 @kernel(nogil=True, inline="always")
+def pack_strips(xs, first, length, k0, k1, start, stop, packed):
+    """Rows k0 .. k1 - 1 of x (x[k, p] at xs[first + k * length + p]), pixels start ..
+    stop - 1, into ``packed`` in strips of COLUMNS pixels, each strip's rows one after the
+    other::
+
+        packed[(p - start) // COLUMNS * (k1 - k0) * COLUMNS + (k - k0) * COLUMNS
+               + (p - start) % COLUMNS] = x[k, p]
+
+    so that a tile reads one run of memory, strip after strip, rather than a vector from
+    each of k1 - k0 rows (rows a multiple of 4 KiB apart, as on 32x32 images, all fall in
+    the same few sets of the L1 cache). Lanes past ``stop`` in the last strip keep what they
+    held: they are summed and never stored."""
+    depth = (k1 - k0) * COLUMNS
+    for k in range(k0, k1):
+        row, target = first + k * length, (k - k0) * COLUMNS
+        for p in range(start, stop, COLUMNS):
+            copy_run(xs, row + p, packed, target + (p - start) // COLUMNS * depth,
+                     min(COLUMNS, stop - p))
+
+
+@kernel(nogil=True, inline="always")
 def copy_run(source, source_first, target, target_first, count):
     """target[target_first + q] = source[source_first + q] for q < count, LANES at a time
     and the rest in one masked vector (a loop over computed indices compiles to gathers or
@@ -199,7 +221,7 @@ def pointwise_blocks(weight, x, bias, residual, y, space, geometry, code, a, b, 
             band, panel = index // panels, index % panels
             start = band * width
             stop = min(length, start + width)
-            if pack:                                  # x[k, p] at source[k * step + p - start]
+            if pack:                                  # x's band into the work space
                 held_band, held_k0 = np.float32(image * bands + band + 1), np.float32(k0)
                 if not keep or held[0] != held_band or held[1] != held_k0:   # not yet
                     held[0], held[1] = held_band, held_k0        # by this thread
@@ -207,10 +229,12 @@ def pointwise_blocks(weight, x, bias, residual, y, space, geometry, code, a, b, 
                         cols_band(x, image, geometry, row_len, tap_start, k0, k1, start,
                                   stop, packed, width)
                     else:
-                        for k in range(k0, k1):
-                            copy_run(xs, (image * c_in + k) * length + start, packed,
-                                     (k - k0) * width, stop - start)
-                source, origin, step = packed, -start - k0 * width, width
+                        pack_strips(xs, image * c_in * length, length, k0, k1, start, stop,
+                                    packed)
+                if cols:                              # rows of ``width`` pixels
+                    source, origin, step = packed, -start - k0 * width, width
+                else:                                 # strips (pack_strips)
+                    source, origin, step = packed, -start * (k1 - k0) - k0 * COLUMNS, COLUMNS
             else:
                 source, origin, step = xs, image * c_in * length, length
             c0 = panel * ROWS
@@ -221,14 +245,16 @@ def pointwise_blocks(weight, x, bias, residual, y, space, geometry, code, a, b, 
                 at = (image * c_out + c0) * length + p0
                 narrow = count <= LANES               # one vector a row is enough
                 read = LANES if narrow else COLUMNS   # floats of x read a row
-                inside = origin + (k1 - 1) * step + p0 + read <= source.size
+                # x[k, p0] at source[x0 + k * step] (a strip starts at each tile's p0)
+                x0 = origin + (p0 * (k1 - k0) if pack and not cols else p0)
+                inside = x0 + (k1 - 1) * step + read <= source.size
                 if k0 == 0 and k1 <= chain and inside and not narrow:
                     # the common tile: its whole sum is one chain, taken straight into it
                     # (a second tile held while a chain runs, 24 vectors, spills on AVX2)
                     tile = tile_zero()
                     for k in range(k1):
-                        tile = tile_fma(tile, w, w0 + k, c_in, rows, source,
-                                        origin + k * step + p0, COLUMNS)
+                        tile = tile_fma(tile, w, w0 + k, c_in, rows, source, x0 + k * step,
+                                        COLUMNS)
                 else:
                     if k0 == 0:
                         tile = tile_zero()
@@ -240,14 +266,14 @@ def pointwise_blocks(weight, x, bias, residual, y, space, geometry, code, a, b, 
                         if inside and narrow:         # weight[c0:, k] x[k, p0:], whole vectors
                             for k in range(h0, h1):
                                 part = tile_fma_narrow(part, w, w0 + k, c_in, rows, source,
-                                                       origin + k * step + p0, LANES)
+                                                       x0 + k * step, LANES)
                         elif inside:
                             for k in range(h0, h1):
                                 part = tile_fma(part, w, w0 + k, c_in, rows, source,
-                                                origin + k * step + p0, COLUMNS)
+                                                x0 + k * step, COLUMNS)
                         else:                         # the tile at the very end of x
                             for k in range(h0, h1):
-                                at_x = origin + k * step + p0   # whole vectors up to x's end
+                                at_x = x0 + k * step          # whole vectors up to x's end
                                 part = tile_fma(part, w, w0 + k, c_in, rows, source, at_x,
                                                 min(read, source.size - at_x))
                         tile = tile_add(tile, part)
