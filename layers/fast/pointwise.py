@@ -15,9 +15,10 @@ turn to the sum of those before (``tile_add``): chains of K_BLOCK channels for o
 of STACK_CHAIN for a stack, whose sums Winograd's output transform amplifies (a chain's
 float32 error grows with the partial sums it carries; short chains added up stay nearer
 the exact sum: tests/fast/test_precision.py). A sum that is one chain (most 1x1 layers) is
-taken straight into the tile (0 + a chain from zero is the chain, bit for bit): holding a
-second tile while a chain runs would spill one to memory on AVX2, whose 16 registers hold
-one tile and its operands.
+taken straight into the tile (0 + a chain from zero is the chain, bit for bit), and a slice
+that is one chain is added to the partial sums only after it: holding a second tile while
+a chain runs would spill one to memory on AVX2, whose 16 registers hold one tile and its
+operands.
 
 Work is cut into bands of pixels of at most X_BLOCK floats of x (``block_width``), each band
 into blocks of ROWS channels, so that a band of x stays in cache while every block reads it.
@@ -248,13 +249,16 @@ def pointwise_blocks(weight, x, bias, residual, y, space, geometry, code, a, b, 
                 # x[k, p0] at source[x0 + k * step] (a strip starts at each tile's p0)
                 x0 = origin + (p0 * (k1 - k0) if pack and not cols else p0)
                 inside = x0 + (k1 - 1) * step + read <= source.size
-                if k0 == 0 and k1 <= chain and inside and not narrow:
-                    # the common tile: its whole sum is one chain, taken straight into it
-                    # (a second tile held while a chain runs, 24 vectors, spills on AVX2)
+                if k1 - k0 <= chain and inside and not narrow:
+                    # the common tile: the slice's sum is one chain, taken straight into it,
+                    # then added to the slices before it, read only now (a second tile
+                    # held while a chain runs, 24 vectors, spills on AVX2)
                     tile = tile_zero()
-                    for k in range(k1):
+                    for k in range(k0, k1):
                         tile = tile_fma(tile, w, w0 + k, c_in, rows, source, x0 + k * step,
                                         COLUMNS)
+                    if k0 > 0:
+                        tile = tile_add(tile_load(ys, at, length, rows, count), tile)
                 else:
                     if k0 == 0:
                         tile = tile_zero()
