@@ -28,7 +28,8 @@ stored as the float32 the registers hold and the next slice carries on from them
 (C_out >= C_in) first copies its band of x into its thread's row of work space (``space``),
 in strips of COLUMNS pixels (``pack_strips``: each tile then reads one run of memory), whose
 header says which band it holds: a thread that takes the next chunk of the same band does
-not copy it again; a narrowing one reads x in place.
+not copy it again; a narrowing one reads x in place, unless its rows are not whole cache
+lines (7x7 and 14x14 images), whose vectors would straddle two.
 
 The rows of x may also be the cols of a k x k convolution (layers/fast/gemm.py), made band by
 band straight into the work space (``cols_band``, from the stride phases of its image and
@@ -61,6 +62,8 @@ X_BLOCK = 1 << 16      # floats of x a band of pixels reads (256 KiB)
 K_BLOCK = 256          # input channels summed per pass over the output (when C_in is more)
 SHARED_FROM = 1 << 18  # multiply-adds: a smaller product runs faster alone than shared
 STACK_CHAIN = 16       # channels per chain of a stack's sums (Winograd's products)
+LINE_FLOATS = 16       # floats in a 64-byte cache line: rows of x of other lengths are
+                       # packed (a vector read across two lines costs about two)
 HEADER = 16            # floats before a row of work space's band: (band + 1, k0) it holds,
                        # read by the next chunk its thread takes (64 bytes: rows stay aligned)
 
@@ -208,7 +211,8 @@ def pointwise_blocks(weight, x, bias, residual, y, space, geometry, code, a, b, 
     lo, hi = clamp_bounds(code, a, b)                 # clamped in the block: ReLU, ReLU6
     w, ys = weight.reshape(weight.size), y.reshape(y.size)
     rs = residual.reshape(residual.size)
-    pack = cols or c_out >= c_in                      # x read again for each 6 channels
+    # x packed (read again for each 6 channels), unless narrowing on rows of whole lines
+    pack = cols or c_out >= c_in or length % LINE_FLOATS != 0
     chain = STACK_CHAIN if stacked else K_BLOCK       # channels per chain of the sum
     held = space[:HEADER]                             # which band the work space holds
     keep = y.shape[0] * bands < (1 << 24)             # band numbers exact as float32
