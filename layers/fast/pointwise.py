@@ -14,26 +14,29 @@ The sum over C_in is taken in chains of fused multiply-adds, each from zero and 
 turn to the sum of those before (``tile_add``): chains of K_BLOCK channels for one matrix,
 of STACK_CHAIN for a stack, whose sums Winograd's output transform amplifies (a chain's
 float32 error grows with the partial sums it carries; short chains added up stay nearer
-the exact sum: tests/fast/test_precision.py). A sum that is one chain (most 1x1 layers) is
-taken straight into the tile (0 + a chain from zero is the chain, bit for bit), and a slice
-that is one chain is added to the partial sums only after it: holding a second tile while
-a chain runs would spill one to memory on AVX2, whose 16 registers hold one tile and its
-operands.
+the exact sum: tests/fast/test_precision.py). Where a slice of the sum is one chain (most
+1x1 layers, on whole vectors of x), the chain runs straight into the tile and is added to
+zero or to the slices before it only after it has run: the same additions as ever (a
+chain of tiny negative products that ends in -0.0 still gives 0 + -0.0 = +0.0), without
+holding a second tile while a chain runs, which would spill one to memory on AVX2 (16
+registers: one tile and its operands).
 
 Work is cut into bands of pixels of at most X_BLOCK floats of x (``block_width``), each band
 into blocks of ROWS channels, so that a band of x stays in cache while every block reads it.
 A sum over more than K_BLOCK channels is taken in slices: each slice's partial sums are
 stored as the float32 the registers hold and the next slice carries on from them
 (``tile_load``), so the result has the bits of the uncut sum. A widening convolution
-(C_out >= C_in) first copies its band of x into its thread's row of work space (``space``),
-in strips of COLUMNS pixels (``pack_strips``: each tile then reads one run of memory), whose
-header says which band it holds: a thread that takes the next chunk of the same band does
-not copy it again; a narrowing one reads x in place, unless its rows are not whole cache
-lines (7x7 and 14x14 images), whose vectors would straddle two.
+(C_out >= C_in) first copies its band of x, in strips of COLUMNS pixels (``pack_strips``:
+each tile then reads one run of memory), into its thread's row of work space (``space``);
+the row's header says which band it holds, so a thread that takes the next chunk of the
+same band does not copy it again. A narrowing one reads x in place, unless its rows are
+not whole cache lines (7x7 and 14x14 images: vectors across two lines) and more than one
+block of ROWS channels reads them.
 
 The rows of x may also be the cols of a k x k convolution (layers/fast/gemm.py), made band by
 band straight into the work space (``cols_band``, from the stride phases of its image and
-its ``geometry``) rather than all at once into memory and read back.
+its ``geometry``, in rows of the band's width) rather than all at once into memory and read
+back.
 
 A band's last tile is usually partial: one of at most LANES columns runs one vector a row
 (``tile_fma_narrow``, half the multiply-adds: 196 pixels in 16-float vectors are 13 of
@@ -62,8 +65,8 @@ X_BLOCK = 1 << 16      # floats of x a band of pixels reads (256 KiB)
 K_BLOCK = 256          # input channels summed per pass over the output (when C_in is more)
 SHARED_FROM = 1 << 18  # multiply-adds: a smaller product runs faster alone than shared
 STACK_CHAIN = 16       # channels per chain of a stack's sums (Winograd's products)
-LINE_FLOATS = 16       # floats in a 64-byte cache line: rows of x of other lengths are
-                       # packed (a vector read across two lines costs about two)
+LINE_FLOATS = 16       # floats in a 64-byte cache line: rows of x whose length is not a
+                       # multiple of it are packed (a vector across two lines costs two)
 HEADER = 16            # floats before a row of work space's band: (band + 1, k0) it holds,
                        # read by the next chunk its thread takes (64 bytes: rows stay aligned)
 
@@ -211,12 +214,14 @@ def pointwise_blocks(weight, x, bias, residual, y, space, geometry, code, a, b, 
     lo, hi = clamp_bounds(code, a, b)                 # clamped in the block: ReLU, ReLU6
     w, ys = weight.reshape(weight.size), y.reshape(y.size)
     rs = residual.reshape(residual.size)
-    # x packed (read again for each 6 channels), unless narrowing on rows of whole lines
-    pack = cols or c_out >= c_in or length % LINE_FLOATS != 0
+    # x packed where each 6 channels read it again, unless narrowing on rows of whole lines
+    pack = cols or c_out >= c_in or (length % LINE_FLOATS != 0 and c_out > ROWS)
+    step = width if cols else COLUMNS if pack else length   # from x[k, p] to x[k + 1, p]
     chain = STACK_CHAIN if stacked else K_BLOCK       # channels per chain of the sum
     held = space[:HEADER]                             # which band the work space holds
     keep = y.shape[0] * bands < (1 << 24)             # band numbers exact as float32
     packed, xs = space[HEADER:HEADER + min(c_in, K_BLOCK) * width], x.reshape(x.size)
+    source = packed if pack else xs
     no_bias, no_residual = np.zeros(ROWS, np.float32), rs[:0]     # for partial sums
     for k0 in range(0, max(c_in, 1), K_BLOCK):       # a slice of the sum over k ...
         k1 = min(c_in, k0 + K_BLOCK)
@@ -236,12 +241,6 @@ def pointwise_blocks(weight, x, bias, residual, y, space, geometry, code, a, b, 
                     else:
                         pack_strips(xs, image * c_in * length, length, k0, k1, start, stop,
                                     packed)
-                if cols:                              # rows of ``width`` pixels
-                    source, origin, step = packed, -start - k0 * width, width
-                else:                                 # strips (pack_strips)
-                    source, origin, step = packed, -start * (k1 - k0) - k0 * COLUMNS, COLUMNS
-            else:
-                source, origin, step = xs, image * c_in * length, length
             c0 = panel * ROWS
             rows = min(ROWS, c_out - c0)
             w0 = ((image * c_out if stacked else 0) + c0) * c_in    # weight[., c0, 0]
@@ -250,18 +249,24 @@ def pointwise_blocks(weight, x, bias, residual, y, space, geometry, code, a, b, 
                 at = (image * c_out + c0) * length + p0
                 narrow = count <= LANES               # one vector a row is enough
                 read = LANES if narrow else COLUMNS   # floats of x read a row
-                # x[k, p0] at source[x0 + k * step] (a strip starts at each tile's p0)
-                x0 = origin + (p0 * (k1 - k0) if pack and not cols else p0)
+                if cols:                              # x[k, p0] at source[x0 + k * step]:
+                    x0 = p0 - start - k0 * width      # rows of width pixels (cols_band)
+                elif pack:
+                    x0 = (p0 - start) * (k1 - k0) - k0 * COLUMNS   # strips (pack_strips)
+                else:
+                    x0 = image * c_in * length + p0   # x in place
                 inside = x0 + (k1 - 1) * step + read <= source.size
                 if k1 - k0 <= chain and inside and not narrow:
                     # the common tile: the slice's sum is one chain, taken straight into it,
-                    # then added to the slices before it, read only now (a second tile
-                    # held while a chain runs, 24 vectors, spills on AVX2)
+                    # then added to zero or to the slices before it, read only now (a
+                    # second tile held while a chain runs, 24 vectors, spills on AVX2)
                     tile = tile_zero()
                     for k in range(k0, k1):
                         tile = tile_fma(tile, w, w0 + k, c_in, rows, source, x0 + k * step,
                                         COLUMNS)
-                    if k0 > 0:
+                    if k0 == 0:
+                        tile = tile_add(tile_zero(), tile)
+                    else:
                         tile = tile_add(tile_load(ys, at, length, rows, count), tile)
                 else:
                     if k0 == 0:

@@ -1,8 +1,9 @@
 """The 1x1 convolution kernels against torch and numpy: pointwise.py's register tiles
 (channels by pixels) and pointwise_transposed.py's (pixels by channels, for small images),
 each on every case: tile edges in both directions, bands of pixels, the widening layers that
-pack x and the narrowing ones that read it in place, slices of a long sum, every activation,
-a residual, Inf and NaN; the same bits on any number of threads, and from either kernel."""
+pack x in strips, the narrowing ones that read it in place (rows of whole cache lines) or pack
+it too, slices of a long sum, every activation, a residual, Inf and NaN; the same bits on any
+number of threads, and from either kernel."""
 
 from __future__ import annotations
 
@@ -21,7 +22,10 @@ from layers.fast.team import set_current_team
 CASES = {                                     # N, C_in, C_out, H, W
     "widening, two bands of pixels": (1, 8, 30, 100, 100),
     "widening, EfficientNet's 7x7": (1, 192, 1152, 7, 7),
-    "narrowing, x read in place": (2, 48, 20, 9, 11),
+    "narrowing, x read in place": (2, 48, 20, 8, 8),
+    "narrowing in place, a last tile of 16": (1, 40, 10, 4, 12),
+    "narrowing, x packed (rows not whole lines)": (2, 48, 20, 9, 11),
+    "narrowing on one block of channels, in place": (1, 30, ROWS - 1, 5, 9),
     "widening, two images in bands": (2, 24, 40, 50, 70),
     "narrowing, EfficientNet's 14x14": (1, 672, 112, 14, 14),
     "13 channels by 17 pixels": (1, 5, 13, 1, 17),
@@ -126,8 +130,22 @@ def test_both_layouts_give_the_same_bits_and_write_only_y(case, residual, name):
     assert (guarded[:64] == 7.5).all() and (guarded[-64:] == 7.5).all()
 
 
+def test_a_sum_that_ends_in_minus_zero_gives_the_same_bits_from_either_kernel():
+    """Tiny negative products round to -0.0 (a fused multiply-add keeps the sign of the exact
+    result), so a chain can end in -0.0; both kernels add it to +0.0 as every sum of chains
+    is added, so with a bias of -0.0 both give +0.0."""
+    x = np.full((1, 4, 4, 8), 2.0 ** -60, np.float32)
+    weight = np.full((7, 4, 1, 1), -(2.0 ** -100), np.float32)
+    bias = np.full(7, -0.0, np.float32)
+    upright = convolve(x, weight, bias, Activation(NONE), None, "upright")
+    transposed = convolve(x, weight, bias, Activation(NONE), None, "transposed")
+    np.testing.assert_array_equal(upright.view(np.int32), transposed.view(np.int32))
+    assert (upright == 0).all() and not np.signbit(upright).any()
+
+
 @pytest.mark.parametrize("layout", LAYOUTS)
-@pytest.mark.parametrize("case", ["widening, two bands of pixels", "narrowing, x read in place"])
+@pytest.mark.parametrize("case", ["widening, two bands of pixels", "narrowing, x read in place",
+                                  "narrowing, x packed (rows not whole lines)"])
 @pytest.mark.parametrize("name", ["none", "relu", "relu6"])
 def test_inf_and_nan_reach_the_outputs_they_reach_in_torch(case, name, layout):
     """Every output channel of a pixel reads every input channel of it: a NaN or an Inf
