@@ -178,16 +178,18 @@ def test_the_candidates_are_every_algorithm_some_size_may_choose():
 def test_what_is_packed_at_build_for_sizes_known_late():
     """F(4x4) where it runs (16 to 64 channels); else F(2x2) if that packing is not large
     (F(4x4) never runs with more channels) and it fits (not with fewer than 16: im2col runs
-    those); a 1x1's transposed panels where C_out fills their lanes."""
+    those); a 1x1's transposed panels where C_out fills their lanes; both packings of a
+    depthwise layer's few filters."""
     packs = []
-    for c_in, c_out, k in ((64, 64, 3), (256, 512, 3), (512, 512, 3), (256, 256, 3),
-                           (8, 8, 3), (64, 2 * COLUMNS, 1), (64, COLUMNS // 2, 1)):
-        packed = conv(c_in, c_out, k)
+    for c_in, c_out, k, groups in ((64, 64, 3, 1), (256, 512, 3, 1), (512, 512, 3, 1),
+                                   (256, 256, 3, 1), (8, 8, 3, 1), (64, 2 * COLUMNS, 1, 1),
+                                   (64, COLUMNS // 2, 1, 1), (96, 96, 3, 96)):
+        packed = conv(c_in, c_out, k, groups=groups)
         chosen = [a.name for a in algorithms.candidates(packed)
                   if a.pack_at_build is not None and a.pack_at_build(packed)]
         packs.append(chosen)
     assert packs == [["winograd"], ["winograd_f2"], [], ["winograd_f2"], [],
-                     ["pointwise_transposed"], []]
+                     ["pointwise_transposed"], [], ["depthwise_channels_last", "depthwise"]]
 
 
 def test_every_algorithm_is_declared_once_with_every_part():
