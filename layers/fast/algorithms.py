@@ -147,13 +147,6 @@ def _channels_last_pays(conv: Convolution, batch: int, out_hw: Pair) -> bool:
     return uses_channels_last(conv.c_in, conv.c_out, conv.kernel, conv.stride, out_hw)
 
 
-def _small(conv: Convolution) -> bool:
-    """Pack at build: a depthwise layer's packings are copies of its few filters, and which
-    one runs depends on the size, so a graph whose sizes come at run time packs both rather
-    than in its first inference."""
-    return True
-
-
 def _depthwise_filters(conv: Convolution) -> np.ndarray:
     """(C_out, 1, kh, kw) -> (C_out, kh, kw) float32."""
     return np.array(conv.weight.reshape(conv.c_out, *conv.kernel), np.float32)
@@ -402,12 +395,15 @@ def _warm_gemm() -> None:
 
 # ----- the table, in the order of preference -----------------------------------------------
 ALGORITHMS: tuple[Algorithm, ...] = (
+    # a depthwise layer's packings are copies of its few filters, and which one runs depends
+    # on the size: a graph whose sizes come at run time packs both at build (_any), not in
+    # its first inference
     Algorithm("depthwise_channels_last", fits=_is_depthwise, pays=_channels_last_pays,
               pack=_channel_blocks, make_call=_depthwise_call("depthwise_channels_last"),
-              warm=_warm_depthwise(blocks=True), pack_at_build=_small),
+              warm=_warm_depthwise(blocks=True), pack_at_build=_any),
     Algorithm("depthwise", fits=_is_depthwise,
               pack=_depthwise_filters, make_call=_depthwise_call("depthwise"),
-              warm=_warm_depthwise(blocks=False), pack_at_build=_small),
+              warm=_warm_depthwise(blocks=False), pack_at_build=_any),
     Algorithm("gemv", fits=_is_pointwise, pays=_one_pixel, pack=_matrix, make_call=_gemv_call,
               warm=_warm_gemv),
     Algorithm("pointwise_transposed", fits=_is_pointwise, pays=_lanes_fill_better,
