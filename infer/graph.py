@@ -799,7 +799,7 @@ def _collector_paused() -> Iterator[None]:
     every object made so far again and again (half the build time of a 200k-operator graph);
     what the build makes is kept anyway. Once done, the young generations are collected
     (the build's objects move to the oldest one, which is scanned rarely): otherwise that
-    scan would fall into the first inference (2-3 ms of EfficientNet-Lite0's)."""
+    scan would fall into the first inference."""
     enabled = gc.isenabled()
     gc.disable()
     try:
