@@ -143,17 +143,19 @@ def use_jit() -> None:
 def _checked(declared: Declared, function: Callable) -> Callable:
     """The ahead-of-time ``function`` behind a check of its array arguments: compiled code
     reads them as the types it was compiled for, so a float64 or strided array would be
-    read wrongly (or crash) instead of raising."""
+    read wrongly (or crash) instead of raising. The check runs on every call, so the common
+    case is one test (a plain, writeable, C-contiguous array of the right dtype and rank:
+    ``flags.carray``); anything else gets the full check (``_usable``) before it is refused."""
     arrays = [(i, np.dtype(t[:t.index("[")]), t.count(",") + 1)
               for i, t in enumerate(declared.exported) if "[" in t]
+    plain = np.ndarray
 
     def call(*args):
         for index, dtype, ndim in arrays:
             a = args[index]
-            if isinstance(a, np.ndarray):
-                flags = a.flags                   # a new object at every access: once
-                if a.dtype == dtype and a.ndim == ndim and flags.c_contiguous and flags.aligned:
-                    continue
+            if (a.__class__ is plain and a.dtype is dtype and a.ndim == ndim
+                    and a.flags.carray) or _usable(a, dtype, ndim):
+                continue
             raise TypeError(
                 f"kernel {declared.name}: argument {index} must be a C-contiguous, aligned "
                 f"{dtype} array of {ndim} dimensions, got "
@@ -163,3 +165,12 @@ def _checked(declared: Declared, function: Callable) -> Callable:
     call.__doc__ = declared.func.__doc__
     call.unchecked = function      # for callers whose arrays are their own, made right once
     return call
+
+
+def _usable(a: object, dtype: np.dtype, ndim: int) -> bool:
+    """What compiled code can read as an array of ``dtype`` and ``ndim``: C-contiguous and
+    aligned (read-only and subclassed arrays too)."""
+    if not isinstance(a, np.ndarray):
+        return False
+    flags = a.flags
+    return a.dtype == dtype and a.ndim == ndim and flags.c_contiguous and flags.aligned

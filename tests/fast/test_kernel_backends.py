@@ -129,9 +129,30 @@ def test_a_compiled_kernel_refuses_arrays_it_was_not_compiled_for():
 
     y = np.empty((1, 1, 2, 2), np.float32)
     for x in (np.zeros((1, 1, 4, 4)), np.zeros((1, 1, 4, 8), np.float32)[..., ::2],
-              np.zeros((1, 4, 4), np.float32)):
+              np.zeros((1, 4, 4), np.float32), np.zeros((1, 1, 4, 4), ">f4"), 0.0):
         with pytest.raises(TypeError, match="max_pool2d: argument 0 must be a C-contiguous"):
             pool._max_pool2d(x, y, 2, 2, 2, 2, 1, 1, 0, 0)
+
+
+class Subclassed(np.ndarray):
+    """An ndarray subclass, as a user's array type may be."""
+
+
+@aot_only
+def test_a_compiled_kernel_takes_read_only_and_subclassed_arrays():
+    """The check's one-test common case (a plain writeable array) is not the only one it
+    lets through: a read-only array (packed weights are) or an ndarray subclass is read
+    as it is."""
+    from layers.fast import pool
+
+    x = np.arange(16, dtype=np.float32).reshape(1, 1, 4, 4)
+    expected = x.reshape(2, 2, 2, 2).max(axis=(1, 3)).reshape(1, 1, 2, 2)
+    read_only = x.copy()
+    read_only.flags.writeable = False
+    for given in (read_only, x.view(Subclassed)):
+        y = np.empty((1, 1, 2, 2), np.float32)
+        pool._max_pool2d(given, y, 2, 2, 2, 2, 1, 1, 0, 0)
+        np.testing.assert_array_equal(y, expected)
 
 
 def run_model_in_a_process(backend_name: str) -> tuple[bool, np.ndarray]:
