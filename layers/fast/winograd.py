@@ -37,6 +37,7 @@ from layers.fast.pointwise import pointwise_conv2d
 from layers.fast.team import current_team, scratch
 
 NO_RESIDUAL = np.zeros((0, 0, 0, 0), np.float32)
+CHUNK_BYTES = 8 * 2 ** 20              # V and M of a batch's images at most (one image more)
 TILE, TAPS = 4, 6                      # outputs per tile side, inputs per tile side (4 + 3 - 1)
 R2 = np.sqrt(2.0)
 QUARTER, HALF, TWO, FIVE_HALVES, SQRT2 = (np.float32(v) for v in (0.25, 0.5, 2, 2.5, R2))
@@ -265,26 +266,33 @@ def run_winograd(input_transform, output_transform, tile: int, x: np.ndarray,
                  residual: np.ndarray | None, out: np.ndarray | None) -> np.ndarray:
     """One Winograd convolution with ``tile`` x ``tile`` output tiles (F(4x4) here, F(2x2) in
     winograd_f2.py): V from the input transform, M = U @ V as one stack of GEMMs, y from the
-    output transform. V and M live in scratch buffers reused from call to call."""
+    output transform. V and M live in scratch buffers reused from call to call, made for
+    as many images at a time as keep them within CHUNK_BYTES (a batch runs in chunks of
+    images: every tile's sums are the same, so are the bits)."""
     n, c_in = x.shape[:2]
     products, c_out = packed.shape[:2]
     tiles_h, tiles_w = -(-out_hw[0] // tile), -(-out_hw[1] // tile)
-    t = n * tiles_h * tiles_w
-    v = scratch("winograd_v", (products, c_in, t))
-    m = scratch("winograd_m", (products, c_out, t))
+    per_image = products * (c_in + c_out) * tiles_h * tiles_w * 4      # bytes of V and M
+    step = max(1, min(n, CHUNK_BYTES // max(per_image, 1)))
     y = np.empty((n, c_out, *out_hw), np.float32) if out is None else out
     bias = NO_ARRAY if bias is None else bias
-    residual = NO_RESIDUAL if residual is None else residual
     team = current_team()
-    if team is None:
-        input_transform(x, v, pads[0], pads[2], tiles_h, tiles_w)
-    else:                                                # each step shared with the helpers
-        team.winograd_input(tile != TILE, x, v, pads[0], pads[2], tiles_h, tiles_w)
-    # (C_out, C_in) @ (C_in, T) each, in register tiles (shared too, if there is a team)
-    pointwise_conv2d(packed, v, None, None, IDENTITY, m)
-    if team is None:
-        output_transform(m, y, bias, residual, tiles_h, tiles_w, activation.code,
-                         activation.a, activation.b)
-    else:
-        team.winograd_output(tile != TILE, m, y, bias, residual, tiles_h, tiles_w, activation)
+    for i in range(0, n, step):
+        j = min(n, i + step)
+        images, tiles = x[i:j], (j - i) * tiles_h * tiles_w
+        v = scratch("winograd_v", (products, c_in, tiles))
+        m = scratch("winograd_m", (products, c_out, tiles))
+        rest = NO_RESIDUAL if residual is None else residual[i:j]
+        if team is None:
+            input_transform(images, v, pads[0], pads[2], tiles_h, tiles_w)
+        else:                                            # each step shared with the helpers
+            team.winograd_input(tile != TILE, images, v, pads[0], pads[2], tiles_h, tiles_w)
+        # (C_out, C_in) @ (C_in, T) each, in register tiles (shared too, if there is a team)
+        pointwise_conv2d(packed, v, None, None, IDENTITY, m)
+        if team is None:
+            output_transform(m, y[i:j], bias, rest, tiles_h, tiles_w, activation.code,
+                             activation.a, activation.b)
+        else:
+            team.winograd_output(tile != TILE, m, y[i:j], bias, rest, tiles_h, tiles_w,
+                                 activation)
     return y

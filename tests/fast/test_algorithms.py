@@ -107,11 +107,11 @@ RESNET18 = [   # c_in, c_out, k, stride, out size at 224x224; batch 1, batch 8
     (64, 64, 3, 1, 56, "winograd", "winograd"),
     (64, 128, 3, 2, 28, "gemm", "gemm"),                        # strided
     (64, 128, 1, 2, 28, "gemm", "gemm"),                        # downsample
-    (128, 128, 3, 1, 28, "winograd_f2", "winograd_f2"),         # F(4x4): up to 64 channels
+    (128, 128, 3, 1, 28, "winograd", "winograd"),               # F(4x4): up to 512 channels
     (128, 256, 3, 2, 14, *["gemm_transposed"] * 2),             # 196 pixels: rows of 6 fill
     (128, 256, 1, 2, 14, *[DOWNSAMPLE_14] * 2),
     (256, 512, 1, 2, 7, *["gemm_transposed"] * 2),              # more lanes than 32 wide
-    (256, 256, 3, 1, 14, "winograd_f2", "winograd_f2"),
+    (256, 256, 3, 1, 14, "winograd", "winograd"),               # F(4x4) packs 9 MiB
     (256, 512, 3, 2, 7, "gemm", "gemm"),                        # panels: 4.5 MiB
     (512, 512, 3, 1, 7, "gemm", "winograd_f2"),                 # F(2x2) packs 16 MiB
 ]
@@ -176,9 +176,9 @@ def test_the_candidates_are_every_algorithm_some_size_may_choose():
 
 
 def test_what_is_packed_at_build_for_sizes_known_late():
-    """F(4x4) where it runs (16 to 64 channels); else F(2x2) if that packing is not large
-    (F(4x4) never runs with more channels) and it fits (not with fewer than 16: im2col runs
-    those); a 1x1's transposed panels where C_out fills their lanes; both packings of a
+    """F(4x4) where it runs (16 to 512 channels, a packing within WINOGRAD_MAX_PACKED); else
+    F(2x2) if that packing is not large and it fits (not with fewer than 16 channels: im2col
+    runs those); a 1x1's transposed panels where C_out fills their lanes; both packings of a
     depthwise layer's few filters."""
     packs = []
     for c_in, c_out, k, groups in ((64, 64, 3, 1), (256, 512, 3, 1), (512, 512, 3, 1),
@@ -188,7 +188,7 @@ def test_what_is_packed_at_build_for_sizes_known_late():
         chosen = [a.name for a in algorithms.candidates(packed)
                   if a.pack_at_build is not None and a.pack_at_build(packed)]
         packs.append(chosen)
-    assert packs == [["winograd"], ["winograd_f2"], [], ["winograd_f2"], [],
+    assert packs == [["winograd"], ["winograd_f2"], [], ["winograd"], [],
                      ["pointwise_transposed"], [], ["depthwise_channels_last", "depthwise"]]
 
 

@@ -266,7 +266,7 @@ def test_winograd_matrices_compute_a_3x3_correlation(variant, seed):
 
 
 WINOGRAD = {   # (N, C_in, H, W), C_out, (top, bottom, left, right); each >= 16 tiles, F(4x4)'s
-    "56x56 pad 1": ((1, 16, 56, 56), 16, (1, 1, 1, 1)),       # 16 to 64 input channels
+    "56x56 pad 1": ((1, 16, 56, 56), 16, (1, 1, 1, 1)),       # 16 to 512 input channels
     "ragged tiles": ((4, 17, 11, 10), 7, (1, 1, 1, 1)),
     "no padding": ((2, 24, 18, 17), 4, (0, 0, 0, 0)),
     "asymmetric": ((2, 19, 15, 16), 6, (0, 2, 1, 0)),
@@ -274,6 +274,9 @@ WINOGRAD = {   # (N, C_in, H, W), C_out, (top, bottom, left, right); each >= 16 
     "wide channels": ((1, 64, 24, 24), 32, (1, 1, 1, 1)),
     "pad 2": ((3, 16, 9, 13), 5, (2, 2, 2, 2)),
     "tiny images": ((16, 16, 3, 5), 2, (1, 1, 1, 1)),       # 16 x 2 tiles
+    "many channels, 16x16": ((2, 65, 16, 16), 8, (1, 1, 1, 1)),
+    "many channels, 28x28": ((1, 96, 28, 28), 8, (1, 1, 1, 1)),
+    "256 channels, 14x14": ((1, 256, 14, 14), 16, (1, 1, 1, 1)),
 }
 
 
@@ -286,8 +289,8 @@ WINOGRAD_F2 = {   # 16 input channels or more, and fewer than 16 tiles of 4x4 (o
     "asymmetric": ((2, 17, 6, 7), 6, (0, 2, 1, 0)),
     "pad 2": ((1, 20, 6, 5), 5, (2, 2, 2, 2)),
     "tiny images": ((8, 16, 3, 2), 2, (1, 1, 1, 1)),
-    "many channels, 16x16": ((2, 65, 16, 16), 8, (1, 1, 1, 1)),
-    "many channels, 28x28": ((1, 96, 28, 28), 8, (1, 1, 1, 1)),
+    "past F(4x4)'s channels, 16x16": ((2, 520, 16, 16), 8, (1, 1, 1, 1)),
+    "past F(4x4)'s channels, 28x28": ((1, 600, 28, 28), 8, (1, 1, 1, 1)),
 }
 
 
@@ -304,8 +307,32 @@ def test_winograd_matches_reference_and_torch(case, algorithm):
     assert packed.algorithm(shape[0], got.shape[2:]) == algorithm
     # Winograd's transforms cost float32 ulps of the largest output: F(4x4) with 16 to 64
     # input channels, measured against float64 over 20 draws, up to 1.2e-6 of it (torch:
-    # 6.5e-7; test_precision.py holds every kernel within 4x torch's error)
+    # 6.5e-7; test_precision.py holds every kernel within 4x torch's error, up to 512
+    # channels)
     check_against_both(got, x, weight, bias, (1, 1), padding, (1, 1), 1, scale=5e-6)
+
+
+@pytest.mark.parametrize("algorithm", ["winograd", "winograd_f2"])
+@pytest.mark.parametrize("chunk_images", [1, 2, 3])
+def test_winograd_in_chunks_of_images_gives_the_same_bits(monkeypatch, algorithm, chunk_images):
+    """A batch whose V and M would pass CHUNK_BYTES runs a few images at a time: each tile's
+    sums are the same, so the result keeps its bits, whatever the chunk (one image, or a
+    last chunk smaller than the others), residual and activation included."""
+    from layers.fast import winograd
+    from layers.fast.epilogue import RELU, Activation
+
+    x, residual = rand(5, 16, 13, 11), rand(5, 24, 13, 11)
+    weight, bias = rand(24, 16, 3, 3), rand(24)
+    args = dict(padding=(1, 1, 1, 1), activation=Activation(RELU), residual=residual,
+                algorithm=algorithm)
+    _, whole = run_packed(x, weight, bias, **args)
+    products, tiles = (36, 4 * 3) if algorithm == "winograd" else (16, 7 * 6)
+    per_image = products * (16 + 24) * tiles * 4                  # bytes of V and M
+    monkeypatch.setattr(winograd, "CHUNK_BYTES", chunk_images * per_image)
+    _, chunked = run_packed(x, weight, bias, **args)
+    np.testing.assert_array_equal(chunked, whole)
+    want = torch_conv(x, weight, bias, (1, 1), (1, 1, 1, 1), (1, 1), 1) + residual
+    np.testing.assert_allclose(whole, np.maximum(want, 0), atol=1e-4, rtol=1e-4)
 
 
 @pytest.mark.parametrize("shape, algorithm", [((2, 16, 16, 16), "winograd"),
@@ -341,7 +368,12 @@ def test_a_convolution_loads_the_kernels_it_may_run_when_it_is_loaded(monkeypatc
     make_layer("nn.Conv2d", dict(in_channels=96, out_channels=4, kernel_size=(3, 3),
                                  bias=True), {"weight": rand(4, 96, 3, 3), "bias": rand(4)},
                fast=True)
-    assert sorted(loaded) == ["gemm", "gemm_transposed", "winograd_f2"]   # F(4x4): to 64
+    assert sorted(loaded) == ["gemm", "gemm_transposed", "winograd", "winograd_f2"]
+    loaded.clear()
+    make_layer("nn.Conv2d", dict(in_channels=600, out_channels=4, kernel_size=(3, 3),
+                                 bias=True), {"weight": rand(4, 600, 3, 3), "bias": rand(4)},
+               fast=True)
+    assert sorted(loaded) == ["gemm", "gemm_transposed", "winograd_f2"]   # F(4x4): to 512
     loaded.clear()
     make_layer("nn.Conv2d", dict(in_channels=4, out_channels=4, kernel_size=(3, 3), bias=True),
                {"weight": rand(4, 4, 3, 3), "bias": rand(4)}, fast=True)
@@ -363,7 +395,9 @@ def test_the_winograd_variant_follows_the_tiles_and_the_weights():
     few = PackedConv2d(rand(8, 8, 3, 3), None, (1, 1), (1, 1), 1)
     assert few.algorithm(8, (56, 56)) == "gemm"               # Winograd: 16 channels up
     assert PackedConv2d(rand(8, 128, 3, 3), None, (1, 1), (1, 1), 1).algorithm(
-        1, (56, 56)) == "winograd_f2"
+        1, (56, 56)) == "winograd"
+    assert PackedConv2d(rand(8, 1024, 3, 3), None, (1, 1), (1, 1), 1).algorithm(
+        1, (56, 56)) == "winograd_f2"                          # past F(4x4)'s channels
     big = PackedConv2d(rand(512, 512, 3, 3), None, (1, 1), (1, 1), 1)
     assert big.algorithm(8, (7, 7)) == "winograd_f2"
     assert big.algorithm(64, (56, 56)) == "winograd_f2"
