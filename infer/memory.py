@@ -31,7 +31,6 @@ Running (``Arena``)
 
 from __future__ import annotations
 
-import html
 import math
 import sys
 from dataclasses import dataclass
@@ -166,6 +165,8 @@ class MemoryPlan:
         return "\n".join(lines + ["", self.summary()])
 
     def _repr_html_(self) -> str:
+        import html              # here: only a notebook's display needs it (2 ms of import)
+
         head = "".join(f"<th>{html.escape(h)}</th>" for h in self.HEADER)
         body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>"
                        for row in self.rows())

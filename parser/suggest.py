@@ -10,7 +10,6 @@ word).
 
 from __future__ import annotations
 
-import difflib
 import heapq
 import os
 from typing import Iterable
@@ -48,4 +47,6 @@ def close_matches(word: str, candidates: Iterable[str], n: int = 3,
     if len(pool) > MAX_CANDIDATES:              # those sharing the longest start and end
         keep = heapq.nlargest(MAX_CANDIDATES, pool, key=lambda short: _shared(word, short))
         pool = {short: pool[short] for short in keep}
+    import difflib               # here: only an error message needs it (2 ms of import)
+
     return [pool[short] for short in difflib.get_close_matches(word, pool, n, cutoff)]
