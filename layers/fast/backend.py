@@ -153,7 +153,7 @@ def _checked(declared: Declared, function: Callable) -> Callable:
     def call(*args):
         for index, dtype, ndim in arrays:
             a = args[index]
-            if (a.__class__ is plain and a.dtype is dtype and a.ndim == ndim
+            if (type(a) is plain and a.dtype is dtype and a.ndim == ndim
                     and a.flags.carray) or _usable(a, dtype, ndim):
                 continue
             raise TypeError(

@@ -37,7 +37,8 @@ from layers.fast.pointwise import pointwise_conv2d
 from layers.fast.team import current_team, scratch
 
 NO_RESIDUAL = np.zeros((0, 0, 0, 0), np.float32)
-CHUNK_BYTES = 8 * 2 ** 20              # V and M of a batch's images at most (one image more)
+CHUNK_BYTES = 8 * 2 ** 20              # bytes of V and M per chunk of a batch's images (one
+                                       # image at a time if one alone needs more)
 TILE, TAPS = 4, 6                      # outputs per tile side, inputs per tile side (4 + 3 - 1)
 R2 = np.sqrt(2.0)
 QUARTER, HALF, TWO, FIVE_HALVES, SQRT2 = (np.float32(v) for v in (0.25, 0.5, 2, 2.5, R2))
@@ -275,6 +276,9 @@ def run_winograd(input_transform, output_transform, tile: int, x: np.ndarray,
     per_image = products * (c_in + c_out) * tiles_h * tiles_w * 4      # bytes of V and M
     step = max(1, min(n, CHUNK_BYTES // max(per_image, 1)))
     y = np.empty((n, c_out, *out_hw), np.float32) if out is None else out
+    if residual is not None and residual.shape != y.shape:    # the kernels read it unchecked
+        raise ValueError(f"Winograd: residual of shape {residual.shape} for an output of "
+                         f"shape {y.shape}")
     bias = NO_ARRAY if bias is None else bias
     team = current_team()
     for i in range(0, n, step):

@@ -307,32 +307,49 @@ def test_winograd_matches_reference_and_torch(case, algorithm):
     assert packed.algorithm(shape[0], got.shape[2:]) == algorithm
     # Winograd's transforms cost float32 ulps of the largest output: F(4x4) with 16 to 64
     # input channels, measured against float64 over 20 draws, up to 1.2e-6 of it (torch:
-    # 6.5e-7; test_precision.py holds every kernel within 4x torch's error, up to 512
-    # channels)
+    # 6.5e-7), 1.6e-6 at 512; test_precision.py holds every kernel within 4x torch's error
     check_against_both(got, x, weight, bias, (1, 1), padding, (1, 1), 1, scale=5e-6)
 
 
 @pytest.mark.parametrize("algorithm", ["winograd", "winograd_f2"])
-@pytest.mark.parametrize("chunk_images", [1, 2, 3])
-def test_winograd_in_chunks_of_images_gives_the_same_bits(monkeypatch, algorithm, chunk_images):
+@pytest.mark.parametrize("chunk_images, chunks", [(1, [1] * 5), (2, [2, 2, 1]), (3, [3, 2])])
+@pytest.mark.parametrize("num_threads", [1, 2])
+def test_winograd_in_chunks_of_images_gives_the_same_bits(monkeypatch, algorithm, chunk_images,
+                                                          chunks, num_threads):
     """A batch whose V and M would pass CHUNK_BYTES runs a few images at a time: each tile's
     sums are the same, so the result keeps its bits, whatever the chunk (one image, or a
-    last chunk smaller than the others), residual and activation included."""
-    from layers.fast import winograd
+    last chunk smaller than the others), residual and activation included, on one thread
+    or shared with a helper."""
     from layers.fast.epilogue import RELU, Activation
 
     x, residual = rand(5, 16, 13, 11), rand(5, 24, 13, 11)
     weight, bias = rand(24, 16, 3, 3), rand(24)
     args = dict(padding=(1, 1, 1, 1), activation=Activation(RELU), residual=residual,
                 algorithm=algorithm)
-    _, whole = run_packed(x, weight, bias, **args)
-    products, tiles = (36, 4 * 3) if algorithm == "winograd" else (16, 7 * 6)
-    per_image = products * (16 + 24) * tiles * 4                  # bytes of V and M
-    monkeypatch.setattr(winograd, "CHUNK_BYTES", chunk_images * per_image)
-    _, chunked = run_packed(x, weight, bias, **args)
+    with threads.limit(num_threads):
+        _, whole = run_packed(x, weight, bias, **args)
+        products, tiles = (36, 4 * 3) if algorithm == "winograd" else (16, 7 * 6)
+        per_image = products * (16 + 24) * tiles * 4                  # bytes of V and M
+        monkeypatch.setattr(winograd, "CHUNK_BYTES", chunk_images * per_image)
+        made, scratch = [], winograd.scratch
+        monkeypatch.setattr(winograd, "scratch", lambda name, shape: (
+            made.append(shape[2] // tiles) if name == "winograd_v" else None,
+            scratch(name, shape))[1])
+        _, chunked = run_packed(x, weight, bias, **args)
+    assert made == chunks                          # images of each chunk, in order
     np.testing.assert_array_equal(chunked, whole)
     want = torch_conv(x, weight, bias, (1, 1), (1, 1, 1, 1), (1, 1), 1) + residual
     np.testing.assert_allclose(whole, np.maximum(want, 0), atol=1e-4, rtol=1e-4)
+
+
+def test_winograd_refuses_a_residual_of_another_shape():
+    """Its kernels read the residual unchecked, chunk by chunk: a residual that is not y's
+    shape is refused, not read past its end or dropped from later chunks."""
+    x, weight = rand(2, 16, 12, 12), rand(8, 16, 3, 3)
+    packed = PackedConv2d(weight, None, (1, 1), (1, 1), 1)
+    call = BY_NAME["winograd"].make_call(packed, (1, 1, 1, 1), (12, 12), IDENTITY)
+    with pytest.raises(ValueError, match="residual of shape"):
+        call(x, rand(1, 8, 12, 12), np.empty((2, 8, 12, 12), np.float32))
 
 
 @pytest.mark.parametrize("shape, algorithm", [((2, 16, 16, 16), "winograd"),

@@ -21,7 +21,8 @@ from parser.errors import InferError  # noqa: E402
 from support import write_model  # noqa: E402
 
 pytestmark = [pytest.mark.slow,       # Ray's own settings, read when it copies its context
-              pytest.mark.filterwarnings("ignore::DeprecationWarning:ray.data.context")]
+              pytest.mark.filterwarnings("ignore::DeprecationWarning:ray.data.context"),
+              pytest.mark.xdist_group("ray")]    # one worker runs them: one Ray instance
 
 
 def write_image(path: Path, seed: int, size: tuple[int, int] = (48, 64)) -> None:
