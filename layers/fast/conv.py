@@ -22,6 +22,8 @@ from layers.fast.algorithms import BY_NAME, Call, Pair, Pads
 from layers.fast.epilogue import Activation
 from parser.bin import release_pages
 
+WINOGRAD = ("winograd", "winograd_f2")      # its two variants, one packing each
+
 
 class PackedConv2d:
     """The weight of one convolution in the layouts its kernels read; bias as float32."""
@@ -37,6 +39,7 @@ class PackedConv2d:
         self.winograd_ok = winograd and (self.kernel == (3, 3) and stride == (1, 1)
                             and dilation == (1, 1) and groups == 1)
         self._packs: dict[str, np.ndarray] = {}
+        self._guessed: list[str] = []            # Winograd packed at build for any size
         self._calls: dict[tuple, Call] = {}      # call_for's, by input shape and geometry
         self._lock = threading.Lock()
 
@@ -71,11 +74,21 @@ class PackedConv2d:
         for entry in algorithms.candidates(self):
             if entry.pack_at_build is not None and entry.pack_at_build(self):
                 self.packed(entry.name)
+        self._guessed = [name for name in self._packs if name in WINOGRAD]
 
     def prepare(self, batch: int, out_hw: Pair) -> None:
         """Pack what ``run`` will need for this size now (at build) rather than mid-forward,
-        and load its compiled kernels."""
+        and load its compiled kernels. The first size planned lets go of the Winograd
+        packing made at build for any size if it takes the other one (F(4x4)'s is 4x the
+        weights): before it packs its own, so the two are never held together; a later size
+        that needs it packs it again."""
         algorithm = self.algorithm(batch, out_hw)
+        with self._lock:
+            if algorithm in WINOGRAD:
+                for name in self._guessed:
+                    if name != algorithm:
+                        del self._packs[name]
+            self._guessed = []
         self.packed(algorithm)
         load_kernels(algorithm)
 

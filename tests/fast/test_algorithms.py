@@ -192,6 +192,31 @@ def test_what_is_packed_at_build_for_sizes_known_late():
                      ["pointwise_transposed"], [], ["depthwise_channels_last", "depthwise"]]
 
 
+def test_the_first_size_lets_go_of_the_winograd_packing_it_does_not_take():
+    """A free-size graph packs F(4x4) at build for any size; a first size that takes F(2x2)
+    (10x10: 9 tiles of 4x4) drops it before packing F(2x2), so the two are not held
+    together. A later size that takes F(4x4) packs it again; a first size that takes
+    F(4x4) keeps it."""
+    small_first = conv(128, 128, 3)
+    small_first.prepare_for_any_size()
+    assert sorted(small_first._packs) == ["winograd"]
+    small_first.prepare(1, (10, 10))
+    assert sorted(small_first._packs) == ["winograd_f2"]
+    small_first.prepare(1, (28, 28))
+    assert sorted(small_first._packs) == ["winograd", "winograd_f2"]
+    large_first = conv(128, 128, 3)
+    large_first.prepare_for_any_size()
+    packing = large_first._packs["winograd"]
+    large_first.prepare(1, (28, 28))
+    large_first.prepare(1, (10, 10))
+    assert large_first._packs["winograd"] is packing
+    assert sorted(large_first._packs) == ["winograd", "winograd_f2"]
+    traced = conv(128, 128, 3)                     # a graph of known shapes packs per size
+    traced.prepare(1, (10, 10))
+    traced.prepare(1, (28, 28))
+    assert sorted(traced._packs) == ["winograd", "winograd_f2"]
+
+
 def test_every_algorithm_is_declared_once_with_every_part():
     names = [a.name for a in algorithms.ALGORITHMS]
     assert len(set(names)) == len(names) and names[-1] == "gemm"
