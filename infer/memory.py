@@ -165,7 +165,7 @@ class MemoryPlan:
         return "\n".join(lines + ["", self.summary()])
 
     def _repr_html_(self) -> str:
-        import html              # here: only a notebook's display needs it (2 ms of import)
+        import html              # here: only a notebook's display needs it, not a load
 
         head = "".join(f"<th>{html.escape(h)}</th>" for h in self.HEADER)
         body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>"

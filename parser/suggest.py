@@ -47,6 +47,6 @@ def close_matches(word: str, candidates: Iterable[str], n: int = 3,
     if len(pool) > MAX_CANDIDATES:              # those sharing the longest start and end
         keep = heapq.nlargest(MAX_CANDIDATES, pool, key=lambda short: _shared(word, short))
         pool = {short: pool[short] for short in keep}
-    import difflib               # here: only an error message needs it (2 ms of import)
+    import difflib               # here: only an error message needs it, not a load
 
     return [pool[short] for short in difflib.get_close_matches(word, pool, n, cutoff)]
