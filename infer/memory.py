@@ -22,7 +22,7 @@ Running (``Arena``)
   A forward call takes an arena, one set of buffers, for itself alone (calls from several
   threads never share one) and gives it back to the plan's pool at the end. Only layers that
   can write into given arrays (``Layer.forward_into``) use it; a buffer is allocated the first
-  time such a layer needs it, in fresh pages (layers/pages.py), so buffers reserved for layers
+  time such a layer needs it, in fresh pages (parser/pages.py), so buffers reserved for layers
   that allocate their own outputs cost nothing. numpy counts the owners of every array, so a
   buffer still seen from outside the arena - through a view that outlived its operand (a
   reshape of it), or an output the caller kept - is not handed out again while it is: the
@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
-from layers.pages import fresh_pages
+from parser.pages import fresh_pages
 from parser.bin import DTYPES
 from parser.param import NULL_DTYPE
 
@@ -91,7 +91,7 @@ class MemoryPlan:
         self.step_slots = step_slots        # per step: where a forward_into step writes
         # what the layers write into each buffer: less than its planned size where the
         # largest operand planned in it comes from a layer that allocates its own (OWN),
-        # and the arenas take no more (their pages are mapped in when made: layers/pages.py)
+        # and the arenas take no more (their pages are mapped in when made: parser/pages.py)
         self.written_sizes = [0] * len(buffer_sizes)
         for slots in step_slots:
             for slot in slots or ():

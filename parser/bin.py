@@ -19,9 +19,9 @@ Layout of one entry, and how a zero-copy view finds its bytes::
 The central directory at the end of the file (read with ``zipfile``) lists every entry with the
 offset of its local header, its size and the CRC-32 of its bytes. ``PnnxBin`` memory-maps the
 file read-only and hands out numpy views straight over the mapping: nothing is copied, and the
-OS pages weights in as they are used. ``PnnxBin(path, in_memory=True)`` reads the whole file
-into the process's memory instead (one read, views over those bytes): the file may then
-change or vanish without effect.
+OS pages weights in as they are used. ``PnnxBin(path, in_memory=True)`` reads every entry into
+the process's memory instead (one buffer, each entry from a multiple of ALIGNMENT bytes, views
+over it): the file may then change or vanish without effect.
 
 A memory map follows the file. If another program truncates it (``cp other.bin model.pnnx.bin``
 writes over it in place), reading a mapped page past the new end kills the process with SIGBUS;
@@ -32,13 +32,14 @@ for callers that keep a map open for long (RuntimeGraph does, with ``weights="ma
 An entry name that appears twice and an encrypted entry are refused when the file is opened.
 A damaged file never loads silently: an entry is checked before its first view is handed out
 (the local header must name the same entry as the central directory, a stored entry's sizes
-must agree, and its bytes must have the CRC-32 the directory records; zlib does this at over
-1 GB/s), so a flipped byte, a cut-off download or a shifted header is a BinFileError.
+must agree, and its bytes must have the CRC-32 the directory records: zlib-ng computes it at
+several GB/s), so a flipped byte, a cut-off download or a shifted header is a BinFileError.
 
-Alignment: entries start wherever the previous one ended, so a view may begin at an address that
-is not a multiple of its itemsize (``arr.flags.aligned`` is False). numpy reads unaligned arrays
-correctly, only some operations are slower on them; ``np.require(arr, requirements="A")`` makes an
-aligned copy when a kernel needs one.
+Alignment: pnnx writes each entry where the previous one ended, so a view of a memory map may
+begin at an address that is not a multiple of its itemsize (``arr.flags.aligned`` is False).
+numpy reads unaligned arrays correctly, only some operations are slower on them;
+``np.require(arr, requirements="A")`` makes an aligned copy when a kernel needs one. Entries
+read into memory are aligned.
 """
 
 from __future__ import annotations
@@ -51,14 +52,19 @@ import stat
 import struct
 import weakref
 import zipfile
-import zlib
 from dataclasses import dataclass
 
 import numpy as np
 
 from parser.errors import BinFileError, shorten
+from parser.pages import fresh_pages
 from parser.param import DTYPE_NAMES
 from parser.suggest import close_matches
+
+try:                                  # zlib's CRC-32, computed with vector instructions
+    from zlib_ng.zlib_ng import crc32
+except ImportError:                   # pragma: no cover - zlib-ng is a dependency
+    from zlib import crc32
 
 # pnnx dtype name -> dtype of the arrays PnnxBin.read returns.
 # Two pnnx dtypes have no numpy dtype and are widened by a copy (so they are not zero-copy):
@@ -84,6 +90,7 @@ _ZIP_ERRORS = (zipfile.BadZipFile, zipfile.LargeZipFile, EOFError, ValueError,
                NotImplementedError, struct.error, OverflowError, OSError)
 _LOCAL_HEADER = b"PK\x03\x04"
 _LOCAL_HEADER_SIZE = 30
+ALIGNMENT = 64        # bytes: where each entry read into memory starts (a cache line)
 
 
 def stored_itemsize(dtype: str) -> int:
@@ -131,8 +138,9 @@ class PnnxBin:
     def __init__(self, path: str | os.PathLike[str], in_memory: bool = False):
         self.path = str(path)
         self.in_memory = in_memory
-        # the file's bytes: a read-only memory map, or (in_memory) one bytes object
-        self._mm: mmap.mmap | bytes | None = None
+        # the entries' bytes: a read-only memory map of the file, or (in_memory) a read-only
+        # uint8 array holding each entry at an ALIGNMENT boundary (``_read_entries``)
+        self._mm: mmap.mmap | np.ndarray | None = None
         self._verified: set[str] = set()           # entries whose CRC-32 has been checked
         try:
             # opened without blocking: a FIFO at the path would otherwise wait for a writer
@@ -147,8 +155,11 @@ class PnnxBin:
                                        path=self.path)
                 self._identity = _identity(info)
                 if in_memory:
-                    self._mm = _read_whole(file, info.st_size, self.path)
-                    if len(self._mm) != info.st_size:
+                    # indexed and read from the file opened (the path could name another
+                    # file by now)
+                    located = self._index(_FileBytes(file, info.st_size), file)
+                    self._mm, self._entries = _read_entries(file, located, self.path)
+                    if os.fstat(file.fileno()).st_size != info.st_size:
                         raise BinFileError("the file changed size while being read",
                                            path=self.path)
                 else:
@@ -157,23 +168,24 @@ class PnnxBin:
         except OSError as exc:
             raise BinFileError(f"cannot read the file: {exc.strerror or exc}",
                                path=self.path) from None
-        try:
-            self._entries = self._index()
-        except BinFileError:
-            self.close()
-            raise
+        if not in_memory:
+            try:
+                assert isinstance(self._mm, mmap.mmap)
+                self._entries = self._index(self._mm, self._mm)
+            except BinFileError:
+                self.close()
+                raise
 
     # ----- indexing ---------------------------------------------------------------------------
-    def _index(self) -> dict[str, _Entry]:
-        """Read the central directory with zipfile, then each local header for the data offset."""
+    def _index(self, whole: "_FileBytes | mmap.mmap",
+               archive_file: "io.BufferedReader | mmap.mmap") -> dict[str, _Entry]:
+        """Read the central directory with zipfile (from ``archive_file``), then each local
+        header (``whole[a:b]``: the file's bytes a to b) for the data offset."""
         try:
-            # from the bytes already opened (the path could name another file by now)
-            source = self._mapped
-            with zipfile.ZipFile(io.BytesIO(source) if isinstance(source, bytes)
-                                 else source) as archive:  # type: ignore[arg-type]
+            with zipfile.ZipFile(archive_file) as archive:  # type: ignore[arg-type]
                 infos = archive.infolist()
         except _ZIP_ERRORS as exc:
-            if self._starts_like_zip():
+            if whole[:4] == _LOCAL_HEADER:
                 raise BinFileError(f"truncated or damaged zip archive ({exc})",
                                    path=self.path) from None
             raise BinFileError("not a zip archive (a pnnx bin is a store-only zip)",
@@ -186,30 +198,27 @@ class PnnxBin:
             if info.flag_bits & 0x1:
                 raise BinFileError("the entry is encrypted; pnnx writes plain stored entries",
                                    path=self.path, entry=info.filename)
-            entries[info.filename] = self._locate(info)
+            entries[info.filename] = self._locate(info, whole)
         return entries
 
-    def _starts_like_zip(self) -> bool:
-        return self._mapped[:4] == _LOCAL_HEADER
-
-    def _locate(self, info: zipfile.ZipInfo) -> _Entry:
+    def _locate(self, info: zipfile.ZipInfo, whole: "_FileBytes | mmap.mmap") -> _Entry:
         """The entry's data offset: local header offset + 30 + name length + extra length."""
         header = info.header_offset
-        mm = self._mapped
-        if (header < 0 or header + _LOCAL_HEADER_SIZE > len(mm)
-                or mm[header:header + 4] != _LOCAL_HEADER):
+        size = len(whole)
+        fixed = whole[header:header + _LOCAL_HEADER_SIZE] if header >= 0 else b""
+        if len(fixed) < _LOCAL_HEADER_SIZE or fixed[:4] != _LOCAL_HEADER:
             raise BinFileError("damaged zip archive: no local file header where the central "
                                "directory points", path=self.path, entry=info.filename)
-        name_length, extra_length = struct.unpack_from("<HH", mm, header + 26)
-        name = mm[header + _LOCAL_HEADER_SIZE:header + _LOCAL_HEADER_SIZE + name_length]
+        name_length, extra_length = struct.unpack_from("<HH", fixed, 26)
+        name = whole[header + _LOCAL_HEADER_SIZE:header + _LOCAL_HEADER_SIZE + name_length]
         if name != _encoded_name(info):
             raise BinFileError(f"damaged zip archive: the local header names {name!r}, the "
                                f"central directory this entry", path=self.path,
                                entry=info.filename)
         offset = header + _LOCAL_HEADER_SIZE + name_length + extra_length
-        if offset + info.compress_size > len(mm):
+        if offset + info.compress_size > size:
             raise BinFileError(f"truncated zip archive: the entry needs bytes up to "
-                               f"{offset + info.compress_size}, the file has {len(mm)}",
+                               f"{offset + info.compress_size}, the file has {size}",
                                path=self.path, entry=info.filename)
         if info.compress_type == zipfile.ZIP_STORED and info.compress_size != info.file_size:
             raise BinFileError(f"damaged zip archive: a stored entry of {info.file_size} bytes "
@@ -278,7 +287,7 @@ class PnnxBin:
         return "it was modified"
 
     @property
-    def _mapped(self) -> mmap.mmap | bytes:
+    def _mapped(self) -> mmap.mmap | np.ndarray:
         """The mapping, while the file is open (``_entry`` has refused a closed one already)."""
         if self._mm is None:
             raise BinFileError("the file is closed", path=self.path)
@@ -295,8 +304,8 @@ class PnnxBin:
             raise BinFileError(f"the entry is compressed (zip method {entry.method}); pnnx "
                                f"writes stored entries only", path=self.path, entry=key)
         if key not in self._verified:
-            with memoryview(self._mm) as view:
-                crc = zlib.crc32(view[entry.offset:entry.offset + entry.size])
+            with memoryview(self._mm) as view:  # type: ignore[arg-type]
+                crc = crc32(view[entry.offset:entry.offset + entry.size])
             if crc != entry.crc:
                 raise BinFileError(f"damaged entry: its bytes have CRC-32 {crc:08x}, the zip "
                                    f"directory records {entry.crc:08x}", path=self.path,
@@ -335,14 +344,54 @@ class PnnxBin:
         return f"PnnxBin({self.path!r}, {len(self._entries)} entries)"
 
 
-def _read_whole(file: io.BufferedReader, size: int, path: str) -> bytes:
-    """All ``size`` bytes of an open file, or a BinFileError if memory runs out."""
+class _FileBytes:
+    """An open file's bytes as ``_locate`` slices them (``whole[a:b]``, ``len(whole)``),
+    read where asked rather than all at once."""
+
+    def __init__(self, file: io.BufferedReader, size: int):
+        self.file, self.size = file, size
+
+    def __len__(self) -> int:
+        return self.size
+
+    def __getitem__(self, part: slice) -> bytes:
+        start, stop, _ = part.indices(self.size)
+        self.file.seek(start)
+        return self.file.read(max(stop - start, 0))
+
+
+def _read_entries(file: io.BufferedReader, located: dict[str, _Entry],
+                  path: str) -> tuple[np.ndarray, dict[str, _Entry]]:
+    """Every entry's bytes read from ``file`` into one buffer, each from a multiple of
+    ALIGNMENT bytes (pnnx packs its entries end to end, at any address), and the entries as
+    offsets into that buffer. The buffer's pages are mapped in by one call (parser/pages.py's
+    way, for the same reason: a page fault each costs more than the read)."""
+    starts, total = [], 0
+    for entry in located.values():               # a compressed entry is refused when read
+        starts.append(total)
+        if entry.method == zipfile.ZIP_STORED:
+            total += -(-entry.size // ALIGNMENT) * ALIGNMENT
     try:
-        return file.read(size)
+        memory = fresh_pages(total + ALIGNMENT)
     except MemoryError:
-        raise BinFileError(f"not enough memory to read the file ({size:,} bytes) into memory; "
-                           f"map it instead (RuntimeGraph(..., weights='map'))",
+        raise BinFileError(f"not enough memory to read the file ({total:,} bytes of weights) "
+                           f"into memory; map it instead (RuntimeGraph(..., weights='map'))",
                            path=path) from None
+    skip = -memory.ctypes.data % ALIGNMENT
+    buffer = memory[skip:skip + total]
+    entries: dict[str, _Entry] = {}
+    for (name, entry), start in zip(located.items(), starts):
+        if entry.method != zipfile.ZIP_STORED:
+            entries[name] = entry
+            continue
+        file.seek(entry.offset)
+        if file.readinto(buffer[start:start + entry.size]) != entry.size:  # type: ignore[arg-type]
+            raise BinFileError("the file changed size while being read", path=path,
+                               entry=name)
+        entries[name] = _Entry(offset=start, size=entry.size, method=entry.method,
+                               crc=entry.crc)
+    buffer.flags.writeable = False
+    return buffer, entries
 
 
 def _identity(info: os.stat_result) -> tuple[int, int, int, int]:
@@ -357,7 +406,7 @@ def release_pages(array: np.ndarray) -> None:
     """``PnnxBin.release`` for an array in hand: if ``array`` is a contiguous view of a bin
     file's memory map (a weight ``read`` returned), let the OS drop the whole pages it covers,
     for a weight that a layer has repacked and will not read again soon. Anything else is left
-    alone: an array over anonymous memory (an arena buffer, layers/pages.py) would lose its
+    alone: an array over anonymous memory (an arena buffer, parser/pages.py) would lose its
     values. The view stays valid; reading it brings the pages back from the file."""
     base = array
     while isinstance(base, np.ndarray) and base.base is not None:

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from layers.pages import fresh_pages
+from parser.pages import fresh_pages
 
 if TYPE_CHECKING:
     from layers.fast.workers import Team

@@ -9,7 +9,7 @@ from layers.fast import team
 
 def test_a_scratch_buffer_is_reused_and_grows_after_the_old_one_is_gone(monkeypatch):
     """A larger request replaces the buffer; the old one's pages go first, so that a grown
-    buffer (its pages mapped in when made: layers/pages.py) never sits beside the old one
+    buffer (its pages mapped in when made: parser/pages.py) never sits beside the old one
     and the process's peak memory stays what the largest buffer needs."""
     first = team.scratch("test grows", (4, 8))
     assert first.shape == (4, 8) and first.dtype == np.float32

@@ -48,10 +48,11 @@ def local_data_offset(path, name: str) -> int:
 
 @pytest.mark.parametrize("zip64", [False, True], ids=["classic", "zip64"])
 @pytest.mark.parametrize("dtype", PLAIN_DTYPES)
-def test_every_dtype_round_trips(tmp_path, dtype, zip64):
+@pytest.mark.parametrize("in_memory", [False, True], ids=["map", "memory"])
+def test_every_dtype_round_trips(tmp_path, in_memory, dtype, zip64):
     array = random_array(DTYPES[dtype])
     path = write_zip(tmp_path / "w.pnnx.bin", {"conv.weight": array.tobytes()}, zip64=zip64)
-    with PnnxBin(path) as weights:
+    with PnnxBin(path, in_memory=in_memory) as weights:
         read = weights.read("conv.weight", array.shape, dtype)
         assert read.dtype == DTYPES[dtype] and read.shape == array.shape
         np.testing.assert_array_equal(read, array)
@@ -93,25 +94,34 @@ def test_stored_itemsizes():
     assert all(stored_itemsize(name) == DTYPES[name].itemsize for name in PLAIN_DTYPES)
 
 
-def test_scalar_and_empty_attributes(tmp_path):
+@pytest.mark.parametrize("in_memory", [False, True], ids=["map", "memory"])
+def test_scalar_and_empty_attributes(tmp_path, in_memory):
     path = write_zip(tmp_path / "w.pnnx.bin", {"s.data": np.float32(2.5).tobytes(),
                                                "e.data": b""})
-    with PnnxBin(path) as weights:
+    with PnnxBin(path, in_memory=in_memory) as weights:
         scalar = weights.read("s.data", (), "f32")
         empty = weights.read("e.data", (0, 3), "f32")
     assert scalar.shape == () and scalar == 2.5
     assert empty.shape == (0, 3)
 
 
-def test_unaligned_entries_read_correctly(tmp_path):
+@pytest.mark.parametrize("in_memory", [False, True], ids=["map", "memory"])
+def test_unaligned_entries_read_correctly(tmp_path, in_memory):
+    """pnnx packs entries end to end: a view of the map may be unaligned; read into memory,
+    every entry starts on a 64-byte boundary."""
     array = np.arange(6, dtype=np.float64)
     name = "odd.name"  # 8 + 30 = 38 bytes of header: the data starts 2 bytes past an 8-multiple
-    path = write_zip(tmp_path / "w.pnnx.bin", {name: array.tobytes()})
+    path = write_zip(tmp_path / "w.pnnx.bin", {"first.x": b"abc", name: array.tobytes(),
+                                               "last.y": array[:5].tobytes()})
     assert local_data_offset(path, name) % array.itemsize != 0
-    with PnnxBin(path) as weights:
+    with PnnxBin(path, in_memory=in_memory) as weights:
         read = weights.read(name, (2, 3), "f64")
-    assert not read.flags.aligned
+        last = weights.read("last.y", (5,), "f64")
+    assert read.flags.aligned == in_memory
+    if in_memory:
+        assert read.ctypes.data % 64 == 0 and last.ctypes.data % 64 == 0
     np.testing.assert_array_equal(read, array.reshape(2, 3))
+    np.testing.assert_array_equal(last, array[:5])
 
 
 def test_released_entries_still_read_their_bytes(tmp_path):
@@ -156,9 +166,9 @@ def test_release_pages_drops_the_pages_of_a_view_in_hand(tmp_path):
 
 
 def test_release_pages_leaves_anonymous_memory_alone():
-    """An arena buffer (layers/pages.py) is a memory map too, but of no file: dropping its
+    """An arena buffer (parser/pages.py) is a memory map too, but of no file: dropping its
     pages would zero its values, so release_pages must not touch it."""
-    from layers.pages import HUGE_PAGE_ADVICE, fresh_pages
+    from parser.pages import HUGE_PAGE_ADVICE, fresh_pages
 
     buffer = fresh_pages(HUGE_PAGE_ADVICE).view(np.float32)
     buffer[:] = 1.0
@@ -198,28 +208,31 @@ def check_error(info, path, entry=None, words=""):
     assert words in str(error)
 
 
-def test_empty_file(tmp_path):
+@pytest.mark.parametrize("in_memory", [False, True], ids=["map", "memory"])
+def test_empty_file(tmp_path, in_memory):
     path = tmp_path / "empty.pnnx.bin"
     path.write_bytes(b"")
     with pytest.raises(BinFileError) as info:
-        PnnxBin(path)
+        PnnxBin(path, in_memory=in_memory)
     check_error(info, path, words="empty file")
 
 
-def test_not_a_zip(tmp_path):
+@pytest.mark.parametrize("in_memory", [False, True], ids=["map", "memory"])
+def test_not_a_zip(tmp_path, in_memory):
     path = tmp_path / "model.pnnx.param"
     path.write_text("7767517\n0 0\n")
     with pytest.raises(BinFileError) as info:
-        PnnxBin(path)
+        PnnxBin(path, in_memory=in_memory)
     check_error(info, path, words="not a zip")
 
 
 @pytest.mark.parametrize("zip64", [False, True], ids=["classic", "zip64"])
-def test_truncated_zip(tmp_path, zip64):
+@pytest.mark.parametrize("in_memory", [False, True], ids=["map", "memory"])
+def test_truncated_zip(tmp_path, in_memory, zip64):
     path = write_zip(tmp_path / "w.pnnx.bin", {"a.data": bytes(4000)}, zip64=zip64)
     path.write_bytes(path.read_bytes()[:2000])
     with pytest.raises(BinFileError) as info:
-        PnnxBin(path)
+        PnnxBin(path, in_memory=in_memory)
     check_error(info, path, words="truncated")
 
 
@@ -246,18 +259,20 @@ def test_missing_entry_lists_some_names_when_none_is_close(tmp_path):
     check_error(info, path, entry="zzz", words="conv1.weight")
 
 
-def test_compressed_entry(tmp_path):
+@pytest.mark.parametrize("in_memory", [False, True], ids=["map", "memory"])
+def test_compressed_entry(tmp_path, in_memory):
     path = write_zip(tmp_path / "w.pnnx.bin", {"a.data": bytes(400)},
                      compression=zipfile.ZIP_DEFLATED)
-    with PnnxBin(path) as weights, pytest.raises(BinFileError) as info:
+    with PnnxBin(path, in_memory=in_memory) as weights, pytest.raises(BinFileError) as info:
         weights.read("a.data", (100,), "f32")
     check_error(info, path, entry="a.data", words="compressed")
 
 
 @pytest.mark.parametrize("shape, dtype", [((3, 3), "f32"), ((2,), "f32"), ((4,), "f64")])
-def test_size_mismatch(tmp_path, shape, dtype):
+@pytest.mark.parametrize("in_memory", [False, True], ids=["map", "memory"])
+def test_size_mismatch(tmp_path, in_memory, shape, dtype):
     path = write_zip(tmp_path / "w.pnnx.bin", {"a.data": bytes(16)})
-    with PnnxBin(path) as weights, pytest.raises(BinFileError) as info:
+    with PnnxBin(path, in_memory=in_memory) as weights, pytest.raises(BinFileError) as info:
         weights.read("a.data", shape, dtype)
     check_error(info, path, entry="a.data", words="holds 16 bytes")
 

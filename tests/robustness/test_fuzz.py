@@ -251,11 +251,12 @@ def _attributes(param_text: str) -> list[tuple[str, tuple[int, ...], str]]:
     return found
 
 
-def _read_all(path: Path, attributes) -> dict[str, np.ndarray] | None:
-    """Every attribute's array, or None after a BinFileError (another error fails the test)."""
+def _read_all(path: Path, attributes, in_memory: bool = False) -> dict[str, np.ndarray] | None:
+    """Every attribute's array, mapped or read into memory, or None after a BinFileError
+    (another error fails the test)."""
     from parser.errors import BinFileError
     try:
-        with PnnxBin(path) as archive:
+        with PnnxBin(path, in_memory=in_memory) as archive:
             return {key: archive.read(key, shape, dtype).copy()
                     for key, shape, dtype in attributes}
     except BinFileError as error:
@@ -267,12 +268,14 @@ def _read_all(path: Path, attributes) -> dict[str, np.ndarray] | None:
 def _check_damaged_bin(folder: Path, original: Path, damaged: bytes, attributes) -> None:
     path = folder / "fuzz.pnnx.bin"
     path.write_bytes(damaged)
-    arrays = _read_all(path, attributes)
-    if arrays is not None:                   # read despite the damage: then it must be right
-        event("read, the same arrays")
-        expected = _read_all(original, attributes)
-        for key, array in arrays.items():
-            np.testing.assert_array_equal(array, expected[key], err_msg=key)
+    expected = None
+    for in_memory in (False, True):
+        arrays = _read_all(path, attributes, in_memory)
+        if arrays is not None:               # read despite the damage: then it must be right
+            event("read, the same arrays")
+            expected = expected or _read_all(original, attributes)
+            for key, array in arrays.items():
+                np.testing.assert_array_equal(array, expected[key], err_msg=key)
 
 
 @given(data=st.data())

@@ -450,11 +450,14 @@ def test_shape_computed_in_the_graph_runs_at_any_batch(pnnx_export):
         assert graph.infer_shapes(shape)[out_name] == got.shape
 
 
+@pytest.mark.parametrize("mode", ["memory", "map"])
 @pytest.mark.parametrize("op_name, aligned_in_file", [("conv", False), ("conv_ab", True)])
-def test_weights_are_views_of_the_file_or_aligned_copies(tmp_path, op_name, aligned_in_file):
+def test_weights_are_aligned_views_or_aligned_copies(tmp_path, op_name, aligned_in_file, mode):
     """An entry's bytes start 30 + len(name) bytes into this zip: 'conv.weight' lands at an
-    odd address (copied once, aligned, for BLAS), 'conv_ab.weight' at a multiple of 4 (a
-    zero-copy view over the memory map). Either way the weight is read-only."""
+    odd address, 'conv_ab.weight' at a multiple of 4. Read into memory (the default), each
+    entry starts on a 64-byte boundary of the buffer: a view either way. Mapped, the odd one is
+    copied once, aligned, for BLAS; the other is a zero-copy view over the memory map. Either
+    way the weight is read-only."""
     text = f"""
     7767517
     3 2
@@ -463,10 +466,13 @@ def test_weights_are_views_of_the_file_or_aligned_copies(tmp_path, op_name, alig
     pnnx.Output out0 1 0 b
     """  # noqa: E501
     weight = np.arange(6, dtype=np.float32).reshape(2, 3, 1, 1)
-    graph = build(tmp_path, text, weights={f"{op_name}.weight": weight})
+    param, binary = write_pnnx(tmp_path, text, {f"{op_name}.weight": weight})
+    graph = RuntimeGraph(param, binary, weights=mode).build()
     data = graph.operator(op_name).attrs["weight"].data
     assert data.flags.aligned and not data.flags.writeable
-    assert (not data.flags.owndata) == aligned_in_file
+    assert (not data.flags.owndata) == (aligned_in_file or mode == "memory")
+    if mode == "memory":
+        assert data.ctypes.data % 64 == 0
     np.testing.assert_array_equal(data, weight)
     x = np.ones((1, 3, 4, 4), np.float32)
     np.testing.assert_allclose(graph.forward(x)[0][0, :, 0, 0], weight.sum(axis=(1, 2, 3)))

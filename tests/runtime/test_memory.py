@@ -325,7 +325,7 @@ def _mapping_flags(address: int) -> list[str] | None:
 
 
 def test_fresh_pages_are_writeable_and_plain():
-    from layers.pages import fresh_pages
+    from parser.pages import fresh_pages
 
     for nbytes in (0, 1, 4096, 4 << 20, 9 << 20):
         buffer = fresh_pages(nbytes)
@@ -341,7 +341,7 @@ def test_fresh_pages_are_writeable_and_plain():
 def test_fresh_pages_are_mapped_in_before_their_first_write():
     """MAP_POPULATE: the OS maps a buffer's pages in when it is made (one call), not one
     fault at a time during the first forward."""
-    from layers import pages
+    from parser import pages
 
     if not pages.POPULATE:
         pytest.skip("no MAP_POPULATE here")
@@ -376,7 +376,7 @@ def test_fresh_pages_fall_back_to_numpy_when_the_os_refuses_a_mapping(monkeypatc
     raises numpy's MemoryError if memory is really short."""
     import mmap
 
-    from layers import pages
+    from parser import pages
 
     def refuse(*args, **kwargs):
         raise OSError(12, "Cannot allocate memory")

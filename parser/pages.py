@@ -8,8 +8,9 @@ Not np.empty: numpy asks the OS for transparent huge pages (madvise) for every a
 MiB or more, and where the kernel's THP policy is "madvise" the first write to such an
 array may compact memory to find 2 MiB pages: a stall of tens of milliseconds, at random,
 in the first forward at a new input size. Smaller buffers come from np.empty, whose heap
-often hands back pages already mapped. The arena of a memory plan (infer/memory.py) and
-the fast kernels' work buffers (layers/fast/team.py) take their memory here.
+often hands back pages already mapped. The weights read from a bin file (parser/bin.py),
+the arena of a memory plan (infer/memory.py) and the fast kernels' work buffers
+(layers/fast/team.py) take their memory here.
 """
 
 from __future__ import annotations
