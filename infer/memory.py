@@ -34,7 +34,7 @@ from __future__ import annotations
 import math
 import sys
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, NamedTuple, Sequence
 
 import numpy as np
 
@@ -64,8 +64,7 @@ class Slot:
     dtype: np.dtype
 
 
-@dataclass(frozen=True)
-class PlannedOperand:
+class PlannedOperand(NamedTuple):
     """One row of the plan."""
 
     name: str

@@ -52,7 +52,7 @@ import stat
 import struct
 import weakref
 import zipfile
-from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -112,8 +112,7 @@ def _widen_c32(raw: np.ndarray) -> np.ndarray:
 _WIDEN = {"bf16": _widen_bf16, "c32": _widen_c32}
 
 
-@dataclass(frozen=True)
-class _Entry:
+class _Entry(NamedTuple):
     """Where one entry's bytes are: ``size`` bytes from ``offset``; ``method`` 0 means stored;
     ``crc`` is the CRC-32 the central directory records for them."""
 

@@ -59,7 +59,7 @@ import itertools
 import re
 from dataclasses import dataclass, field
 from os import PathLike
-from typing import Any, Iterator, Literal, overload
+from typing import Any, Iterator, Literal, NamedTuple, overload
 
 from parser.errors import ParamFileError, quote, shorten
 from parser.files import MiB, read_file
@@ -93,8 +93,7 @@ class ParamType(enum.Enum):
     COMPLEX_ARRAY = 11
 
 
-@dataclass(frozen=True, slots=True)
-class Parameter:
+class Parameter(NamedTuple):
     """One ``key=value`` parameter of an operator line, typed as pnnx types it.
 
     ``value`` is None, a bool, int, float, str, complex, or a tuple of ints / floats / strs /
@@ -105,8 +104,7 @@ class Parameter:
     value: Any                # its Python type follows ``type`` (see above)
 
 
-@dataclass(frozen=True, slots=True)
-class OperandInfo:
+class OperandInfo(NamedTuple):
     """What the file says about one operand: ``#0=(1,3,?,?)f32``.
 
     ``shape`` is None when no line annotates the operand; a None entry in it is a dynamic dim
@@ -118,8 +116,7 @@ class OperandInfo:
     dtype: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class AttributeInfo:
+class AttributeInfo(NamedTuple):
     """An attribute reference ``@weight=(8,3,3,3)f32``: its data lives in the .pnnx.bin zip under
     the entry ``"<op name>.<attr name>"``. The name may contain dots."""
 

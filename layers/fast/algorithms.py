@@ -61,8 +61,7 @@ share what their caller shares (layers/fast/team.py).
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
-from typing import Callable, Protocol
+from typing import Callable, NamedTuple, Protocol
 
 import numpy as np
 
@@ -116,8 +115,7 @@ class Convolution(Protocol):
     def packed(self, algorithm: str) -> np.ndarray: ...
 
 
-@dataclass(frozen=True)
-class Algorithm:
+class Algorithm(NamedTuple):
     """One way to compute a convolution (the module docstring lists the parts)."""
 
     name: str
