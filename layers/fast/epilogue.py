@@ -204,6 +204,13 @@ def epilogue_operands(y: np.ndarray, bias: np.ndarray | None, residual: np.ndarr
             NO_RESIDUAL if residual is None else residual.reshape(n, c, length))
 
 
+def activate(rows: np.ndarray, activation: Activation) -> None:
+    """In place on C-contiguous float32 ``rows`` (N, C, L): rows = activation(rows)
+    (bias_residual_activation without the bias and residual to look for)."""
+    _bias_residual_activation(rows, NO_ARRAY, NO_RESIDUAL, activation.code, activation.a,
+                              activation.b)
+
+
 def bias_residual_activation(y: np.ndarray, bias: np.ndarray | None,
                              residual: np.ndarray | None, activation: Activation) -> None:
     """In place on a C-contiguous float32 ``y`` (N, C, ...): y = activation(y + bias + residual).

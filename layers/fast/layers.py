@@ -52,8 +52,7 @@ from parser.bin import release_pages
 from layers.activation import GELU, Hardsigmoid, Hardswish, Sigmoid, SiLU, Softmax
 from layers.attention import MultiheadAttention
 from layers.excitation import SqueezeExcitation
-from layers.fast.epilogue import (IDENTITY, Activation, activation_of,
-                                  bias_residual_activation)
+from layers.fast.epilogue import IDENTITY, Activation, activate, activation_of
 from layers.linear import Linear
 from layers.normalization import LayerNorm
 from layers.pooling import AdaptiveAvgPool2d, AtenMaxPool2d, MaxPool1d, MaxPool2d
@@ -547,7 +546,7 @@ class KernelActivationLayer:
         if team is not None:
             team.finish(rows, None, None, activation)
         else:
-            bias_residual_activation(rows, None, None, activation)
+            activate(rows, activation)
 
     @functools.cached_property
     def kernel_activation(self) -> Activation | None:
