@@ -101,11 +101,11 @@ SP_GEOMETRY, *_ = int_fields(GEOMETRY)                  # the geometry's values,
 
 # WINOGRAD_IN, WINOGRAD_F2_IN: winograd.input_planes / winograd_f2.input_planes_f2
 WI_X, WI_V = array_fields(2)
-WI_TOP, WI_LEFT, WI_TILES_H, WI_TILES_W = int_fields(4)
+WI_TOP, WI_LEFT, WI_TILES_H, WI_TILES_W, WI_ROW0 = int_fields(5)
 
 # WINOGRAD_OUT, WINOGRAD_F2_OUT: winograd.output_planes / winograd_f2.output_planes_f2
 WO_M, WO_Y, WO_BIAS, WO_RESIDUAL = array_fields(4)
-WO_TILES_H, WO_TILES_W, WO_CODE = int_fields(3)
+WO_TILES_H, WO_TILES_W, WO_ROW0, WO_CODE = int_fields(4)
 
 # SOFTMAX: softmax.softmax_rows (units: rows)
 SM_X, = array_fields(1)
@@ -261,10 +261,11 @@ def _run_units(record, reals, slot, first, last):
         x, v = _get4(record, a[WI_X]), _get3(record, a[WI_V])
         if kind == WINOGRAD_IN:
             winograd.input_planes(x, v, record[WI_TOP], record[WI_LEFT], record[WI_TILES_H],
-                                  record[WI_TILES_W], first, last)
+                                  record[WI_TILES_W], record[WI_ROW0], first, last)
         else:
             winograd_f2.input_planes_f2(x, v, record[WI_TOP], record[WI_LEFT],
-                                        record[WI_TILES_H], record[WI_TILES_W], first, last)
+                                        record[WI_TILES_H], record[WI_TILES_W],
+                                        record[WI_ROW0], first, last)
     elif kind == SOFTMAX:
         softmax.softmax_rows(_get2(record, a[SM_X]), first, last)
     elif kind == MAX_POOL:
@@ -277,12 +278,12 @@ def _run_units(record, reals, slot, first, last):
         bias, residual = _get1(record, a[WO_BIAS]), _get4(record, a[WO_RESIDUAL])
         if kind == WINOGRAD_OUT:
             winograd.output_planes(m, y, bias, residual, record[WO_TILES_H],
-                                   record[WO_TILES_W], record[WO_CODE], act_a, act_b, first,
-                                   last)
+                                   record[WO_TILES_W], record[WO_ROW0], record[WO_CODE],
+                                   act_a, act_b, first, last)
         else:
             winograd_f2.output_planes_f2(m, y, bias, residual, record[WO_TILES_H],
-                                         record[WO_TILES_W], record[WO_CODE], act_a, act_b,
-                                         first, last)
+                                         record[WO_TILES_W], record[WO_ROW0], record[WO_CODE],
+                                         act_a, act_b, first, last)
 
 
 @kernel(nogil=True)
@@ -480,20 +481,20 @@ def _split_planes_job(record, reals, x, phases, geometry):
     _put_ints(record, SP_GEOMETRY, geometry)
 
 
-@kernel(nogil=True, exported=(RECORD, REALS, INT, array(4), array(3), *[INT] * 4))
-def _winograd_input_job(record, reals, kind, x, v, top, left, tiles_h, tiles_w):
+@kernel(nogil=True, exported=(RECORD, REALS, INT, array(4), array(3), *[INT] * 5))
+def _winograd_input_job(record, reals, kind, x, v, top, left, tiles_h, tiles_w, row0):
     """WINOGRAD_IN or WINOGRAD_F2_IN (``kind``), as a Winograd input transform (units: input
     planes)."""
     record[KIND], record[UNITS] = kind, x.shape[0] * x.shape[1]
     _put(record, ARRAYS[WI_X], x)
     _put(record, ARRAYS[WI_V], v)
     record[WI_TOP], record[WI_LEFT] = top, left
-    record[WI_TILES_H], record[WI_TILES_W] = tiles_h, tiles_w
+    record[WI_TILES_H], record[WI_TILES_W], record[WI_ROW0] = tiles_h, tiles_w, row0
 
 
 @kernel(nogil=True, exported=(RECORD, REALS, INT, array(3), array(4), array(1),
-                              array(4), *[INT] * 3, FLOAT, FLOAT))
-def _winograd_output_job(record, reals, kind, m, y, bias, residual, tiles_h, tiles_w,
+                              array(4), *[INT] * 4, FLOAT, FLOAT))
+def _winograd_output_job(record, reals, kind, m, y, bias, residual, tiles_h, tiles_w, row0,
                          code, act_a, act_b):
     """WINOGRAD_OUT or WINOGRAD_F2_OUT (``kind``), as a Winograd output transform (units:
     output planes)."""
@@ -503,4 +504,5 @@ def _winograd_output_job(record, reals, kind, m, y, bias, residual, tiles_h, til
     _put(record, ARRAYS[WO_BIAS], bias)
     _put(record, ARRAYS[WO_RESIDUAL], residual)
     record[WO_TILES_H], record[WO_TILES_W], record[WO_CODE] = tiles_h, tiles_w, code
+    record[WO_ROW0] = row0
     reals[ACT_A], reals[ACT_B] = act_a, act_b

@@ -37,8 +37,8 @@ from layers.fast.pointwise import pointwise_conv2d
 from layers.fast.team import current_team, scratch
 
 NO_RESIDUAL = np.zeros((0, 0, 0, 0), np.float32)
-CHUNK_BYTES = 8 * 2 ** 20              # bytes of V and M per chunk of a batch's images (one
-                                       # image at a time if one alone needs more)
+CHUNK_BYTES = 8 * 2 ** 20              # bytes of V and M per chunk of a batch (images, or
+                                       # strips of an image's rows of tiles: ``chunks``)
 TILE, TAPS = 4, 6                      # outputs per tile side, inputs per tile side (4 + 3 - 1)
 R2 = np.sqrt(2.0)
 QUARTER, HALF, TWO, FIVE_HALVES, SQRT2 = (np.float32(v) for v in (0.25, 0.5, 2, 2.5, R2))
@@ -148,15 +148,17 @@ def split_into_streams(plane, streams, padded_row, rows, cols, top, left, tiles_
             stream[tiles_w - 1] = padded_row[tile * tiles_w + j - tile]
 
 
-@kernel(nogil=True, exported=(array(4), array(3), *[INT] * 4))
-def _input_transform(x, v, top, left, tiles_h, tiles_w):
+@kernel(nogil=True, exported=(array(4), array(3), *[INT] * 5))
+def _input_transform(x, v, top, left, tiles_h, tiles_w, row0):
     """x (N, C, H, W) -> v (36, C, T), every plane (``input_planes``)."""
-    input_planes(x, v, top, left, tiles_h, tiles_w, np.int64(0), x.shape[0] * x.shape[1])
+    input_planes(x, v, top, left, tiles_h, tiles_w, row0, np.int64(0),
+                 x.shape[0] * x.shape[1])
 
 
 @kernel(nogil=True)
-def input_planes(x, v, top, left, tiles_h, tiles_w, first, last):
-    """x (N, C, H, W) -> v (36, C, T): V = B^T d B for every 6x6 tile d (T = N * tiles).
+def input_planes(x, v, top, left, tiles_h, tiles_w, row0, first, last):
+    """x (N, C, H, W) -> v (36, C, T): V = B^T d B for every 6x6 tile d (T = N * tiles) of
+    the rows of x from ``row0`` on (a strip of tiles_h rows of tiles: run_winograd's).
 
     Tile (ty, tx) reads padded rows 4ty .. 4ty+5 and columns 4tx .. 4tx+5. Each plane is first
     split into 4 x 6 *streams*: stream (p, s) holds, for every padded row 4ty' + p, the
@@ -168,12 +170,13 @@ def input_planes(x, v, top, left, tiles_h, tiles_w, first, last):
     six out, straight into v)."""
     n, channels, height, width = x.shape
     tiles = tiles_h * tiles_w
-    streams, padded_row, rows, cols = stream_buffers(TILE, TAPS, tiles_h, tiles_w, height,
-                                                      width, top, left)
+    streams, padded_row, rows, cols = stream_buffers(TILE, TAPS, tiles_h, tiles_w,
+                                                      height - row0, width, top, left)
     cols_t = np.empty((TAPS, TAPS, tiles), np.float32)    # (r of B^T d, column s, tile)
     for plane in range(first, last):
         i_n, c = plane // channels, plane % channels
-        split_into_streams(x[i_n, c], streams, padded_row, rows, cols, top, left, tiles_w)
+        split_into_streams(x[i_n, c, row0:], streams, padded_row, rows, cols, top, left,
+                           tiles_w)
         for s in range(TAPS):                                # columns: B^T d
             d0, d1 = streams[0, s], streams[1, s]
             d2, d3 = streams[2, s], streams[3, s]
@@ -197,22 +200,24 @@ def input_planes(x, v, top, left, tiles_h, tiles_w, first, last):
 
 
 @kernel(nogil=True,
-        exported=(array(3), array(4), array(1), array(4), *[INT] * 3, FLOAT, FLOAT))
-def _output_transform(m, y, bias, residual, tiles_h, tiles_w, code, a, b):
+        exported=(array(3), array(4), array(1), array(4), *[INT] * 4, FLOAT, FLOAT))
+def _output_transform(m, y, bias, residual, tiles_h, tiles_w, row0, code, a, b):
     """m (36, C_out, T) -> y (N, C_out, Ho, Wo), every plane (``output_planes``)."""
-    output_planes(m, y, bias, residual, tiles_h, tiles_w, code, a, b, np.int64(0),
+    output_planes(m, y, bias, residual, tiles_h, tiles_w, row0, code, a, b, np.int64(0),
                   y.shape[0] * y.shape[1])
 
 
 @kernel(nogil=True)
-def output_planes(m, y, bias, residual, tiles_h, tiles_w, code, a, b, first, last):
-    """m (36, C_out, T) -> y (N, C_out, Ho, Wo) = A^T m A + bias + residual, activated.
+def output_planes(m, y, bias, residual, tiles_h, tiles_w, row0, code, a, b, first, last):
+    """m (36, C_out, T) -> y (N, C_out, Ho, Wo) = A^T m A + bias + residual, activated, on
+    the tiles_h rows of tiles from output row ``row0`` on (a strip: run_winograd's).
 
     Both passes are long loops over all the tiles u = ty*tiles_w + tx of a plane: the
     column pass A^T m (six in, four out per column), then the row pass, which gives output
     (4ty + i, 4tx + j) of every tile in ``out[i, j, u]``. Each output row then gathers its
     four column phases and is finished (bias, residual, activation: ``finish_row``)."""
-    n, c_out, out_h, out_w = y.shape
+    n, c_out, height, out_w = y.shape
+    out_h = min(height - row0, TILE * tiles_h)
     length = tiles_h * tiles_w
     has_bias, has_residual = bias.shape[0] > 0, residual.shape[0] > 0
     cols_t = np.empty((TILE, TAPS, length), np.float32)   # (row i of A^T m, column s, tile)
@@ -236,7 +241,7 @@ def output_planes(m, y, bias, residual, tiles_h, tiles_w, code, a, b, first, las
             for u in range(length):
                 o0[u], o1[u], o2[u], o3[u] = _at(q0[u], q1[u], q2[u], q3[u], q4[u], q5[u])
         shift = bias[o] if has_bias else np.float32(0.0)
-        dst = y[i_n, o]
+        dst = y[i_n, o, row0:]
         for oh in range(out_h):
             ty, i = oh // TILE, oh % TILE
             row = dst[oh]
@@ -247,8 +252,9 @@ def output_planes(m, y, bias, residual, tiles_h, tiles_w, code, a, b, first, las
                 row[k], row[k + 1], row[k + 2], row[k + 3] = p0[tx], p1[tx], p2[tx], p3[tx]
             for ow in range(full * TILE, out_w):             # the last, partial tile
                 row[ow] = out[i, ow % TILE, ty * tiles_w + full]
-            finish_row(row, shift, residual[i_n, o, oh] if has_residual else no_residual,
-                       code, a, b)
+            finish_row(row, shift,
+                       residual[i_n, o, row0 + oh] if has_residual else no_residual, code,
+                       a, b)
 
 
 def winograd_conv2d(x: np.ndarray, packed: np.ndarray, bias: np.ndarray | None,
@@ -267,36 +273,51 @@ def run_winograd(input_transform, output_transform, tile: int, x: np.ndarray,
                  residual: np.ndarray | None, out: np.ndarray | None) -> np.ndarray:
     """One Winograd convolution with ``tile`` x ``tile`` output tiles (F(4x4) here, F(2x2) in
     winograd_f2.py): V from the input transform, M = U @ V as one stack of GEMMs, y from the
-    output transform. V and M live in scratch buffers reused from call to call, made for
-    as many images at a time as keep them within CHUNK_BYTES (a batch runs in chunks of
-    images: every tile's sums are the same, so are the bits)."""
+    output transform. V and M live in scratch buffers reused from call to call, made for as
+    much of the batch as keeps them within CHUNK_BYTES (``chunks``): a few images at a time,
+    or, when one image needs more, a strip of its rows of tiles at a time. Every tile's sums
+    are the same whichever chunk it falls in, so are the bits."""
     n, c_in = x.shape[:2]
     products, c_out = packed.shape[:2]
     tiles_h, tiles_w = -(-out_hw[0] // tile), -(-out_hw[1] // tile)
-    per_image = products * (c_in + c_out) * tiles_h * tiles_w * 4      # bytes of V and M
-    step = max(1, min(n, CHUNK_BYTES // max(per_image, 1)))
     y = np.empty((n, c_out, *out_hw), np.float32) if out is None else out
     if residual is not None and residual.shape != y.shape:    # the kernels read it unchecked
         raise ValueError(f"Winograd: residual of shape {residual.shape} for an output of "
                          f"shape {y.shape}")
     bias = NO_ARRAY if bias is None else bias
     team = current_team()
-    for i in range(0, n, step):
-        j = min(n, i + step)
-        images, tiles = x[i:j], (j - i) * tiles_h * tiles_w
-        v = scratch("winograd_v", (products, c_in, tiles))
-        m = scratch("winograd_m", (products, c_out, tiles))
+    row_bytes = products * (c_in + c_out) * tiles_w * 4      # V and M of a row of tiles
+    for i, j, ty0, ty1 in chunks(n, tiles_h, row_bytes):
+        images, strip = x[i:j], ty1 - ty0
+        v = scratch("winograd_v", (products, c_in, (j - i) * strip * tiles_w))
+        m = scratch("winograd_m", (products, c_out, (j - i) * strip * tiles_w))
         rest = NO_RESIDUAL if residual is None else residual[i:j]
+        first = tile * ty0 - pads[0]        # x's row of the strip's first (padded) input row
+        top, row0 = max(-first, 0), max(first, 0)
         if team is None:
-            input_transform(images, v, pads[0], pads[2], tiles_h, tiles_w)
+            input_transform(images, v, top, pads[2], strip, tiles_w, row0)
         else:                                            # each step shared with the helpers
-            team.winograd_input(tile != TILE, images, v, pads[0], pads[2], tiles_h, tiles_w)
+            team.winograd_input(tile != TILE, images, v, top, pads[2], strip, tiles_w, row0)
         # (C_out, C_in) @ (C_in, T) each, in register tiles (shared too, if there is a team)
         pointwise_conv2d(packed, v, None, None, IDENTITY, m)
         if team is None:
-            output_transform(m, y[i:j], bias, rest, tiles_h, tiles_w, activation.code,
-                             activation.a, activation.b)
+            output_transform(m, y[i:j], bias, rest, strip, tiles_w, tile * ty0,
+                             activation.code, activation.a, activation.b)
         else:
-            team.winograd_output(tile != TILE, m, y[i:j], bias, rest, tiles_h, tiles_w,
-                                 activation)
+            team.winograd_output(tile != TILE, m, y[i:j], bias, rest, strip, tiles_w,
+                                 tile * ty0, activation)
     return y
+
+
+def chunks(images: int, tiles_h: int, row_bytes: int) -> list[tuple[int, int, int, int]]:
+    """How run_winograd cuts a batch of ``images`` of ``tiles_h`` rows of tiles, whose V and
+    M take ``row_bytes`` a row: (first image, last + 1, first row of tiles, last + 1) per
+    chunk, each within CHUNK_BYTES if it can be. Whole images while one fits (as many as
+    fit), else strips of the rows of one image (one row of tiles at least)."""
+    image_bytes = max(row_bytes * tiles_h, 1)
+    if image_bytes <= CHUNK_BYTES:
+        step = max(1, min(images, CHUNK_BYTES // image_bytes))
+        return [(i, min(images, i + step), 0, tiles_h) for i in range(0, images, step)]
+    strips = -(-tiles_h // max(1, CHUNK_BYTES // max(row_bytes, 1)))
+    cuts = [k * tiles_h // strips for k in range(strips + 1)]     # heights differ by 1 at most
+    return [(i, i + 1, cuts[k], cuts[k + 1]) for i in range(images) for k in range(strips)]

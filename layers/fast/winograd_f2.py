@@ -53,15 +53,17 @@ def pack_winograd_f2_weight(weight: np.ndarray) -> np.ndarray:
     return transform_filters(weight, GG_T_32)
 
 
-@kernel(nogil=True, exported=(array(4), array(3), *[INT] * 4))
-def _input_transform_f2(x, v, top, left, tiles_h, tiles_w):
+@kernel(nogil=True, exported=(array(4), array(3), *[INT] * 5))
+def _input_transform_f2(x, v, top, left, tiles_h, tiles_w, row0):
     """x (N, C, H, W) -> v (16, C, T), every plane (``input_planes_f2``)."""
-    input_planes_f2(x, v, top, left, tiles_h, tiles_w, np.int64(0), x.shape[0] * x.shape[1])
+    input_planes_f2(x, v, top, left, tiles_h, tiles_w, row0, np.int64(0),
+                    x.shape[0] * x.shape[1])
 
 
 @kernel(nogil=True)
-def input_planes_f2(x, v, top, left, tiles_h, tiles_w, first, last):
-    """x (N, C, H, W) -> v (16, C, T): V = B^T d B for every 4x4 tile d (T = N * tiles).
+def input_planes_f2(x, v, top, left, tiles_h, tiles_w, row0, first, last):
+    """x (N, C, H, W) -> v (16, C, T): V = B^T d B for every 4x4 tile d (T = N * tiles) of
+    the rows of x from ``row0`` on (a strip of tiles_h rows of tiles: run_winograd's).
 
     Tile (ty, tx) reads padded rows 2ty .. 2ty+3 and columns 2tx .. 2tx+3. As in winograd.py,
     each plane is first split into *streams* (``split_into_streams``): stream (p, j) holds,
@@ -72,12 +74,13 @@ def input_planes_f2(x, v, top, left, tiles_h, tiles_w, first, last):
     the tiles of the plane."""
     n, channels, height, width = x.shape
     tiles = tiles_h * tiles_w
-    streams, padded_row, rows, cols = stream_buffers(TILE, TAPS, tiles_h, tiles_w, height,
-                                                      width, top, left)
+    streams, padded_row, rows, cols = stream_buffers(TILE, TAPS, tiles_h, tiles_w,
+                                                      height - row0, width, top, left)
     cols_t = np.empty((TAPS, TAPS, tiles), np.float32)     # (row of B^T d, column j, tile)
     for plane in range(first, last):
         i_n, c = plane // channels, plane % channels
-        split_into_streams(x[i_n, c], streams, padded_row, rows, cols, top, left, tiles_w)
+        split_into_streams(x[i_n, c, row0:], streams, padded_row, rows, cols, top, left,
+                           tiles_w)
         for j in range(TAPS):                                # columns: B^T d
             d0, d1 = streams[0, j], streams[1, j]
             d2, d3 = streams[0, j, tiles_w:], streams[1, j, tiles_w:]
@@ -96,22 +99,24 @@ def input_planes_f2(x, v, top, left, tiles_h, tiles_w, first, last):
 
 
 @kernel(nogil=True,
-        exported=(array(3), array(4), array(1), array(4), *[INT] * 3, FLOAT, FLOAT))
-def _output_transform_f2(m, y, bias, residual, tiles_h, tiles_w, code, a, b):
+        exported=(array(3), array(4), array(1), array(4), *[INT] * 4, FLOAT, FLOAT))
+def _output_transform_f2(m, y, bias, residual, tiles_h, tiles_w, row0, code, a, b):
     """m (16, C_out, T) -> y (N, C_out, Ho, Wo), every plane (``output_planes_f2``)."""
-    output_planes_f2(m, y, bias, residual, tiles_h, tiles_w, code, a, b, np.int64(0),
+    output_planes_f2(m, y, bias, residual, tiles_h, tiles_w, row0, code, a, b, np.int64(0),
                      y.shape[0] * y.shape[1])
 
 
 @kernel(nogil=True)
-def output_planes_f2(m, y, bias, residual, tiles_h, tiles_w, code, a, b, first, last):
-    """m (16, C_out, T) -> y (N, C_out, Ho, Wo) = A^T m A + bias + residual, activated.
+def output_planes_f2(m, y, bias, residual, tiles_h, tiles_w, row0, code, a, b, first, last):
+    """m (16, C_out, T) -> y (N, C_out, Ho, Wo) = A^T m A + bias + residual, activated, on
+    the tiles_h rows of tiles from output row ``row0`` on (a strip: run_winograd's).
 
     Both passes are long loops over all the tiles u = ty*tiles_w + tx of a plane: A^T m over
     the columns (three values in, two out), then A over the rows, which leaves output
     (2ty + i, 2tx + j) of every tile in ``out[i, j, u]``. Each output row then interleaves its
     two column phases and is finished (bias, residual, activation: ``finish_row``)."""
-    n, c_out, out_h, out_w = y.shape
+    n, c_out, height, out_w = y.shape
+    out_h = min(height - row0, TILE * tiles_h)
     length = tiles_h * tiles_w
     has_bias, has_residual = bias.shape[0] > 0, residual.shape[0] > 0
     cols_t = np.empty((TILE, TAPS, length), np.float32)   # (row i of A^T m, column j, tile)
@@ -135,7 +140,7 @@ def output_planes_f2(m, y, bias, residual, tiles_h, tiles_w, code, a, b, first, 
                 o0[u] = q0[u] + q1[u] + q2[u]
                 o1[u] = q1[u] - q2[u] - q3[u]
         shift = bias[o] if has_bias else np.float32(0.0)
-        dst = y[i_n, o]
+        dst = y[i_n, o, row0:]
         for oh in range(out_h):
             ty, i = oh // TILE, oh % TILE
             row = dst[oh]
@@ -144,8 +149,9 @@ def output_planes_f2(m, y, bias, residual, tiles_h, tiles_w, code, a, b, first, 
                 row[TILE * tx], row[TILE * tx + 1] = p0[tx], p1[tx]
             if out_w % TILE:                                 # the last, half tile
                 row[out_w - 1] = p0[full]
-            finish_row(row, shift, residual[i_n, o, oh] if has_residual else no_residual,
-                       code, a, b)
+            finish_row(row, shift,
+                       residual[i_n, o, row0 + oh] if has_residual else no_residual, code,
+                       a, b)
 
 
 def winograd_f2_conv2d(x: np.ndarray, packed: np.ndarray, bias: np.ndarray | None,

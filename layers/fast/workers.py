@@ -122,19 +122,19 @@ class Team:
                     out_hw[1])
 
     def winograd_input(self, f2: bool, x: np.ndarray, v: np.ndarray, top: int, left: int,
-                       tiles_h: int, tiles_w: int) -> None:
+                       tiles_h: int, tiles_w: int, row0: int) -> None:
         """A Winograd input transform (F(2x2)'s if ``f2``, else F(4x4)'s), shared."""
         kind = jobs.WINOGRAD_F2_IN if f2 else jobs.WINOGRAD_IN
         self._share(jobs._winograd_input_job, self.chunks, kind, x, v, top, left, tiles_h,
-                    tiles_w)
+                    tiles_w, row0)
 
     def winograd_output(self, f2: bool, m: np.ndarray, y: np.ndarray, bias: np.ndarray,
-                        residual: np.ndarray, tiles_h: int, tiles_w: int,
+                        residual: np.ndarray, tiles_h: int, tiles_w: int, row0: int,
                         activation: Activation) -> None:
         """A Winograd output transform, shared (bias and residual: empty arrays for none)."""
         kind = jobs.WINOGRAD_F2_OUT if f2 else jobs.WINOGRAD_OUT
         self._share(jobs._winograd_output_job, self.chunks, kind, m, y, bias, residual,
-                    tiles_h, tiles_w, activation.code, activation.a, activation.b)
+                    tiles_h, tiles_w, row0, activation.code, activation.a, activation.b)
 
     def pointwise(self, weight: np.ndarray, x: np.ndarray, bias: np.ndarray,
                   residual: np.ndarray, y: np.ndarray, space: np.ndarray,

@@ -342,6 +342,48 @@ def test_winograd_in_chunks_of_images_gives_the_same_bits(monkeypatch, algorithm
     np.testing.assert_allclose(whole, np.maximum(want, 0), atol=1e-4, rtol=1e-4)
 
 
+@pytest.mark.parametrize("algorithm", ["winograd", "winograd_f2"])
+@pytest.mark.parametrize("strip_rows", [1, 2, 3])
+@pytest.mark.parametrize("padding", [(1, 1, 1, 1), (0, 2, 1, 0), (3, 0, 2, 2)],
+                         ids=["same", "bottom", "tall top"])
+@pytest.mark.parametrize("num_threads", [1, 2])
+def test_winograd_in_strips_of_rows_gives_the_same_bits(monkeypatch, algorithm, strip_rows,
+                                                         padding, num_threads):
+    """An image whose V and M alone would pass CHUNK_BYTES runs a strip of its rows of tiles
+    at a time, each strip reading its rows of x (and the padding above the first) and writing
+    its rows of y: the same bits as in one piece, residual and activation included, strips of
+    even height, for any padding, on one thread or shared with a helper."""
+    from layers.fast.epilogue import RELU, Activation
+
+    top, bottom, left, right = padding
+    x = rand(2, 16, 21, 11)
+    out_hw = (21 + top + bottom - 2, 11 + left + right - 2)
+    residual, weight, bias = rand(2, 24, *out_hw), rand(24, 16, 3, 3), rand(24)
+    args = dict(padding=padding, activation=Activation(RELU), residual=residual,
+                algorithm=algorithm)
+    tile, products = (4, 36) if algorithm == "winograd" else (2, 16)
+    tiles_h, tiles_w = -(-out_hw[0] // tile), -(-out_hw[1] // tile)
+    with threads.limit(num_threads):
+        _, whole = run_packed(x, weight, bias, **args)
+        row_bytes = products * (16 + 24) * tiles_w * 4                # V and M of a row
+        monkeypatch.setattr(winograd, "CHUNK_BYTES", strip_rows * row_bytes)
+        made, scratch = [], winograd.scratch
+        monkeypatch.setattr(winograd, "scratch", lambda name, shape: (
+            made.append(shape[2] // tiles_w) if name == "winograd_v" else None,
+            scratch(name, shape))[1])
+        _, strips = run_packed(x, weight, bias, **args)
+    cut = winograd.chunks(2, tiles_h, row_bytes)
+    assert made == [ty1 - ty0 for _, _, ty0, ty1 in cut]      # rows of tiles of each strip
+    assert max(made) <= strip_rows and max(made) - min(made) <= 1
+    for image in range(2):                                   # each image's rows, in order
+        rows = [(ty0, ty1) for i, j, ty0, ty1 in cut if (i, j) == (image, image + 1)]
+        assert rows[0][0] == 0 and rows[-1][1] == tiles_h
+        assert all(a[1] == b[0] for a, b in zip(rows, rows[1:]))
+    np.testing.assert_array_equal(strips, whole)
+    want = torch_conv(x, weight, bias, (1, 1), padding, (1, 1), 1) + residual
+    np.testing.assert_allclose(whole, np.maximum(want, 0), atol=1e-4, rtol=1e-4)
+
+
 def test_winograd_refuses_a_residual_of_another_shape():
     """Its kernels read the residual unchecked, chunk by chunk: a residual that is not y's
     shape is refused, not read past its end or dropped from later chunks."""
