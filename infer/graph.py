@@ -334,10 +334,12 @@ class RuntimeGraph(GraphTools):
         return any(op.attrs for op in self.operators)
 
     def _load_weights(self, op: RuntimeOperator) -> None:
-        """Point each attribute at its bytes in the bin file: a zero-copy view over the memory
-        map. Two cases are copied once, here: f16 / bf16 / f64 weights (the layers compute in
-        float32), and entries that pnnx placed at an address no multiple of the itemsize (it
-        does not pad its zip), since BLAS would otherwise copy them on every call."""
+        """Point each attribute at its bytes: a zero-copy view of the bin file's entry, in the
+        buffer it was read into (weights="memory": every entry aligned) or over the memory map
+        (weights="map"). Two cases are copied once, here: f16 / bf16 / f64 weights (the layers
+        compute in float32), and, mapped, entries that pnnx placed at an address no multiple
+        of the itemsize (it does not pad its zip), since BLAS would otherwise copy them on
+        every call."""
         if not op.attrs:
             return
         binary = self._bin

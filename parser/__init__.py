@@ -6,6 +6,9 @@
     parser.expression  parse_expression(text) -> syntax tree; to_rpn(tree) -> ['@0', '2', 'mul'];
                        to_text(tree) -> text
     parser.errors      the project's exception tree
+    parser.pages       fresh_pages(nbytes): memory mapped in at once (the bin's buffer; infer and
+                       the fast kernels take their arenas and scratch here too, as imports run
+                       one way and parser is the bottom of them)
 
 The names below are imported from their module on first use (PEP 562): `parser.errors` loads
 without numpy, so the command line can catch a Ctrl-C while the rest loads.

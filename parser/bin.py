@@ -32,8 +32,8 @@ for callers that keep a map open for long (RuntimeGraph does, with ``weights="ma
 An entry name that appears twice and an encrypted entry are refused when the file is opened.
 A damaged file never loads silently: an entry is checked before its first view is handed out
 (the local header must name the same entry as the central directory, a stored entry's sizes
-must agree, and its bytes must have the CRC-32 the directory records: zlib-ng computes it at
-several GB/s), so a flipped byte, a cut-off download or a shifted header is a BinFileError.
+must agree, entries must not overlap, and its bytes must have the CRC-32 the directory
+records), so a flipped byte, a cut-off download or a shifted header is a BinFileError.
 
 Alignment: pnnx writes each entry where the previous one ended, so a view of a memory map may
 begin at an address that is not a multiple of its itemsize (``arr.flags.aligned`` is False).
@@ -61,7 +61,7 @@ from parser.pages import fresh_pages
 from parser.param import DTYPE_NAMES
 from parser.suggest import close_matches
 
-try:                                  # zlib's CRC-32, computed with vector instructions
+try:                                  # zlib-ng's CRC-32 (vector instructions), as zlib's
     from zlib_ng.zlib_ng import crc32
 except ImportError:                   # pragma: no cover - zlib-ng is a dependency
     from zlib import crc32
@@ -128,7 +128,8 @@ def _encoded_name(info: zipfile.ZipInfo) -> bytes:
 
 
 class PnnxBin:
-    """A read-only, memory-mapped .pnnx.bin; ``read`` returns zero-copy numpy views.
+    """A read-only .pnnx.bin, memory-mapped (or, ``in_memory``, read into one buffer);
+    ``read`` returns zero-copy numpy views of the map (or of the buffer).
 
     Use it as a context manager, or call ``close()``. Arrays already returned stay valid after
     ``close()``: the mapping is released when the last of them is garbage-collected.
@@ -198,7 +199,20 @@ class PnnxBin:
                 raise BinFileError("the entry is encrypted; pnnx writes plain stored entries",
                                    path=self.path, entry=info.filename)
             entries[info.filename] = self._locate(info, whole)
+        self._refuse_overlaps(entries)
         return entries
+
+    def _refuse_overlaps(self, entries: dict[str, _Entry]) -> None:
+        """pnnx writes each entry's bytes after the previous one's: two entries whose bytes
+        overlap are a damaged or crafted archive (read into memory, each would be copied
+        whole: a few headers could ask for many times the file's size)."""
+        stored = sorted((entry.offset, entry.offset + entry.size, name)
+                        for name, entry in entries.items()
+                        if entry.method == zipfile.ZIP_STORED and entry.size)
+        for (_, end, before), (start, _, name) in zip(stored, stored[1:]):
+            if start < end:
+                raise BinFileError(f"damaged zip archive: the entry's bytes overlap those of "
+                                   f"{before!r}", path=self.path, entry=name)
 
     def _locate(self, info: zipfile.ZipInfo, whole: "_FileBytes | mmap.mmap") -> _Entry:
         """The entry's data offset: local header offset + 30 + name length + extra length."""
@@ -240,8 +254,9 @@ class PnnxBin:
     def read(self, key: str, shape: tuple[int, ...], dtype: str) -> np.ndarray:
         """The entry ``key`` as a read-only array of ``shape`` and pnnx ``dtype``.
 
-        A zero-copy view over the mapped file (except bf16 / c32, widened by a copy). The entry
-        must hold exactly ``prod(shape) * itemsize`` bytes; ``shape`` () reads one scalar."""
+        A zero-copy view over the mapped file or the buffer read into memory (except bf16 /
+        c32, widened by a copy). The entry must hold exactly ``prod(shape) * itemsize`` bytes;
+        ``shape`` () reads one scalar."""
         entry = self._entry(key)
         if dtype not in DTYPES:
             raise BinFileError(f"unknown dtype {dtype!r} (pnnx dtypes: {' '.join(DTYPES)})",

@@ -276,7 +276,8 @@ def run_winograd(input_transform, output_transform, tile: int, x: np.ndarray,
     output transform. V and M live in scratch buffers reused from call to call, made for as
     much of the batch as keeps them within CHUNK_BYTES (``chunks``): a few images at a time,
     or, when one image needs more, a strip of its rows of tiles at a time. Every tile's sums
-    are the same whichever chunk it falls in, so are the bits."""
+    are the same whichever chunk it falls in, so are the bits. ``out`` must not overlap x (a
+    strip reads rows of x that the strips before it have written)."""
     n, c_in = x.shape[:2]
     products, c_out = packed.shape[:2]
     tiles_h, tiles_w = -(-out_hw[0] // tile), -(-out_hw[1] // tile)
@@ -313,7 +314,8 @@ def chunks(images: int, tiles_h: int, row_bytes: int) -> list[tuple[int, int, in
     """How run_winograd cuts a batch of ``images`` of ``tiles_h`` rows of tiles, whose V and
     M take ``row_bytes`` a row: (first image, last + 1, first row of tiles, last + 1) per
     chunk, each within CHUNK_BYTES if it can be. Whole images while one fits (as many as
-    fit), else strips of the rows of one image (one row of tiles at least)."""
+    fit), else strips of the rows of one image (one row of tiles at least, heights differing
+    by one at most)."""
     image_bytes = max(row_bytes * tiles_h, 1)
     if image_bytes <= CHUNK_BYTES:
         step = max(1, min(images, CHUNK_BYTES // image_bytes))

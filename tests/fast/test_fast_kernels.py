@@ -351,8 +351,9 @@ def test_winograd_in_strips_of_rows_gives_the_same_bits(monkeypatch, algorithm, 
                                                          padding, num_threads):
     """An image whose V and M alone would pass CHUNK_BYTES runs a strip of its rows of tiles
     at a time, each strip reading its rows of x (and the padding above the first) and writing
-    its rows of y: the same bits as in one piece, residual and activation included, strips of
-    even height, for any padding, on one thread or shared with a helper."""
+    its rows of y: the same bits as in one piece, residual and activation included, strips
+    whose heights differ by one at most, for any padding, on one thread or shared with a
+    helper."""
     from layers.fast.epilogue import RELU, Activation
 
     top, bottom, left, right = padding

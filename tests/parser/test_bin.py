@@ -124,6 +124,69 @@ def test_unaligned_entries_read_correctly(tmp_path, in_memory):
     np.testing.assert_array_equal(last, array[:5])
 
 
+@pytest.mark.parametrize("how", ["mapped in", "misaligned base"])
+def test_entries_read_into_memory_start_on_64_bytes(tmp_path, monkeypatch, how):
+    """The buffer's first entry is moved to a 64-byte boundary whatever the allocator gives:
+    pages mapped in at once (as for large files), or an array that starts 1 byte off."""
+    import parser.bin
+    import parser.pages
+
+    if how == "mapped in":
+        monkeypatch.setattr(parser.pages, "MAPPED_FROM", 0)
+    else:
+        monkeypatch.setattr(parser.bin, "fresh_pages", lambda n: np.empty(n + 1, np.uint8)[1:])
+    arrays = {f"e{i}.w": random_array(np.dtype("<f4"), (i + 1, 3)) for i in range(4)}
+    path = write_zip(tmp_path / "w.pnnx.bin", {k: a.tobytes() for k, a in arrays.items()})
+    with PnnxBin(path, in_memory=True) as weights:
+        for key, array in arrays.items():
+            read = weights.read(key, array.shape, "f32")
+            assert read.ctypes.data % 64 == 0
+            np.testing.assert_array_equal(read, array)
+
+
+@pytest.mark.parametrize("in_memory", [False, True], ids=["map", "memory"])
+def test_entries_whose_bytes_overlap_are_refused(tmp_path, in_memory):
+    """A directory that gives the first entry a size reaching over the second entry's header
+    and bytes: a crafted archive (read into memory, every such entry would be copied whole)."""
+    first, second = bytes(64), bytes(range(48))
+    path = write_zip(tmp_path / "w.pnnx.bin", {"a.w": first, "b.w": second})
+    data = bytearray(path.read_bytes())
+    directory = data.find(b"PK\x01\x02")                  # the first entry's record: a.w
+    reach = len(first) + 30 + len("b.w") + len(second)      # up to the end of b.w's bytes
+    struct.pack_into("<II", data, directory + 20, reach, reach)
+    path.write_bytes(bytes(data))
+    with pytest.raises(BinFileError) as info:
+        PnnxBin(path, in_memory=in_memory)
+    check_error(info, path, entry="b.w", words="overlap")
+
+
+@pytest.mark.parametrize("change", ["cut short", "grown"])
+def test_a_file_changed_while_read_into_memory_is_refused(tmp_path, monkeypatch, change):
+    """Entries are read after the archive is indexed: a file cut short in between leaves an
+    entry short, one that grows changes its size; either is a BinFileError, not a weight of
+    the wrong bytes."""
+    import parser.bin
+
+    path = write_zip(tmp_path / "w.pnnx.bin", {"a.w": bytes(4000), "b.w": bytes(4000)})
+    size = path.stat().st_size
+    read_entries = parser.bin._read_entries
+
+    def changing(file, located, name):
+        with open(path, "r+b") as other:
+            if change == "cut short":
+                other.truncate(size // 2)
+            else:
+                other.seek(0, 2)
+                other.write(b"more")
+        return read_entries(file, located, name)
+
+    monkeypatch.setattr(parser.bin, "_read_entries", changing)
+    with pytest.raises(BinFileError) as info:
+        PnnxBin(path, in_memory=True)
+    check_error(info, path, entry="b.w" if change == "cut short" else None,
+                words="changed size while being read")
+
+
 def test_released_entries_still_read_their_bytes(tmp_path):
     """release() drops the process's pages of an entry (after the graph copied it); views of
     it stay valid and read the same bytes, brought back from the file."""

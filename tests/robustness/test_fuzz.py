@@ -268,12 +268,13 @@ def _read_all(path: Path, attributes, in_memory: bool = False) -> dict[str, np.n
 def _check_damaged_bin(folder: Path, original: Path, damaged: bytes, attributes) -> None:
     path = folder / "fuzz.pnnx.bin"
     path.write_bytes(damaged)
-    expected = None
-    for in_memory in (False, True):
-        arrays = _read_all(path, attributes, in_memory)
-        if arrays is not None:               # read despite the damage: then it must be right
-            event("read, the same arrays")
-            expected = expected or _read_all(original, attributes)
+    mapped, in_memory = (_read_all(path, attributes, mode) for mode in (False, True))
+    assert (mapped is None) == (in_memory is None), "one mode read what the other refused"
+    if mapped is not None and in_memory is not None:   # read despite the damage: must be right
+        event("read, the same arrays")
+        expected = _read_all(original, attributes)
+        assert expected is not None
+        for arrays in (mapped, in_memory):
             for key, array in arrays.items():
                 np.testing.assert_array_equal(array, expected[key], err_msg=key)
 
