@@ -311,6 +311,16 @@ def test_winograd_matches_reference_and_torch(case, algorithm):
     check_against_both(got, x, weight, bias, (1, 1), padding, (1, 1), 1, scale=5e-6)
 
 
+def chunked_winograd(monkeypatch, chunk_bytes: int, per: int) -> list[int]:
+    """Set Winograd's CHUNK_BYTES; the list it returns then gets, for each chunk run, the
+    tiles of its V divided by ``per`` (a chunk's images, or a strip's rows of tiles)."""
+    monkeypatch.setattr(winograd, "CHUNK_BYTES", chunk_bytes)
+    made, scratch = [], winograd.scratch
+    monkeypatch.setattr(winograd, "scratch", lambda name, shape: (
+        made.append(shape[2] // per) if name == "winograd_v" else None, scratch(name, shape))[1])
+    return made
+
+
 @pytest.mark.parametrize("algorithm", ["winograd", "winograd_f2"])
 @pytest.mark.parametrize("chunk_images, chunks", [(1, [1] * 5), (2, [2, 2, 1]), (3, [3, 2])])
 @pytest.mark.parametrize("num_threads", [1, 2])
@@ -330,11 +340,7 @@ def test_winograd_in_chunks_of_images_gives_the_same_bits(monkeypatch, algorithm
         _, whole = run_packed(x, weight, bias, **args)
         products, tiles = (36, 4 * 3) if algorithm == "winograd" else (16, 7 * 6)
         per_image = products * (16 + 24) * tiles * 4                  # bytes of V and M
-        monkeypatch.setattr(winograd, "CHUNK_BYTES", chunk_images * per_image)
-        made, scratch = [], winograd.scratch
-        monkeypatch.setattr(winograd, "scratch", lambda name, shape: (
-            made.append(shape[2] // tiles) if name == "winograd_v" else None,
-            scratch(name, shape))[1])
+        made = chunked_winograd(monkeypatch, chunk_images * per_image, tiles)
         _, chunked = run_packed(x, weight, bias, **args)
     assert made == chunks                          # images of each chunk, in order
     np.testing.assert_array_equal(chunked, whole)
@@ -367,11 +373,7 @@ def test_winograd_in_strips_of_rows_gives_the_same_bits(monkeypatch, algorithm, 
     with threads.limit(num_threads):
         _, whole = run_packed(x, weight, bias, **args)
         row_bytes = products * (16 + 24) * tiles_w * 4                # V and M of a row
-        monkeypatch.setattr(winograd, "CHUNK_BYTES", strip_rows * row_bytes)
-        made, scratch = [], winograd.scratch
-        monkeypatch.setattr(winograd, "scratch", lambda name, shape: (
-            made.append(shape[2] // tiles_w) if name == "winograd_v" else None,
-            scratch(name, shape))[1])
+        made = chunked_winograd(monkeypatch, strip_rows * row_bytes, tiles_w)
         _, strips = run_packed(x, weight, bias, **args)
     cut = winograd.chunks(2, tiles_h, row_bytes)
     assert made == [ty1 - ty0 for _, _, ty0, ty1 in cut]      # rows of tiles of each strip
