@@ -42,7 +42,6 @@ cpu.py, never backend.py, which imports it.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import importlib.machinery
 import importlib.util
 import logging
@@ -56,6 +55,11 @@ import time
 from pathlib import Path
 from types import ModuleType, SimpleNamespace
 
+try:                       # BLAKE2 without loading OpenSSL, as importing hashlib does
+    from _blake2 import blake2b
+except ImportError:        # pragma: no cover - a Python without CPython's _blake2
+    from hashlib import blake2b
+
 import numpy as np
 
 from layers.fast import binding, simd
@@ -68,7 +72,7 @@ HERE = Path(__file__).resolve().parent
 
 def key() -> str:
     """A hash of what the compiled code depends on (16 hex digits)."""
-    digest = hashlib.sha256()
+    digest = blake2b(digest_size=8)
     for source in _kernel_sources():
         digest.update(source.name.encode() + source.read_bytes())
     for part in (_version("numba"), np.__version__, sys.version,
@@ -76,7 +80,7 @@ def key() -> str:
                  f"lanes {simd.LANES}", *(f"{name}={os.environ.get(name, '')}"
                                           for name in ("NUMBA_CPU_NAME", "NUMBA_CPU_FEATURES"))):
         digest.update(part.encode())
-    return digest.hexdigest()[:16]
+    return digest.hexdigest()
 
 
 PARTS = 3     # modules, compiled side by side by as many child processes
@@ -124,7 +128,7 @@ def load_or_build() -> SimpleNamespace | None:
     """The compiled kernels, one attribute each: imported from the cache, built first if they
     are not there. None (after one warning: what happened, what to install) if they cannot
     be built here; the caller then compiles them just in time."""
-    names, directory = module_names(), cache_dir()
+    names, directory = _names(), cache_dir()
     modules = [_import(directory, name) for name in names]
     if None in modules:
         import subprocess     # only to build: loading the modules needs none of it
