@@ -225,7 +225,8 @@ def _build_and_run(param: Path, binary: Path) -> None:
 
 @given(data=st.data())
 @fuzz_settings("param_build", deadline_ms=4000)
-def test_mutated_param_builds_and_runs_or_is_an_infer_error(data, small, tmp_path_factory):
+def test_mutated_param_builds_and_runs_or_is_an_infer_error(data, small, started,
+                                                           tmp_path_factory):
     folder = tmp_path_factory.mktemp("fuzz_param", numbered=True)
     lite0 = data.draw(st.booleans(), label="efficientnet")
     base = Path(f"{LITE0}.param").read_text() if lite0 else small[0]
@@ -1195,7 +1196,7 @@ def declarations(draw) -> str:
 
 @given(data=st.data())
 @fuzz_settings("graph_inputs", deadline_ms=2000)
-def test_inputs_of_any_dtype_and_rank_run_or_are_a_shape_error(data, declared_graphs):
+def test_inputs_of_any_dtype_and_rank_run_or_are_a_shape_error(data, declared_graphs, started):
     """On both floors: an array of the input's kind (floating for a float32 input, integer
     for an i64 one) and of its declared rank gives the numpy result, of the input's shape
     (0-d stays 0-d; sizes other than the traced ones are fine here) and dtype; anything else
