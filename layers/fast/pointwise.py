@@ -29,9 +29,11 @@ stored as the float32 the registers hold and the next slice carries on from them
 (C_out >= C_in) first copies its band of x, in strips of COLUMNS pixels (``pack_strips``:
 each tile then reads one run of memory), into its thread's row of work space (``space``);
 the row's header says which band it holds, so a thread that takes the next chunk of the
-same band does not copy it again. A narrowing one reads x in place, unless its rows are
-not whole cache lines (7x7 and 14x14 images: vectors across two lines) and more than one
-block of ROWS channels reads them.
+same band does not copy it again. A narrowing one reads x in place, unless more than one
+block of ROWS channels reads rows that are not whole cache lines (7x7 and 14x14 images:
+vectors across two lines), or rows so far a multiple of 4 KiB apart that a strip's vectors,
+one from each row, fall in too few sets of the caches to stay there until the next block
+reads them (64 channels of 64x64 images: all in 4 sets of the L2 cache, 128x128 in one).
 
 The rows of x may also be the cols of a k x k convolution (layers/fast/gemm.py), made band by
 band straight into the work space (``cols_band``, from the stride phases of its image and
@@ -67,6 +69,8 @@ SHARED_FROM = 1 << 18  # multiply-adds: a smaller product runs faster alone than
 STACK_CHAIN = 16       # channels per chain of a stack's sums (Winograd's products)
 LINE_FLOATS = 16       # floats in a 64-byte cache line: rows of x whose length is not a
                        # multiple of it are packed (a vector across two lines costs two)
+SET_FLOATS = 1 << 14   # rows of x a multiple of this many floats (64 KiB) apart start in the
+CACHE_WAYS = 8         # same set of an 8-way L2 cache (and of the L1's): 8 lines of them fit
 HEADER = 16            # floats before a row of work space's band: (band + 1, k0) it holds,
                        # read by the next chunk its thread takes (64 bytes: rows stay aligned)
 
@@ -215,7 +219,10 @@ def pointwise_blocks(weight, x, bias, residual, y, space, geometry, code, a, b, 
     w, ys = weight.reshape(weight.size), y.reshape(y.size)
     rs = residual.reshape(residual.size)
     # x packed where each 6 channels read it again, unless narrowing on rows of whole lines
-    pack = cols or c_out >= c_in or (length % LINE_FLOATS != 0 and c_out > ROWS)
+    # that a strip's vectors find in the cache when the next block of channels reads them
+    sets = SET_FLOATS // min(SET_FLOATS, max(length & -length, 1))   # sets rows start in
+    pack = cols or c_out >= c_in or (c_out > ROWS and (
+        length % LINE_FLOATS != 0 or min(c_in, K_BLOCK) > CACHE_WAYS * sets))
     step = width if cols else COLUMNS if pack else length   # from x[k, p] to x[k + 1, p]
     chain = STACK_CHAIN if stacked else K_BLOCK       # channels per chain of the sum
     held = space[:HEADER]                             # which band the work space holds

@@ -2,8 +2,9 @@
 (channels by pixels) and pointwise_transposed.py's (pixels by channels, for small images),
 each on every case: tile edges in both directions, bands of pixels, the widening layers that
 pack x in strips, the narrowing ones that read it in place (rows of whole cache lines) or pack
-it too, slices of a long sum, every activation, a residual, Inf and NaN; the same bits on any
-number of threads, and from either kernel."""
+it too (rows not whole lines, or in too few sets of the caches), slices of a long sum, every
+activation, a residual, Inf and NaN; the same bits on any number of threads, and from either
+kernel."""
 
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ CASES = {                                     # N, C_in, C_out, H, W
     "narrowing, x read in place": (2, 48, 20, 8, 8),
     "narrowing in place, a last tile of 16": (1, 40, 10, 4, 12),
     "narrowing, x packed (rows not whole lines)": (2, 48, 20, 9, 11),
+    "narrowing, x packed (rows 64 KiB apart)": (1, 40, 20, 128, 128),
     "narrowing on one block of channels, in place": (1, 30, ROWS - 1, 5, 9),
     "widening, two images in bands": (2, 24, 40, 50, 70),
     "narrowing, EfficientNet's 14x14": (1, 672, 112, 14, 14),
