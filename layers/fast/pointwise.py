@@ -29,7 +29,8 @@ stored as the float32 the registers hold and the next slice carries on from them
 (C_out >= C_in) first copies its band of x, in strips of COLUMNS pixels (``pack_strips``:
 each tile then reads one run of memory), into its thread's row of work space (``space``);
 the row's header says which band it holds, so a thread that takes the next chunk of the
-same band does not copy it again. A narrowing one reads x in place, unless more than one
+same band does not copy it again (the helper threads take such products in chunks of whole
+bands: workers.py). A narrowing one reads x in place, unless more than one
 block of ROWS channels reads rows that are not whole cache lines (7x7 and 14x14 images:
 vectors across two lines), or rows so far a multiple of 4 KiB apart that a strip's vectors,
 one from each row, fall in too few sets of the caches to stay there until the next block
@@ -101,6 +102,13 @@ def block_width(c_in, length):
     bands = (length + most - 1) // most
     width = (length + bands - 1) // max(bands, 1)
     return (width + COLUMNS - 1) // COLUMNS * COLUMNS
+
+
+@kernel(nogil=True, exported=(INT, INT, array(1, INT)))
+def _band_count(c_in, length, count):
+    """count[0] = how many bands of block_width pixels cut ``length`` pixels."""
+    width = max(block_width(c_in, length), 1)
+    count[0] = (length + width - 1) // width
 
 
 @kernel(nogil=True)
@@ -315,6 +323,15 @@ def _zeros(size: int) -> np.ndarray:
 
 NO_RESIDUAL = np.zeros((0, 0, 0), np.float32)
 NO_GEOMETRY = np.zeros(0, np.int64)       # x's rows are x's own (not a convolution's cols)
+
+
+@functools.lru_cache(maxsize=1024)
+def band_count(c_in: int, length: int) -> int:
+    """How many bands of pixels pointwise_blocks cuts ``length`` pixels into, for C_in rows of
+    x (cached: a forward asks about the same few products every time)."""
+    count = np.zeros(1, np.int64)
+    _band_count(c_in, length, count)
+    return int(count[0])
 
 
 def space_size(c_in: int) -> int:

@@ -142,8 +142,13 @@ class Team:
         """pointwise._pointwise, shared (a bias of zeros, a residual of no values for none;
         ``space``: a row of work space per thread; ``geometry``: no values for a plain
         product)."""
-        self._check_space(space, pointwise.space_size(weight.shape[2]))
-        self._share(jobs._pointwise_job, self.chunks, weight, x, bias, residual, y, space,
+        c_out, c_in = weight.shape[1:]
+        self._check_space(space, pointwise.space_size(c_in))
+        chunks = self.chunks
+        if geometry.size > 0 or c_out >= c_in:       # x packed band by band (pointwise.py)
+            chunks = _whole_bands(y.shape[0] * pointwise.band_count(c_in, y.shape[2]),
+                                  self.threads, self.chunks)
+        self._share(jobs._pointwise_job, chunks, weight, x, bias, residual, y, space,
                     geometry, activation.code, activation.a, activation.b)
 
     def pointwise_transposed(self, panels: np.ndarray, x: np.ndarray, bias: np.ndarray,
@@ -209,6 +214,17 @@ class Team:
             cut = _cut_kind(m, n, parts)
         self._share(jobs._gemm_job, products * parts, self.blas.sgemm, gemv, a, b, out, cut,
                     parts, int(transposed))
+
+
+@functools.lru_cache(maxsize=1024)
+def _whole_bands(bands: int, threads: int, most: int) -> int:
+    """Chunks of a product whose x is packed band by band: the most, up to ``most``, that
+    hold whole bands each (a divisor of ``bands``), so that no two threads pack the same
+    band; ``most`` if no divisor gives each thread two chunks."""
+    for chunks in range(min(bands, most), 2 * threads - 1, -1):
+        if bands % chunks == 0:
+            return chunks
+    return most
 
 
 @functools.lru_cache(maxsize=4096)

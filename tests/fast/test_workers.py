@@ -245,6 +245,27 @@ def test_a_job_runs_in_four_chunks_per_thread_with_a_row_of_space_per_thread(tea
                            IDENTITY)
 
 
+@pytest.mark.parametrize("bands, threads, most, chunks", [
+    (30, 2, 8, 6), (36, 2, 8, 6), (4, 2, 8, 4), (7, 2, 8, 7), (8, 2, 8, 8), (72, 2, 8, 8),
+    (13, 2, 8, 8), (3, 2, 8, 8), (1, 2, 8, 8), (12, 3, 12, 12), (10, 3, 12, 10)])
+def test_products_packed_band_by_band_run_in_chunks_of_whole_bands(bands, threads, most,
+                                                                   chunks):
+    """A product whose x is packed band by band is cut into chunks of whole bands (the most
+    up to ``most`` that divide the bands), so that no two threads pack the same band; where
+    no such cut gives every thread two chunks, into ``most`` chunks as any job."""
+    assert workers._whole_bands(bands, threads, most) == chunks
+
+
+@pytest.mark.parametrize("c_in, length", [(1, 1), (3, 12544), (27, 12544), (147, 12544),
+                                          (576, 784), (4608, 49), (64, 196), (290, 1500)])
+def test_band_count_is_the_kernels_cut_of_the_pixels(c_in, length):
+    """band_count (Python, for the team's chunks) gives the bands pointwise_blocks makes: as
+    many bands of block_width pixels as cover the pixels."""
+    width = pointwise.block_width(c_in, length)
+    assert pointwise.band_count(c_in, length) == -(-length // width)
+    assert min(c_in, pointwise.K_BLOCK) * width <= pointwise.space_size(c_in)
+
+
 def test_forwards_in_two_threads_at_once_share_one_team(shared):
     """One forward at a time has the team; another thread's forward meanwhile runs on its
     own thread, and both give the one-thread result."""
