@@ -29,12 +29,12 @@ stored as the float32 the registers hold and the next slice carries on from them
 (C_out >= C_in) first copies its band of x, in strips of COLUMNS pixels (``pack_strips``:
 each tile then reads one run of memory), into its thread's row of work space (``space``);
 the row's header says which band it holds, so a thread that takes the next chunk of the
-same band does not copy it again (the helper threads take such products in chunks of whole
-bands: workers.py). A narrowing one reads x in place, unless more than one
+same band does not copy it again (the helper threads take a product whose x is packed in
+chunks of whole bands: workers.py). A narrowing one reads x in place, unless more than one
 block of ROWS channels reads rows that are not whole cache lines (7x7 and 14x14 images:
-vectors across two lines), or rows so far a multiple of 4 KiB apart that a strip's vectors,
-one from each row, fall in too few sets of the caches to stay there until the next block
-reads them (64 channels of 64x64 images: all in 4 sets of the L2 cache, 128x128 in one).
+vectors across two lines), or rows whose starts are so many multiples of 4 KiB apart that a
+strip's vectors, one per row, share a few cache sets and evict each other before the next
+block reads them (``packs_x``).
 
 The rows of x may also be the cols of a k x k convolution (layers/fast/gemm.py), made band by
 band straight into the work space (``cols_band``, from the stride phases of its image and
@@ -70,8 +70,8 @@ SHARED_FROM = 1 << 18  # multiply-adds: a smaller product runs faster alone than
 STACK_CHAIN = 16       # channels per chain of a stack's sums (Winograd's products)
 LINE_FLOATS = 16       # floats in a 64-byte cache line: rows of x whose length is not a
                        # multiple of it are packed (a vector across two lines costs two)
-SET_FLOATS = 1 << 14   # rows of x a multiple of this many floats (64 KiB) apart start in the
-CACHE_WAYS = 8         # same set of an 8-way L2 cache (and of the L1's): 8 lines of them fit
+SET_FLOATS = 1 << 14   # the cache packs_x assumes: ways of this many floats (64 KiB) ...
+CACHE_WAYS = 8         # ... and this many of them (a 512 KiB L2; measured to pay there)
 HEADER = 16            # floats before a row of work space's band: (band + 1, k0) it holds,
                        # read by the next chunk its thread takes (64 bytes: rows stay aligned)
 
@@ -104,18 +104,41 @@ def block_width(c_in, length):
     return (width + COLUMNS - 1) // COLUMNS * COLUMNS
 
 
-@kernel(nogil=True, exported=(INT, INT, array(1, INT)))
-def _band_count(c_in, length, count):
-    """count[0] = how many bands of block_width pixels cut ``length`` pixels."""
+@kernel(nogil=True)
+def band_count(c_in, length):
+    """How many bands of block_width pixels cut ``length`` pixels."""
     width = max(block_width(c_in, length), 1)
-    count[0] = (length + width - 1) // width
+    return (length + width - 1) // width
+
+
+@kernel(nogil=True)
+def packs_x(c_in, c_out, length, cols):
+    """Whether pointwise_blocks copies x band by band into its work space: always for a
+    convolution's cols and for a widening product (C_out >= C_in: many blocks of channels read
+    each band); for a narrowing one, only where more than one block of channels reads rows
+    that are not whole cache lines, or rows that start in too few sets of the cache: rows
+    whose starts are a multiple of 2^j floats apart start in SET_FLOATS / 2^j different sets
+    of a cache with ways of SET_FLOATS floats, each set holding CACHE_WAYS lines, and a strip
+    reads one line from each of min(C_in, K_BLOCK) rows (64x64 planes: packed from 33 input
+    channels; 32x32: from 129; 56x56: never)."""
+    if cols or c_out >= c_in:
+        return True
+    sets = SET_FLOATS // min(SET_FLOATS, max(length & -length, 1))
+    return c_out > ROWS and (length % LINE_FLOATS != 0
+                             or min(c_in, K_BLOCK) > CACHE_WAYS * sets)
+
+
+@kernel(nogil=True, exported=(INT, INT, INT, INT, array(1, INT)))
+def _band_plan(c_in, c_out, length, cols, plan):
+    """plan[0] = band_count, plan[1] = packs_x (1 or 0): for the Python side (``band_plan``)."""
+    plan[0] = band_count(c_in, length)
+    plan[1] = 1 if packs_x(c_in, c_out, length, cols != 0) else 0
 
 
 @kernel(nogil=True)
 def block_count(c_in, c_out, images, length):
     """How many blocks of work (ROWS channels by block_width pixels) make y (N, C_out, L)."""
-    width = max(block_width(c_in, length), 1)
-    return images * ((c_out + ROWS - 1) // ROWS) * ((length + width - 1) // width)
+    return images * ((c_out + ROWS - 1) // ROWS) * band_count(c_in, length)
 
 
 @kernel(nogil=True, inline="always")
@@ -221,16 +244,12 @@ def pointwise_blocks(weight, x, bias, residual, y, space, geometry, code, a, b, 
     stacked = weight.shape[0] > 1                     # a matrix per image
     panels = (c_out + ROWS - 1) // ROWS               # blocks of channels
     width = max(block_width(c_in, length), 1)
-    bands = (length + width - 1) // width             # bands of pixels
+    bands = band_count(c_in, length)                  # bands of pixels
     open_lo, open_hi = np.float32(-np.inf), np.float32(np.inf)   # no clamp
     lo, hi = clamp_bounds(code, a, b)                 # clamped in the block: ReLU, ReLU6
     w, ys = weight.reshape(weight.size), y.reshape(y.size)
     rs = residual.reshape(residual.size)
-    # x packed where each 6 channels read it again, unless narrowing on rows of whole lines
-    # that a strip's vectors find in the cache when the next block of channels reads them
-    sets = SET_FLOATS // min(SET_FLOATS, max(length & -length, 1))   # sets rows start in
-    pack = cols or c_out >= c_in or (c_out > ROWS and (
-        length % LINE_FLOATS != 0 or min(c_in, K_BLOCK) > CACHE_WAYS * sets))
+    pack = packs_x(c_in, c_out, length, cols)     # x copied band by band, or read in place
     step = width if cols else COLUMNS if pack else length   # from x[k, p] to x[k + 1, p]
     chain = STACK_CHAIN if stacked else K_BLOCK       # channels per chain of the sum
     held = space[:HEADER]                             # which band the work space holds
@@ -326,12 +345,12 @@ NO_GEOMETRY = np.zeros(0, np.int64)       # x's rows are x's own (not a convolut
 
 
 @functools.lru_cache(maxsize=1024)
-def band_count(c_in: int, length: int) -> int:
-    """How many bands of pixels pointwise_blocks cuts ``length`` pixels into, for C_in rows of
-    x (cached: a forward asks about the same few products every time)."""
-    count = np.zeros(1, np.int64)
-    _band_count(c_in, length, count)
-    return int(count[0])
+def band_plan(c_in: int, c_out: int, length: int, cols: bool) -> tuple[int, bool]:
+    """(band_count, packs_x) of a product, as pointwise_blocks works them out (cached: a
+    forward asks about the same few products every time)."""
+    plan = np.zeros(2, np.int64)
+    _band_plan(c_in, c_out, length, int(cols), plan)
+    return int(plan[0]), bool(plan[1])
 
 
 def space_size(c_in: int) -> int:

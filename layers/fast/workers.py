@@ -144,10 +144,9 @@ class Team:
         product)."""
         c_out, c_in = weight.shape[1:]
         self._check_space(space, pointwise.space_size(c_in))
-        chunks = self.chunks
-        if geometry.size > 0 or c_out >= c_in:       # x packed band by band (pointwise.py)
-            chunks = _whole_bands(y.shape[0] * pointwise.band_count(c_in, y.shape[2]),
-                                  self.threads, self.chunks)
+        bands, packed = pointwise.band_plan(c_in, c_out, y.shape[2], geometry.size > 0)
+        chunks = _whole_bands(y.shape[0] * bands, self.threads, self.chunks) if packed \
+            else self.chunks                          # x packed band by band, or read in place
         self._share(jobs._pointwise_job, chunks, weight, x, bias, residual, y, space,
                     geometry, activation.code, activation.a, activation.b)
 
@@ -220,7 +219,7 @@ class Team:
 def _whole_bands(bands: int, threads: int, most: int) -> int:
     """Chunks of a product whose x is packed band by band: the most, up to ``most``, that
     hold whole bands each (a divisor of ``bands``), so that no two threads pack the same
-    band; ``most`` if no divisor gives each thread two chunks."""
+    band; ``most`` if no divisor lies in [2 * threads, most]."""
     for chunks in range(min(bands, most), 2 * threads - 1, -1):
         if bands % chunks == 0:
             return chunks

@@ -297,6 +297,21 @@ def test_a_large_batch_goes_in_parts_with_the_same_bits(monkeypatch):
     np.testing.assert_allclose(whole, want, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("c_in, c_out, length, cols, packed", [
+    (32, 16, 4096, False, False), (33, 16, 4096, False, True),      # 64x64: one set a way
+    (128, 16, 1024, False, False), (129, 16, 1024, False, True),    # 32x32
+    (144, 24, 3136, False, False),                                  # 56x56: never
+    (9, ROWS, 16384, False, False), (9, ROWS + 1, 16384, False, True),   # 128x128
+    (48, ROWS + 1, 49, False, True), (48, ROWS, 49, False, False),  # rows not whole lines
+    (8, 30, 100, False, True), (300, 2, 49, True, True)])           # widening; cols
+def test_x_is_packed_where_its_rows_would_evict_each_other(c_in, c_out, length, cols, packed):
+    """packs_x: narrowing products read x in place unless more than one block of channels
+    reads rows that are not whole lines, or rows that start in too few cache sets for a
+    strip's min(C_in, K_BLOCK) lines (CACHE_WAYS each); cols and widening products always
+    pack."""
+    assert pointwise.packs_x(c_in, c_out, length, cols) == packed
+
+
 def test_bands_fit_the_work_space():
     """A chunk packs one band of x (C_in rows of block_width pixels, at most K_BLOCK rows at
     a time) into its thread's row of work space: space_size must hold it for any size."""

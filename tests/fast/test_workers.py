@@ -13,6 +13,7 @@ from layers import kernels
 from layers.fast import backend, jobs, pointwise, workers
 from layers.fast.conv import PackedConv2d
 from layers.fast.epilogue import CLAMP, IDENTITY, Activation
+from layers.fast.simd import ROWS
 from layers.fast.winograd import pack_winograd_weight
 from layers.fast.winograd_f2 import pack_winograd_f2_weight
 
@@ -202,7 +203,8 @@ def test_a_thousand_jobs_in_a_row_each_complete(team):
     np.testing.assert_allclose(y, want + 1000, rtol=1e-5)
 
 
-def test_a_job_runs_in_four_chunks_per_thread_with_a_row_of_space_per_thread(team):
+def test_a_job_runs_in_four_chunks_per_thread_with_a_row_of_space_per_thread(team,
+                                                                             monkeypatch):
     """Each thread takes chunks until none is left (a slower one takes fewer), and the
     pointwise kernels' work space is indexed by the thread, not the chunk: CHUNKS per thread,
     as many rows as threads, the product numpy's. A thread keeps the band of x it packed for
@@ -227,12 +229,14 @@ def test_a_job_runs_in_four_chunks_per_thread_with_a_row_of_space_per_thread(tea
         np.testing.assert_allclose(y[0], weight[0] @ x[0], rtol=1e-4, atol=1e-4)
     held = [tuple(row) for row in space[:, :2]]      # (band + 1, k0) each thread holds
     assert (1, 0) in held and set(held) <= {(1, 0), (0, 0)}        # one band: band 0, k0 0
-    # two images of three bands each, two slices of K: chunks cross bands and images
+    # two images of six bands each, two slices of K, in CHUNKS chunks per thread (not the
+    # chunks of whole bands these products take): chunks cross bands and images
+    monkeypatch.setattr(workers, "_whole_bands", lambda bands, threads, most: most)
     weight = rng.standard_normal((1, 300, 290), dtype=np.float32)
     x = rng.standard_normal((2, 290, 1500), dtype=np.float32)
     y = np.empty((2, 300, 1500), np.float32)
     space = np.zeros((team.threads, pointwise.space_size(290)), np.float32)
-    assert pointwise.block_width(290, 1500) < 1500 // 2
+    assert pointwise.band_count(290, 1500) == 6
     team.pointwise(weight, x, np.zeros(300, np.float32), no_residual, y, space,
                    pointwise.NO_GEOMETRY, IDENTITY)
     np.testing.assert_allclose(y, weight[0] @ x, rtol=1e-3, atol=1e-3)
@@ -256,14 +260,50 @@ def test_products_packed_band_by_band_run_in_chunks_of_whole_bands(bands, thread
     assert workers._whole_bands(bands, threads, most) == chunks
 
 
-@pytest.mark.parametrize("c_in, length", [(1, 1), (3, 12544), (27, 12544), (147, 12544),
-                                          (576, 784), (4608, 49), (64, 196), (290, 1500)])
-def test_band_count_is_the_kernels_cut_of_the_pixels(c_in, length):
-    """band_count (Python, for the team's chunks) gives the bands pointwise_blocks makes: as
-    many bands of block_width pixels as cover the pixels."""
-    width = pointwise.block_width(c_in, length)
-    assert pointwise.band_count(c_in, length) == -(-length // width)
-    assert min(c_in, pointwise.K_BLOCK) * width <= pointwise.space_size(c_in)
+@pytest.mark.parametrize("c_in, c_out, length", [(1, 1, 1), (3, 64, 12544), (27, 32, 12544),
+                                                 (147, 64, 12544), (576, 128, 784),
+                                                 (4608, 512, 49), (64, 64, 196),
+                                                 (290, 300, 1500), (256, 96, 4096)])
+def test_band_plan_is_the_kernels(c_in, c_out, length):
+    """band_plan (for the team's chunks) gives the bands and the packing pointwise_blocks
+    works with: its blocks are the bands times the blocks of ROWS channels."""
+    for cols in (False, True):
+        bands, packed = pointwise.band_plan(c_in, c_out, length, cols)
+        assert pointwise.block_count(c_in, c_out, 3, length) == 3 * -(-c_out // ROWS) * bands
+        assert packed == pointwise.packs_x(c_in, c_out, length, cols)
+        assert packed or not cols
+
+
+@pytest.mark.parametrize("kind, weight_shape, x_shape, whole", [
+    ("widening, twelve bands", (1, 300, 256), (1, 256, 3072), True),
+    ("a Winograd stack, a band per tap", (36, 64, 64), (36, 64, 196), True),
+    ("narrowing, read in place", (1, 96, 256), (1, 256, 784), False)])
+def test_the_team_cuts_packed_products_into_whole_bands(kind, weight_shape, x_shape, whole,
+                                                         team, monkeypatch):
+    """Team.pointwise gives a product whose x is packed chunks that begin on band
+    boundaries (blocks run image by image, band by band, ROWS channels at a time), and a
+    product read in place its usual CHUNKS per thread; the product is numpy's either way."""
+    calls = []
+    share = team._share
+    monkeypatch.setattr(team, "_share", lambda job, chunks, *args: (calls.append(chunks),
+                                                                    share(job, chunks, *args)))
+    rng = np.random.default_rng(9)
+    weight = rng.standard_normal(weight_shape, dtype=np.float32)
+    x = rng.standard_normal(x_shape, dtype=np.float32)
+    y = np.empty((x.shape[0], weight.shape[1], x.shape[2]), np.float32)
+    space = np.zeros((team.threads, pointwise.space_size(x.shape[1])), np.float32)
+    team.pointwise(weight, x, np.zeros(y.shape[1], np.float32), np.zeros((0, 0, 0), np.float32),
+                   y, space, pointwise.NO_GEOMETRY, IDENTITY)
+    np.testing.assert_allclose(y, weight @ x if weight.shape[0] > 1 else weight[0] @ x,
+                               rtol=1e-3, atol=1e-3)
+    [chunks] = calls
+    bands = x.shape[0] * pointwise.band_count(x.shape[1], x.shape[2])
+    if not whole:
+        assert chunks == team.chunks
+        return
+    assert bands % chunks == 0 and chunks >= min(bands, 2 * team.threads)
+    units = bands * -(-weight.shape[1] // ROWS)                # the job's blocks
+    assert all(units * t // chunks % (units // bands) == 0 for t in range(chunks + 1))
 
 
 def test_forwards_in_two_threads_at_once_share_one_team(shared):
