@@ -30,11 +30,11 @@ stored as the float32 the registers hold and the next slice carries on from them
 each tile then reads one run of memory), into its thread's row of work space (``space``);
 the row's header says which band it holds, so a thread that takes the next chunk of the
 same band does not copy it again (the helper threads take a product whose x is packed in
-chunks of whole bands: workers.py). A narrowing one reads x in place, unless more than one
-block of ROWS channels reads rows that are not whole cache lines (7x7 and 14x14 images:
-vectors across two lines), or rows whose starts are so many multiples of 4 KiB apart that a
-strip's vectors, one per row, share a few cache sets and evict each other before the next
-block reads them (``packs_x``).
+chunks of whole bands where its bands allow: workers.py). A narrowing one reads x in place,
+unless more than one block of ROWS channels reads rows that are not whole cache lines (7x7
+and 14x14 images: vectors across two lines), or rows whose length has so large a power of
+two (64x64 images: 4096 floats) that a strip's vectors, one per row, share a few cache sets
+and evict each other before the next block reads them (``packs_x``).
 
 The rows of x may also be the cols of a k x k convolution (layers/fast/gemm.py), made band by
 band straight into the work space (``cols_band``, from the stride phases of its image and
@@ -70,8 +70,8 @@ SHARED_FROM = 1 << 18  # multiply-adds: a smaller product runs faster alone than
 STACK_CHAIN = 16       # channels per chain of a stack's sums (Winograd's products)
 LINE_FLOATS = 16       # floats in a 64-byte cache line: rows of x whose length is not a
                        # multiple of it are packed (a vector across two lines costs two)
-SET_FLOATS = 1 << 14   # the cache packs_x assumes: ways of this many floats (64 KiB) ...
-CACHE_WAYS = 8         # ... and this many of them (a 512 KiB L2; measured to pay there)
+SET_FLOATS = 1 << 14   # the cache packs_x models: ways of this many floats (64 KiB) ...
+CACHE_WAYS = 8         # ... and this many ways (a 512 KiB L2: the model whose rule paid)
 HEADER = 16            # floats before a row of work space's band: (band + 1, k0) it holds,
                        # read by the next chunk its thread takes (64 bytes: rows stay aligned)
 
@@ -116,14 +116,15 @@ def packs_x(c_in, c_out, length, cols):
     """Whether pointwise_blocks copies x band by band into its work space: always for a
     convolution's cols and for a widening product (C_out >= C_in: many blocks of channels read
     each band); for a narrowing one, only where more than one block of channels reads rows
-    that are not whole cache lines, or rows that start in too few sets of the cache: rows
-    whose starts are a multiple of 2^j floats apart start in SET_FLOATS / 2^j different sets
-    of a cache with ways of SET_FLOATS floats, each set holding CACHE_WAYS lines, and a strip
-    reads one line from each of min(C_in, K_BLOCK) rows (64x64 planes: packed from 33 input
-    channels; 32x32: from 129; 56x56: never)."""
+    that are not whole cache lines, or rows that start in too few sets of the cache. If 2^j
+    is the largest power of two dividing the row length (``length & -length``, at least
+    LINE_FLOATS here), the rows start in SET_FLOATS / 2^j different sets of a cache with
+    ways of SET_FLOATS floats, each set holding CACHE_WAYS lines, while a strip reads a line
+    (two neighbouring ones with 16-float vectors) from each of min(C_in, K_BLOCK) rows:
+    64x64 planes are packed from 33 input channels, 32x32 from 129, 56x56 never."""
     if cols or c_out >= c_in:
         return True
-    sets = SET_FLOATS // min(SET_FLOATS, max(length & -length, 1))
+    sets = SET_FLOATS // min(SET_FLOATS, max(length & -length, 1))   # length & -length: 2^j
     return c_out > ROWS and (length % LINE_FLOATS != 0
                              or min(c_in, K_BLOCK) > CACHE_WAYS * sets)
 
@@ -249,7 +250,7 @@ def pointwise_blocks(weight, x, bias, residual, y, space, geometry, code, a, b, 
     lo, hi = clamp_bounds(code, a, b)                 # clamped in the block: ReLU, ReLU6
     w, ys = weight.reshape(weight.size), y.reshape(y.size)
     rs = residual.reshape(residual.size)
-    pack = packs_x(c_in, c_out, length, cols)     # x copied band by band, or read in place
+    pack = packs_x(c_in, c_out, length, cols)         # x copied band by band, or in place
     step = width if cols else COLUMNS if pack else length   # from x[k, p] to x[k + 1, p]
     chain = STACK_CHAIN if stacked else K_BLOCK       # channels per chain of the sum
     held = space[:HEADER]                             # which band the work space holds

@@ -298,7 +298,7 @@ def test_a_large_batch_goes_in_parts_with_the_same_bits(monkeypatch):
 
 
 @pytest.mark.parametrize("c_in, c_out, length, cols, packed", [
-    (32, 16, 4096, False, False), (33, 16, 4096, False, True),      # 64x64: one set a way
+    (32, 16, 4096, False, False), (33, 16, 4096, False, True),      # 64x64: 4 sets x 8 ways
     (128, 16, 1024, False, False), (129, 16, 1024, False, True),    # 32x32
     (144, 24, 3136, False, False),                                  # 56x56: never
     (9, ROWS, 16384, False, False), (9, ROWS + 1, 16384, False, True),   # 128x128

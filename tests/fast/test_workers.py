@@ -229,8 +229,8 @@ def test_a_job_runs_in_four_chunks_per_thread_with_a_row_of_space_per_thread(tea
         np.testing.assert_allclose(y[0], weight[0] @ x[0], rtol=1e-4, atol=1e-4)
     held = [tuple(row) for row in space[:, :2]]      # (band + 1, k0) each thread holds
     assert (1, 0) in held and set(held) <= {(1, 0), (0, 0)}        # one band: band 0, k0 0
-    # two images of six bands each, two slices of K, in CHUNKS chunks per thread (not the
-    # chunks of whole bands these products take): chunks cross bands and images
+    # two images of six bands each, two slices of K, in CHUNKS chunks per thread (forced: not
+    # the chunks of whole bands such products take); with one helper, chunks cut bands
     monkeypatch.setattr(workers, "_whole_bands", lambda bands, threads, most: most)
     weight = rng.standard_normal((1, 300, 290), dtype=np.float32)
     x = rng.standard_normal((2, 290, 1500), dtype=np.float32)
@@ -266,23 +266,34 @@ def test_products_packed_band_by_band_run_in_chunks_of_whole_bands(bands, thread
                                                  (290, 300, 1500), (256, 96, 4096)])
 def test_band_plan_is_the_kernels(c_in, c_out, length):
     """band_plan (for the team's chunks) gives the bands and the packing pointwise_blocks
-    works with: its blocks are the bands times the blocks of ROWS channels."""
+    works with: bands of block_width pixels, as many as cover the pixels, and packs_x."""
     for cols in (False, True):
         bands, packed = pointwise.band_plan(c_in, c_out, length, cols)
+        assert bands == -(-length // pointwise.block_width(c_in, length))
         assert pointwise.block_count(c_in, c_out, 3, length) == 3 * -(-c_out // ROWS) * bands
         assert packed == pointwise.packs_x(c_in, c_out, length, cols)
         assert packed or not cols
 
 
-@pytest.mark.parametrize("kind, weight_shape, x_shape, whole", [
-    ("widening, twelve bands", (1, 300, 256), (1, 256, 3072), True),
-    ("a Winograd stack, a band per tap", (36, 64, 64), (36, 64, 196), True),
-    ("narrowing, read in place", (1, 96, 256), (1, 256, 784), False)])
-def test_the_team_cuts_packed_products_into_whole_bands(kind, weight_shape, x_shape, whole,
-                                                         team, monkeypatch):
-    """Team.pointwise gives a product whose x is packed chunks that begin on band
-    boundaries (blocks run image by image, band by band, ROWS channels at a time), and a
-    product read in place its usual CHUNKS per thread; the product is numpy's either way."""
+# chunks for a team of 1, 2, 3 threads (4 per thread, or whole bands where x is packed)
+TEAM_CUTS = [
+    pytest.param((1, 300, 256), (1, 256, 1536), (3, 6, 6), id="widening, six bands"),
+    pytest.param((6, 64, 64), (6, 64, 196), (3, 6, 6), id="a stack of six, a band each"),
+    pytest.param((1, 96, 256), (6, 256, 196), (3, 6, 6),
+                 id="narrowing on rows of 196 pixels: packed, six bands"),
+    pytest.param((1, 32, 256), (3, 256, 1024), (4, 6, 12),
+                 id="narrowing on 32x32 planes: packed, twelve bands"),
+    pytest.param((1, 64, 128), (3, 128, 784), (4, 8, 12), id="narrowing, read in place")]
+
+
+@pytest.mark.parametrize("weight_shape, x_shape, chunks_by_threads", TEAM_CUTS)
+def test_the_team_cuts_packed_products_into_whole_bands(weight_shape, x_shape,
+                                                         chunks_by_threads, team,
+                                                         monkeypatch):
+    """Team.pointwise gives a product whose x is packed (widening, a Winograd stack, or
+    narrowing where packs_x says so) chunks that begin on band boundaries (blocks run image
+    by image, band by band), and a product read in place its usual CHUNKS per thread; the
+    product is numpy's either way."""
     calls = []
     share = team._share
     monkeypatch.setattr(team, "_share", lambda job, chunks, *args: (calls.append(chunks),
@@ -296,14 +307,7 @@ def test_the_team_cuts_packed_products_into_whole_bands(kind, weight_shape, x_sh
                    y, space, pointwise.NO_GEOMETRY, IDENTITY)
     np.testing.assert_allclose(y, weight @ x if weight.shape[0] > 1 else weight[0] @ x,
                                rtol=1e-3, atol=1e-3)
-    [chunks] = calls
-    bands = x.shape[0] * pointwise.band_count(x.shape[1], x.shape[2])
-    if not whole:
-        assert chunks == team.chunks
-        return
-    assert bands % chunks == 0 and chunks >= min(bands, 2 * team.threads)
-    units = bands * -(-weight.shape[1] // ROWS)                # the job's blocks
-    assert all(units * t // chunks % (units // bands) == 0 for t in range(chunks + 1))
+    assert calls == [chunks_by_threads[team.threads - 1]]
 
 
 def test_forwards_in_two_threads_at_once_share_one_team(shared):
