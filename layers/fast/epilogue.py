@@ -104,25 +104,25 @@ def activate_row(row, code, a, b, shift=-0.0):
     pass (a bias added in the same loop costs nothing more). No shift is -0.0, which leaves
     every value as it is (+0.0 would turn a -0.0 into +0.0: torch keeps its sign). The
     branch is taken once per row, so each loop below is a plain loop the compiler
-    vectorises."""
+    vectorises. Each loop stores every value it computes: a loop that left some values as
+    they are (``max(v, 0)`` with a constant 0, ``v if v >= 0 else ...``) would be compiled
+    to masked stores of the others, which AMD's cores run one per many cycles."""
     n = row.shape[0]
-    lo, hi, s = np.float32(a), np.float32(b), np.float32(shift)
+    slope, s = np.float32(a), np.float32(shift)
     one, zero = np.float32(1.0), np.float32(0.0)
     three, six = np.float32(3.0), np.float32(6.0)
     if code == NONE:
         if s != zero:
             for i in range(n):
                 row[i] += s
-    elif code == RELU:
+    elif code == RELU or code == CLAMP:          # ReLU: the clamp to [0, inf)
+        low, high = clamp_bounds(code, a, b)
         for i in range(n):
-            row[i] = max(row[i] + s, zero)
-    elif code == CLAMP:
-        for i in range(n):
-            row[i] = min(max(row[i] + s, lo), hi)
+            row[i] = min(max(row[i] + s, low), high)
     elif code == LEAKY:
         for i in range(n):
             v = row[i] + s
-            row[i] = v if v >= zero else v * lo
+            row[i] = v * (one if v >= zero else slope)
     elif code == SIGMOID:
         for i in range(n):
             row[i] = one / (one + exp32(-(row[i] + s)))

@@ -12,6 +12,8 @@ import torch.nn.functional as F
 
 import layers.fast  # noqa: F401  (registers the fast layers)
 from infer import threads
+from layers.fast.epilogue import (CLAMP, LEAKY, RELU, Activation,
+                                   bias_residual_activation)
 from layers.fast.layers import (FastHardsigmoid, FastHardswish, FastSigmoid, FastSiLU,
                                 KernelActivationLayer)
 from layers.registry import LayerRegisterer
@@ -105,3 +107,26 @@ def test_the_fast_floor_serves_every_type_of_these_activations():
                       "nn.Hardswish", "F.hardswish", "nn.Hardsigmoid", "F.hardsigmoid"):
         fast_class = registry.layer_class(pnnx_type, fast=True)
         assert issubclass(fast_class, KernelActivationLayer), pnnx_type
+
+
+CLAMPS = {          # the epilogue's activations that keep some values as they are
+    "relu": (Activation(RELU), F.relu),
+    "relu6": (Activation(CLAMP, 0.0, 6.0), F.relu6),
+    "leaky": (Activation(LEAKY, 0.1), lambda t: F.leaky_relu(t, 0.1)),
+}
+
+
+@pytest.mark.parametrize("name", CLAMPS)
+@pytest.mark.parametrize("residual", [False, True], ids=["alone", "after a residual"])
+def test_epilogue_clamps_give_torchs_bits(name, residual):
+    """ReLU, a clamp and LeakyReLU in the epilogue's own pass (``activate_row``: after a
+    residual, or with no bias, where nothing is added first) give torch's values bit for
+    bit: NaN stays NaN, -0.0 keeps its sign, tiny negatives scale to torch's signed zero."""
+    activation, torch_fn = CLAMPS[name]
+    edges = np.concatenate([EDGES, -EDGES, np.float32([-1e-45, 1e-45, 6.0, 7.5])])
+    y = np.tile(edges, 3).reshape(1, 3, -1)            # rows longer and shorter than a vector
+    zeros = np.full(y.shape, -0.0, np.float32) if residual else None   # y + (-0.0) is y
+    ours = y.copy()
+    bias_residual_activation(ours, None, zeros, activation)
+    want = torch_fn(torch.from_numpy(y)).numpy()
+    np.testing.assert_array_equal(ours.view(np.int32), want.view(np.int32))
