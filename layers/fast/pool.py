@@ -11,8 +11,10 @@ Max is separable: for each output row, first the max of its kh input rows over t
 width (unit stride; the usual 3 rows in one pass), into a row buffer with -inf on both sides;
 then each output takes the max of its kw taps along that row. For 2x2 and 3x3 windows with
 stride 2 the row is first split into its even and odd columns (``phases.split_row``), so
-that the second pass reads at unit stride too; with stride 1 the second pass goes tap by
-tap along the whole row. Planes are shared with the helper threads. The reference,
+that the second pass reads at unit stride too. With stride 1 in both directions (a YOLO's
+SPPF: 5x5), whole planes go at once, row taps then column taps, a few long loops instead of
+several short ones for each row (``_stride_one_plane``). Planes are shared with the helper
+threads. The reference,
 ``kernels.max_pool2d``, pads the whole input and takes kh*kw strided maxima over it.
 
 Global average pooling (nn.AdaptiveAvgPool2d(1), a classifier's head)::
@@ -49,6 +51,52 @@ def _max_pool2d(x, y, kh, kw, stride_h, stride_w, dil_h, dil_w, top, left):
                     x.shape[0] * x.shape[1])                 # int64 0: see jobs.py
 
 
+@kernel(inline="always")
+def _max_of_taps(before, source, first, second, target):
+    """target[k] = max(before[k], source[k + first], source[k + second]) for every k of
+    target (no second tap if ``second`` is -1)."""
+    one = source[first:first + target.shape[0]]
+    if second < 0:
+        for k in range(target.shape[0]):
+            target[k] = _nan_max(before[k], one[k])
+        return
+    two = source[second:second + target.shape[0]]
+    for k in range(target.shape[0]):
+        target[k] = _nan_max(_nan_max(before[k], one[k]), two[k])
+
+
+@kernel(nogil=True, inline="always")
+def _stride_one_plane(src, dst, kh, kw, dil_h, dil_w, top, left, padded, padded_w, buffers):
+    """One plane of a stride-1 max pooling in passes over the whole plane, each a long loop
+    that takes two taps: the image goes into ``padded`` (PH x PW flattened, -inf around it,
+    (kw - 1) * dil_w floats more at the end); the taps of a row go into ``buffers`` 0 and 1
+    in turn, then the taps of a column into buffers 2 and 3. Every pass reads one array and
+    writes another: in place, the compiler would store only the values that change, with
+    masked stores, which AMD's cores run one per many cycles. Flattened, a row's last
+    outputs read the next row's first values: those (columns out_w and on) are not copied."""
+    height, width = src.shape
+    out_h, out_w = dst.shape
+    size = buffers.shape[1]                                # PH * PW
+    for r in range(height):
+        start = (top + r) * padded_w + left
+        padded[start:start + width] = src[r]
+    across = padded[:size]
+    for j in range(1, kw, 2):                              # two taps a pass
+        target = buffers[(j // 2) % 2, :size]
+        _max_of_taps(across, padded, j * dil_w, (j + 1) * dil_w if j + 1 < kw else -1,
+                     target)
+        across = target
+    outputs = out_h * padded_w
+    down = across[:outputs]
+    step = dil_h * padded_w
+    for i in range(1, kh, 2):
+        target = buffers[2 + (i // 2) % 2, :outputs]
+        _max_of_taps(down, across, i * step, (i + 1) * step if i + 1 < kh else -1, target)
+        down = target
+    for oh in range(out_h):
+        dst[oh] = down[oh * padded_w:oh * padded_w + out_w]
+
+
 @kernel(nogil=True)
 def max_pool_planes(x, y, kh, kw, stride_h, stride_w, dil_h, dil_w, top, left, first, last):
     """Planes first .. last - 1 of _max_pool2d's, counted over (n, c): a chunk of the work
@@ -57,18 +105,33 @@ def max_pool_planes(x, y, kh, kw, stride_h, stride_w, dil_h, dil_w, top, left, f
     out_h, out_w = y.shape[2], y.shape[3]
     padded_w = max((out_w - 1) * stride_w + (kw - 1) * dil_w + 1, left + width)
     half = padded_w // 2 + 1
-    line = np.full(2 * half, -np.inf, np.float32)   # one row of maxima, -inf around the image
-    inner = line[left:left + width]
+    # two rows of maxima, -inf around the image: a row is combined with the next input row
+    # into the other (in place, the compiler would store only the values that change, with
+    # masked stores, which AMD's cores run one per many cycles)
+    lines = np.full((2, 2 * half), -np.inf, np.float32)
     halves = np.empty(2 * half, np.float32)          # the row's even columns, then its odd
     even, odd = halves[:half], halves[half:]
+    spare = np.empty(out_w, np.float32)              # stride 1: taps alternate with out_row
     pairs = stride_w == 2 and dil_w == 1 and (kw == 2 or kw == 3)
+    if stride_h == 1 and stride_w == 1:               # whole-plane passes
+        padded_h = max(out_h + (kh - 1) * dil_h, top + height)
+        padded_w = max(out_w + (kw - 1) * dil_w, left + width)
+        padded = np.full(padded_h * padded_w + (kw - 1) * dil_w, -np.inf, np.float32)
+        buffers = np.empty((4, padded_h * padded_w), np.float32)
+        for plane in range(first, last):
+            _stride_one_plane(x[plane // channels, plane % channels],
+                              y[plane // channels, plane % channels], kh, kw, dil_h, dil_w,
+                              top, left, padded, padded_w, buffers)
+        return
     for plane in range(first, last):
         src, dst = x[plane // channels, plane % channels], y[plane // channels, plane % channels]
         for oh in range(out_h):
             first_row = oh * stride_h - top           # rows first_row + i * dil_h, i < kh
+            current = 0
             if kh == 3 and first_row >= 0 and first_row + 2 * dil_h < height:
                 r0, r1 = src[first_row], src[first_row + dil_h]
                 r2 = src[first_row + 2 * dil_h]
+                inner = lines[0, left:left + width]
                 for k in range(width):                # the usual 3 rows: one pass
                     inner[k] = _nan_max(_nan_max(r0[k], r1[k]), r2[k])
             else:
@@ -79,11 +142,15 @@ def max_pool_planes(x, y, kh, kw, stride_h, stride_w, dil_h, dil_w, top, left, f
                         continue
                     row = src[ih]
                     if not started:
-                        inner[:] = row
+                        lines[current, left:left + width] = row
                         started = True
                     else:
+                        before = lines[current, left:left + width]
+                        after = lines[1 - current, left:left + width]
                         for k in range(width):
-                            inner[k] = _nan_max(inner[k], row[k])
+                            after[k] = _nan_max(before[k], row[k])
+                        current = 1 - current
+            line = lines[current]
             out_row = dst[oh]
             if pairs:                                 # stride 2: even and odd columns apart,
                 split_row(line, 0, line.shape[0], halves, 0, half, 2)   # then unit-stride
@@ -93,13 +160,16 @@ def max_pool_planes(x, y, kh, kw, stride_h, stride_w, dil_h, dil_w, top, left, f
                 else:
                     for ow in range(out_w):
                         out_row[ow] = _nan_max(even[ow], odd[ow])
-            elif stride_w == 1:                       # tap by tap along the whole row
-                for ow in range(out_w):
-                    out_row[ow] = line[ow]
+            elif stride_w == 1:                       # tap by tap along the whole row, each
+                if kw == 1:                           # pass into out_row or spare in turn,
+                    out_row[:] = line[:out_w]         # the last into out_row
+                source = line
                 for j in range(1, kw):
+                    target = out_row if (kw - 1 - j) % 2 == 0 else spare
                     shifted = line[j * dil_w:]
                     for ow in range(out_w):
-                        out_row[ow] = _nan_max(out_row[ow], shifted[ow])
+                        target[ow] = _nan_max(source[ow], shifted[ow])
+                    source = target
             else:
                 for ow in range(out_w):
                     start = ow * stride_w

@@ -691,6 +691,8 @@ MAX_POOL = {   # kernel, stride, padding, dilation, ceil_mode, (N, C, H, W)
     "1x1 image": ((3, 3), (1, 1), (1, 1), (1, 1), False, (2, 2, 1, 1)),
     "2x2 s1": ((2, 2), (1, 1), (0, 0), (1, 1), False, (1, 5, 6, 7)),
     "3x3 s1, columns dilated": ((3, 3), (1, 1), (1, 1), (1, 2), False, (2, 3, 9, 10)),
+    "3x5 s1, rows dilated": ((3, 5), (1, 1), (1, 2), (2, 1), False, (1, 3, 11, 9)),
+    "4x2 s1 unpadded": ((4, 2), (1, 1), (0, 0), (1, 1), False, (2, 2, 6, 17)),
 }
 
 
