@@ -330,9 +330,9 @@ def pointwise_blocks(weight, x, bias, residual, y, space, geometry, code, a, b, 
                                open_lo, open_hi)
                     continue
                 tile_store(tile, ys, at, length, rows, count, bias, c0, rs, lo, hi)
-                if code != NONE and code != RELU and code != CLAMP:   # other activations
-                    for r in range(rows):
-                        activate_row(y[image, c0 + r, p0:p0 + count], code, a, b)
+            if whole and code != NONE and code != RELU and code != CLAMP:
+                for r in range(rows):                 # other activations: the block's rows
+                    activate_row(y[image, c0 + r, start:stop], code, a, b)   # (long loops)
 
 
 @functools.lru_cache(maxsize=256)
