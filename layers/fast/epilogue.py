@@ -98,7 +98,7 @@ def clamp_bounds(code, a, b):
     return lo, hi
 
 
-@kernel(inline="always")
+@kernel(nogil=True, fastmath={"contract"})       # each a * b + c one fused multiply-add
 def activate_row(row, code, a, b, shift=-0.0):
     """row <- activation ``code`` of (row + shift), in place on a 1-D float32 array, in one
     pass (a bias added in the same loop costs nothing more). No shift is -0.0, which leaves
