@@ -17,7 +17,7 @@ function serves every activation (no signature per activation, nothing to compil
     SILU        x / (1 + exp(-x))              (libm's, per value, would not)
     HARDSWISH   x * clip(x + 3, 0, 6) / 6
     HARDSIGMOID clip(x + 3, 0, 6) / 6
-    TANH        tanh(x)
+    TANH        tanh(x)                        vexp.py's, which vectorises
     GELU        x / 2 * (1 + erf(x / sqrt(2)))  erf as a rational function (below)
 
 GELU's erf(z), z clipped to [-4, 4] (beyond, erf is +-1 in float32), is z * P(z^2) / Q(z^2)
@@ -37,7 +37,7 @@ import numpy as np
 from layers import activation as act
 from layers.registry import is_built_in
 from layers.fast.kernel import FLOAT, INT, array, kernel
-from layers.fast.vexp import exp32
+from layers.fast.vexp import exp32, tanh32
 
 NONE, RELU, CLAMP, LEAKY, SIGMOID, SILU, HARDSWISH, HARDSIGMOID, TANH, GELU = range(10)
 
@@ -139,7 +139,7 @@ def activate_row(row, code, a, b, shift=-0.0):
             row[i] = min(max(row[i] + s + three, zero), six) / six
     elif code == TANH:
         for i in range(n):
-            row[i] = np.tanh(row[i] + s)
+            row[i] = tanh32(row[i] + s)
     elif code == GELU:
         half, four = np.float32(0.5), np.float32(4.0)
         for i in range(n):

@@ -19,7 +19,7 @@ for) it hands over to the reference code with ``super()``.
     FastAdaptiveAvgPool2d nn.AdaptiveAvgPool2d to 1 x 1: pool.py's kernel, a sum per plane
     FastExpression        pnnx.Expression of one elementwise function (add(@0,@1), ...):
                           numpy's ufunc straight into the planned buffer
-    FastGELU, FastSigmoid, FastSiLU, FastHardswish, FastHardsigmoid
+    FastGELU, FastSigmoid, FastSiLU, FastTanh, FastHardswish, FastHardsigmoid
                           the activation in one vectorised pass (epilogue.py), in place
     FastMultiheadAttention  nn.MultiheadAttention: self-attention's three projections as one
                           product in register tiles, the softmax by softmax.py's kernel, the
@@ -49,7 +49,7 @@ from layers.fast.conv import PackedConv2d, kernel_layout
 from layers.fast.pointwise import _zeros, pointwise_conv2d
 from layers.fast.team import scratch, team_worth_sharing
 from parser.bin import release_pages
-from layers.activation import GELU, Hardsigmoid, Hardswish, Sigmoid, SiLU, Softmax
+from layers.activation import GELU, Hardsigmoid, Hardswish, Sigmoid, SiLU, Softmax, Tanh
 from layers.attention import MultiheadAttention
 from layers.excitation import SqueezeExcitation
 from layers.fast.epilogue import IDENTITY, Activation, activate, activation_of
@@ -571,6 +571,11 @@ class FastSigmoid(KernelActivationLayer, Sigmoid):
 @register_fast_layer("nn.SiLU", "F.silu")
 class FastSiLU(KernelActivationLayer, SiLU):
     """x / (1 + exp(-x)) in one pass (exp: vexp.py)."""
+
+
+@register_fast_layer("nn.Tanh", "F.tanh", "torch.tanh")
+class FastTanh(KernelActivationLayer, Tanh):
+    """tanh(x) in one pass (vexp.py: a polynomial near 0, exp beyond)."""
 
 
 @register_fast_layer("nn.Hardswish", "F.hardswish")

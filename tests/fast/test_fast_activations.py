@@ -15,7 +15,7 @@ from infer import threads
 from layers.fast.epilogue import (CLAMP, LEAKY, RELU, Activation,
                                    bias_residual_activation)
 from layers.fast.layers import (FastHardsigmoid, FastHardswish, FastSigmoid, FastSiLU,
-                                KernelActivationLayer)
+                                FastTanh, KernelActivationLayer)
 from layers.registry import LayerRegisterer
 
 FAST = {            # fast layer, torch function, float64 formula
@@ -23,6 +23,7 @@ FAST = {            # fast layer, torch function, float64 formula
     "silu": (FastSiLU, F.silu, lambda v: v / (1 + np.exp(-v))),
     "hardswish": (FastHardswish, F.hardswish, lambda v: v * np.clip(v + 3, 0, 6) / 6),
     "hardsigmoid": (FastHardsigmoid, F.hardsigmoid, lambda v: np.clip(v + 3, 0, 6) / 6),
+    "tanh": (FastTanh, torch.tanh, np.tanh),
 }
 EDGES = np.float32([np.inf, -np.inf, np.nan, 0.0, -0.0, 1e-30, -1e-30, 1e-40, 88.72, 88.73,
                     -87.33, -87.34, -103.0, -104.0, 3.0, -3.0, 1e4, -1e4])
@@ -104,7 +105,8 @@ def test_fast_activation_other_arrays_run_the_reference(name):
 def test_the_fast_floor_serves_every_type_of_these_activations():
     registry = LayerRegisterer()
     for pnnx_type in ("nn.Sigmoid", "F.sigmoid", "torch.sigmoid", "nn.SiLU", "F.silu",
-                      "nn.Hardswish", "F.hardswish", "nn.Hardsigmoid", "F.hardsigmoid"):
+                      "nn.Hardswish", "F.hardswish", "nn.Hardsigmoid", "F.hardsigmoid",
+                      "nn.Tanh", "F.tanh", "torch.tanh"):
         fast_class = registry.layer_class(pnnx_type, fast=True)
         assert issubclass(fast_class, KernelActivationLayer), pnnx_type
 
