@@ -1,6 +1,6 @@
 """The fast floor's activation layers and exp (layers/fast/vexp.py): sigmoid and SiLU through
-the vectorised exp stay within 4x torch's own float32 error against float64 over the whole
-float32 range, keep torch's answers at the edges (inf, -inf, NaN, overflow, underflow), and
+the vectorised exp, and tanh, stay within 4x torch's own float32 error against float64 over
+the whole float32 range, keep torch's answers at the edges (inf, -inf, NaN, overflow, underflow), and
 give the same values alone, fused into a convolution, on one thread or shared."""
 
 from __future__ import annotations
