@@ -98,7 +98,7 @@ def clamp_bounds(code, a, b):
     return lo, hi
 
 
-@kernel(nogil=True, fastmath={"contract"})       # each a * b + c one fused multiply-add
+@kernel(inline="always")
 def activate_row(row, code, a, b, shift=-0.0):
     """row <- activation ``code`` of (row + shift), in place on a 1-D float32 array, in one
     pass (a bias added in the same loop costs nothing more). No shift is -0.0, which leaves
@@ -106,7 +106,8 @@ def activate_row(row, code, a, b, shift=-0.0):
     branch is taken once per row, so each loop below is a plain loop the compiler
     vectorises. Each loop stores every value it computes: a loop that left some values as
     they are (``max(v, 0)`` with a constant 0, ``v if v >= 0 else ...``) would be compiled
-    to masked stores of the others, which AMD's cores run one per many cycles."""
+    to masked stores of the others, which AMD's cores run one per many cycles. The
+    activations built on exp or a rational function go to ``smooth_row``."""
     n = row.shape[0]
     slope, s = np.float32(a), np.float32(shift)
     one, zero = np.float32(1.0), np.float32(0.0)
@@ -123,13 +124,6 @@ def activate_row(row, code, a, b, shift=-0.0):
         for i in range(n):
             v = row[i] + s
             row[i] = v * (one if v >= zero else slope)
-    elif code == SIGMOID:
-        for i in range(n):
-            row[i] = one / (one + exp32(-(row[i] + s)))
-    elif code == SILU:
-        for i in range(n):
-            v = row[i] + s
-            row[i] = v / (one + exp32(-v))
     elif code == HARDSWISH:
         for i in range(n):
             v = row[i] + s
@@ -137,6 +131,24 @@ def activate_row(row, code, a, b, shift=-0.0):
     elif code == HARDSIGMOID:
         for i in range(n):
             row[i] = min(max(row[i] + s + three, zero), six) / six
+    else:
+        smooth_row(row, code, s)
+
+
+@kernel(nogil=True, fastmath={"contract"})       # each a * b + c one fused multiply-add
+def smooth_row(row, code, s):
+    """activate_row's sigmoid, SiLU, tanh and GELU, whose polynomials take fewer
+    instructions and one rounding per step as fused multiply-adds: a function of its own
+    (called once a row), as its callers do not allow the fusion elsewhere."""
+    n = row.shape[0]
+    one = np.float32(1.0)
+    if code == SIGMOID:
+        for i in range(n):
+            row[i] = one / (one + exp32(-(row[i] + s)))
+    elif code == SILU:
+        for i in range(n):
+            v = row[i] + s
+            row[i] = v / (one + exp32(-v))
     elif code == TANH:
         for i in range(n):
             row[i] = tanh32(row[i] + s)
