@@ -65,12 +65,13 @@ class ReLU6(Hardtanh):
 
 @register_layer("nn.LeakyReLU", "F.leaky_relu")
 class LeakyReLU(_Elementwise):
-    """y = x if x >= 0 else negative_slope * x"""
+    """y = x if x > 0 else negative_slope * x (torch's rule: zeros and NaN take the product,
+    which matters for the sign of zero with a negative slope)"""
 
     negative_slope = Param(0.01, as_float)
 
     def forward_inplace(self, x: np.ndarray) -> None:
-        np.multiply(x, np.float32(self.negative_slope), out=x, where=x < 0)
+        np.multiply(x, np.float32(self.negative_slope), out=x, where=~(x > 0))
 
 
 @register_layer("nn.Sigmoid", "F.sigmoid", "torch.sigmoid")

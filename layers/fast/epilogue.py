@@ -12,7 +12,7 @@ function serves every activation (no signature per activation, nothing to compil
     NONE        x
     RELU        max(x, 0)
     CLAMP       min(max(x, a), b)              ReLU6 (0, 6), Hardtanh (min_val, max_val)
-    LEAKY       x if x >= 0 else a * x         LeakyReLU (negative_slope)
+    LEAKY       x if x > 0 else a * x          LeakyReLU (negative_slope)
     SIGMOID     1 / (1 + exp(-x))              exp: vexp.py's, which vectorises
     SILU        x / (1 + exp(-x))              (libm's, per value, would not)
     HARDSWISH   x * clip(x + 3, 0, 6) / 6
@@ -105,9 +105,9 @@ def activate_row(row, code, a, b, shift=-0.0):
     every value as it is (+0.0 would turn a -0.0 into +0.0: torch keeps its sign). The
     branch is taken once per row, so each loop below is a plain loop the compiler
     vectorises. Each loop stores every value it computes: a loop that left some values as
-    they are (``max(v, 0)`` with a constant 0, ``v if v >= 0 else ...``) would be compiled
-    to masked stores of the others, which AMD's cores run one per many cycles. The
-    activations built on exp or a rational function go to ``smooth_row``."""
+    they are (``max(v, 0)`` with a constant 0, ``v if v > 0 else ...``) is compiled to
+    masked stores of the others, slow on some CPUs (BENCHMARKS.md). The activations built
+    on exp or a rational function go to ``smooth_row``."""
     n = row.shape[0]
     slope, s = np.float32(a), np.float32(shift)
     one, zero = np.float32(1.0), np.float32(0.0)
@@ -123,7 +123,7 @@ def activate_row(row, code, a, b, shift=-0.0):
     elif code == LEAKY:
         for i in range(n):
             v = row[i] + s
-            row[i] = v * (one if v >= zero else slope)
+            row[i] = v * (one if v > zero else slope)
     elif code == HARDSWISH:
         for i in range(n):
             v = row[i] + s

@@ -13,8 +13,9 @@ then each output takes the max of its kw taps along that row. For 2x2 and 3x3 wi
 stride 2 the row is first split into its even and odd columns (``phases.split_row``), so
 that the second pass reads at unit stride too. With stride 1 in both directions (a YOLO's
 SPPF: 5x5), whole planes go at once, row taps then column taps, a few long loops instead of
-several short ones for each row (``_stride_one_plane``). Planes are shared with the helper
-threads. The reference,
+several short ones for each row (``_stride_one_plane``). Every pass reads one array and
+writes another (in place, the compiler would make masked stores of the values that change:
+epilogue.activate_row). Planes are shared with the helper threads. The reference,
 ``kernels.max_pool2d``, pads the whole input and takes kh*kw strided maxima over it.
 
 Global average pooling (nn.AdaptiveAvgPool2d(1), a classifier's head)::
@@ -65,15 +66,13 @@ def _max_of_taps(before, source, first, second, target):
         target[k] = _nan_max(_nan_max(before[k], one[k]), two[k])
 
 
-@kernel(nogil=True, inline="always")
+@kernel(inline="always")
 def _stride_one_plane(src, dst, kh, kw, dil_h, dil_w, top, left, padded, padded_w, buffers):
     """One plane of a stride-1 max pooling in passes over the whole plane, each a long loop
     that takes two taps: the image goes into ``padded`` (PH x PW flattened, -inf around it,
     (kw - 1) * dil_w floats more at the end); the taps of a row go into ``buffers`` 0 and 1
-    in turn, then the taps of a column into buffers 2 and 3. Every pass reads one array and
-    writes another: in place, the compiler would store only the values that change, with
-    masked stores, which AMD's cores run one per many cycles. Flattened, a row's last
-    outputs read the next row's first values: those (columns out_w and on) are not copied."""
+    in turn, then the taps of a column into buffers 2 and 3. Flattened, a row's last outputs
+    read the next row's first values: those (columns out_w and on) are not copied."""
     height, width = src.shape
     out_h, out_w = dst.shape
     size = buffers.shape[1]                                # PH * PW
@@ -103,16 +102,6 @@ def max_pool_planes(x, y, kh, kw, stride_h, stride_w, dil_h, dil_w, top, left, f
     (layers/fast/jobs.py)."""
     n, channels, height, width = x.shape
     out_h, out_w = y.shape[2], y.shape[3]
-    padded_w = max((out_w - 1) * stride_w + (kw - 1) * dil_w + 1, left + width)
-    half = padded_w // 2 + 1
-    # two rows of maxima, -inf around the image: a row is combined with the next input row
-    # into the other (in place, the compiler would store only the values that change, with
-    # masked stores, which AMD's cores run one per many cycles)
-    lines = np.full((2, 2 * half), -np.inf, np.float32)
-    halves = np.empty(2 * half, np.float32)          # the row's even columns, then its odd
-    even, odd = halves[:half], halves[half:]
-    spare = np.empty(out_w, np.float32)              # stride 1: taps alternate with out_row
-    pairs = stride_w == 2 and dil_w == 1 and (kw == 2 or kw == 3)
     if stride_h == 1 and stride_w == 1:               # whole-plane passes
         padded_h = max(out_h + (kh - 1) * dil_h, top + height)
         padded_w = max(out_w + (kw - 1) * dil_w, left + width)
@@ -123,6 +112,15 @@ def max_pool_planes(x, y, kh, kw, stride_h, stride_w, dil_h, dil_w, top, left, f
                               y[plane // channels, plane % channels], kh, kw, dil_h, dil_w,
                               top, left, padded, padded_w, buffers)
         return
+    padded_w = max((out_w - 1) * stride_w + (kw - 1) * dil_w + 1, left + width)
+    half = padded_w // 2 + 1
+    # two rows of maxima, -inf around the image: a row and the next input row go into the
+    # other (not in place: no masked stores)
+    lines = np.full((2, 2 * half), -np.inf, np.float32)
+    halves = np.empty(2 * half, np.float32)          # the row's even columns, then its odd
+    even, odd = halves[:half], halves[half:]
+    spare = np.empty(out_w, np.float32)              # stride 1: taps alternate with out_row
+    pairs = stride_w == 2 and dil_w == 1 and (kw == 2 or kw == 3)
     for plane in range(first, last):
         src, dst = x[plane // channels, plane % channels], y[plane // channels, plane % channels]
         for oh in range(out_h):

@@ -16,16 +16,16 @@ as libm: x above 88.72 gives inf, below -87.33 gives 0 (libm gives a subnormal o
 1.2e-38 there), NaN gives NaN. Bit patterns are reinterpreted by ``float_from_bits``, an
 intrinsic: one LLVM ``bitcast``, which vectorises like any other instruction.
 
-tanh (libm's, per value, costs about as much as the rest of a convolution's epilogue) takes
-one of two forms, both computed and one kept (a select, which vectorises)::
+tanh (libm's, per value, would not vectorise either) takes one of two forms, both computed
+and one kept (a select, which vectorises)::
 
     |x| < TANH_SMALL   x + x z P(z), z = x^2   P of degree 5, fitted to (tanh(x) / x - 1) / z
                                                on [0, TANH_SMALL^2] by iteratively reweighted
                                                least squares for tanh's relative error
     otherwise          +-(1 - 2 / (e^(2|x|) + 1))   with x's sign; e^(2|x|) is exp32's
 
-Within 1.3x torch's float32 error against float64 near 0 and 4x elsewhere (tests/fast);
-+-inf give +-1, NaN stays NaN, -0.0 keeps its sign.
+Within 4x torch's float32 error against float64 (tests/fast); +-inf give +-1, NaN stays
+NaN, -0.0 keeps its sign.
 """
 
 from __future__ import annotations

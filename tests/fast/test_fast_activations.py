@@ -1,7 +1,8 @@
 """The fast floor's activation layers and exp (layers/fast/vexp.py): sigmoid and SiLU through
 the vectorised exp, and tanh, stay within 4x torch's own float32 error against float64 over
-the whole float32 range, keep torch's answers at the edges (inf, -inf, NaN, overflow, underflow), and
-give the same values alone, fused into a convolution, on one thread or shared."""
+the whole float32 range, keep torch's answers at the edges (inf, -inf, NaN, overflow,
+underflow), and give the same values on one thread or shared; the epilogue's piecewise
+activations give torch's bits."""
 
 from __future__ import annotations
 
@@ -111,24 +112,28 @@ def test_the_fast_floor_serves_every_type_of_these_activations():
         assert issubclass(fast_class, KernelActivationLayer), pnnx_type
 
 
-CLAMPS = {          # the epilogue's activations that keep some values as they are
+PIECEWISE = {       # the epilogue's activations that keep some values as they are
     "relu": (Activation(RELU), F.relu),
     "relu6": (Activation(CLAMP, 0.0, 6.0), F.relu6),
     "leaky": (Activation(LEAKY, 0.1), lambda t: F.leaky_relu(t, 0.1)),
+    "leaky, negative slope": (Activation(LEAKY, -0.5), lambda t: F.leaky_relu(t, -0.5)),
 }
 
 
-@pytest.mark.parametrize("name", CLAMPS)
+@pytest.mark.parametrize("name", PIECEWISE)
 @pytest.mark.parametrize("residual", [False, True], ids=["alone", "after a residual"])
-def test_epilogue_clamps_give_torchs_bits(name, residual):
+def test_epilogue_piecewise_activations_give_torchs_bits(name, residual):
     """ReLU, a clamp and LeakyReLU in the epilogue's own pass (``activate_row``: after a
     residual, or with no bias, where nothing is added first) give torch's values bit for
-    bit: NaN stays NaN, -0.0 keeps its sign, tiny negatives scale to torch's signed zero."""
-    activation, torch_fn = CLAMPS[name]
+    bit: NaN stays NaN, zeros keep torch's sign (LeakyReLU: x > 0 ? x : slope * x), tiny
+    negatives scale to torch's signed zero. Rows of 47 and 7 values: a vector loop and its
+    tail, and a row shorter than a vector."""
+    activation, torch_fn = PIECEWISE[name]
     edges = np.concatenate([EDGES, -EDGES, np.float32([-1e-45, 1e-45, 6.0, 7.5])])
-    y = np.tile(edges, 3).reshape(1, 3, -1)            # rows longer and shorter than a vector
-    zeros = np.full(y.shape, -0.0, np.float32) if residual else None   # y + (-0.0) is y
-    ours = y.copy()
-    bias_residual_activation(ours, None, zeros, activation)
-    want = torch_fn(torch.from_numpy(y)).numpy()
-    np.testing.assert_array_equal(ours.view(np.int32), want.view(np.int32))
+    for length in (47, 7):
+        y = np.resize(edges, 2 * length).reshape(1, 2, length)
+        zeros = np.full(y.shape, -0.0, np.float32) if residual else None   # y + -0.0 is y
+        ours = y.copy()
+        bias_residual_activation(ours, None, zeros, activation)
+        want = torch_fn(torch.from_numpy(y)).numpy()
+        np.testing.assert_array_equal(ours.view(np.int32), want.view(np.int32))

@@ -693,14 +693,20 @@ MAX_POOL = {   # kernel, stride, padding, dilation, ceil_mode, (N, C, H, W)
     "3x3 s1, columns dilated": ((3, 3), (1, 1), (1, 1), (1, 2), False, (2, 3, 9, 10)),
     "3x5 s1, rows dilated": ((3, 5), (1, 1), (1, 2), (2, 1), False, (1, 3, 11, 9)),
     "4x2 s1 unpadded": ((4, 2), (1, 1), (0, 0), (1, 1), False, (2, 2, 6, 17)),
+    "1x3 s1": ((1, 3), (1, 1), (0, 1), (1, 1), False, (1, 2, 5, 9)),
+    "3x1 s1": ((3, 1), (1, 1), (1, 0), (1, 1), False, (1, 2, 9, 5)),
+    "3x4 s(2, 1)": ((3, 4), (2, 1), (1, 2), (1, 1), False, (1, 3, 11, 10)),
+    "1x3 s(2, 1), one tap a column": ((1, 3), (2, 1), (0, 1), (1, 1), False, (1, 2, 9, 8)),
+    "3x1 s(2, 1), one tap a row": ((3, 1), (2, 1), (1, 0), (1, 1), True, (1, 2, 10, 7)),
 }
 
 
 @pytest.mark.parametrize("case", MAX_POOL.values(), ids=MAX_POOL.keys())
 @pytest.mark.parametrize("nan_every", [0, 7, 61], ids=["no NaN", "NaN in every row", "few NaN"])
 def test_max_pool_fast_path_matches_reference_and_torch(case, nan_every):
-    """NaN wins its windows, as in torch, on every path of the kernel: three rows in one pass
-    or row by row, even and odd columns for stride 2, the general loop over the taps."""
+    """NaN wins its windows, as in torch, on every path of the kernel: whole planes for
+    stride 1; otherwise three rows in one pass or row by row, then even and odd columns for
+    stride 2, tap by tap along the row for stride 1 across, the general loop over the taps."""
     kernel, stride, padding, dilation, ceil_mode, shape = case
     x = rand(*shape)
     if nan_every:
