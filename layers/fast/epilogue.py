@@ -106,8 +106,7 @@ def activate_row(row, code, a, b, shift=-0.0):
     branch is taken once per row, so each loop below is a plain loop the compiler
     vectorises. Each loop stores every value it computes: a loop that left some values as
     they are (``max(v, 0)`` with a constant 0, ``v if v > 0 else ...``) is compiled to
-    masked stores of the others, slow on some CPUs (BENCHMARKS.md). The activations built
-    on exp or a rational function go to ``smooth_row``."""
+    masked stores of the others, slow on some CPUs (BENCHMARKS.md)."""
     n = row.shape[0]
     slope, s = np.float32(a), np.float32(shift)
     one, zero = np.float32(1.0), np.float32(0.0)
@@ -131,18 +130,7 @@ def activate_row(row, code, a, b, shift=-0.0):
     elif code == HARDSIGMOID:
         for i in range(n):
             row[i] = min(max(row[i] + s + three, zero), six) / six
-    else:
-        smooth_row(row, code, s)
-
-
-@kernel(nogil=True, fastmath={"contract"})       # each a * b + c one fused multiply-add
-def smooth_row(row, code, s):
-    """activate_row's sigmoid, SiLU, tanh and GELU, whose polynomials take fewer
-    instructions and one rounding per step as fused multiply-adds: a function of its own
-    (called once a row), as its callers do not allow the fusion elsewhere."""
-    n = row.shape[0]
-    one = np.float32(1.0)
-    if code == SIGMOID:
+    elif code == SIGMOID:
         for i in range(n):
             row[i] = one / (one + exp32(-(row[i] + s)))
     elif code == SILU:
