@@ -229,7 +229,8 @@ def copy_run(source, source_first, target, target_first, count):
                      count - whole)
 
 
-@kernel(nogil=True)
+# contract: the activations' polynomials as fused multiply-adds (transposed_units' too)
+@kernel(nogil=True, fastmath={"contract"})
 def pointwise_blocks(weight, x, bias, residual, y, space, geometry, code, a, b, first, last):
     """Blocks first .. last - 1 of _pointwise's y: image by image, band of pixels by band
     (``block_width``), and in each band channel block by channel block, a block being

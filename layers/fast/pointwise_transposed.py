@@ -84,7 +84,7 @@ def unit_count(images, panel_count, length):
     return images * ((length + BAND - 1) // BAND) * panel_count
 
 
-@kernel(nogil=True)
+@kernel(nogil=True, fastmath={"contract"})   # as pointwise_blocks: the same activations' bits
 def transposed_units(panels, x, bias, residual, y, space, code, a, b, first, last):
     """Units first .. last - 1 of _pointwise_transposed's y. A unit is one image's band of
     pixels by one panel of COLUMNS channels; consecutive units share the band (the panel
