@@ -117,6 +117,8 @@ def max_pool_planes(x, y, kh, kw, stride_h, stride_w, dil_h, dil_w, top, left, f
     # two rows of maxima, -inf around the image: a row and the next input row go into the
     # other (not in place: no masked stores)
     lines = np.full((2, 2 * half), -np.inf, np.float32)
+    whole = (lines[0], lines[1])
+    inners = (lines[0, left:left + width], lines[1, left:left + width])   # the image's part
     halves = np.empty(2 * half, np.float32)          # the row's even columns, then its odd
     even, odd = halves[:half], halves[half:]
     spare = np.empty(out_w, np.float32)              # stride 1: taps alternate with out_row
@@ -129,7 +131,7 @@ def max_pool_planes(x, y, kh, kw, stride_h, stride_w, dil_h, dil_w, top, left, f
             if kh == 3 and first_row >= 0 and first_row + 2 * dil_h < height:
                 r0, r1 = src[first_row], src[first_row + dil_h]
                 r2 = src[first_row + 2 * dil_h]
-                inner = lines[0, left:left + width]
+                inner = inners[0]
                 for k in range(width):                # the usual 3 rows: one pass
                     inner[k] = _nan_max(_nan_max(r0[k], r1[k]), r2[k])
             else:
@@ -140,15 +142,14 @@ def max_pool_planes(x, y, kh, kw, stride_h, stride_w, dil_h, dil_w, top, left, f
                         continue
                     row = src[ih]
                     if not started:
-                        lines[current, left:left + width] = row
+                        inners[0][:] = row
                         started = True
                     else:
-                        before = lines[current, left:left + width]
-                        after = lines[1 - current, left:left + width]
+                        before, after = inners[current], inners[1 - current]
                         for k in range(width):
                             after[k] = _nan_max(before[k], row[k])
                         current = 1 - current
-            line = lines[current]
+            line = whole[current]
             out_row = dst[oh]
             if pairs:                                 # stride 2: even and odd columns apart,
                 split_row(line, 0, line.shape[0], halves, 0, half, 2)   # then unit-stride
