@@ -56,7 +56,7 @@ import functools
 import numpy as np
 
 from layers.fast.kernel import FLOAT, INT, array, kernel
-from layers.fast.epilogue import CLAMP, NONE, RELU, Activation, activate_row, clamp_bounds
+from layers.fast.epilogue import CLAMP, NONE, RELU, Activation, activate_block, clamp_bounds
 from layers.fast.phases import (DIL_W, KH, KW, LEFT, OUT_W, STRIDE_W, WIDTH, columns_inside,
                                 geometry_layout)
 from layers.fast.simd import (COLUMNS, LANES, ROWS, tile_add, tile_fma, tile_fma_narrow,
@@ -229,8 +229,7 @@ def copy_run(source, source_first, target, target_first, count):
                      count - whole)
 
 
-# contract: the activations' polynomials as fused multiply-adds (transposed_units' too)
-@kernel(nogil=True, fastmath={"contract"})
+@kernel(nogil=True)
 def pointwise_blocks(weight, x, bias, residual, y, space, geometry, code, a, b, first, last):
     """Blocks first .. last - 1 of _pointwise's y: image by image, band of pixels by band
     (``block_width``), and in each band channel block by channel block, a block being
@@ -331,9 +330,8 @@ def pointwise_blocks(weight, x, bias, residual, y, space, geometry, code, a, b, 
                                open_lo, open_hi)
                     continue
                 tile_store(tile, ys, at, length, rows, count, bias, c0, rs, lo, hi)
-            if whole and code != NONE and code != RELU and code != CLAMP:
-                for r in range(rows):                 # other activations: the block's rows
-                    activate_row(y[image, c0 + r, start:stop], code, a, b)   # (long loops)
+            if whole and code != NONE and code != RELU and code != CLAMP:   # the others:
+                activate_block(y, image, c0, rows, start, stop, code, a, b)   # block's rows
 
 
 @functools.lru_cache(maxsize=256)

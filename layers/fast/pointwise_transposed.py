@@ -26,7 +26,7 @@ from __future__ import annotations
 import numpy as np
 
 from layers.fast.kernel import FLOAT, INT, array, kernel
-from layers.fast.epilogue import CLAMP, NONE, RELU, Activation, activate_row, clamp_bounds
+from layers.fast.epilogue import CLAMP, NONE, RELU, Activation, activate_block, clamp_bounds
 from layers.fast.pointwise import K_BLOCK, NO_RESIDUAL, SHARED_FROM, _zeros
 from layers.fast.simd import (COLUMNS, LANES, ROWS, tile_add, tile_fma, tile_load, tile_store,
                               tile_zero, transpose_block)
@@ -84,7 +84,7 @@ def unit_count(images, panel_count, length):
     return images * ((length + BAND - 1) // BAND) * panel_count
 
 
-@kernel(nogil=True, fastmath={"contract"})   # as pointwise_blocks: the same activations' bits
+@kernel(nogil=True)
 def transposed_units(panels, x, bias, residual, y, space, code, a, b, first, last):
     """Units first .. last - 1 of _pointwise_transposed's y. A unit is one image's band of
     pixels by one panel of COLUMNS channels; consecutive units share the band (the panel
@@ -140,8 +140,8 @@ def transposed_units(panels, x, bias, residual, y, space, code, a, b, first, las
                 if value >= hi:
                     value = hi
                 row[p] = value
-            if code != NONE and code != RELU and code != CLAMP:   # other activations
-                activate_row(row, code, a, b)
+        if code != NONE and code != RELU and code != CLAMP:       # other activations
+            activate_block(y, image, c0, channels, start, stop, code, a, b)
 
 
 def space_size() -> int:
