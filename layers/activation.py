@@ -321,20 +321,21 @@ class Tanhshrink(_Elementwise):
 @register_layer("nn.RReLU", "F.rrelu")
 class RReLU(_Elementwise):
     """At inference (eval mode, training=False) RReLU is a leaky ReLU with the mean slope:
-    y = x if x >= 0 else x * (lower + upper) / 2"""
+    y = x if x > 0 else x * (lower + upper) / 2 (torch's rule for zeros and NaN)"""
 
     lower = Param(1.0 / 8, as_float)
     upper = Param(1.0 / 3, as_float)
 
     def forward_inplace(self, x: np.ndarray) -> None:
         slope = np.float32((self.lower + self.upper) / 2)
-        np.multiply(x, slope, out=x, where=x < 0)
+        np.multiply(x, slope, out=x, where=~(x > 0))
 
 
 @register_layer("nn.PReLU", "F.prelu")
 class PReLU(Layer):
-    """y = x if x >= 0 else weight[c] * x, with c the channel (dim 1) of x; a single weight
-    applies to every element. An input of rank < 2 has one channel.
+    """y = x if x > 0 else weight[c] * x, with c the channel (dim 1) of x (torch's rule: zeros
+    and NaN take the product); a single weight applies to every element. An input of rank
+    < 2 has one channel.
 
     ``nn.PReLU`` carries its weight (``num_parameters`` values) in the bin file; ``F.prelu``
     takes it as a second input.
@@ -372,7 +373,7 @@ class PReLU(Layer):
         weight = np.asarray(weight, dtype=x.dtype).reshape(-1)
         if weight.size > 1:
             weight = weight.reshape((-1,) + (1,) * (x.ndim - 2))        # (C, 1, 1) for NCHW
-        return [np.where(x >= 0, x, x * weight).astype(x.dtype, copy=False)]
+        return [np.where(x > 0, x, x * weight).astype(x.dtype, copy=False)]
 
 
 def as_number(value) -> int | float:

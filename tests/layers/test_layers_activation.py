@@ -298,3 +298,19 @@ def test_pnnx_export_of_more_activations(pnnx_export):
     check_export(pnnx_export, MoreActivations(), [(2, 6, 4, 8)], "act_more", [
         "F.threshold", "F.hardshrink", "F.softshrink", "F.tanhshrink", "F.rrelu", "F.softmin",
         "F.glu"])
+
+
+@pytest.mark.parametrize("slope", [-0.5, 0.25], ids=["negative slope", "positive slope"])
+def test_leaky_slopes_keep_torchs_signed_zeros(slope):
+    """LeakyReLU, PReLU and RReLU (eval) keep x only where x > 0, as torch does: with a
+    negative slope, 0.0 gives -0.0 and -0.0 gives 0.0; NaN stays NaN."""
+    x = np.float32([[-0.0, 0.0, -1.5, 2.0, np.nan, -1e-45]])
+    t = torch.from_numpy(x)
+    cases = [("nn.LeakyReLU", {"negative_slope": slope}, [x], F.leaky_relu(t, slope)),
+             ("F.prelu", {}, [x, np.float32([slope])], F.prelu(t, torch.tensor([slope]))),
+             ("nn.RReLU", {"lower": slope, "upper": slope}, [x],
+              F.rrelu(t, slope, slope, training=False))]
+    for type_name, params, inputs, want in cases:
+        got = make_layer(type_name, params).forward([a.copy() for a in inputs])[0]
+        np.testing.assert_array_equal(got.view(np.int32), want.numpy().view(np.int32),
+                                      err_msg=type_name)
