@@ -330,8 +330,8 @@ def pointwise_blocks(weight, x, bias, residual, y, space, geometry, code, a, b, 
                                open_lo, open_hi)
                     continue
                 tile_store(tile, ys, at, length, rows, count, bias, c0, rs, lo, hi)
-            if whole and code != NONE and code != RELU and code != CLAMP:   # the others:
-                activate_block(y, image, c0, rows, start, stop, code, a, b)   # block's rows
+            if whole and code != NONE and code != RELU and code != CLAMP:   # other ones,
+                activate_block(y, image, c0, rows, start, stop, code, a, b)   # on the rows
 
 
 @functools.lru_cache(maxsize=256)

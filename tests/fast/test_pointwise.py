@@ -15,8 +15,8 @@ import torch.nn.functional as F
 
 from layers.fast import backend, pointwise, pointwise_transposed, workers
 from layers.fast.conv import PackedConv2d
-from layers.fast.epilogue import (CLAMP, HARDSWISH, LEAKY, NONE, RELU, SIGMOID, SILU, TANH,
-                                  Activation)
+from layers.fast.epilogue import (CLAMP, GELU, HARDSIGMOID, HARDSWISH, LEAKY, NONE, RELU,
+                                  SIGMOID, SILU, TANH, Activation)
 from layers.fast.simd import COLUMNS, LANES, ROWS
 from layers.fast.team import set_current_team
 
@@ -51,6 +51,8 @@ ACTIVATIONS = {                               # the kernel's, and torch's
     "silu": (Activation(SILU), F.silu),
     "hardswish": (Activation(HARDSWISH), F.hardswish),
     "tanh": (Activation(TANH), torch.tanh),
+    "hardsigmoid": (Activation(HARDSIGMOID), F.hardsigmoid),
+    "gelu": (Activation(GELU), F.gelu),
 }
 
 
@@ -100,7 +102,7 @@ def test_matches_torch_and_numpy(case, extras, layout):
 @pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize("name", ACTIVATIONS)
 @pytest.mark.parametrize("case", ["widening, two bands of pixels", "narrowing, x read in place",
-                                  "13 channels by 17 pixels"])
+                                  "13 channels by 17 pixels", "widening, two slices of K"])
 def test_every_activation_after_bias_and_residual(case, name, layout):
     x, weight, bias, residual = data(case, seed=1)
     ours, theirs = ACTIVATIONS[name]
@@ -112,7 +114,8 @@ def test_every_activation_after_bias_and_residual(case, name, layout):
 @pytest.mark.parametrize("name", ACTIVATIONS)
 @pytest.mark.parametrize("residual", [False, True], ids=["", "residual"])
 @pytest.mark.parametrize("case", ["13 channels by 17 pixels", "two bands of pixels transposed",
-                                  "narrowing, EfficientNet's 14x14", "one channel out"])
+                                  "narrowing, EfficientNet's 14x14", "one channel out",
+                                  "narrowing, three slices of K"])
 def test_both_layouts_give_the_same_bits_and_write_only_y(case, residual, name):
     """The transposed kernel moves its bands into y by LANES x LANES blocks (partial ones at
     the edges) and finishes each row there: the upright kernel's bits, for every activation,
@@ -183,27 +186,30 @@ def team(request):
     team.stop()
 
 
+@pytest.mark.parametrize("activation", [Activation(CLAMP, 0.0, 6.0), Activation(SILU)],
+                         ids=["relu6", "silu"])
 @pytest.mark.parametrize("case", CASES)
-def test_any_number_of_threads_gives_the_same_bits(case, team):
-    """Each output is the same chain of multiply-adds whichever thread computes its tile."""
+def test_any_number_of_threads_gives_the_same_bits(case, activation, team):
+    """Each output is the same chain of multiply-adds whichever thread computes its tile, and
+    is activated once (a clamp in the tile, SiLU over the block's rows)."""
     x, weight, bias, residual = data(case, seed=3)
     n, c_in = x.shape[:2]
     x3, w2 = x.reshape(n, c_in, -1), np.ascontiguousarray(weight[:, :, 0, 0])
     r3 = residual.reshape(n, weight.shape[0], -1)
-    relu6 = Activation(CLAMP, 0.0, 6.0)
     alone = np.full_like(r3, np.nan)
     pointwise._pointwise(w2[None], x3, bias, r3, alone, np.empty(pointwise.space_size(c_in),
-                         np.float32), pointwise.NO_GEOMETRY, CLAMP, 0.0, 6.0)
+                         np.float32), pointwise.NO_GEOMETRY, activation.code, activation.a,
+                         activation.b)
     together = np.full_like(r3, np.nan)
     space = np.empty((team.threads, pointwise.space_size(c_in)), np.float32)
     before = team.control[0]
-    team.pointwise(w2[None], x3, bias, r3, together, space, pointwise.NO_GEOMETRY, relu6)
+    team.pointwise(w2[None], x3, bias, r3, together, space, pointwise.NO_GEOMETRY, activation)
     assert team.control[0] != before                       # it ran as a job
     np.testing.assert_array_equal(together, alone)
     panels = pointwise_transposed.pack_panels(w2)           # and transposed: the same bits
     transposed = np.full_like(r3, np.nan)
     space = np.empty((team.threads, pointwise_transposed.space_size()), np.float32)
-    team.pointwise_transposed(panels, x3, bias, r3, transposed, space, relu6)
+    team.pointwise_transposed(panels, x3, bias, r3, transposed, space, activation)
     np.testing.assert_array_equal(transposed, alone)
 
 
