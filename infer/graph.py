@@ -47,6 +47,7 @@ import layers  # noqa: F401  (registers the built-in layers)
 from layers.base import Layer
 from layers.registry import LayerRegisterer, unsupported_message
 from parser.bin import DTYPES, PnnxBin
+from parser.pages import keep_freed_memory
 from parser.errors import (GraphError, LayerError, MemoryBudgetError, ShapeError,
                            UnsupportedOperatorError)
 from parser.param import NULL_DTYPE, OperatorRecord, read_param
@@ -271,6 +272,7 @@ class RuntimeGraph(GraphTools):
                         started = fast.FAILED
                     self._kernels_missing = (started if started in (fast.COMPILING, fast.FAILED)
                                              else None)
+                keep_freed_memory()             # the same arrays every forward: keep them mapped
                 with threads.setup(self.num_threads, self.helpers):  # packing weights
                     self._build()
                 if self.floor == "fast":        # now, not in the first forward
