@@ -23,8 +23,6 @@ blocks stay in its heap, already mapped, as other allocators (jemalloc, tcmalloc
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
 import functools
 import mmap
 import sys
@@ -61,10 +59,11 @@ def keep_freed_memory() -> bool:
     per process. True where that was done; False on other C libraries (nothing changes)."""
     if not sys.platform.startswith("linux"):
         return False
+    import ctypes                              # here: a load needs it, an import does not
+
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        mallopt = libc.mallopt
-    except (OSError, AttributeError):          # not glibc (musl has no mallopt)
+        mallopt = ctypes.CDLL(None).mallopt    # the C library the interpreter runs on
+    except (OSError, AttributeError):          # a C library without mallopt
         return False
     mallopt.argtypes, mallopt.restype = (ctypes.c_int, ctypes.c_int), ctypes.c_int
     return bool(mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD)
