@@ -8,6 +8,7 @@
     gemm.py        dense and grouped convolution as matrix products (im2col, 1x1)
     pointwise.py   1x1 convolution / matrix product in register tiles: channels x pixels
     pointwise_transposed.py   the same product turned around for small images: pixels x channels
+    dense.py       nn.Linear's product in register tiles: rows x features, the weight as panels
     winograd.py    3x3 stride-1 convolution as Winograd F(4x4, 3x3): 36 products
     winograd_f2.py the same as F(2x2, 3x3): 16 products
     phases.py      a padded plane split into stride phases: every tap reads a unit-stride window

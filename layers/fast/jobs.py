@@ -30,8 +30,8 @@ from __future__ import annotations
 import numpy as np
 
 # the kernel modules, below this one (none imports it, nor workers.py): their range kernels
-from layers.fast import (depthwise, epilogue, gemm, pointwise, pointwise_transposed, pool,
-                         softmax, winograd, winograd_f2)
+from layers.fast import (dense, depthwise, epilogue, gemm, pointwise, pointwise_transposed,
+                         pool, softmax, winograd, winograd_f2)
 from layers.fast.phases import GEOMETRY
 from layers.fast.atomics import (NO_TRANS, TRANS, add, compare_swap, float_array, load, pause,
                                  sgemm, sgemv, store)
@@ -68,7 +68,7 @@ def int_fields(count: int) -> tuple[int, ...]:
 # ----- the kinds of job and their fields ---------------------------------------------------
 DEPTHWISE, DEPTHWISE_BLOCKS, EPILOGUE, GEMM, IM2COL = 1, 2, 3, 4, 5
 WINOGRAD_IN, WINOGRAD_OUT, WINOGRAD_F2_IN, WINOGRAD_F2_OUT, POINTWISE = 6, 7, 8, 9, 10
-POINTWISE_TRANSPOSED, SOFTMAX, MAX_POOL, SPLIT_PLANES = 11, 12, 13, 14
+POINTWISE_TRANSPOSED, SOFTMAX, MAX_POOL, SPLIT_PLANES, DENSE = 11, 12, 13, 14, 15
 
 # DEPTHWISE, DEPTHWISE_BLOCKS: depthwise.depthwise_planes / depthwise_blocks
 DW_X, DW_WEIGHT, DW_BIAS, DW_Y = array_fields(4)
@@ -85,7 +85,8 @@ GEMM_A, GEMM_B, GEMM_C = array_fields(3)
 BY_PRODUCT, BY_ROWS, BY_COLUMNS = 0, 1, 2        # GEMM_CUT: how a product's units are cut
 ALIGN = 16                                       # row and column cuts: multiples of this
 
-# POINTWISE, POINTWISE_TRANSPOSED: pointwise.pointwise_blocks / transposed_units
+# POINTWISE, POINTWISE_TRANSPOSED: pointwise.pointwise_blocks / transposed_units; DENSE:
+# dense.dense_units (its panels as PW_WEIGHT; no residual, no space)
 PW_WEIGHT, PW_X, PW_BIAS, PW_RESIDUAL, PW_Y, PW_SPACE = array_fields(6)
 PW_CODE, PW_GEOMETRY_SIZE, PW_GEOMETRY, *_ = int_fields(2 + GEOMETRY)   # then the
                                                   # geometry's values (pointwise.cols_band)
@@ -249,6 +250,10 @@ def _run_units(record, reals, slot, first, last):
         else:
             pointwise_transposed.transposed_units(weight, x, bias, residual, y, space,
                                                   record[PW_CODE], act_a, act_b, first, last)
+    elif kind == DENSE:
+        dense.dense_units(_get3(record, a[PW_WEIGHT]), _get3(record, a[PW_X]),
+                          _get1(record, a[PW_BIAS]), _get3(record, a[PW_Y]), record[PW_CODE],
+                          act_a, act_b, first, last)
     elif kind == IM2COL:
         gemm.im2col_channels(_get3(record, a[IC_X]), _get2(record, a[IC_COLS]), record[IC_KH],
                              record[IC_KW], record[IC_STRIDE_H], record[IC_STRIDE_W],
@@ -442,6 +447,19 @@ def _pointwise_transposed_job(record, reals, panels, x, bias, residual, y, space
     _pointwise_record(record, reals, POINTWISE_TRANSPOSED,
                       pointwise_transposed.unit_count(x.shape[0], panels.shape[0], x.shape[2]),
                       panels, x, bias, residual, y, space, code, act_a, act_b)
+
+
+@kernel(nogil=True, exported=(RECORD, REALS, array(3), array(3), array(1), array(3), INT,
+                              FLOAT, FLOAT))
+def _dense_job(record, reals, panels, x, bias, y, code, act_a, act_b):
+    """DENSE, as dense._dense (units: bands of rows by panels)."""
+    record[KIND], record[UNITS] = DENSE, dense.unit_count(x.shape[1], panels.shape[0])
+    _put(record, ARRAYS[PW_WEIGHT], panels)
+    _put(record, ARRAYS[PW_X], x)
+    _put(record, ARRAYS[PW_BIAS], bias)
+    _put(record, ARRAYS[PW_Y], y)
+    record[PW_CODE] = code
+    reals[ACT_A], reals[ACT_B] = act_a, act_b
 
 
 @kernel(inline="always")

@@ -46,7 +46,9 @@ from layers.convolution import (Conv1d, Conv2d, ConvTranspose1d, ConvTranspose2d
 from layers.expression import ELEMENTWISE, ExpressionLayer
 from layers.fast import excitation, norm, pool, softmax, workers
 from layers.fast.conv import PackedConv2d, kernel_layout
+from layers.fast.dense import dense
 from layers.fast.pointwise import _zeros, pointwise_conv2d
+from layers.fast.pointwise_transposed import pack_panels
 from layers.fast.team import scratch, team_worth_sharing
 from parser.bin import release_pages
 from layers.activation import GELU, Hardsigmoid, Hardswish, Sigmoid, SiLU, Softmax, Tanh
@@ -270,50 +272,38 @@ class FastConvTranspose1d(ConvTranspose1d, FastConvTranspose2d):
 
 
 class TiledLinear:
-    """y (M, out) = activation(x (M, in) @ weight.T + bias) in pointwise.py's register tiles,
-    x's rows as the tiles' rows and the weight transposed as their columns, the bias one more
-    row of that matrix (x gets a column of ones): one pass, the activation applied in the
-    tiles, shared with the helper threads. ``weights`` (out_i, in) side by side make one
-    product of them (an attention's q, k and v), with their ``biases`` (all or none). The
-    columns are packed on first use (``columns``) and the mapped weights' pages given back:
-    they are not read again here."""
+    """y (M, out) = activation(x (M, in) @ weight.T + bias) in dense.py's register tiles, on
+    the weight packed as panels (a copy: ``panels``), bias and activation in the same call,
+    shared with the helper threads. ``weights`` (out_i, in) side by side make one product of
+    them (an attention's q, k and v), with their ``biases`` (all or none). The panels are
+    packed on first use and the mapped weights' pages given back: they are not read again
+    here."""
 
     def __init__(self, weights: Sequence[np.ndarray], biases: Sequence[np.ndarray] | None):
         self.weights, self.biases = list(weights), None if biases is None else list(biases)
         self.in_features = weights[0].shape[1]
         self.out_features = sum(w.shape[0] for w in weights)
         self.packed: np.ndarray | None = None
+        self.bias: np.ndarray | None = None
 
-    def columns(self) -> np.ndarray:
-        """(1, in [+ 1], out): the weights transposed, the biases below them; made once."""
+    def panels(self) -> np.ndarray:
+        """(ceil(out / COLUMNS), in, COLUMNS): the weights' panels (pack_panels); made once."""
         packed = self.packed
         if packed is None:
-            extra = 0 if self.biases is None else 1
-            packed = np.empty((1, self.in_features + extra, self.out_features), np.float32)
-            start = 0
-            for i, weight in enumerate(self.weights):
-                stop = start + weight.shape[0]
-                packed[0, :self.in_features, start:stop] = weight.T
-                if self.biases is not None:
-                    packed[0, -1, start:stop] = self.biases[i]
-                start = stop
-            self.packed = packed
+            weight = (self.weights[0] if len(self.weights) == 1
+                      else np.concatenate(self.weights))
+            if self.biases is not None:
+                self.bias = np.ascontiguousarray(np.concatenate(self.biases), np.float32)
+            packed = self.packed = pack_panels(np.asarray(weight, np.float32))
             for weight in self.weights:
                 release_pages(weight)
         return packed
 
     def run(self, x: np.ndarray, y: np.ndarray, activation: Activation = IDENTITY) -> None:
         """y (..., out) <- activation(x (..., in) @ weight.T + bias): float32, y C-contiguous."""
-        rows = x.reshape(-1, self.in_features)
-        if self.biases is not None:                # [x, 1] @ [weight.T; bias]
-            augmented = scratch("linear_rows", (rows.shape[0], self.in_features + 1))
-            augmented[:, :-1] = rows
-            augmented[:, -1] = 1.0
-            rows = augmented
-        else:
-            rows = kernel_layout(rows)
-        pointwise_conv2d(rows, self.columns(), None, None, activation,
-                         y.reshape(1, rows.shape[0], self.out_features))
+        panels = self.panels()
+        dense(panels, kernel_layout(x.reshape(-1, self.in_features)), self.bias, activation,
+              y.reshape(-1, self.out_features))
 
 
 def tiles_take(x: np.ndarray) -> bool:
@@ -336,9 +326,9 @@ class FastLinear(KernelActivation, Linear):
     read as stored (BLAS takes the transpose as a flag), shared with the helper threads when
     a forward has them; then the bias in place and the fused activation (shared too).
     From 16 rows, a weight of at most TILED_MAX_PACKED bytes runs the register tiles
-    (TiledLinear: bias and activation in the tiles), which BLAS's repacking of the weight at
-    every call makes slower for small products. The tiles need the weight packed
-    transposed, a second copy (the weights read into memory cannot give theirs back): only
+    (TiledLinear: bias and activation in the same call), which BLAS's repacking of the
+    weight at every call makes slower for small products. The tiles need the weight packed
+    as panels, a second copy (the weights read into memory cannot give theirs back): only
     small weights get one."""
 
     tile_activation: Activation | None = IDENTITY    # the fused activation as a kernel code
@@ -350,7 +340,7 @@ class FastLinear(KernelActivation, Linear):
     def prepare(self, input_shapes: Sequence[Shape] | None) -> None:
         if self.weight.nbytes <= TILED_MAX_PACKED and (
                 input_shapes is None or enough_rows(tuple(input_shapes[0]))):
-            self._tiled.columns()                     # packed now, not in the first forward
+            self._tiled.panels()                      # packed now, not in the first forward
 
     @functools.cached_property
     def _tiled(self) -> TiledLinear:
@@ -655,15 +645,15 @@ class FastMultiheadAttention(MultiheadAttention):
         """Pack the tiles' columns at build: when the traced query has enough tokens, or
         when the sizes are known only at run time (self-attention on many tokens, likely)."""
         if input_shapes is None:
-            self.tiled_out.columns()
+            self.tiled_out.panels()
             if self.tiled_qkv is not None:
-                self.tiled_qkv.columns()
+                self.tiled_qkv.panels()
             return
         query, key, value, _ = self._split(input_shapes)
         if enough_rows(query):
-            self.tiled_out.columns()
+            self.tiled_out.panels()
             if self.tiled_qkv is not None and tuple(query) == tuple(key) == tuple(value):
-                self.tiled_qkv.columns()                 # self-attention, likely
+                self.tiled_qkv.panels()                 # self-attention, likely
 
     def _project_qkv(self, query: np.ndarray, key: np.ndarray, value: np.ndarray
                      ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -166,6 +166,12 @@ class Team:
             raise ValueError(f"work space of shape {space.shape} for a team of {self.threads} "
                              f"threads: one row of {floats} floats per thread needed")
 
+    def dense(self, panels: np.ndarray, x: np.ndarray, bias: np.ndarray, y: np.ndarray,
+              activation: Activation) -> None:
+        """dense._dense, shared (units: bands of rows by panels)."""
+        self._share(jobs._dense_job, self.chunks, panels, x, bias, y, activation.code,
+                    activation.a, activation.b)
+
     def split_planes(self, x: np.ndarray, phases: np.ndarray, geometry: np.ndarray) -> None:
         """gemm._split_planes, shared (units: planes)."""
         self._share(jobs._split_planes_job, self.chunks, x, phases, geometry)

@@ -1,0 +1,110 @@
+"""Fully connected layers (nn.Linear, an attention's projections) as a register-tiled matrix
+product on a weight packed once as panels::
+
+    y (M, N) = activation(x (M, K) @ weight.T (K, N) + bias)
+
+Each tile is ROWS rows of x by COLUMNS output features (simd.py: 6 x 2 vectors): a value of
+x broadcast against COLUMNS weights of one panel, read as one run of memory. The panels are
+pointwise_transposed.py's (``pack_panels``)::
+
+    panels[q, k, j] = weight[q * COLUMNS + j, k]          (P, K, COLUMNS), zero padded
+
+so a weight that comes from memory rather than cache (a forward reads each layer's weight
+once) streams in order, which the CPU prefetches, instead of a line from each of many rows.
+
+Work is cut into units: a band of at most BAND rows of x by one panel; consecutive units
+share the band (the panel changes fastest), so the band stays in cache while the panels
+stream past. A sum over more than K_BLOCK features is taken in slices, as in pointwise.py:
+each slice one chain of fused multiply-adds from zero, added to the partial sums held in y.
+Then the bias and the activation, row by row (a clamp in the same pass; other activations in
+epilogue.activate_block, a kernel of its own). Each value of y is the same sum wherever its
+unit falls: the result does not depend on how many threads share the work.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from layers.fast.kernel import FLOAT, INT, array, kernel
+from layers.fast.epilogue import (CLAMP, NO_ARRAY, NONE, RELU, Activation, activate_block,
+                                  clamp_bounds)
+from layers.fast.pointwise import K_BLOCK, SHARED_FROM
+from layers.fast.simd import (COLUMNS, ROWS, tile_add, tile_fma, tile_load, tile_store,
+                              tile_zero)
+from layers.fast.team import team_worth_sharing
+
+BAND = 40 * ROWS       # rows of x in one unit of work at most
+
+
+@kernel(nogil=True, exported=(array(3), array(3), array(1), array(3), INT, FLOAT, FLOAT))
+def _dense(panels, x, bias, y, code, a, b):
+    """y[0] (M, N) = activation(x[0] (M, K) @ weight.T + bias) from the weight's ``panels``,
+    every unit (``dense_units``)."""
+    dense_units(panels, x, bias, y, code, a, b, np.int64(0),
+                unit_count(x.shape[1], panels.shape[0]))
+
+
+@kernel(nogil=True)
+def unit_count(rows, panel_count):
+    """Units of work: bands of at most BAND rows by panels."""
+    return (rows + BAND - 1) // BAND * panel_count
+
+
+@kernel(nogil=True)
+def dense_units(panels, x, bias, y, code, a, b, first, last):
+    """Units first .. last - 1 of _dense's y: x (1, M, K) and y (1, M, N), float32, with N
+    at most the panels' P * COLUMNS; ``bias`` N values, or none (an empty array); ``code``,
+    a, b: the activation (layers/fast/epilogue.py)."""
+    rows_in_x, depth = x.shape[1], x.shape[2]
+    width, panel_count = y.shape[2], panels.shape[0]
+    lo, hi = clamp_bounds(code, a, b)                 # ReLU and ReLU6 are clamps
+    open_lo, open_hi = np.float32(-np.inf), np.float32(np.inf)
+    has_bias = bias.shape[0] > 0
+    xs, ws, ys = x.reshape(x.size), panels.reshape(panels.size), y.reshape(y.size)
+    no_bias, no_residual = np.zeros(ROWS, np.float32), xs[:0]
+    for unit in range(first, last):
+        band, panel = unit // panel_count, unit % panel_count
+        start = band * BAND
+        stop = min(rows_in_x, start + BAND)
+        c0 = panel * COLUMNS
+        count = min(COLUMNS, width - c0)
+        w0 = panel * depth * COLUMNS                  # panels[panel, 0, 0]
+        for k0 in range(0, max(depth, 1), K_BLOCK):   # a slice of the sum over k
+            k1 = min(depth, k0 + K_BLOCK)
+            for m0 in range(start, stop, ROWS):       # tile[r, j]: row m0 + r, column c0 + j
+                rows = min(ROWS, stop - m0)
+                at = m0 * width + c0
+                part = tile_zero()                    # the slice's chain, from zero
+                for k in range(k0, k1):               # part += x[m0:, k] (x) panels[k, :]
+                    part = tile_fma(part, xs, m0 * depth + k, depth, rows, ws,
+                                    w0 + k * COLUMNS, COLUMNS)
+                tile = part if k0 == 0 else tile_add(tile_load(ys, at, width, rows, count),
+                                                     part)
+                tile_store(tile, ys, at, width, rows, count, no_bias, 0, no_residual,
+                           open_lo, open_hi)
+        if has_bias:                                  # the bias, then a clamp (or none)
+            for m in range(start, stop):
+                row, shift = y[0, m, c0:c0 + count], bias[c0:c0 + count]
+                for j in range(count):
+                    row[j] = min(max(row[j] + shift[j], lo), hi)
+        elif code == RELU or code == CLAMP:
+            for m in range(start, stop):
+                row = y[0, m, c0:c0 + count]
+                for j in range(count):
+                    row[j] = min(max(row[j], lo), hi)
+        if code != NONE and code != RELU and code != CLAMP:       # other activations
+            activate_block(y, np.int64(0), start, stop - start, c0, c0 + count, code, a, b)
+
+
+def dense(panels: np.ndarray, x: np.ndarray, bias: np.ndarray | None,
+          activation: Activation, y: np.ndarray) -> None:
+    """y (M, N) = activation(x (M, K) @ weight.T + bias), the weight (N, K) given as its
+    ``panels`` (pointwise_transposed.pack_panels): float32, C-contiguous; bias (N,) or None.
+    Shared with the team's helper threads if there is one (the same bits either way)."""
+    x3, y3 = x.reshape(1, *x.shape), y.reshape(1, *y.shape)
+    bias = NO_ARRAY if bias is None else bias
+    team = team_worth_sharing(x.shape[0] * x.shape[1] * y.shape[1], SHARED_FROM)
+    if team is None:
+        _dense(panels, x3, bias, y3, activation.code, activation.a, activation.b)
+    else:
+        team.dense(panels, x3, bias, y3, activation)

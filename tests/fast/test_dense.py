@@ -1,0 +1,140 @@
+"""dense.py's product (nn.Linear and an attention's projections on the weight's panels)
+against torch and a float64 product: tile edges in rows and columns, two bands of rows,
+slices of a long sum, no features at all, with and without a bias, every activation, Inf and
+NaN; the same bits on any number of threads; and the layers that run it."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from layers.fast import backend, dense, pointwise, workers
+from layers.fast.epilogue import (CLAMP, GELU, HARDSIGMOID, HARDSWISH, LEAKY, NONE, RELU,
+                                  SIGMOID, SILU, TANH, Activation, IDENTITY)
+from layers.fast.pointwise_transposed import pack_panels
+from layers.fast.simd import COLUMNS, ROWS
+
+CASES = {                                       # M, K, N
+    "ViT's q, k and v": (197, 384, 1152),
+    "a text recognizer's MLP, K in slices": (80, 768, 192),
+    "two bands of rows": (dense.BAND + 7, 40, 24),
+    "a whole tile": (ROWS, 5, COLUMNS),
+    "one row short and one column over": (ROWS - 1, 9, COLUMNS + 1),
+    "one row, one feature": (1, 7, 1),
+    "three slices of K, a partial panel": (13, 2 * pointwise.K_BLOCK + 31, 21),
+    "one feature in": (17, 1, 40),
+}
+ACTIVATIONS = {                                 # the kernel's, and torch's
+    "none": (Activation(NONE), lambda t: t),
+    "relu": (Activation(RELU), F.relu),
+    "relu6": (Activation(CLAMP, 0.0, 6.0), F.relu6),
+    "leaky": (Activation(LEAKY, 0.1), lambda t: F.leaky_relu(t, 0.1)),
+    "sigmoid": (Activation(SIGMOID), torch.sigmoid),
+    "silu": (Activation(SILU), F.silu),
+    "hardswish": (Activation(HARDSWISH), F.hardswish),
+    "hardsigmoid": (Activation(HARDSIGMOID), F.hardsigmoid),
+    "tanh": (Activation(TANH), torch.tanh),
+    "gelu": (Activation(GELU), F.gelu),
+}
+
+
+def data(case, seed=0):
+    m, k, n = CASES[case]
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((m, k), dtype=np.float32)
+    weight = rng.standard_normal((n, k), dtype=np.float32) / np.float32(max(k, 1) ** 0.5)
+    bias = rng.standard_normal(n, dtype=np.float32)
+    return x, weight, bias
+
+
+def run(x, weight, bias, activation=IDENTITY):
+    backend.start()
+    y = np.full((x.shape[0], weight.shape[0]), np.nan, np.float32)
+    dense.dense(pack_panels(weight), x, bias, activation, y)
+    return y
+
+
+def torch_says(x, weight, bias, function):
+    t = F.linear(torch.from_numpy(x), torch.from_numpy(weight),
+                 None if bias is None else torch.from_numpy(bias))
+    return function(t).numpy()
+
+
+@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize("with_bias", [True, False], ids=["bias", "no bias"])
+def test_matches_torch_and_a_float64_product(case, with_bias):
+    x, weight, bias = data(case)
+    bias = bias if with_bias else None
+    got = run(x, weight, bias)
+    exact = x.astype(np.float64) @ weight.T.astype(np.float64)
+    if bias is not None:
+        exact += bias
+    np.testing.assert_allclose(got, exact, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(got, torch_says(x, weight, bias, lambda t: t),
+                               rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("name", ACTIVATIONS)
+@pytest.mark.parametrize("case", ["one row short and one column over",
+                                  "three slices of K, a partial panel", "two bands of rows"])
+@pytest.mark.parametrize("with_bias", [True, False], ids=["bias", "no bias"])
+def test_every_activation_after_the_bias(case, name, with_bias):
+    x, weight, bias = data(case, seed=1)
+    bias = bias if with_bias else None
+    ours, theirs = ACTIVATIONS[name]
+    np.testing.assert_allclose(run(x, weight, bias, ours), torch_says(x, weight, bias, theirs),
+                               rtol=1e-5, atol=2e-5)
+
+
+@pytest.mark.parametrize("name", ["none", "relu", "relu6", "gelu"])
+def test_inf_and_nan_reach_the_rows_they_reach_in_torch(name):
+    """Every feature of a row reads every value of that row of x: a NaN or an Inf there
+    spreads to that row only, and the clamps keep a NaN a NaN (as torch does)."""
+    x, weight, bias = data("three slices of K, a partial panel", seed=2)
+    x[0, 3], x[5, -1], x[-1, 0] = np.nan, np.inf, -np.inf
+    ours, theirs = ACTIVATIONS[name]
+    with np.errstate(invalid="ignore"):
+        got = run(x, weight, bias, ours)
+    want = torch_says(x, weight, bias, theirs)
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=2e-5)
+
+
+def test_no_input_features_give_the_bias():
+    x, weight = np.zeros((7, 0), np.float32), np.zeros((5, 0), np.float32)
+    bias = np.arange(5, dtype=np.float32) - 2
+    got = run(x, weight, bias, Activation(CLAMP, 0.0, 1.5))
+    np.testing.assert_array_equal(got, np.broadcast_to(np.clip(bias, 0, 1.5), (7, 5)))
+    np.testing.assert_array_equal(run(x, weight, None), np.zeros((7, 5), np.float32))
+
+
+@pytest.fixture(params=[0, 1, 2], ids=["no helper", "1 helper", "2 helpers"])
+def team(request):
+    backend.start()
+    blas = workers.find_blas()
+    if blas is None:
+        pytest.skip("numpy's OpenBLAS not found: no helper threads")
+    team = workers.Team(request.param, blas)
+    team.active.set()
+    yield team
+    team.stop()
+
+
+@pytest.mark.parametrize("activation", [Activation(CLAMP, 0.0, 6.0), Activation(GELU)],
+                         ids=["relu6", "gelu"])
+@pytest.mark.parametrize("case", CASES)
+def test_any_number_of_threads_gives_the_same_bits(case, activation, team):
+    """Each output is the same chain of multiply-adds whichever thread computes its tile, and
+    is activated once."""
+    x, weight, bias = data(case, seed=3)
+    panels = pack_panels(weight)
+    alone = np.full((x.shape[0], weight.shape[0]), np.nan, np.float32)
+    dense._dense(panels, x[None], bias, alone[None], activation.code, activation.a,
+                 activation.b)
+    together = np.full_like(alone, np.nan)
+    before = team.control[0]
+    team.dense(panels, x[None], bias, together[None], activation)
+    assert team.control[0] != before                       # it ran as a job
+    np.testing.assert_array_equal(together, alone)
