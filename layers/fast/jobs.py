@@ -85,11 +85,14 @@ GEMM_A, GEMM_B, GEMM_C = array_fields(3)
 BY_PRODUCT, BY_ROWS, BY_COLUMNS = 0, 1, 2        # GEMM_CUT: how a product's units are cut
 ALIGN = 16                                       # row and column cuts: multiples of this
 
-# POINTWISE, POINTWISE_TRANSPOSED: pointwise.pointwise_blocks / transposed_units; DENSE:
-# dense.dense_units (its panels as PW_WEIGHT; no residual, no space)
+# POINTWISE, POINTWISE_TRANSPOSED: pointwise.pointwise_blocks / transposed_units
 PW_WEIGHT, PW_X, PW_BIAS, PW_RESIDUAL, PW_Y, PW_SPACE = array_fields(6)
 PW_CODE, PW_GEOMETRY_SIZE, PW_GEOMETRY, *_ = int_fields(2 + GEOMETRY)   # then the
                                                   # geometry's values (pointwise.cols_band)
+
+# DENSE: dense.dense_units (a work space of no rows: the weight is panels)
+DN_WEIGHT, DN_X, DN_BIAS, DN_Y, DN_SPACE = array_fields(5)
+DN_CODE, = int_fields(1)
 
 # IM2COL: gemm.im2col_channels
 IC_X, IC_COLS = array_fields(2)
@@ -251,9 +254,11 @@ def _run_units(record, reals, slot, first, last):
             pointwise_transposed.transposed_units(weight, x, bias, residual, y, space,
                                                   record[PW_CODE], act_a, act_b, first, last)
     elif kind == DENSE:
-        dense.dense_units(_get3(record, a[PW_WEIGHT]), _get3(record, a[PW_X]),
-                          _get1(record, a[PW_BIAS]), _get3(record, a[PW_Y]), record[PW_CODE],
-                          act_a, act_b, first, last)
+        space = _get2(record, a[DN_SPACE])
+        row = space[slot] if space.shape[0] > 0 else space.reshape(space.size)
+        dense.dense_units(_get3(record, a[DN_WEIGHT]), _get3(record, a[DN_X]),
+                          _get1(record, a[DN_BIAS]), _get3(record, a[DN_Y]), row,
+                          record[DN_CODE], act_a, act_b, first, last)
     elif kind == IM2COL:
         gemm.im2col_channels(_get3(record, a[IC_X]), _get2(record, a[IC_COLS]), record[IC_KH],
                              record[IC_KW], record[IC_STRIDE_H], record[IC_STRIDE_W],
@@ -449,16 +454,19 @@ def _pointwise_transposed_job(record, reals, panels, x, bias, residual, y, space
                       panels, x, bias, residual, y, space, code, act_a, act_b)
 
 
-@kernel(nogil=True, exported=(RECORD, REALS, array(3), array(3), array(1), array(3), INT,
-                              FLOAT, FLOAT))
-def _dense_job(record, reals, panels, x, bias, y, code, act_a, act_b):
-    """DENSE, as dense._dense (units: bands of rows by panels)."""
-    record[KIND], record[UNITS] = DENSE, dense.unit_count(x.shape[1], panels.shape[0])
-    _put(record, ARRAYS[PW_WEIGHT], panels)
-    _put(record, ARRAYS[PW_X], x)
-    _put(record, ARRAYS[PW_BIAS], bias)
-    _put(record, ARRAYS[PW_Y], y)
-    record[PW_CODE] = code
+@kernel(nogil=True, exported=(RECORD, REALS, array(3), array(3), array(1), array(3),
+                              array(2), INT, FLOAT, FLOAT))
+def _dense_job(record, reals, weight, x, bias, y, space, code, act_a, act_b):
+    """DENSE, as dense._dense (``space`` of no rows: ``weight`` is panels) or _dense_rows
+    (a row of ``space`` per thread of the team) (units: bands of rows by panels)."""
+    panels = (y.shape[2] + dense.COLUMNS - 1) // dense.COLUMNS
+    record[KIND], record[UNITS] = DENSE, dense.unit_count(x.shape[1], panels)
+    _put(record, ARRAYS[DN_WEIGHT], weight)
+    _put(record, ARRAYS[DN_X], x)
+    _put(record, ARRAYS[DN_BIAS], bias)
+    _put(record, ARRAYS[DN_Y], y)
+    _put(record, ARRAYS[DN_SPACE], space)
+    record[DN_CODE] = code
     reals[ACT_A], reals[ACT_B] = act_a, act_b
 
 

@@ -13,8 +13,8 @@ for) it hands over to the reference code with ``super()``.
     FastFunctionalConv2d  F.conv2d / F.conv1d, weights as inputs: packed on every call
     FastConvTranspose2d   nn.ConvTranspose2d / 1d whose kernel is its stride: one product in
                           register tiles, then a strided copy per tap
-    FastLinear            nn.Linear: the product shared with the helper threads (workers.py);
-                          from 16 rows, a small weight in register tiles (TiledLinear)
+    FastLinear            nn.Linear: from 16 rows, register tiles on the weight's panels
+                          (dense.py); fewer, BLAS, shared with the helper threads
     FastMaxPool2d         nn.MaxPool2d / nn.MaxPool1d / aten::max_pool2d: pool.py's kernel
     FastAdaptiveAvgPool2d nn.AdaptiveAvgPool2d to 1 x 1: pool.py's kernel, a sum per plane
     FastExpression        pnnx.Expression of one elementwise function (add(@0,@1), ...):
@@ -322,14 +322,13 @@ TILED_FROM = 16        # rows of x
 
 @register_fast_layer("nn.Linear")
 class FastLinear(KernelActivation, Linear):
-    """nn.Linear: one product x (M, in) @ weight.T (in, out) into a fresh output, the weight
-    read as stored (BLAS takes the transpose as a flag), shared with the helper threads when
-    a forward has them; then the bias in place and the fused activation (shared too).
-    From 16 rows, a weight of at most TILED_MAX_PACKED bytes runs the register tiles
-    (TiledLinear: bias and activation in the same call), which BLAS's repacking of the
-    weight at every call makes slower for small products. The tiles need the weight packed
-    as panels, a second copy (the weights read into memory cannot give theirs back): only
-    small weights get one."""
+    """nn.Linear. From 16 rows of x, dense.py's register tiles (bias and a kernel activation
+    in the same call, shared with the helper threads): on a copy of the weight packed as
+    panels for a weight of at most TILED_MAX_PACKED bytes (TiledLinear), else on the weight
+    as stored, each panel packed as the product goes (no second copy of a large weight).
+    Fewer rows (BLAS's GEMV is faster there): one BLAS product x @ weight.T into a fresh
+    output, shared with the helper threads when a forward has them, then the bias in place
+    and the fused activation."""
 
     tile_activation: Activation | None = IDENTITY    # the fused activation as a kernel code
 
@@ -347,14 +346,19 @@ class FastLinear(KernelActivation, Linear):
         return TiledLinear([self.weight], None if self.bias is None else [self.bias])
 
     def forward_one(self, x: np.ndarray) -> np.ndarray:
-        if not (tiles_take(x) and self.weight.nbytes <= TILED_MAX_PACKED):
+        small = self.weight.nbytes <= TILED_MAX_PACKED
+        if not (tiles_take(x) and (small or _kernel_ready(self.weight))):
             return super().forward_one(x)
         y = np.empty((*x.shape[:-1], self.out_features), np.float32)
-        if self.tile_activation is None:              # not one the tiles apply
-            self._tiled.run(x, y)
-            self.fused_activation.forward_inplace(y)  # type: ignore[union-attr]
+        activation = self.tile_activation or IDENTITY
+        if small:
+            self._tiled.run(x, y, activation)
         else:
-            self._tiled.run(x, y, self.tile_activation)
+            bias = None if self.bias is None else np.ascontiguousarray(self.bias, np.float32)
+            dense(self.weight, kernel_layout(x.reshape(-1, self.in_features)), bias,
+                  activation, y.reshape(-1, self.out_features))
+        if self.tile_activation is None:              # not one the tiles apply
+            self.fused_activation.forward_inplace(y)  # type: ignore[union-attr]
         return y
 
     def _linear(self, x: np.ndarray) -> np.ndarray:
@@ -363,7 +367,7 @@ class FastLinear(KernelActivation, Linear):
         return shared_linear(x, self.weight, self.bias)
 
 
-TILED_MAX_PACKED = 1 << 20     # bytes: a larger weight keeps BLAS (no copy of it)
+TILED_MAX_PACKED = 1 << 20     # bytes: a larger weight is packed as the product goes (no copy)
 
 
 SWAPPED_BELOW = 32     # rows of x: from 2 to this many, y.T = weight @ x.T (shared_linear)

@@ -39,7 +39,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from layers.fast import jobs, pointwise, pointwise_transposed
+from layers.fast import dense, jobs, pointwise, pointwise_transposed
 from layers.fast.epilogue import Activation, epilogue_operands, nothing_to_finish
 from layers.fast.team import current_team as current  # workers.current(), as before
 from layers.fast.team import scratch as scratch  # workers.scratch, as before
@@ -166,10 +166,13 @@ class Team:
             raise ValueError(f"work space of shape {space.shape} for a team of {self.threads} "
                              f"threads: one row of {floats} floats per thread needed")
 
-    def dense(self, panels: np.ndarray, x: np.ndarray, bias: np.ndarray, y: np.ndarray,
-              activation: Activation) -> None:
-        """dense._dense, shared (units: bands of rows by panels)."""
-        self._share(jobs._dense_job, self.chunks, panels, x, bias, y, activation.code,
+    def dense(self, weight: np.ndarray, x: np.ndarray, bias: np.ndarray, y: np.ndarray,
+              space: np.ndarray, activation: Activation) -> None:
+        """dense._dense (``space`` of no rows: ``weight`` is panels) or dense._dense_rows (a
+        row of ``space`` per thread), shared (units: bands of rows by panels)."""
+        if space.shape[0] > 0:
+            self._check_space(space, dense.space_size(x.shape[2]))
+        self._share(jobs._dense_job, self.chunks, weight, x, bias, y, space, activation.code,
                     activation.a, activation.b)
 
     def split_planes(self, x: np.ndarray, phases: np.ndarray, geometry: np.ndarray) -> None:

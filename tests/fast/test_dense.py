@@ -1,7 +1,8 @@
-"""dense.py's product (nn.Linear and an attention's projections on the weight's panels)
-against torch and a float64 product: tile edges in rows and columns, two bands of rows,
-slices of a long sum, no features at all, with and without a bias, every activation, Inf and
-NaN; the same bits on any number of threads; and the layers that run it."""
+"""dense.py's product (nn.Linear and an attention's projections on the weight's panels, packed
+once or as the product goes) against torch and a float64 product: tile edges in rows and
+columns, two bands of rows, slices of a long sum, no features at all, with and without a
+bias, every activation, Inf and NaN; the same bits from either layout of the weight and on
+any number of threads; and the layer that runs it."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from layers.fast import backend, dense, pointwise, workers
 from layers.fast.epilogue import (CLAMP, GELU, HARDSIGMOID, HARDSWISH, LEAKY, NONE, RELU,
                                   SIGMOID, SILU, TANH, Activation, IDENTITY)
 from layers.fast.pointwise_transposed import pack_panels
+from layers.fast.layers import TILED_MAX_PACKED
 from layers.fast.simd import COLUMNS, ROWS
 
 CASES = {                                       # M, K, N
@@ -49,10 +51,13 @@ def data(case, seed=0):
     return x, weight, bias
 
 
-def run(x, weight, bias, activation=IDENTITY):
+LAYOUTS = ["panels", "as stored"]
+
+
+def run(x, weight, bias, activation=IDENTITY, layout="panels"):
     backend.start()
     y = np.full((x.shape[0], weight.shape[0]), np.nan, np.float32)
-    dense.dense(pack_panels(weight), x, bias, activation, y)
+    dense.dense(pack_panels(weight) if layout == "panels" else weight, x, bias, activation, y)
     return y
 
 
@@ -62,12 +67,13 @@ def torch_says(x, weight, bias, function):
     return function(t).numpy()
 
 
+@pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize("case", CASES)
 @pytest.mark.parametrize("with_bias", [True, False], ids=["bias", "no bias"])
-def test_matches_torch_and_a_float64_product(case, with_bias):
+def test_matches_torch_and_a_float64_product(case, with_bias, layout):
     x, weight, bias = data(case)
     bias = bias if with_bias else None
-    got = run(x, weight, bias)
+    got = run(x, weight, bias, layout=layout)
     exact = x.astype(np.float64) @ weight.T.astype(np.float64)
     if bias is not None:
         exact += bias
@@ -84,8 +90,9 @@ def test_every_activation_after_the_bias(case, name, with_bias):
     x, weight, bias = data(case, seed=1)
     bias = bias if with_bias else None
     ours, theirs = ACTIVATIONS[name]
-    np.testing.assert_allclose(run(x, weight, bias, ours), torch_says(x, weight, bias, theirs),
-                               rtol=1e-5, atol=2e-5)
+    got = run(x, weight, bias, ours)
+    np.testing.assert_allclose(got, torch_says(x, weight, bias, theirs), rtol=1e-5, atol=2e-5)
+    np.testing.assert_array_equal(run(x, weight, bias, ours, "as stored"), got)
 
 
 @pytest.mark.parametrize("name", ["none", "relu", "relu6", "gelu"])
@@ -102,12 +109,22 @@ def test_inf_and_nan_reach_the_rows_they_reach_in_torch(name):
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=2e-5)
 
 
-def test_no_input_features_give_the_bias():
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_no_input_features_give_the_bias(layout):
     x, weight = np.zeros((7, 0), np.float32), np.zeros((5, 0), np.float32)
     bias = np.arange(5, dtype=np.float32) - 2
-    got = run(x, weight, bias, Activation(CLAMP, 0.0, 1.5))
+    got = run(x, weight, bias, Activation(CLAMP, 0.0, 1.5), layout)
     np.testing.assert_array_equal(got, np.broadcast_to(np.clip(bias, 0, 1.5), (7, 5)))
-    np.testing.assert_array_equal(run(x, weight, None), np.zeros((7, 5), np.float32))
+    np.testing.assert_array_equal(run(x, weight, None, layout=layout),
+                                  np.zeros((7, 5), np.float32))
+
+
+def test_operands_that_disagree_are_refused():
+    x, weight, bias = data("a whole tile")
+    with pytest.raises(ValueError, match="disagree"):
+        run(x[:, 1:], weight, bias)
+    with pytest.raises(ValueError, match="disagree"):
+        run(x, weight, bias[1:], layout="as stored")
 
 
 @pytest.fixture(params=[0, 1, 2], ids=["no helper", "1 helper", "2 helpers"])
@@ -135,6 +152,42 @@ def test_any_number_of_threads_gives_the_same_bits(case, activation, team):
                  activation.b)
     together = np.full_like(alone, np.nan)
     before = team.control[0]
-    team.dense(panels, x[None], bias, together[None], activation)
+    team.dense(panels, x[None], bias, together[None], dense.NO_SPACE, activation)
     assert team.control[0] != before                       # it ran as a job
     np.testing.assert_array_equal(together, alone)
+    as_stored = np.full_like(alone, np.nan)                # packed as it goes: the same bits
+    space = np.full((team.threads, dense.space_size(x.shape[1])), np.nan, np.float32)
+    team.dense(weight[None], x[None], bias, as_stored[None], space, activation)
+    np.testing.assert_array_equal(as_stored, alone)
+
+
+@pytest.mark.parametrize("in_features", [24, TILED_MAX_PACKED // 4 // 40 + 1],
+                         ids=["small weight: panels", "large weight: as stored"])
+@pytest.mark.parametrize("activation", [None, "nn.GELU", "nn.GELU approximate=tanh"])
+def test_linear_layer_runs_dense_from_16_rows(in_features, activation):
+    """From 16 rows nn.Linear runs dense.py, on a copy of a small weight packed at prepare,
+    on a large one as stored (no copy); GELU's tanh form, which the kernels lack, after."""
+    from helpers import make_layer, torch_module
+
+    params = dict(in_features=in_features, out_features=40, bias=True)
+    fc, weights = torch_module(torch.nn.Linear, **params)
+    layer = make_layer("nn.Linear", params, weights, fast=True)
+    want = fc
+    if activation is not None:
+        name, *extra = activation.split()
+        options = dict(e.split("=") for e in extra)
+        layer.fuse_activation(make_layer(name, options, fast=True))
+        want = torch.nn.Sequential(fc, torch.nn.GELU(**options))
+    x = np.random.default_rng(4).standard_normal((2, 9, in_features), dtype=np.float32)
+    layer.prepare([x.shape])
+    calls = []
+    original = dense._dense_rows
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(dense, "_dense_rows", lambda *a: (calls.append(1), original(*a)))
+        got = layer.forward([x])[0]
+    with torch.no_grad():
+        expected = want(torch.from_numpy(x)).numpy()
+    np.testing.assert_allclose(got, expected, atol=2e-5, rtol=1e-5)
+    small = in_features == 24
+    assert ("_tiled" in layer.__dict__) == small             # a copy of a small weight only
+    assert bool(calls) == (not small)

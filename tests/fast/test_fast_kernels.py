@@ -647,7 +647,8 @@ def test_linear_fast_path_matches_reference_and_torch(shape):
 @pytest.mark.parametrize("bias", [True, False])
 def test_linear_on_16_rows_or_more_runs_the_tiles_with_its_activation(activation, bias):
     """A small weight is packed for the register tiles (bias and a kernel activation applied
-    in them; GELU's tanh form, which the kernels lack, afterwards); a large one keeps BLAS."""
+    in them; GELU's tanh form, which the kernels lack, afterwards); a large one is not
+    copied (dense.py packs it as the product goes)."""
     from layers.fast.layers import TILED_MAX_PACKED
 
     params = dict(in_features=24, out_features=40, bias=bias)
