@@ -182,9 +182,11 @@ def _bias_residual_activation(y, bias, residual, code, a, b):
     finish_rows(y, bias, residual, code, a, b, np.int64(0), y.shape[0] * y.shape[1])
 
 
-@kernel(nogil=True)
+@kernel(nogil=True, fastmath={"contract"})
 def finish_rows(y, bias, residual, code, a, b, first, last):
-    """Rows first .. last - 1 of _bias_residual_activation's, counted over (n, c)."""
+    """Rows first .. last - 1 of _bias_residual_activation's, counted over (n, c); compiled
+    with contract, as activate_block (the smooth activations' polynomials as fused
+    multiply-adds)."""
     c = y.shape[1]
     has_bias, has_residual = bias.shape[0] > 0, residual.shape[0] > 0
     no_residual = np.empty(0, np.float32)

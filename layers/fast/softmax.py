@@ -4,8 +4,9 @@
 
 Four passes over each row while it is in cache, each a loop the compiler vectorises: the
 max (in eight running maxima: one would make every compare wait for the one before), the
-exponentials (vexp.py's exp, in place), their sum (in float64, lanes reassociated, in a
-function of its own so that nothing else is reassociated) and the division. As in torch, a
+exponentials (vexp.py's exp, in place, its polynomial as fused multiply-adds: contract),
+their sum (in float64, lanes reassociated, in a function of its own so that nothing else
+is reassociated) and the division. As in torch, a
 NaN anywhere in a row makes the whole row NaN (its exponential joins the sum), and so does
 a row of -inf (-inf - -inf).
 """
@@ -27,7 +28,7 @@ def _softmax(x):
     softmax_rows(x, np.int64(0), x.shape[0])                  # int64 0: see jobs.py
 
 
-@kernel(nogil=True)
+@kernel(nogil=True, fastmath={"contract"})
 def softmax_rows(x, first, last):
     """Rows first .. last - 1 of x (R, D), each replaced by its softmax."""
     for r in range(first, last):
