@@ -47,14 +47,13 @@ import layers  # noqa: F401  (registers the built-in layers)
 from layers.base import Layer
 from layers.registry import LayerRegisterer, unsupported_message
 from parser.bin import DTYPES, PnnxBin
-from parser.pages import keep_freed_memory
 from parser.errors import (GraphError, LayerError, MemoryBudgetError, ShapeError,
                            UnsupportedOperatorError)
 from parser.param import NULL_DTYPE, OperatorRecord, read_param
 from infer.runtime import RuntimeAttribute, RuntimeOperand, RuntimeOperator, RuntimeParameter
 from infer import budget, fusion, threads
 from infer.execution import Execution, RunStep, operator_context
-from infer.memory import MemoryPlan, counted_itemsize, plan_memory
+from infer.memory import MemoryPlan, counted_itemsize, keep_freed_memory, plan_memory
 from infer.rewrite import rewrite_graph
 from infer.tools import GraphTools
 

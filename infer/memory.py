@@ -27,11 +27,18 @@ Running (``Arena``)
   buffer still seen from outside the arena - through a view that outlived its operand (a
   reshape of it), or an output the caller kept - is not handed out again while it is: the
   step gets a fresh array instead.
+
+Arrays outside the plan
+  Layers that return new arrays allocate the same sizes in every forward; glibc would map
+  fresh pages for them each time. ``keep_freed_memory`` (once per process, at a build) asks
+  it to keep freed blocks mapped instead.
 """
 
 from __future__ import annotations
 
+import functools
 import math
+import os
 import sys
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, NamedTuple, Sequence
@@ -342,3 +349,39 @@ def counted_itemsize(pnnx_dtype: str | None) -> int:
 
 def _mib(nbytes: int) -> str:
     return f"{nbytes / 2**20:.2f} MiB"
+
+
+# ----- freed blocks kept mapped (glibc) ---------------------------------------------------------
+M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3   # glibc's mallopt parameters (malloc.h)
+MMAP_THRESHOLD = 32 << 20    # bytes: smaller blocks come from the heap (glibc's largest)
+TRIM_THRESHOLD = 256 << 20   # bytes: free memory at the heap's top kept mapped
+# the user's own choice of these thresholds, which keep_freed_memory leaves alone
+MALLOC_SETTINGS = ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_", "GLIBC_TUNABLES")
+
+
+@functools.cache
+def keep_freed_memory() -> bool:
+    """Ask glibc's malloc to keep freed blocks of up to MMAP_THRESHOLD bytes in its heap,
+    mapped, and to give the heap's free top back to the OS only beyond TRIM_THRESHOLD; once
+    per process (RuntimeGraph.build calls it).
+
+    Layers that return a new array (a Linear's output, an attention's scores) allocate the
+    same sizes in every forward. By default glibc gives such blocks back to the OS once a few
+    are free (munmap, or a trim of its heap) and maps fresh pages at the next malloc: a page
+    fault per 4 KiB, every forward (ViT-S: about 4,900). Other allocators (jemalloc,
+    tcmalloc) keep them. Nothing is changed where PNNX_INFER_KEEP_FREED=0, where the user set
+    glibc's own MALLOC_* or GLIBC_TUNABLES, or on another C library. True where mallopt
+    accepted both settings."""
+    if (os.environ.get("PNNX_INFER_KEEP_FREED") == "0"
+            or any(name in os.environ for name in MALLOC_SETTINGS)
+            or not sys.platform.startswith("linux")):
+        return False
+    import ctypes                              # here: a build needs it, an import does not
+
+    try:
+        mallopt = ctypes.CDLL(None).mallopt    # the C library the interpreter runs on
+    except (OSError, AttributeError):          # a C library without mallopt
+        return False
+    mallopt.argtypes, mallopt.restype = (ctypes.c_int, ctypes.c_int), ctypes.c_int
+    return bool(mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD)
+                and mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD))

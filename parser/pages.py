@@ -11,21 +11,11 @@ in the first forward at a new input size. Smaller buffers come from np.empty, wh
 often hands back pages already mapped. The weights read from a bin file (parser/bin.py),
 the arena of a memory plan (infer/memory.py) and the fast kernels' work buffers
 (layers/fast/team.py) take their memory here.
-
-    keep_freed_memory()              # glibc: freed blocks stay mapped for the next forward
-
-A layer that returns a new array (a Linear's output, an attention's scores) allocates the
-same sizes in every forward. glibc gives a freed block of a megabyte back to the OS (munmap,
-or a trim of its heap) and maps fresh pages at the next malloc: one page fault per 4 KiB,
-every forward. ``keep_freed_memory`` raises glibc's two thresholds (mallopt) so that such
-blocks stay in its heap, already mapped, as other allocators (jemalloc, tcmalloc) keep them.
 """
 
 from __future__ import annotations
 
-import functools
 import mmap
-import sys
 
 import numpy as np
 
@@ -33,9 +23,6 @@ import numpy as np
 HUGE_PAGE_ADVICE = 4 << 20   # bytes: numpy's arrays from this size on ask for huge pages
 MAPPED_FROM = HUGE_PAGE_ADVICE   # bytes: smaller buffers come from np.empty
 POPULATE = getattr(mmap, "MAP_POPULATE", 0)   # Linux: map every page in when mapping
-M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3   # glibc's mallopt parameters (malloc.h)
-MMAP_THRESHOLD = 32 << 20    # bytes: smaller blocks come from the heap (glibc's largest)
-TRIM_THRESHOLD = 256 << 20   # bytes: free memory at the heap's top kept mapped
 
 
 def fresh_pages(nbytes: int) -> np.ndarray:
@@ -50,21 +37,3 @@ def fresh_pages(nbytes: int) -> np.ndarray:
     except OSError:
         return np.empty(nbytes, np.uint8)
     return np.frombuffer(pages, np.uint8)
-
-
-@functools.cache
-def keep_freed_memory() -> bool:
-    """Ask glibc's malloc to keep freed blocks of up to MMAP_THRESHOLD bytes in its heap,
-    mapped, and to give the heap's free top back to the OS only beyond TRIM_THRESHOLD; once
-    per process. True where that was done; False on other C libraries (nothing changes)."""
-    if not sys.platform.startswith("linux"):
-        return False
-    import ctypes                              # here: a load needs it, an import does not
-
-    try:
-        mallopt = ctypes.CDLL(None).mallopt    # the C library the interpreter runs on
-    except (OSError, AttributeError):          # a C library without mallopt
-        return False
-    mallopt.argtypes, mallopt.restype = (ctypes.c_int, ctypes.c_int), ctypes.c_int
-    return bool(mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD)
-                and mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD))

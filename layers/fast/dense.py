@@ -10,7 +10,8 @@ pointwise_transposed.py's (``pack_panels``)::
     panels[q, k, j] = weight[q * COLUMNS + j, k]          (P, K, COLUMNS), zero padded
 
 so a weight that comes from memory rather than cache (a forward reads each layer's weight
-once) streams in order, which the CPU prefetches, instead of a line from each of many rows.
+once per band of rows) streams in order, which the CPU prefetches, instead of a line from
+each of many rows.
 A small weight is packed once, a copy (``_dense``); a large one is read as stored, (N, K),
 each unit packing its panel into the thread's work space first (``_dense_rows``, as BLAS
 packs its operands): no second copy of the weight in memory.
@@ -85,8 +86,8 @@ def pack_panel(rows, first, count, panel):
 @kernel(nogil=True)
 def dense_units(weight, x, bias, y, space, code, a, b, first, last):
     """Units first .. last - 1 of _dense's y: x (1, M, K) and y (1, M, N), float32; the
-    weight as panels (P, K, COLUMNS) with N at most P * COLUMNS, or, with a ``space`` of
-    space_size(K) floats (else empty), as stored: (1, N, K). ``bias`` N values, or none (an
+    weight as panels (ceil(N / COLUMNS), K, COLUMNS), or, with a ``space`` of space_size(K)
+    floats (else empty), as stored: (1, N, K) (``check_operands``). ``bias`` N values, or none (an
     empty array); ``code``, a, b: the activation (layers/fast/epilogue.py)."""
     rows_in_x, depth = x.shape[1], x.shape[2]
     width = y.shape[2]
@@ -142,12 +143,8 @@ def dense(weight: np.ndarray, x: np.ndarray, bias: np.ndarray | None,
     (P, K, COLUMNS: pointwise_transposed.pack_panels) or as stored (N, K), packed panel by
     panel as the product goes: float32, C-contiguous; bias (N,) or None. Shared with the
     team's helper threads if there is one (the same bits either way)."""
+    check_operands(weight, x, bias, y)
     (m, k), n = x.shape, y.shape[1]
-    fits = (weight.shape == (n, k) if weight.ndim == 2 else
-            weight.shape[1:] == (k, COLUMNS) and weight.shape[0] * COLUMNS >= n)
-    if not fits or y.shape[0] != m or (bias is not None and bias.shape != (n,)):
-        raise ValueError(f"dense: weight {weight.shape}, x {x.shape}, bias "
-                         f"{None if bias is None else bias.shape} and y {y.shape} disagree")
     x3, y3 = x.reshape(1, m, k), y.reshape(1, m, n)
     bias = NO_ARRAY if bias is None else bias
     team = team_worth_sharing(m * k * n, SHARED_FROM)
@@ -164,6 +161,23 @@ def dense(weight: np.ndarray, x: np.ndarray, bias: np.ndarray | None,
         _dense_rows(weight[None], x3, bias, y3, space[0], code, a, b)
     else:
         team.dense(weight[None], x3, bias, y3, space, activation)
+
+
+def check_operands(weight: np.ndarray, x: np.ndarray, bias: np.ndarray | None,
+                   y: np.ndarray) -> None:
+    """ValueError unless the kernels can read these as one product (they read memory as
+    the shapes say, unchecked): x (M, K) and y (M, N), y C-contiguous (written in place);
+    the weight (N, K), or its panels (ceil(N / COLUMNS), K, COLUMNS); bias (N,) or None."""
+    if x.ndim != 2 or y.ndim != 2:
+        raise ValueError(f"dense: x {x.shape} and y {y.shape} must be matrices")
+    (m, k), n = x.shape, y.shape[1]
+    fits = (weight.shape == (n, k) if weight.ndim == 2 else
+            weight.shape == (-(-n // COLUMNS), k, COLUMNS))
+    if not fits or y.shape[0] != m or (bias is not None and bias.shape != (n,)):
+        raise ValueError(f"dense: weight {weight.shape}, x {x.shape}, bias "
+                         f"{None if bias is None else bias.shape} and y {y.shape} disagree")
+    if not y.flags.c_contiguous:
+        raise ValueError("dense: y must be C-contiguous (the kernel writes it in place)")
 
 
 NO_SPACE = np.zeros((0, 0), np.float32)       # the weight as panels: no packing, no space

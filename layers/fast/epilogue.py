@@ -155,9 +155,9 @@ def activate_row(row, code, a, b, shift=-0.0):
 @kernel(nogil=True, fastmath={"contract"})
 def activate_block(y, image, first, count, start, stop, code, a, b):
     """y[image, first:first + count, start:stop] <- activation ``code``, row by row
-    (``activate_row``), for pointwise_blocks and transposed_units (every 1x1 product,
-    im2col's and Winograd's included): a kernel of their own, compiled with contract (the
-    smooth activations' polynomials as fused multiply-adds)."""
+    (``activate_row``), for pointwise_blocks, transposed_units (every 1x1 product, im2col's
+    and Winograd's included) and dense_units: a kernel of their own, compiled with contract
+    (the smooth activations' polynomials as fused multiply-adds)."""
     for r in range(first, first + count):
         activate_row(y[image, r, start:stop], code, a, b)
 

@@ -325,10 +325,10 @@ class FastLinear(KernelActivation, Linear):
     """nn.Linear. From 16 rows of x, dense.py's register tiles (bias and a kernel activation
     in the same call, shared with the helper threads): on a copy of the weight packed as
     panels for a weight of at most TILED_MAX_PACKED bytes (TiledLinear), else on the weight
-    as stored, each panel packed as the product goes (no second copy of a large weight).
-    Fewer rows (BLAS's GEMV is faster there): one BLAS product x @ weight.T into a fresh
-    output, shared with the helper threads when a forward has them, then the bias in place
-    and the fused activation."""
+    as stored (float32, C-contiguous: else BLAS), each panel packed as the product goes (no
+    second copy of a large weight). Fewer rows (BLAS's GEMV is faster there): one BLAS
+    product x @ weight.T into a fresh output, shared with the helper threads when a forward
+    has them, then the bias in place and the fused activation."""
 
     tile_activation: Activation | None = IDENTITY    # the fused activation as a kernel code
 
@@ -646,7 +646,7 @@ class FastMultiheadAttention(MultiheadAttention):
                                      None if self.out_bias is None else [self.out_bias])
 
     def prepare(self, input_shapes: Sequence[Shape] | None) -> None:
-        """Pack the tiles' columns at build: when the traced query has enough tokens, or
+        """Pack the tiles' panels at build: when the traced query has enough tokens, or
         when the sizes are known only at run time (self-attention on many tokens, likely)."""
         if input_shapes is None:
             self.tiled_out.panels()

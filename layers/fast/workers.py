@@ -170,6 +170,8 @@ class Team:
               space: np.ndarray, activation: Activation) -> None:
         """dense._dense (``space`` of no rows: ``weight`` is panels) or dense._dense_rows (a
         row of ``space`` per thread), shared (units: bands of rows by panels)."""
+        dense.check_operands(weight[0] if space.shape[0] > 0 else weight, x[0],
+                             bias if bias.size else None, y[0])
         if space.shape[0] > 0:
             self._check_space(space, dense.space_size(x.shape[2]))
         self._share(jobs._dense_job, self.chunks, weight, x, bias, y, space, activation.code,

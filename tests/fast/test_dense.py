@@ -120,11 +120,20 @@ def test_no_input_features_give_the_bias(layout):
 
 
 def test_operands_that_disagree_are_refused():
+    """The kernels read memory as the shapes say: shapes that disagree, panels of another
+    width and a y that is not C-contiguous (it would be written as a copy) are refused."""
     x, weight, bias = data("a whole tile")
     with pytest.raises(ValueError, match="disagree"):
         run(x[:, 1:], weight, bias)
     with pytest.raises(ValueError, match="disagree"):
         run(x, weight, bias[1:], layout="as stored")
+    wider = pack_panels(np.concatenate([weight, weight, weight]))     # panels for 3N
+    with pytest.raises(ValueError, match="disagree"):
+        dense.dense(wider, x, bias, IDENTITY, np.empty((x.shape[0], weight.shape[0]),
+                                                       np.float32))
+    y = np.empty((weight.shape[0], x.shape[0]), np.float32).T
+    with pytest.raises(ValueError, match="C-contiguous"):
+        dense.dense(weight, x, bias, IDENTITY, y)
 
 
 @pytest.fixture(params=[0, 1, 2], ids=["no helper", "1 helper", "2 helpers"])
@@ -161,6 +170,26 @@ def test_any_number_of_threads_gives_the_same_bits(case, activation, team):
     np.testing.assert_array_equal(as_stored, alone)
 
 
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_a_forward_with_helpers_shares_it_with_the_same_bits(layout):
+    """dense() inside a forward of 2 threads (workers.sharing): the team takes the work, in
+    its own work space for a weight packed as it goes."""
+    x, weight, bias = data("ViT's q, k and v", seed=5)
+    alone = run(x, weight, bias, ACTIVATIONS["gelu"][0], layout)
+    with workers.sharing(2):
+        team = workers.current()
+        if team is None:
+            pytest.skip("no helper threads here")
+        team.active.set()
+        try:
+            before = team.control[0]
+            shared = run(x, weight, bias, ACTIVATIONS["gelu"][0], layout)
+            assert team.control[0] != before
+        finally:
+            team.active.clear()
+    np.testing.assert_array_equal(shared, alone)
+
+
 @pytest.mark.parametrize("in_features", [24, TILED_MAX_PACKED // 4 // 40 + 1],
                          ids=["small weight: panels", "large weight: as stored"])
 @pytest.mark.parametrize("activation", [None, "nn.GELU", "nn.GELU approximate=tanh"])
@@ -181,13 +210,15 @@ def test_linear_layer_runs_dense_from_16_rows(in_features, activation):
     x = np.random.default_rng(4).standard_normal((2, 9, in_features), dtype=np.float32)
     layer.prepare([x.shape])
     calls = []
-    original = dense._dense_rows
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(dense, "_dense_rows", lambda *a: (calls.append(1), original(*a)))
+        for name in ("_dense", "_dense_rows"):
+            original = getattr(dense, name)
+            patch.setattr(dense, name, lambda *a, name=name, original=original: (
+                calls.append(name), original(*a)))
         got = layer.forward([x])[0]
     with torch.no_grad():
         expected = want(torch.from_numpy(x)).numpy()
     np.testing.assert_allclose(got, expected, atol=2e-5, rtol=1e-5)
     small = in_features == 24
     assert ("_tiled" in layer.__dict__) == small             # a copy of a small weight only
-    assert bool(calls) == (not small)
+    assert calls == ["_dense" if small else "_dense_rows"]

@@ -388,7 +388,7 @@ def test_fresh_pages_fall_back_to_numpy_when_the_os_refuses_a_mapping(monkeypatc
 _FAULTS_PER_FORWARD = """
 import resource, sys
 import numpy as np
-from parser.pages import keep_freed_memory
+from infer.memory import keep_freed_memory
 if sys.argv[1] == "keep" and not keep_freed_memory():
     print("unsupported"); raise SystemExit
 def forward():                                    # three outputs of a Linear, then freed
@@ -404,19 +404,42 @@ print((resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before) / 20)
 """
 
 
-def test_freed_blocks_stay_mapped_for_the_next_forward():
-    """keep_freed_memory (glibc's mallopt): blocks of 1.2 MB allocated again after they were
-    freed reuse their pages; by default glibc trims its heap once they are freed and faults
-    their pages in anew at the next allocation (888 pages: the figure printed without)."""
+def _faults_per_forward(mode):
+    import os
     import subprocess
     import sys
 
-    pytest.importorskip("resource")
-    run = subprocess.run([sys.executable, "-c", _FAULTS_PER_FORWARD, "keep"],
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("PNNX_INFER_KEEP_FREED", "MALLOC_MMAP_THRESHOLD_",
+                        "MALLOC_TRIM_THRESHOLD_", "GLIBC_TUNABLES")}
+    run = subprocess.run([sys.executable, "-c", _FAULTS_PER_FORWARD, mode], env=env,
                          capture_output=True, text=True, cwd=REPO, check=True)
-    if run.stdout.strip() == "unsupported":
+    return run.stdout.strip()
+
+
+def test_freed_blocks_stay_mapped_for_the_next_forward():
+    """keep_freed_memory (glibc's mallopt): blocks of 1.2 MB allocated again after they were
+    freed reuse their pages; by default glibc trims its heap once they are freed and faults
+    their pages in anew at the next allocation (888 pages a round)."""
+    pytest.importorskip("resource")
+    kept = _faults_per_forward("keep")
+    if kept == "unsupported":
         pytest.skip("not glibc: its malloc's thresholds are not there to raise")
-    assert float(run.stdout) < 30
+    default = float(_faults_per_forward("default"))
+    if default < 300:
+        pytest.skip(f"this C library keeps freed blocks mapped by itself ({default} faults)")
+    assert float(kept) < 30
+
+
+def test_freed_memory_is_left_alone_where_the_user_chose(monkeypatch):
+    """PNNX_INFER_KEEP_FREED=0, or glibc's own settings in the environment: no mallopt."""
+    from infer.memory import keep_freed_memory
+
+    for name, value in (("PNNX_INFER_KEEP_FREED", "0"), ("MALLOC_TRIM_THRESHOLD_", "1000"),
+                        ("GLIBC_TUNABLES", "glibc.malloc.trim_threshold=1000")):
+        with monkeypatch.context() as patch:
+            patch.setenv(name, value)
+            assert keep_freed_memory.__wrapped__() is False
 
 
 def test_a_graph_build_keeps_freed_memory_mapped(tmp_path, monkeypatch):
