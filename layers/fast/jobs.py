@@ -85,14 +85,11 @@ GEMM_A, GEMM_B, GEMM_C = array_fields(3)
 BY_PRODUCT, BY_ROWS, BY_COLUMNS = 0, 1, 2        # GEMM_CUT: how a product's units are cut
 ALIGN = 16                                       # row and column cuts: multiples of this
 
-# POINTWISE, POINTWISE_TRANSPOSED: pointwise.pointwise_blocks / transposed_units
+# POINTWISE, POINTWISE_TRANSPOSED: pointwise.pointwise_blocks / transposed_units; DENSE:
+# dense.dense_units (no residual; a work space of no rows where the weight is panels)
 PW_WEIGHT, PW_X, PW_BIAS, PW_RESIDUAL, PW_Y, PW_SPACE = array_fields(6)
 PW_CODE, PW_GEOMETRY_SIZE, PW_GEOMETRY, *_ = int_fields(2 + GEOMETRY)   # then the
                                                   # geometry's values (pointwise.cols_band)
-
-# DENSE: dense.dense_units (a work space of no rows: the weight is panels)
-DN_WEIGHT, DN_X, DN_BIAS, DN_Y, DN_SPACE = array_fields(5)
-DN_CODE, = int_fields(1)
 
 # IM2COL: gemm.im2col_channels
 IC_X, IC_COLS = array_fields(2)
@@ -254,11 +251,11 @@ def _run_units(record, reals, slot, first, last):
             pointwise_transposed.transposed_units(weight, x, bias, residual, y, space,
                                                   record[PW_CODE], act_a, act_b, first, last)
     elif kind == DENSE:
-        space = _get2(record, a[DN_SPACE])
+        space = _get2(record, a[PW_SPACE])
         row = space[slot] if space.shape[0] > 0 else space.reshape(space.size)
-        dense.dense_units(_get3(record, a[DN_WEIGHT]), _get3(record, a[DN_X]),
-                          _get1(record, a[DN_BIAS]), _get3(record, a[DN_Y]), row,
-                          record[DN_CODE], act_a, act_b, first, last)
+        dense.dense_units(_get3(record, a[PW_WEIGHT]), _get3(record, a[PW_X]),
+                          _get1(record, a[PW_BIAS]), _get3(record, a[PW_Y]), row,
+                          record[PW_CODE], act_a, act_b, first, last)
     elif kind == IM2COL:
         gemm.im2col_channels(_get3(record, a[IC_X]), _get2(record, a[IC_COLS]), record[IC_KH],
                              record[IC_KW], record[IC_STRIDE_H], record[IC_STRIDE_W],
@@ -460,14 +457,8 @@ def _dense_job(record, reals, weight, x, bias, y, space, code, act_a, act_b):
     """DENSE, as dense._dense (``space`` of no rows: ``weight`` is panels) or _dense_rows
     (a row of ``space`` per thread of the team) (units: bands of rows by panels)."""
     panels = (y.shape[2] + dense.COLUMNS - 1) // dense.COLUMNS
-    record[KIND], record[UNITS] = DENSE, dense.unit_count(x.shape[1], panels)
-    _put(record, ARRAYS[DN_WEIGHT], weight)
-    _put(record, ARRAYS[DN_X], x)
-    _put(record, ARRAYS[DN_BIAS], bias)
-    _put(record, ARRAYS[DN_Y], y)
-    _put(record, ARRAYS[DN_SPACE], space)
-    record[DN_CODE] = code
-    reals[ACT_A], reals[ACT_B] = act_a, act_b
+    _pointwise_record(record, reals, DENSE, dense.unit_count(x.shape[1], panels), weight, x,
+                      bias, x[:0], y, space, code, act_a, act_b)     # x[:0]: no residual
 
 
 @kernel(inline="always")

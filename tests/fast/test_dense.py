@@ -136,18 +136,6 @@ def test_operands_that_disagree_are_refused():
         dense.dense(weight, x, bias, IDENTITY, y)
 
 
-@pytest.fixture(params=[0, 1, 2], ids=["no helper", "1 helper", "2 helpers"])
-def team(request):
-    backend.start()
-    blas = workers.find_blas()
-    if blas is None:
-        pytest.skip("numpy's OpenBLAS not found: no helper threads")
-    team = workers.Team(request.param, blas)
-    team.active.set()
-    yield team
-    team.stop()
-
-
 @pytest.mark.parametrize("activation", [Activation(CLAMP, 0.0, 6.0), Activation(GELU)],
                          ids=["relu6", "gelu"])
 @pytest.mark.parametrize("case", CASES)

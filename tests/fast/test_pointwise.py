@@ -13,7 +13,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from layers.fast import backend, pointwise, pointwise_transposed, workers
+from layers.fast import backend, pointwise, pointwise_transposed
 from layers.fast.conv import PackedConv2d
 from layers.fast.epilogue import (CLAMP, GELU, HARDSIGMOID, HARDSWISH, LEAKY, NONE, RELU,
                                   SIGMOID, SILU, TANH, Activation)
@@ -172,18 +172,6 @@ def test_no_input_channels_give_the_bias(layout):
     got = convolve(x, weight, bias, Activation(CLAMP, 0.0, 3.0), None, layout)
     np.testing.assert_array_equal(got, np.broadcast_to(np.clip(bias, 0, 3)[None, :, None, None],
                                                        (2, 5, 3, 4)))
-
-
-@pytest.fixture(params=[0, 1, 2], ids=["no helper", "1 helper", "2 helpers"])
-def team(request):
-    backend.start()
-    blas = workers.find_blas()
-    if blas is None:
-        pytest.skip("numpy's OpenBLAS not found: no helper threads")
-    team = workers.Team(request.param, blas)
-    team.active.set()
-    yield team
-    team.stop()
 
 
 @pytest.mark.parametrize("activation", [Activation(CLAMP, 0.0, 6.0), Activation(SILU)],

@@ -1,0 +1,19 @@
+"""Fixtures of the fast kernels' tests."""
+
+from __future__ import annotations
+
+import pytest
+
+from layers.fast import backend, workers
+
+
+@pytest.fixture(params=[0, 1, 2], ids=["no helper", "1 helper", "2 helpers"])
+def team(request):
+    backend.start()
+    blas = workers.find_blas()
+    if blas is None:
+        pytest.skip("numpy's OpenBLAS not found: no helper threads")
+    team = workers.Team(request.param, blas)
+    team.active.set()
+    yield team
+    team.stop()
