@@ -9,6 +9,7 @@
     pointwise.py   1x1 convolution / matrix product in register tiles: channels x pixels
     pointwise_transposed.py   the same product turned around for small images: pixels x channels
     dense.py       nn.Linear's product in register tiles: rows x features, the weight as panels
+    products.py    torch.matmul / bmm / mm of two operands, shared with the helper threads
     winograd.py    3x3 stride-1 convolution as Winograd F(4x4, 3x3): 36 products
     winograd_f2.py the same as F(2x2, 3x3): 16 products
     phases.py      a padded plane split into stride phases: every tap reads a unit-stride window
@@ -47,5 +48,6 @@ where a layer's product is a plain matrix product (grouped convolutions, nn.Line
 
 from layers.fast.backend import COMPILING, FAILED, start
 import layers.fast.layers  # noqa: E402,F401  (registers the fast layers)
+import layers.fast.products  # noqa: E402,F401  (the products of two operands)
 
 __all__ = ["start", "COMPILING", "FAILED"]

@@ -1,0 +1,89 @@
+"""The products of two graph operands (torch.matmul, torch.bmm, torch.mm) shared with the
+helper threads. A model converted from ONNX, or written with explicit attention, has its
+q @ k^T and weights @ v as such operators; on the reference floor numpy runs them, on BLAS's
+own pool, which a forward with helpers caps at one thread (layers/fast/workers.py).
+
+Here a float32 product of matrices whose batch dims are equal, or absent on one side, runs
+as a stack of products through the team (``Team.matmul``: bands or whole products per
+thread, OpenBLAS's sgemm each)::
+
+    (..., M, K) @ (..., K, N)   T = prod(...) products of (M, K) @ (K, N)
+    (..., M, K) @ (K, N)        one product: (T * M, K) @ (K, N)
+    (M, K) @ (..., K, N)        T products with one A
+
+A right operand that is a transposed view of a C-contiguous array (``k.transpose(-2, -1)``)
+is read as it lies, BLAS transposing it; another layout is copied first. Vectors, batch dims
+that broadcast against each other, other dtypes and forwards without helpers run the
+reference layer.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+import numpy as np
+
+from layers.fast import workers
+from layers.fast.team import team_worth_sharing
+from layers.linear import BMM, MM, MatMul
+from layers.registry import register_fast_layer
+
+SHARED_FROM = workers.MIN_GEMM_WORK      # multiply-adds: a smaller product runs alone
+
+
+def shared_product(a: np.ndarray, b: np.ndarray) -> np.ndarray | None:
+    """a @ b (numpy's matmul semantics) through the helper team, or None where this does not
+    apply (see the module docstring): then the caller runs numpy's."""
+    if (a.dtype != np.float32 or b.dtype != np.float32 or a.ndim < 2 or b.ndim < 2
+            or a.shape[-1] != b.shape[-2] or a.size == 0 or b.size == 0):
+        return None
+    (m, k), n = a.shape[-2:], b.shape[-1]
+    batch_a, batch_b = a.shape[:-2], b.shape[:-2]
+    if math.prod(batch_b) == 1:                   # one B: all of A's rows in one product
+        a3, products = a.reshape(1, -1, k), 1
+        b2 = b.reshape(k, n)
+    elif batch_a == batch_b or math.prod(batch_a) == 1 and len(batch_a) <= len(batch_b):
+        products = math.prod(batch_b)
+        a3 = a.reshape(-1, m, k)
+        b2 = b.reshape(products, k, n)
+    else:                                         # batch dims that broadcast: numpy's
+        return None
+    batch = np.broadcast_shapes(batch_a, batch_b)
+    team = team_worth_sharing(a3.shape[1] * k * n * products, SHARED_FROM)
+    if team is None:
+        return None
+    out = np.empty((*batch, m, n), np.float32)
+    b3 = b2 if b2.ndim == 3 else b2[None]
+    b_t = np.swapaxes(b3, 1, 2)                   # (T, N, K): a transposed view read as is
+    transposed = b_t.flags.c_contiguous and not b3.flags.c_contiguous
+    a3 = np.ascontiguousarray(a3)
+    team.matmul(a3, b_t if transposed else np.ascontiguousarray(b3),
+                out.reshape(products, -1, n), transposed=transposed)
+    return out
+
+
+class SharedProduct:
+    """forward of a product layer: ``shared_product`` where it applies, else the reference
+    layer's."""
+
+    def forward(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+        out = shared_product(inputs[0], inputs[1]) if len(inputs) == 2 else None
+        if out is None:
+            return super().forward(inputs)          # type: ignore[misc]
+        return [out]
+
+
+@register_fast_layer("torch.matmul")
+class FastMatMul(SharedProduct, MatMul):
+    """torch.matmul, shared with the helper threads (``shared_product``)."""
+
+
+@register_fast_layer("torch.bmm")
+class FastBMM(SharedProduct, BMM):
+    """torch.bmm, shared with the helper threads (``shared_product``)."""
+
+
+@register_fast_layer("torch.mm")
+class FastMM(SharedProduct, MM):
+    """torch.mm, shared with the helper threads (``shared_product``)."""
