@@ -1,7 +1,8 @@
-"""The products of two graph operands (torch.matmul, torch.bmm, torch.mm) shared with the
-helper threads. A model converted from ONNX, or written with explicit attention, has its
-q @ k^T and weights @ v as such operators; on the reference floor numpy runs them, on BLAS's
-own pool, which a forward with helpers caps at one thread (layers/fast/workers.py).
+"""The products of two graph operands (torch.matmul, torch.bmm, torch.mm, and the two of
+F.scaled_dot_product_attention) shared with the helper threads. A model converted from
+ONNX, or written with explicit attention, has its q @ k^T and weights @ v as such
+operators; on the reference floor numpy runs them, on BLAS's own pool, which a forward with
+helpers caps at one thread (layers/fast/workers.py).
 
 Here a float32 product of matrices whose batch dims are equal, or absent on one side, runs
 as a stack of products through the team (``Team.matmul``: bands or whole products per
@@ -24,8 +25,9 @@ from typing import Sequence
 
 import numpy as np
 
-from layers.fast import workers
+from layers.fast import softmax, workers
 from layers.fast.team import team_worth_sharing
+from layers.attention import ScaledDotProductAttention
 from layers.linear import BMM, MM, MatMul
 from layers.registry import register_fast_layer
 
@@ -87,3 +89,28 @@ class FastBMM(SharedProduct, BMM):
 @register_fast_layer("torch.mm")
 class FastMM(SharedProduct, MM):
     """torch.mm, shared with the helper threads (``shared_product``)."""
+
+
+@register_fast_layer("F.scaled_dot_product_attention")
+class FastScaledDotProductAttention(ScaledDotProductAttention):
+    """F.scaled_dot_product_attention with both products shared (``shared_product``: the
+    keys read transposed as they lie) and softmax.py's kernel over the scores, where there
+    is no mask, no causal masking and the query, key and value are float32 with the same
+    batch dims; else the reference. Finite queries and keys only: a row of scores that are
+    all -inf gives zeros in the reference (as torch does), NaN in the kernel."""
+
+    def forward(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+        query, key, value, mask = self._split(inputs)
+        if (mask is None and not self.is_causal and query.ndim >= 2
+                and all(x.dtype == np.float32 for x in (query, key, value))
+                and query.shape[:-2] == key.shape[:-2] == value.shape[:-2]
+                and np.isfinite(query).all() and np.isfinite(key).all()):
+            scores = shared_product(query, np.swapaxes(key, -1, -2))          # (..., L, S)
+            if scores is not None:
+                scale = (1.0 / math.sqrt(query.shape[-1]) if self.scale is None
+                         else self.scale)
+                scores *= np.float32(scale)
+                softmax.softmax_last(scores, scores)
+                out = shared_product(scores, value)
+                return [np.matmul(scores, value) if out is None else out]
+        return super().forward(inputs)

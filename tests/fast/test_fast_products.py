@@ -106,3 +106,53 @@ def test_layers_on_the_fast_floor(type_name, forward_with_helpers):
         vector = np.ones(a.shape[-1], np.float32)
         np.testing.assert_allclose(layer.forward([a, vector])[0], a @ vector, rtol=1e-5,
                                    atol=1e-4)
+
+
+@pytest.mark.parametrize("scale", [None, 0.3])
+@pytest.mark.parametrize("shapes", [((2, 6, 50, 32), (2, 6, 70, 32), (2, 6, 70, 24)),
+                                    ((200, 64), (150, 64), (150, 64))],
+                         ids=["heads", "one matrix"])
+def test_scaled_dot_product_attention_shared_matches_torch(shapes, scale,
+                                                           forward_with_helpers):
+    import torch.nn.functional as F
+    from helpers import make_layer
+
+    rng = np.random.default_rng(6)
+    q, k, v = (rng.standard_normal(s, dtype=np.float32) for s in shapes)
+    params = {} if scale is None else {"scale": scale}
+    layer = make_layer("F.scaled_dot_product_attention", params, fast=True)
+    before = forward_with_helpers.control[0]
+    got = layer.forward([q, k, v])[0]
+    assert forward_with_helpers.control[0] != before                # the team ran it
+    want = F.scaled_dot_product_attention(*(torch.from_numpy(a) for a in (q, k, v)),
+                                          scale=scale).numpy()
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("case", ["a mask", "causal", "a query of -inf"])
+def test_scaled_dot_product_attention_leaves_the_rest_to_the_reference(case,
+                                                                       forward_with_helpers):
+    """Masks, causal masking and non-finite queries run the reference (a row whose scores
+    are all -inf gives zeros there, as in torch; NaN rows stay NaN)."""
+    import torch.nn.functional as F
+    from helpers import make_layer
+
+    rng = np.random.default_rng(7)
+    q, k, v = (rng.standard_normal((2, 9, 8), dtype=np.float32) for _ in range(3))
+    inputs, kwargs = [q, k, v], {}
+    if case == "a mask":
+        mask = np.tril(np.ones((9, 9), bool))
+        inputs.append(mask)
+        kwargs["attn_mask"] = torch.from_numpy(mask)
+    elif case == "causal":
+        kwargs["is_causal"] = True
+    else:
+        q[0, 3] = -np.inf
+    layer = make_layer("F.scaled_dot_product_attention",
+                       {"is_causal": True} if case == "causal" else {}, fast=True)
+    before = forward_with_helpers.control[0]
+    got = layer.forward(inputs)[0]
+    assert forward_with_helpers.control[0] == before                # not the team
+    want = F.scaled_dot_product_attention(torch.from_numpy(q), torch.from_numpy(k),
+                                          torch.from_numpy(v), **kwargs).numpy()
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
