@@ -17,3 +17,18 @@ def team(request):
     team.active.set()
     yield team
     team.stop()
+
+
+@pytest.fixture
+def forward_with_helpers():
+    """Inside a forward of 2 threads (workers.sharing), the helpers spinning: the team."""
+    backend.start()
+    with workers.sharing(2):
+        team = workers.current()
+        if team is None:
+            pytest.skip("no helper threads here")
+        team.active.set()
+        try:
+            yield team
+        finally:
+            team.active.clear()

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from layers.fast import backend, products, workers
+from layers.fast import backend, products
 
 CASES = {                                         # shapes of a and b; "T": b given transposed
     "attention scores, b transposed": ((2, 6, 197, 64), (2, 6, 197, 64), "T"),
@@ -36,21 +36,6 @@ def operands(case, seed=0):
     if flag == "T":
         b = np.swapaxes(b, -1, -2)                # a view of a C-contiguous array
     return a, b
-
-
-@pytest.fixture
-def forward_with_helpers():
-    """Inside a forward of 2 threads (workers.sharing), helpers spinning."""
-    backend.start()
-    with workers.sharing(2):
-        team = workers.current()
-        if team is None:
-            pytest.skip("no helper threads here")
-        team.active.set()
-        try:
-            yield team
-        finally:
-            team.active.clear()
 
 
 @pytest.mark.parametrize("case", CASES)
