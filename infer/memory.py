@@ -356,7 +356,8 @@ M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3   # glibc's mallopt parameters (mall
 MMAP_THRESHOLD = 32 << 20    # bytes: smaller blocks come from the heap (glibc's largest)
 TRIM_THRESHOLD = 256 << 20   # bytes: free memory at the heap's top kept mapped
 # the user's own choice of these thresholds, which keep_freed_memory leaves alone
-MALLOC_SETTINGS = ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_", "GLIBC_TUNABLES")
+MALLOC_SETTINGS = ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_")
+TUNABLES = ("glibc.malloc.mmap_threshold", "glibc.malloc.trim_threshold")   # GLIBC_TUNABLES
 
 
 @functools.cache
@@ -370,10 +371,11 @@ def keep_freed_memory() -> bool:
     are free (munmap, or a trim of its heap) and maps fresh pages at the next malloc: a page
     fault per 4 KiB, every forward (ViT-S: about 4,900). Other allocators (jemalloc,
     tcmalloc) keep them. Nothing is changed where PNNX_INFER_KEEP_FREED=0, where the user set
-    glibc's own MALLOC_* or GLIBC_TUNABLES, or on another C library. True where mallopt
-    accepted both settings."""
+    either threshold itself (MALLOC_MMAP_THRESHOLD_, MALLOC_TRIM_THRESHOLD_, or their
+    GLIBC_TUNABLES), or on another C library. True where mallopt accepted both settings."""
     if (os.environ.get("PNNX_INFER_KEEP_FREED") == "0"
             or any(name in os.environ for name in MALLOC_SETTINGS)
+            or any(name in os.environ.get("GLIBC_TUNABLES", "") for name in TUNABLES)
             or not sys.platform.startswith("linux")):
         return False
     import ctypes                              # here: a build needs it, an import does not

@@ -20,11 +20,16 @@ CASES = {                                         # shapes of a and b; "T": b gi
     "one A for a stack of B": ((30, 40), (4, 40, 50), ""),
     "batch dims of one": ((1, 1, 60, 40), (1, 40, 70), ""),
     "mm": ((90, 70), (70, 80), ""),
+    "one A broadcast over two batch dims": ((1, 60, 40), (2, 3, 40, 50), ""),
+    "a right operand copied (neither layout)": ((4, 60, 40), (4, 40, 50), "S"),
+    "one row a product": ((4, 1, 512), (4, 512, 300), ""),
+    "one column a product": ((4, 300, 512), (4, 512, 1), ""),
 }
 LEFT_TO_NUMPY = {
     "a vector": ((40,), (40, 30)),
     "batch dims that broadcast": ((2, 1, 30, 40), (1, 3, 40, 20)),
     "no rows": ((2, 0, 40), (2, 40, 20)),
+    "rows of one value against one B": ((8, 1, 768), (768, 512)),
 }
 
 
@@ -35,6 +40,8 @@ def operands(case, seed=0):
     b = rng.standard_normal(shape_b, dtype=np.float32)
     if flag == "T":
         b = np.swapaxes(b, -1, -2)                # a view of a C-contiguous array
+    elif flag == "S":                             # every other row: not contiguous either way
+        b = np.repeat(b, 2, axis=-2)[..., ::2, :]
     return a, b
 
 
@@ -44,7 +51,8 @@ def test_shared_products_match_torch(case, forward_with_helpers):
     before = forward_with_helpers.control[0]
     got = products.shared_product(a, b)
     assert got is not None and forward_with_helpers.control[0] != before   # the team ran it
-    want = torch.matmul(torch.from_numpy(a), torch.from_numpy(np.ascontiguousarray(b))).numpy()
+    want = torch.matmul(torch.from_numpy(a),
+                        torch.from_numpy(np.ascontiguousarray(b))).numpy()
     assert got.shape == want.shape and got.dtype == np.float32
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4)
 
@@ -63,7 +71,29 @@ def test_what_it_does_not_take_runs_numpy(case, forward_with_helpers):
     a, b = rng.standard_normal(shape_a, dtype=np.float32), rng.standard_normal(shape_b,
                                                                                dtype=np.float32)
     assert products.shared_product(a, b) is None
+    a, b = operands("mm")
     assert products.shared_product(a.astype(np.float64), b) is None
+
+
+@pytest.mark.parametrize("case", ["one row a product", "one column a product"])
+def test_products_of_one_row_or_column_give_numpys_bits(case, forward_with_helpers):
+    """As numpy, matrix-vector products: the same bits with helpers as without."""
+    from threadpoolctl import threadpool_limits
+
+    a, b = operands(case, seed=4)
+    with threadpool_limits(1):
+        want = np.matmul(a, b)
+    np.testing.assert_array_equal(products.shared_product(a, b), want)
+
+
+def test_unaligned_operands_are_copied_aligned(forward_with_helpers):
+    a, b = operands("weights @ v", seed=8)
+    raw = np.empty(a.nbytes + 4, np.uint8)
+    unaligned = raw[1:1 + a.nbytes].view(np.float32).reshape(a.shape)   # one byte off
+    unaligned[...] = a
+    assert not unaligned.flags.aligned
+    np.testing.assert_allclose(products.shared_product(unaligned, b), np.matmul(a, b),
+                               rtol=1e-5, atol=1e-4)
 
 
 def test_without_helpers_the_reference_runs():
@@ -86,7 +116,9 @@ def test_layers_on_the_fast_floor(type_name, forward_with_helpers):
     if type_name == "torch.bmm":
         a, b = a[0], b[0]
     want = torch.matmul(torch.from_numpy(a), torch.from_numpy(np.ascontiguousarray(b))).numpy()
+    before = forward_with_helpers.control[0]
     np.testing.assert_allclose(layer.forward([a, b])[0], want, rtol=1e-5, atol=1e-4)
+    assert forward_with_helpers.control[0] != before                 # the team ran it
     if type_name == "torch.matmul":                            # a vector: numpy's
         vector = np.ones(a.shape[-1], np.float32)
         np.testing.assert_allclose(layer.forward([a, vector])[0], a @ vector, rtol=1e-5,

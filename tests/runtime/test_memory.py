@@ -432,7 +432,8 @@ def test_freed_blocks_stay_mapped_for_the_next_forward():
 
 
 def test_freed_memory_is_left_alone_where_the_user_chose(monkeypatch):
-    """PNNX_INFER_KEEP_FREED=0, or glibc's own settings in the environment: no mallopt."""
+    """PNNX_INFER_KEEP_FREED=0, or the user's own thresholds in the environment: no
+    mallopt."""
     from infer.memory import keep_freed_memory
 
     for name, value in (("PNNX_INFER_KEEP_FREED", "0"), ("MALLOC_TRIM_THRESHOLD_", "1000"),
@@ -440,6 +441,13 @@ def test_freed_memory_is_left_alone_where_the_user_chose(monkeypatch):
         with monkeypatch.context() as patch:
             patch.setenv(name, value)
             assert keep_freed_memory.__wrapped__() is False
+    with monkeypatch.context() as patch:                  # another tunable is no choice of
+        for name in ("PNNX_INFER_KEEP_FREED", "MALLOC_MMAP_THRESHOLD_",      # thresholds
+                     "MALLOC_TRIM_THRESHOLD_", "GLIBC_TUNABLES"):
+            patch.delenv(name, raising=False)
+        plain = keep_freed_memory.__wrapped__()
+        patch.setenv("GLIBC_TUNABLES", "glibc.pthread.rseq=0")
+        assert keep_freed_memory.__wrapped__() is plain
 
 
 def test_a_graph_build_keeps_freed_memory_mapped(tmp_path, monkeypatch):
