@@ -45,7 +45,7 @@ def _dense(panels, x, bias, y, code, a, b):
     """y[0] (M, N) = activation(x[0] (M, K) @ weight.T + bias) from the weight's ``panels``,
     every unit (``dense_units``)."""
     dense_units(panels, x, bias, y, np.zeros(0, np.float32), code, a, b, np.int64(0),
-                unit_count(x.shape[1], panels.shape[0]))
+                unit_count(x.shape[1], y.shape[2]))
 
 
 @kernel(nogil=True, exported=(array(3), array(3), array(1), array(3), array(1), INT, FLOAT,
@@ -54,13 +54,20 @@ def _dense_rows(weight, x, bias, y, space, code, a, b):
     """_dense on the weight as stored, weight[0] (N, K), each unit packing its panel into
     ``space`` (space_size(K) floats) first."""
     dense_units(weight, x, bias, y, space, code, a, b, np.int64(0),
-                unit_count(x.shape[1], (weight.shape[1] + COLUMNS - 1) // COLUMNS))
+                unit_count(x.shape[1], y.shape[2]))
 
 
 @kernel(nogil=True)
-def unit_count(rows, panel_count):
-    """Units of work: bands of at most BAND rows by panels."""
-    return (rows + BAND - 1) // BAND * panel_count
+def unit_count(rows, width):
+    """Units of work: bands of at most BAND rows by panels of COLUMNS of the width features
+    of y."""
+    return (rows + BAND - 1) // BAND * panel_count(width)
+
+
+@kernel(nogil=True, inline="always")
+def panel_count(width):
+    """Panels of COLUMNS features that hold ``width`` (the last one zero padded)."""
+    return (width + COLUMNS - 1) // COLUMNS
 
 
 def space_size(depth: int) -> int:
@@ -92,7 +99,7 @@ def dense_units(weight, x, bias, y, space, code, a, b, first, last):
     rows_in_x, depth = x.shape[1], x.shape[2]
     width = y.shape[2]
     packs = space.shape[0] > 0                        # the weight as stored: pack each panel
-    panel_count = (width + COLUMNS - 1) // COLUMNS if packs else weight.shape[0]
+    panels = panel_count(width)
     lo, hi = clamp_bounds(code, a, b)                 # ReLU and ReLU6 are clamps
     open_lo, open_hi = np.float32(-np.inf), np.float32(np.inf)
     has_bias = bias.shape[0] > 0
@@ -100,7 +107,7 @@ def dense_units(weight, x, bias, y, space, code, a, b, first, last):
     ws = space if packs else weight.reshape(weight.size)
     no_bias, no_residual = np.zeros(ROWS, np.float32), xs[:0]
     for unit in range(first, last):
-        band, panel = unit // panel_count, unit % panel_count
+        band, panel = unit // panels, unit % panels
         start = band * BAND
         stop = min(rows_in_x, start + BAND)
         c0 = panel * COLUMNS

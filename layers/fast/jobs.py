@@ -456,9 +456,8 @@ def _pointwise_transposed_job(record, reals, panels, x, bias, residual, y, space
 def _dense_job(record, reals, weight, x, bias, y, space, code, act_a, act_b):
     """DENSE, as dense._dense (``space`` of no rows: ``weight`` is panels) or _dense_rows
     (a row of ``space`` per thread of the team) (units: bands of rows by panels)."""
-    panels = (y.shape[2] + dense.COLUMNS - 1) // dense.COLUMNS
-    _pointwise_record(record, reals, DENSE, dense.unit_count(x.shape[1], panels), weight, x,
-                      bias, x[:0], y, space, code, act_a, act_b)     # x[:0]: no residual
+    _pointwise_record(record, reals, DENSE, dense.unit_count(x.shape[1], y.shape[2]), weight,
+                      x, bias, x[:0], y, space, code, act_a, act_b)  # x[:0]: no residual
 
 
 @kernel(inline="always")

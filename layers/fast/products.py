@@ -45,6 +45,13 @@ def shared_product(a: np.ndarray, b: np.ndarray) -> np.ndarray | None:
         return None
     (m, k), n = a.shape[-2:], b.shape[-1]
     batch_a, batch_b = a.shape[:-2], b.shape[:-2]
+    try:
+        batch = np.broadcast_shapes(batch_a, batch_b)
+    except ValueError:                            # numpy's error, from numpy's matmul
+        return None
+    team = team_worth_sharing(math.prod(batch) * m * k * n, SHARED_FROM)
+    if team is None:                              # before any copy of the operands
+        return None
     if math.prod(batch_b) == 1 and (m > 1 or math.prod(batch_a) == 1):
         a3, products = a.reshape(1, -1, k), 1     # one B: all of A's rows in one product
         b2 = b.reshape(k, n)
@@ -54,10 +61,6 @@ def shared_product(a: np.ndarray, b: np.ndarray) -> np.ndarray | None:
         b2 = b.reshape(products, k, n)
     else:                                         # batch dims that broadcast (or rows of
         return None                               # one value against one B): numpy's
-    batch = np.broadcast_shapes(batch_a, batch_b)
-    team = team_worth_sharing(a3.shape[1] * k * n * products, SHARED_FROM)
-    if team is None:
-        return None
     out = np.empty((*batch, m, n), np.float32)
     b3 = b2 if b2.ndim == 3 else b2[None]
     b_t = np.swapaxes(b3, 1, 2)                   # (T, N, K): a transposed view read as is
