@@ -369,10 +369,10 @@ def keep_freed_memory() -> bool:
     Layers that return a new array (a Linear's output, an attention's scores) allocate the
     same sizes in every forward. By default glibc gives such blocks back to the OS once a few
     are free (munmap, or a trim of its heap) and maps fresh pages at the next malloc: a page
-    fault per 4 KiB, every forward (ViT-S: about 4,900). Other allocators (jemalloc,
-    tcmalloc) keep them. Nothing is changed where PNNX_INFER_KEEP_FREED=0, where the user set
-    either threshold itself (MALLOC_MMAP_THRESHOLD_, MALLOC_TRIM_THRESHOLD_, or their
-    GLIBC_TUNABLES), or on another C library. True where mallopt accepted both settings."""
+    fault per 4 KiB, every forward. Other allocators (jemalloc, tcmalloc) keep them. Nothing
+    is changed where PNNX_INFER_KEEP_FREED=0, where the user set either threshold itself
+    (MALLOC_MMAP_THRESHOLD_, MALLOC_TRIM_THRESHOLD_, or their GLIBC_TUNABLES), or on another
+    C library. True where mallopt accepted both settings."""
     if (os.environ.get("PNNX_INFER_KEEP_FREED") == "0"
             or any(name in os.environ for name in MALLOC_SETTINGS)
             or any(name in os.environ.get("GLIBC_TUNABLES", "") for name in TUNABLES)
