@@ -45,8 +45,9 @@ F(4x4)'s channel range is where its largest error against float64 is measured wi
 torch's (layers/fast/winograd.py, tests/fast/test_precision.py): its output transform
 amplifies the rounding of each product's sum, which dominates with few channels (a handful of
 products, torch's error a few ulps: up to 3x torch's at 64 channels); with more channels
-torch's own error grows faster than F(4x4)'s chains of 16 (0.2-0.8x torch's from 128 to 512
-channels). Past 512 it is not measured. F(2x2)'s stays within it at any count.
+torch's own error grows faster than F(4x4)'s chains of 16 to 64 (pointwise.stack_chain:
+0.3-0.8x torch's from 128 to 512 channels). Past 512 it is not measured. F(2x2)'s stays
+within it at any count.
 
 Winograd's transforms add and subtract a whole tile's inputs, so an Inf or NaN would spread
 over the tile (inf - inf) where torch keeps it in the windows that read it: an input that is

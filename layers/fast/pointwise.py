@@ -12,14 +12,14 @@ is read as it is; ``weight`` may also be a stack (N, C_out, C_in), one matrix pe
 
 The sum over C_in is taken in chains of fused multiply-adds, each from zero and added in
 turn to the sum of those before (``tile_add``): chains of K_BLOCK channels for one matrix,
-of STACK_CHAIN for a stack, whose sums Winograd's output transform amplifies (a chain's
-float32 error grows with the partial sums it carries; short chains added up stay nearer
-the exact sum: tests/fast/test_precision.py). Where a slice of the sum is one chain (most
-1x1 layers, on whole vectors of x), the chain runs straight into the tile and is added to
-zero or to the slices before it only after it has run: the same additions as ever (a
-chain of tiny negative products that ends in -0.0 still gives 0 + -0.0 = +0.0), without
-holding a second tile while a chain runs, which would spill one to memory on AVX2 (16
-registers: one tile and its operands).
+of 16 to 64 for a stack (``stack_chain``, by C_in), whose sums Winograd's output
+transform amplifies (a chain's float32 error grows with the partial sums it carries; short
+chains added up stay nearer the exact sum: tests/fast/test_precision.py). Where a slice of
+the sum is one chain (most 1x1 layers, on whole vectors of x), the chain runs straight
+into the tile and is added to zero or to the slices before it only after it has run: the
+same additions as ever (a chain of tiny negative products that ends in -0.0 still gives
+0 + -0.0 = +0.0), without holding a second tile while a chain runs, which would spill one
+to memory on AVX2 (16 registers: one tile and its operands).
 
 Work is cut into bands of pixels of at most X_BLOCK floats of x (``block_width``), each band
 into blocks of ROWS channels, so that a band of x stays in cache while every block reads it.
@@ -67,7 +67,9 @@ from layers.fast.team import scratch, team_worth_sharing
 X_BLOCK = 1 << 16      # floats of x a band of pixels reads (256 KiB)
 K_BLOCK = 256          # input channels summed per pass over the output (when C_in is more)
 SHARED_FROM = 1 << 18  # multiply-adds: a smaller product runs faster alone than shared
-STACK_CHAIN = 16       # channels per chain of a stack's sums (Winograd's products)
+STACK_CHAIN = 16       # channels per chain of a stack's sums (Winograd's products) ...
+LONG_CHAINS_FROM = 128 # ... twice as many from this many input channels on, four times as
+                       # many from twice as many (``stack_chain``)
 LINE_FLOATS = 16       # floats in a 64-byte cache line: rows of x whose length is not a
                        # multiple of it are packed (a vector across two lines costs two)
 SET_FLOATS = 1 << 14   # the cache packs_x models: ways of this many floats (64 KiB) ...
@@ -84,6 +86,18 @@ def _pointwise(weight, x, bias, residual, y, space, geometry, code, a, b):
     forget_band(space)
     pointwise_blocks(weight, x, bias, residual, y, space, geometry, code, a, b, np.int64(0),
                      block_count(weight.shape[2], weight.shape[1], y.shape[0], y.shape[2]))
+
+
+@kernel(nogil=True, inline="always")
+def stack_chain(c_in):
+    """Channels per chain of a stack's sum over ``c_in`` channels: STACK_CHAIN, times 2 from
+    LONG_CHAINS_FROM channels, times 4 from twice as many. A chain ends in adding its tile to
+    the sum of those before, 12 vectors read from y and written back; with many channels
+    the rounding of the sum itself grows faster than that of longer chains
+    (tests/fast/test_precision.py)."""
+    if c_in < LONG_CHAINS_FROM:
+        return STACK_CHAIN
+    return 2 * STACK_CHAIN if c_in < 2 * LONG_CHAINS_FROM else 4 * STACK_CHAIN
 
 
 @kernel(nogil=True, inline="always")
@@ -252,7 +266,7 @@ def pointwise_blocks(weight, x, bias, residual, y, space, geometry, code, a, b, 
     rs = residual.reshape(residual.size)
     pack = packs_x(c_in, c_out, length, cols)         # x copied band by band, or in place
     step = width if cols else COLUMNS if pack else length   # from x[k, p] to x[k + 1, p]
-    chain = STACK_CHAIN if stacked else K_BLOCK       # channels per chain of the sum
+    chain = stack_chain(c_in) if stacked else K_BLOCK  # channels per chain of the sum
     held = space[:HEADER]                             # which band the work space holds
     keep = y.shape[0] * bands < (1 << 24)             # band numbers exact as float32
     packed, xs = space[HEADER:HEADER + min(c_in, K_BLOCK) * width], x.reshape(x.size)

@@ -20,11 +20,12 @@ In float32 the error of output (i, j) grows with s_i s_j, where
 
 and these points give a largest s_i^2 within 1% of the least found for any five points and
 infinity, 4.4x below that of 0, +-1, +-2. Most of the error is the float32 rounding of the
-36 sums over input channels, which A amplifies: they run in chains of 16 channels
-(pointwise.STACK_CHAIN), and algorithms.py runs F(4x4) only with WINOGRAD_MIN_CHANNELS to
-WINOGRAD_MAX_CHANNELS input channels, where its largest error against float64 stays within
-4x torch's (tests/fast/test_precision.py). The transforms run in float32, with float32
-constants. Tiles hanging over the border read zeros and write nothing outside the output.
+36 sums over input channels, which A amplifies: they run in chains of 16 channels, longer
+with more channels (pointwise.stack_chain), and algorithms.py runs F(4x4) only with
+WINOGRAD_MIN_CHANNELS to WINOGRAD_MAX_CHANNELS input channels, where its largest error
+against float64 stays within 4x torch's (tests/fast/test_precision.py). The transforms run
+in float32, with float32 constants. Tiles hanging over the border read zeros and write
+nothing outside the output.
 """
 
 from __future__ import annotations
