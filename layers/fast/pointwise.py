@@ -41,12 +41,17 @@ band straight into the work space (``cols_band``, from the stride phases of its 
 its ``geometry``, in rows of the band's width) rather than all at once into memory and read
 back.
 
-A band's last tile is usually partial: one of at most LANES columns runs one vector a row
+A band's last tile is usually partial. One of at most LANES columns runs one vector a row
 (``tile_fma_narrow``, half the multiply-adds: 196 pixels in 16-float vectors are 13 of
 them, not 14); its rows of x are still read as whole vectors where the array goes on (those
 lanes are summed and never stored); only at the very end of x does a masked load read less.
-Each value of y is the same sum (the same chains, added in the same order) wherever its
-block falls, so the result does not depend on how many threads share the work.
+Where x is packed in strips (not for a stack or a convolution's cols), that last strip is
+laid out along k instead and its columns are dot products, k in the lanes (``tail_dots``):
+a broadcast weight per multiply-add would cost a load for every useful product (7x7
+images, 49 pixels, have a tail of one pixel in a vector of LANES). Each value of y
+is the same sum (the same chains, added in the same order) wherever its block falls, and
+which pixels are a tail depends on the product's shape only, so the result does not depend
+on how many threads share the work (nor, for 1x1 convolutions, on the batch).
 """
 
 from __future__ import annotations
@@ -59,9 +64,9 @@ from layers.fast.kernel import FLOAT, INT, array, kernel
 from layers.fast.epilogue import CLAMP, NONE, RELU, Activation, activate_block, clamp_bounds
 from layers.fast.phases import (DIL_W, KH, KW, LEFT, OUT_W, STRIDE_W, WIDTH, columns_inside,
                                 geometry_layout)
-from layers.fast.simd import (COLUMNS, LANES, ROWS, tile_add, tile_fma, tile_fma_narrow,
-                              tile_load, tile_store, tile_zero, vector_copy_part,
-                              vector_load, vector_store)
+from layers.fast.simd import (COLUMNS, LANES, ROWS, tile_add, tile_dot_pair, tile_fma,
+                              tile_fma_narrow, tile_fold_dots, tile_load, tile_store,
+                              tile_zero, vector_copy_part, vector_load, vector_store)
 from layers.fast.team import scratch, team_worth_sharing
 
 X_BLOCK = 1 << 16      # floats of x a band of pixels reads (256 KiB)
@@ -211,7 +216,7 @@ def cols_band(phases, image, geometry, row_len, tap_start, k0, k1, start, stop, 
 
 
 @kernel(nogil=True, inline="always")
-def pack_strips(xs, first, length, k0, k1, start, stop, packed):
+def pack_strips(xs, first, length, k0, k1, start, stop, packed, tail_along_k):
     """Rows k0 .. k1 - 1 of x (x[k, p] at xs[first + k * length + p]), pixels start ..
     stop - 1, into ``packed`` in strips of COLUMNS pixels, each strip's rows one after the
     other::
@@ -222,13 +227,45 @@ def pack_strips(xs, first, length, k0, k1, start, stop, packed):
     so that a tile reads one run of memory, strip after strip, rather than a vector from
     each of k1 - k0 rows (rows a multiple of 4 KiB apart, as on 32x32 images, all fall in
     the same few sets of the L1 cache). Lanes past ``stop`` in the last strip keep what they
-    held: they are summed and never stored."""
-    depth = (k1 - k0) * COLUMNS
+    held: they are summed and never stored. With ``tail_along_k``, a last strip of at most
+    LANES pixels (a narrow tile's: ``tail_dots``) is laid out along k instead, pixel after
+    pixel::
+
+        packed[(p - start) // COLUMNS * (k1 - k0) * COLUMNS + (p - p_tail) * (k1 - k0)
+               + k - k0] = x[k, p]"""
+    depth, rows = (k1 - k0) * COLUMNS, k1 - k0
+    tail = start + (stop - start - 1) // COLUMNS * COLUMNS      # the last strip's first pixel
+    whole = tail if tail_along_k and stop - tail <= LANES else stop   # strips as they lie
     for k in range(k0, k1):
         row, target = first + k * length, (k - k0) * COLUMNS
-        for p in range(start, stop, COLUMNS):
+        for p in range(start, whole, COLUMNS):
             copy_run(xs, row + p, packed, target + (p - start) // COLUMNS * depth,
                      min(COLUMNS, stop - p))
+    if whole == tail:
+        at = (tail - start) // COLUMNS * depth
+        for k in range(k0, k1):
+            for p in range(tail, stop):
+                packed[at + (p - tail) * rows + k - k0] = xs[first + k * length + p]
+
+
+@kernel(nogil=True, inline="never")
+def tail_dots(w, w0, c_in, rows, packed, at, k0, k1, h0, h1, count):
+    """The sums over k = h0 .. h1 - 1 of a narrow tile (at most LANES pixels) as a narrow
+    tile: for r < ROWS, j < count, lane j of row r's first vector holds
+    sum_k weight[r, k] x[k, j], from the tail strip pack_strips lays out along k at
+    packed[at:], x[k, j] at at + j * (k1 - k0) + k - k0. Two pixels at a time, k in the
+    lanes (``tile_dot_pair``): a broadcast of one weight a multiply-add, as a narrow tile of
+    the strips runs, would read as many values as it multiplies."""
+    sums = tile_zero()
+    rows_k = k1 - k0
+    for j in range(0, count, 2):
+        second = rows_k if j + 1 < count else 0          # a last pixel alone: read twice
+        dots = tile_zero()
+        for k in range(h0, h1, LANES):
+            dots = tile_dot_pair(dots, w, w0 + k, c_in, rows, packed,
+                                 at + j * rows_k + k - k0, second, min(LANES, h1 - k))
+        sums = tile_fold_dots(sums, dots, j)
+    return sums
 
 
 @kernel(nogil=True, inline="always")
@@ -265,6 +302,10 @@ def pointwise_blocks(weight, x, bias, residual, y, space, geometry, code, a, b, 
     w, ys = weight.reshape(weight.size), y.reshape(y.size)
     rs = residual.reshape(residual.size)
     pack = packs_x(c_in, c_out, length, cols)         # x copied band by band, or in place
+    # a narrow tile as dot products (``tail_dots``), where x is packed in strips and the
+    # tail's pixels are the same in any call: not a stack's, whose tiles (Winograd's) fall
+    # in the tail or not as its batch is cut into chunks (their bits may not depend on it)
+    dots = pack and not cols and not stacked
     step = width if cols else COLUMNS if pack else length   # from x[k, p] to x[k + 1, p]
     chain = stack_chain(c_in) if stacked else K_BLOCK  # channels per chain of the sum
     held = space[:HEADER]                             # which band the work space holds
@@ -289,7 +330,7 @@ def pointwise_blocks(weight, x, bias, residual, y, space, geometry, code, a, b, 
                                   stop, packed, width)
                     else:
                         pack_strips(xs, image * c_in * length, length, k0, k1, start, stop,
-                                    packed)
+                                    packed, dots)
             c0 = panel * ROWS
             rows = min(ROWS, c_out - c0)
             w0 = ((image * c_out if stacked else 0) + c0) * c_in    # weight[., c0, 0]
@@ -325,7 +366,10 @@ def pointwise_blocks(weight, x, bias, residual, y, space, geometry, code, a, b, 
                     for h0 in range(k0, k1, chain):   # tile += a chain, from zero
                         part = tile_zero()
                         h1 = min(k1, h0 + chain)
-                        if inside and narrow:         # weight[c0:, k] x[k, p0:], whole vectors
+                        if narrow and dots:           # the tail strip, along k
+                            part = tail_dots(w, w0, c_in, rows, packed,
+                                             (p0 - start) * (k1 - k0), k0, k1, h0, h1, count)
+                        elif inside and narrow:       # weight[c0:, k] x[k, p0:], whole vectors
                             for k in range(h0, h1):
                                 part = tile_fma_narrow(part, w, w0 + k, c_in, rows, source,
                                                        x0 + k * step, LANES)

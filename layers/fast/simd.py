@@ -13,11 +13,13 @@ holds ``LANES`` floats: 16 with AVX-512 (32 registers), else 8 (AVX2's 16 regist
 12 accumulators, 2 rows of B and a broadcast), so a tile is 6 x 32 or 6 x 16; wider vectors
 than the registers would spill the accumulators to memory on every k. numba's arrays live in
 memory, so the block is a value of its own type, an LLVM array of 12 ``<LANES x float>``
-vectors that the compiler keeps in registers, and five intrinsics work on it::
+vectors that the compiler keeps in registers, and these intrinsics work on it::
 
     tile = tile_zero()                                    # or tile_load(c, ...): carry on
     tile = tile_fma(tile, a, a_first, a_step, rows, b, b_first, count)
     tile = tile_fma_narrow(...)                           # the same, first vector only
+    dots = tile_dot_pair(dots, a, ..., b_step, count)     # k in the lanes: dot products
+    tile = tile_fold_dots(tile, dots, lane)               # ... summed into a narrow tile
     tile = tile_add(tile, part)                           # a sum taken in parts
     tile_store(tile, c, c_first, c_step, rows, count, bias, bias_first, residual, lo, hi)
 
@@ -315,6 +317,64 @@ def tile_fma_narrow():
         they are): a strip of at most LANES columns at half the multiply-adds."""
         return tile(tile, a, a_first, a_step, rows, b, b_first, count), _tile_fma_codegen(1)
     return tile_fma_narrow
+
+
+@intrinsic
+def tile_dot_pair():
+    from numba.extending import intrinsic as numba_intrinsic
+
+    @numba_intrinsic
+    def tile_dot_pair(typingctx, tile, a, a_first, a_step, rows, b, b_first, b_step, count):
+        """Dot products with k in the lanes: for r < ROWS, v < 2, lane l < count,
+        tile[r, v][l] += a[a_first + r * a_step + l] * b[b_first + v * b_step + l]: rows of
+        a and two runs of b (two columns of B laid out along k), 8 loads and 12 fused
+        multiply-adds for LANES values of k. ``tile_fold_dots`` sums each vector's lanes.
+        Lanes past ``count`` read nothing and add 0; rows past ``rows`` read the last."""
+        def codegen(context, builder, signature, args):
+            emit = _Emit(context, builder, signature, args)
+            tile, count = args[0], emit.int(8)
+            first, second = emit.int(6), builder.add(emit.int(6), emit.int(7))
+            columns = [emit.load(emit.pointer(5, at), count) for at in (first, second)]
+            for r, offset in enumerate(emit.row_offsets(emit.int(2), emit.int(3), emit.int(4))):
+                row = emit.load(emit.pointer(1, offset), count)
+                for v in range(VECTORS):
+                    slot = r * VECTORS + v
+                    total = emit.fma(row, columns[v], builder.extract_value(tile, slot))
+                    tile = builder.insert_value(tile, total, slot)
+            return tile
+        return tile(tile, a, a_first, a_step, rows, b, b_first, b_step, count), codegen
+    return tile_dot_pair
+
+
+@intrinsic
+def tile_fold_dots():
+    from numba.extending import intrinsic as numba_intrinsic
+
+    @numba_intrinsic
+    def tile_fold_dots(typingctx, tile, dots, lane):
+        """``tile`` with lanes ``lane`` and ``lane + 1`` (lane even, < LANES) of each row's
+        first vector set to the sums of the lanes of ``dots[r, 0]`` and ``dots[r, 1]``
+        (tile_dot_pair's), each summed as a tree of halves: a narrow tile whose columns
+        were computed as dot products."""
+        def codegen(context, builder, signature, args):
+            emit = _Emit(context, builder, signature, args)
+            tile, dots = args[0], args[1]
+            lane = builder.trunc(emit.int(2), emit.i32)
+            for r in range(ROWS):
+                row = builder.extract_value(tile, r * VECTORS)
+                for v in range(VECTORS):
+                    values = [builder.extract_element(builder.extract_value(dots, r * VECTORS + v),
+                                                      emit.ir.Constant(emit.i32, i))
+                              for i in range(LANES)]
+                    while len(values) > 1:          # lanes i and i + half, then again
+                        half = len(values) // 2
+                        values = [builder.fadd(values[i], values[i + half]) for i in range(half)]
+                    row = builder.insert_element(row, values[0],
+                                                 builder.add(lane, emit.ir.Constant(emit.i32, v)))
+                tile = builder.insert_value(tile, row, r * VECTORS)
+            return tile
+        return tile(tile, dots, lane), codegen
+    return tile_fold_dots
 
 
 @intrinsic

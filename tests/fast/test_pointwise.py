@@ -4,7 +4,7 @@ each on every case: tile edges in both directions, bands of pixels, the widening
 pack x in strips, the narrowing ones that read it in place (rows of whole cache lines) or pack
 it too (rows not whole lines, or in too few sets of the caches), slices of a long sum, every
 activation, a residual, Inf and NaN; the same bits on any number of threads, and from either
-kernel."""
+kernel (but where the upright one sums a narrow tail as dot products: ``dot_tail``)."""
 
 from __future__ import annotations
 
@@ -36,6 +36,7 @@ CASES = {                                     # N, C_in, C_out, H, W
     "one channel out": (2, 16, 1, 5, 7),
     "a whole tile": (1, 4, ROWS, 1, COLUMNS),
     "a last strip of one vector": (2, 20, 14, 1, COLUMNS + LANES),
+    "a tail of three pixels, slices of K": (1, pointwise.K_BLOCK + 37, 20, 1, 2 * COLUMNS + 3),
     "narrowing, three slices of K": (1, 2 * pointwise.K_BLOCK + 88, 40, 7, 7),
     "widening, two slices of K": (2, pointwise.K_BLOCK + 1, 270, 5, 5),
     "two bands of pixels transposed": (2, 24, 40, 1, pointwise_transposed.BAND + 7),
@@ -54,6 +55,40 @@ ACTIVATIONS = {                               # the kernel's, and torch's
     "hardsigmoid": (Activation(HARDSIGMOID), F.hardsigmoid),
     "gelu": (Activation(GELU), F.gelu),
 }
+
+
+def dot_tail(c_in: int, c_out: int, length: int) -> np.ndarray:
+    """Which of ``length`` pixels the upright kernel sums as dot products (pointwise.tail_dots:
+    the last strip of a band, if it has at most LANES pixels and x is packed in strips)."""
+    bands, packs = pointwise.band_plan(c_in, c_out, length, False)
+    per_band = -(-length // bands)                                  # block_width's
+    width = -(-per_band // COLUMNS) * COLUMNS
+    tail = np.zeros(length, bool)
+    for start in range(0, length, width):
+        stop = min(length, start + width)
+        last = start + (stop - start - 1) // COLUMNS * COLUMNS
+        tail[last:stop] = packs and stop - last <= LANES
+    return tail
+
+
+def assert_layouts_agree(transposed: np.ndarray, upright: np.ndarray, weight: np.ndarray,
+                         x: np.ndarray) -> None:
+    """The transposed kernel's result (N, C_out, L) against the upright one's, both of
+    weight (C_out, C_in) @ x (N, C_in, L) and an epilogue: the same bits, but where the
+    upright kernel sums a narrow tail as dot products (``dot_tail``), whose sums round
+    otherwise. There they must agree within float32's rounding of the two sums, 2 C_in eps
+    sum_k |w x| (the epilogue's activations change a difference no more than this), and in
+    Inf and NaN."""
+    c_out, c_in = weight.shape
+    tail = dot_tail(c_in, c_out, upright.shape[2])
+    np.testing.assert_array_equal(transposed[..., ~tail].view(np.int32),
+                                  upright[..., ~tail].view(np.int32))
+    got, want = transposed[..., tail].astype(np.float64), upright[..., tail].astype(np.float64)
+    with np.errstate(invalid="ignore"):
+        magnitude = np.abs(weight.astype(np.float64)) @ np.abs(x[..., tail].astype(np.float64))
+        bound = 2 * c_in * np.finfo(np.float32).eps * magnitude
+        close = (np.abs(got - want) <= bound) | (got == want) | (np.isnan(got) & np.isnan(want))
+    assert close.all(), (got[~close], want[~close])
 
 
 def data(case, seed=0):
@@ -131,7 +166,9 @@ def test_both_layouts_give_the_same_bits_and_write_only_y(case, residual, name):
         guarded = np.full(upright.size + 2 * 64, 7.5, np.float32)
         y = guarded[64:-64].reshape(upright.shape)
         packed.run(x * 3, (0, 0, 0, 0), x.shape[2:], activation, residual_or_none, y)
-    np.testing.assert_array_equal(y.view(np.int32), upright.view(np.int32))
+    n, c_out, c_in = upright.shape[0], upright.shape[1], x.shape[1]
+    assert_layouts_agree(y.reshape(n, c_out, -1), upright.reshape(n, c_out, -1),
+                         weight.reshape(c_out, c_in), (x * 3).reshape(n, c_in, -1))
     assert (guarded[:64] == 7.5).all() and (guarded[-64:] == 7.5).all()
 
 
@@ -198,7 +235,7 @@ def test_any_number_of_threads_gives_the_same_bits(case, activation, team):
     transposed = np.full_like(r3, np.nan)
     space = np.empty((team.threads, pointwise_transposed.space_size()), np.float32)
     team.pointwise_transposed(panels, x3, bias, r3, transposed, space, activation)
-    np.testing.assert_array_equal(transposed, alone)
+    assert_layouts_agree(transposed, alone, w2, x3)
 
 
 CONVOLUTIONS = {   # (N, C_in, H, W), C_out, kernel, stride, (top, bottom, left, right), dilation
