@@ -47,8 +47,8 @@ them, not 14); its rows of x are still read as whole vectors where the array goe
 lanes are summed and never stored); only at the very end of x does a masked load read less.
 Where x is packed in strips (not for a stack or a convolution's cols), that last strip is
 laid out along k instead and its columns are dot products, k in the lanes (``tail_dots``):
-a broadcast weight per multiply-add would cost a load for every useful product (7x7
-images, 49 pixels, have a tail of one pixel in a vector of LANES). Each value of y
+a broadcast weight per multiply-add would cost a load for every useful product (with
+8-float vectors, 7x7 images end in a tail of one pixel). Each value of y
 is the same sum (the same chains, added in the same order) wherever its block falls, and
 which pixels are a tail depends on the product's shape only, so the result does not depend
 on how many threads share the work (nor, for 1x1 convolutions, on the batch).
@@ -97,9 +97,9 @@ def _pointwise(weight, x, bias, residual, y, space, geometry, code, a, b):
 def stack_chain(c_in):
     """Channels per chain of a stack's sum over ``c_in`` channels: STACK_CHAIN, times 2 from
     LONG_CHAINS_FROM channels, times 4 from twice as many. A chain ends in adding its tile to
-    the sum of those before, 12 vectors read from y and written back; with many channels
-    the rounding of the sum itself grows faster than that of longer chains
-    (tests/fast/test_precision.py)."""
+    the sum of those before (12 vector additions, and on AVX2, whose registers do not hold
+    the two tiles, loads and stores of one); with many channels the rounding of the sum
+    itself grows faster than that of longer chains (tests/fast/test_precision.py)."""
     if c_in < LONG_CHAINS_FROM:
         return STACK_CHAIN
     return 2 * STACK_CHAIN if c_in < 2 * LONG_CHAINS_FROM else 4 * STACK_CHAIN
@@ -249,23 +249,36 @@ def pack_strips(xs, first, length, k0, k1, start, stop, packed, tail_along_k):
 
 
 @kernel(nogil=True, inline="never")
-def tail_dots(w, w0, c_in, rows, packed, at, k0, k1, h0, h1, count):
-    """The sums over k = h0 .. h1 - 1 of a narrow tile (at most LANES pixels) as a narrow
-    tile: for r < ROWS, j < count, lane j of row r's first vector holds
-    sum_k weight[r, k] x[k, j], from the tail strip pack_strips lays out along k at
-    packed[at:], x[k, j] at at + j * (k1 - k0) + k - k0. Two pixels at a time, k in the
-    lanes (``tile_dot_pair``): a broadcast of one weight a multiply-add, as a narrow tile of
-    the strips runs, would read as many values as it multiplies."""
+def tail_dots(w, w0, c_in, rows, packed, at, k0, k1, count, ys, y_at, length, whole, bias,
+              c0, rs, lo, hi, no_bias):
+    """A narrow tile (at most LANES pixels) over the slice k0 .. k1 - 1 (one chain: a
+    single matrix's), its sums sum_k weight[c0 + r, k] x[k, j] taken as dot products from
+    the tail strip pack_strips lays out along k at packed[at:] (x[k, j] at at + j * (k1 -
+    k0) + k - k0), two pixels at a time, k in the lanes (``tile_dot_pair``): a broadcast
+    of one weight a multiply-add would read as many values as it multiplies. Then, as
+    pointwise_blocks does with a tile: added to zero or to the slices before it (read from
+    y at ``y_at``), stored, finished if the slice is the last (``whole``; ``no_bias``: ROWS
+    zeros, for a partial sum). A function of
+    its own (not inlined: in the loop of the products, it slows the stacked ones), which
+    takes and returns no tile (numba's just-in-time functions do not pass them)."""
     sums = tile_zero()
     rows_k = k1 - k0
     for j in range(0, count, 2):
         second = rows_k if j + 1 < count else 0          # a last pixel alone: read twice
         dots = tile_zero()
-        for k in range(h0, h1, LANES):
+        for k in range(k0, k1, LANES):
             dots = tile_dot_pair(dots, w, w0 + k, c_in, rows, packed,
-                                 at + j * rows_k + k - k0, second, min(LANES, h1 - k))
+                                 at + j * rows_k + k - k0, second, min(LANES, k1 - k))
         sums = tile_fold_dots(sums, dots, j)
-    return sums
+    if k0 == 0:
+        tile = tile_add(tile_zero(), sums)
+    else:
+        tile = tile_add(tile_load(ys, y_at, length, rows, count), sums)
+    if whole:
+        tile_store(tile, ys, y_at, length, rows, count, bias, c0, rs, lo, hi)
+    else:                                                # a partial sum, stored as it is
+        tile_store(tile, ys, y_at, length, rows, count, no_bias, 0, rs[:0],
+                   np.float32(-np.inf), np.float32(np.inf))
 
 
 @kernel(nogil=True, inline="always")
@@ -304,7 +317,8 @@ def pointwise_blocks(weight, x, bias, residual, y, space, geometry, code, a, b, 
     pack = packs_x(c_in, c_out, length, cols)         # x copied band by band, or in place
     # a narrow tile as dot products (``tail_dots``), where x is packed in strips and the
     # tail's pixels are the same in any call: not a stack's, whose tiles (Winograd's) fall
-    # in the tail or not as its batch is cut into chunks (their bits may not depend on it)
+    # in the tail or not as its batch is cut into chunks (their bits may not depend on it);
+    # a single matrix sums a slice as one chain (K_BLOCK), which tail_dots takes whole
     dots = pack and not cols and not stacked
     step = width if cols else COLUMNS if pack else length   # from x[k, p] to x[k + 1, p]
     chain = stack_chain(c_in) if stacked else K_BLOCK  # channels per chain of the sum
@@ -346,6 +360,10 @@ def pointwise_blocks(weight, x, bias, residual, y, space, geometry, code, a, b, 
                 else:
                     x0 = image * c_in * length + p0   # x in place
                 inside = x0 + (k1 - 1) * step + read <= source.size
+                if narrow and dots:                   # the tail strip, along k
+                    tail_dots(w, w0, c_in, rows, packed, (p0 - start) * (k1 - k0), k0, k1,
+                              count, ys, at, length, whole, bias, c0, rs, lo, hi, no_bias)
+                    continue
                 if k1 - k0 <= chain and inside and not narrow:
                     # the common tile: the slice's sum is one chain, taken straight into it,
                     # then added to zero or to the slices before it, read only now (a
@@ -366,10 +384,7 @@ def pointwise_blocks(weight, x, bias, residual, y, space, geometry, code, a, b, 
                     for h0 in range(k0, k1, chain):   # tile += a chain, from zero
                         part = tile_zero()
                         h1 = min(k1, h0 + chain)
-                        if narrow and dots:           # the tail strip, along k
-                            part = tail_dots(w, w0, c_in, rows, packed,
-                                             (p0 - start) * (k1 - k0), k0, k1, h0, h1, count)
-                        elif inside and narrow:       # weight[c0:, k] x[k, p0:], whole vectors
+                        if inside and narrow:       # weight[c0:, k] x[k, p0:], whole vectors
                             for k in range(h0, h1):
                                 part = tile_fma_narrow(part, w, w0 + k, c_in, rows, source,
                                                        x0 + k * step, LANES)

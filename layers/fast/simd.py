@@ -59,7 +59,9 @@ from parser.errors import InferError
 def vector_lanes() -> int:
     """Floats per vector register of this CPU: 16 with AVX-512 (its flags, from Linux's
     /proc/cpuinfo, list avx512f), else 8. ``PNNX_INFER_LANES=8`` or ``16`` overrides it (to
-    test the other width; any width computes the same values, only the speed differs)."""
+    test the other width; any width computes the same values, only the speed differs, but
+    for pointwise.py's dot products of a narrow tail: which pixels are one, and how k falls
+    in the lanes, depend on the width)."""
     wanted = os.environ.get("PNNX_INFER_LANES", "").strip()
     if wanted:
         if wanted not in ("8", "16"):

@@ -20,7 +20,7 @@ the image small (ResNet's 512-channel convolutions at 7x7): its 16 GEMMs have 4x
 to share each weight with, and 2.25x fewer weights to read (layers/fast/conv.py chooses).
 All its coefficients are 0, +-1 and +-1/2, exact in float32; its largest error against
 float64 stays within 4x torch's at any number of input channels (its sums, as F(4x4)'s, in
-chains of 16 channels: tests/fast/test_precision.py).
+chains of 16 to 64 channels, by their count: pointwise.stack_chain; tests/fast/test_precision.py).
 """
 
 from __future__ import annotations
