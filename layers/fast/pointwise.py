@@ -48,10 +48,10 @@ lanes are summed and never stored); only at the very end of x does a masked load
 Where x is packed in strips (not for a stack or a convolution's cols), that last strip is
 laid out along k instead and its columns are dot products, k in the lanes (``tail_dots``):
 a broadcast weight per multiply-add would cost a load for every useful product (with
-8-float vectors, 7x7 images end in a tail of one pixel). Each value of y
-is the same sum (the same chains, added in the same order) wherever its block falls, and
-which pixels are a tail depends on the product's shape only, so the result does not depend
-on how many threads share the work (nor, for 1x1 convolutions, on the batch).
+8-float vectors, 7x7 images end in a tail of one pixel). Each value of y is the same sum
+(the same chains, added in the same order) wherever its block falls, and which pixels are a
+tail depends on the product's shape only, so the result does not depend on how many
+threads share the work (nor, for 1x1 convolutions, on the batch).
 """
 
 from __future__ import annotations
@@ -233,7 +233,7 @@ def pack_strips(xs, first, length, k0, k1, start, stop, packed, tail_along_k):
 
         packed[(p - start) // COLUMNS * (k1 - k0) * COLUMNS + (p - p_tail) * (k1 - k0)
                + k - k0] = x[k, p]"""
-    depth, rows = (k1 - k0) * COLUMNS, k1 - k0
+    depth, rows_k = (k1 - k0) * COLUMNS, k1 - k0
     tail = start + (stop - start - 1) // COLUMNS * COLUMNS      # the last strip's first pixel
     whole = tail if tail_along_k and stop - tail <= LANES else stop   # strips as they lie
     for k in range(k0, k1):
@@ -245,7 +245,7 @@ def pack_strips(xs, first, length, k0, k1, start, stop, packed, tail_along_k):
         at = (tail - start) // COLUMNS * depth
         for k in range(k0, k1):
             for p in range(tail, stop):
-                packed[at + (p - tail) * rows + k - k0] = xs[first + k * length + p]
+                packed[at + (p - tail) * rows_k + k - k0] = xs[first + k * length + p]
 
 
 @kernel(nogil=True, inline="never")
@@ -258,9 +258,9 @@ def tail_dots(w, w0, c_in, rows, packed, at, k0, k1, count, ys, y_at, length, wh
     of one weight a multiply-add would read as many values as it multiplies. Then, as
     pointwise_blocks does with a tile: added to zero or to the slices before it (read from
     y at ``y_at``), stored, finished if the slice is the last (``whole``; ``no_bias``: ROWS
-    zeros, for a partial sum). A function of
-    its own (not inlined: in the loop of the products, it slows the stacked ones), which
-    takes and returns no tile (numba's just-in-time functions do not pass them)."""
+    zeros, for a partial sum). A function of its own (not inlined: in the loop of the
+    products, it slows the stacked ones), which takes and returns no tile (numba's
+    just-in-time functions do not pass them)."""
     sums = tile_zero()
     rows_k = k1 - k0
     for j in range(0, count, 2):
@@ -384,7 +384,7 @@ def pointwise_blocks(weight, x, bias, residual, y, space, geometry, code, a, b, 
                     for h0 in range(k0, k1, chain):   # tile += a chain, from zero
                         part = tile_zero()
                         h1 = min(k1, h0 + chain)
-                        if inside and narrow:       # weight[c0:, k] x[k, p0:], whole vectors
+                        if inside and narrow:         # weight[c0:, k] x[k, p0:], whole vectors
                             for k in range(h0, h1):
                                 part = tile_fma_narrow(part, w, w0 + k, c_in, rows, source,
                                                        x0 + k * step, LANES)
