@@ -12,6 +12,11 @@ never exist::
 Patterns, tried on every nn.Conv2d (nn.Linear: the activation only), in this order:
 
     nn.ZeroPad2d -> Conv2d      the pad folds into the convolution's zero padding
+    Conv2d -> a * @0 + b        an expression of its output and numbers alone (``mul(@0,a)``,
+                                ``add(mul(a,@0),b)``, ...: layers/expression.py's
+                                ``affine_form``) folds into its weights and bias, or, after
+                                a residual or an activation, joins the activation
+                                (layers.activation.ScaleShift)
     Conv2d -> add(@0,@1)        the other operand becomes the convolution's second input
     Conv2d -> activation        one the layer can apply (``can_fuse_activation``: for the
                                 fast layers ReLU, ReLU6, Hardtanh, LeakyReLU, SiLU, ...)
@@ -43,8 +48,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from layers.activation import ScaleShift
 from layers.base import Layer
 from layers.excitation import SqueezeExcitation
+from layers.expression import affine_form
 from layers.padding import PadModule
 from layers.pooling import AdaptiveAvgPool2d
 from layers.reduction import Mean
@@ -74,9 +81,12 @@ def fuse(graph: "RuntimeGraph") -> int:
         conv = _is_own(op.layer, own["nn.Conv2d"])
         if conv:
             _fold_padding(graph, op, outputs, folded)
+            _fold_affine(graph, op, outputs, folded, own["pnnx.Expression"])
             _fold_residual_add(graph, op, outputs, folded, own["pnnx.Expression"])
         if conv or _is_own(op.layer, own["nn.Linear"]):
             _fold_activation(graph, op, outputs, folded)
+        if conv:
+            _fold_affine(graph, op, outputs, folded, own["pnnx.Expression"])
     for op in graph.operators:
         if id(op) not in folded and _is_own(op.layer, own["pnnx.Expression"]):
             _fold_squeeze_excitation(graph, op, outputs, folded, own)
@@ -147,6 +157,34 @@ def _fold_padding(graph: "RuntimeGraph", op: RuntimeOperator, outputs: set[int],
     _remove(graph, pad, padded, folded)
     op.fused.append(pad.name)
     op.fused_types.add(pad.type)
+
+
+def _fold_affine(graph: "RuntimeGraph", op: RuntimeOperator, outputs: set[int],
+                 folded: set[int], expressions: tuple[type[Layer], type[Layer]]) -> None:
+    """Conv2d -> a * conv + b (an expression of the conv's output and numbers only): a and b
+    fold into the weights and bias, as often as such expressions follow one another; after a
+    fused residual or activation f, the activation becomes a * f + b (ScaleShift), if the
+    layer can apply that."""
+    layer = op.layer
+    while len(op.outputs) == 1:
+        expr = _only_consumer(op.outputs[0], outputs)
+        if (expr is None or not _is_own(expr.layer, expressions) or len(expr.inputs) != 1
+                or len(expr.outputs) != 1 or not _float32(*expr.inputs, *expr.outputs)):
+            return
+        form = affine_form(expr.layer.tree)
+        if form is None:
+            return
+        if layer.fused_activation is None and not layer.fused_residual:
+            layer.fuse_affine(*form)
+        else:
+            inner = layer.fused_activation
+            combined = ScaleShift(inner, *form)
+            layer.fused_activation = None           # replaced by the combined one, if it can
+            if not layer.can_fuse_activation(combined):
+                layer.fused_activation = inner
+                return
+            layer.fuse_activation(combined)
+        _absorb_next(graph, op, expr, folded)
 
 
 def _fold_residual_add(graph: "RuntimeGraph", op: RuntimeOperator, outputs: set[int],

@@ -134,6 +134,26 @@ class Tanh(_Elementwise):
         np.tanh(x, out=x)
 
 
+class ScaleShift(_Elementwise):
+    """y = scale * f(x) + shift: an elementwise in-place layer f (None: f(x) = x), then the
+    expression after it that infer/fusion.py folds in (``add(mul(a,@0),b)``: layers/expression.py's
+    affine_form), rounded as torch rounds the expression, a multiply then an add. No pnnx
+    operator type: it exists only as a convolution's fused activation."""
+
+    def __init__(self, inner: Layer | None, scale: float, shift: float):
+        super().__init__()
+        self.inner, self.scale, self.shift = inner, scale, shift
+
+    def forward_inplace(self, x: np.ndarray) -> None:
+        if self.inner is not None:
+            self.inner.forward_inplace(x)
+        np.multiply(x, self.scale, out=x)
+        np.add(x, self.shift, out=x)
+
+    def __repr__(self) -> str:
+        return f"ScaleShift({self.inner!r}, scale={self.scale!r}, shift={self.shift!r})"
+
+
 @register_layer("nn.ELU", "F.elu")
 class ELU(_Elementwise):
     """y = x if x > 0 else alpha * (exp(x) - 1)"""

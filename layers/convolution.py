@@ -208,6 +208,20 @@ class Conv2d(FusesActivation, LearnedWeights, _ConvGeometry):
         """Take a second input (N, C_out, Ho, Wo) and add it to the output (a residual add)."""
         self.fused_residual, self.one_blob_only = True, False
 
+    def fuse_affine(self, scale: float, shift: float) -> None:
+        """Compute scale * conv(x) + shift (an expression that followed it, folded in before
+        any residual or activation): weight * scale, bias * scale + shift, new arrays (the
+        old ones may be the bin file's)."""
+        if self.fused_residual or self.fused_activation is not None:
+            raise LayerError("an affine map folds into a convolution only before its residual "
+                             "add and activation")
+        factor = np.float32(scale)
+        self.weight = np.multiply(self.weight, factor, dtype=np.float32)
+        bias = np.zeros(self.out_channels, np.float32) if self.bias is None else self.bias
+        self.bias = np.add(np.multiply(bias, factor, dtype=np.float32), np.float32(shift),
+                           dtype=np.float32)
+        self.has_bias = True
+
     # ----- shapes ---------------------------------------------------------------------------
     def _padded_shape(self, shape: Shape) -> Shape:
         left, right, top, bottom = self.fused_padding

@@ -342,6 +342,62 @@ def _as_array(value: Value) -> np.ndarray:
     return np.asarray(value)
 
 
+# ----- affine forms: what fusion and the fast floor compute in one pass ------------------------
+
+def affine_form(node: Node) -> tuple[float, float] | None:
+    """(a, b) if the expression is y = a * @0 + b computed as torch computes it, at most one
+    multiply (or division) by a number and then at most one addition (or subtraction) of a
+    number, and no other input::
+
+        mul(@0,a)  mul(a,@0)  div(@0,c) (a = 1/c)  add(@0,b)  sub(@0,c) (b = -c)  sub(b,@0)
+        add(mul(a,@0),b)  sub(div(@0,c),d)  ...
+
+    Numbers must be finite ints or floats, a non-zero. Else None. (A longer chain of
+    arithmetic is not taken: torch rounds after each step, and folding the steps would give
+    an answer torch does not.)"""
+    scale = _scale_of(node)
+    if scale is not None:
+        return scale, -0.0                 # -0.0: adds nothing, keeps a product's -0.0
+    if not isinstance(node, Call) or node.name not in ("add", "sub") or len(node.args) != 2:
+        return None
+    left, right = node.args
+    if node.name == "add" and _number(left) is not None:
+        left, right = right, left          # add(b, x) = add(x, b)
+    shift, scale = _number(right), _scale_of(left)
+    if shift is not None and scale is not None:
+        return scale, (shift if node.name == "add" else -shift)
+    shift, scale = _number(left), _scale_of(right)
+    if node.name == "sub" and shift is not None and scale is not None:
+        return -scale, shift               # sub(b, a * x) = -a * x + b
+    return None
+
+
+def _scale_of(node: Node) -> float | None:
+    """a if ``node`` is @0, mul(@0,a), mul(a,@0) or div(@0,c) (a = 1/c), a finite non-zero."""
+    if isinstance(node, OperandRef):
+        return 1.0 if node.index == 0 else None
+    if not isinstance(node, Call) or node.name not in ("mul", "div") or len(node.args) != 2:
+        return None
+    left, right = node.args
+    if node.name == "mul" and isinstance(right, OperandRef):
+        left, right = right, left
+    number = _number(right)
+    if not (isinstance(left, OperandRef) and left.index == 0) or not number:
+        return None
+    scale = number if node.name == "mul" else 1.0 / number
+    finite = abs(scale) <= float(np.finfo(np.float32).max)   # as torch's float32 factor
+    return scale if finite and np.float32(scale) != 0 else None
+
+
+def _number(node: Node) -> float | None:
+    """The value of a finite int or float constant (not a bool), as a float; else None."""
+    if not isinstance(node, Constant) or isinstance(node.value, bool):
+        return None
+    if not isinstance(node.value, (int, float)) or not np.isfinite(node.value):
+        return None
+    return float(node.value)
+
+
 # ----- the layer --------------------------------------------------------------------------------
 
 @register_layer("pnnx.Expression")

@@ -20,6 +20,11 @@ function serves every activation (no signature per activation, nothing to compil
     TANH        tanh(x)                        vexp.py's, which vectorises
     GELU        x / 2 * (1 + erf(x / sqrt(2)))  erf as a rational function (below)
 
+    code + THEN_AFFINE   a * f(x) + b          f: NONE or an activation above without a and
+                                               b of its own (layers.activation.ScaleShift:
+                                               an expression such as add(mul(a,@0),b) folded
+                                               in after the activation)
+
 GELU's erf(z), z clipped to [-4, 4] (beyond, erf is +-1 in float32), is z * P(z^2) / Q(z^2)
 with P of degree 6 and Q of degree 4, fitted to float64's erf(z) / z on [0, 4] (iteratively
 reweighted least squares): 2.2e-7 from erf in float64 arithmetic, and in float32 GELU is
@@ -40,6 +45,7 @@ from layers.fast.kernel import FLOAT, INT, array, kernel
 from layers.fast.vexp import exp32, tanh32
 
 NONE, RELU, CLAMP, LEAKY, SIGMOID, SILU, HARDSWISH, HARDSIGMOID, TANH, GELU = range(10)
+THEN_AFFINE = 16                    # a flag added to a code: then y = a * y + b
 
 # GELU's erf(z) = z * P(z^2) / Q(z^2) on [-4, 4] (the module docstring): coefficients from z^0
 ERF_P0, ERF_P1, ERF_P2, ERF_P3, ERF_P4, ERF_P5, ERF_P6 = np.float32(
@@ -76,6 +82,11 @@ def activation_of(layer) -> Activation | None:
             return Activation(LEAKY, layer.negative_slope)
         if base is act.GELU:
             return Activation(GELU) if layer.approximate == "none" else None
+        if base is act.ScaleShift:
+            inner = IDENTITY if layer.inner is None else activation_of(layer.inner)
+            if inner is None or inner.code in (CLAMP, LEAKY) or inner.code & THEN_AFFINE:
+                return None                         # its a and b are taken
+            return Activation(inner.code | THEN_AFFINE, layer.scale, layer.shift)
         if base in _SIMPLE:
             return Activation(_SIMPLE[base])
     return None
@@ -106,11 +117,13 @@ def activate_row(row, code, a, b, shift=-0.0):
     branch is taken once per row, so each loop below is a plain loop the compiler
     vectorises. Each loop stores every value it computes: a loop that left some values as
     they are (``max(v, 0)`` with a constant 0, ``v if v > 0 else ...``) is compiled to
-    masked stores of the others, slow on some CPUs (BENCHMARKS.md)."""
+    masked stores of the others, slow on some CPUs (BENCHMARKS.md). With THEN_AFFINE in
+    ``code``, a second loop then takes a * y + b over the row, still in cache."""
     n = row.shape[0]
     slope, s = np.float32(a), np.float32(shift)
     one, zero = np.float32(1.0), np.float32(0.0)
     three, six = np.float32(3.0), np.float32(6.0)
+    affine, code = code & THEN_AFFINE, code & (THEN_AFFINE - 1)
     if code == NONE:
         if s != zero:
             for i in range(n):
@@ -150,6 +163,10 @@ def activate_row(row, code, a, b, shift=-0.0):
                   + ERF_P1) * t + ERF_P0)
             q = (((ERF_Q4 * t + ERF_Q3) * t + ERF_Q2) * t + ERF_Q1) * t + one
             row[i] = half * v * (one + min(max(z * p / q, -one), one))
+    if affine:
+        scale, offset = np.float32(a), np.float32(b)
+        for i in range(n):
+            row[i] = row[i] * scale + offset
 
 
 @kernel(nogil=True, fastmath={"contract"})

@@ -82,6 +82,10 @@ class FastConv2d(KernelActivation, Conv2d):
 
     def load_model(self, weights: dict[str, np.ndarray]) -> None:
         super().load_model(weights)
+        self._pack_weights()
+
+    def _pack_weights(self) -> None:
+        """The weights' PackedConv2d (packed for an algorithm only when one is chosen)."""
         self.packed = PackedConv2d(self.weight, self.bias, self.stride, self.dilation,
                                    self.groups)
         self.packed.load_candidate_kernels()
@@ -110,6 +114,10 @@ class FastConv2d(KernelActivation, Conv2d):
     def fuse_activation(self, layer: Layer) -> None:
         super().fuse_activation(layer)
         self._geometries = {}
+
+    def fuse_affine(self, scale: float, shift: float) -> None:
+        super().fuse_affine(scale, shift)
+        self._pack_weights()                       # from the new weights
 
     # ----- running --------------------------------------------------------------------------
     def _forward(self, x: np.ndarray, residual: np.ndarray | None) -> np.ndarray:

@@ -15,7 +15,7 @@ from helpers import check_layer, make_layer, rand, torch_module
 from infer import threads
 from layers import kernels
 from layers.activation import (Hardsigmoid, Hardswish, Hardtanh, LeakyReLU, ReLU, ReLU6,
-                               Sigmoid, SiLU, Tanh)
+                               ScaleShift, Sigmoid, SiLU, Tanh)
 from layers.fast import depthwise, winograd, winograd_f2
 from layers.fast import gemm
 from layers.fast.algorithms import BY_NAME
@@ -33,6 +33,11 @@ ACTIVATIONS = {          # our layer, the torch function it mirrors
     "hardswish": (Hardswish(), F.hardswish),
     "hardsigmoid": (Hardsigmoid(), F.hardsigmoid),
     "tanh": (Tanh(), torch.tanh),
+    # an expression folded in after the activation (infer/fusion.py)
+    "hardswish, then affine": (ScaleShift(Hardswish(), 0.5, -0.25),
+                               lambda t: F.hardswish(t) * 0.5 - 0.25),
+    "relu, then affine": (ScaleShift(ReLU(), -1.5, 1.0), lambda t: F.relu(t) * -1.5 + 1.0),
+    "affine": (ScaleShift(None, 1.25, -0.0), lambda t: t * 1.25),
 }
 
 
@@ -573,6 +578,10 @@ def test_unknown_activations_have_no_kernel_code():
         pass
     assert activation_of(MyReLU()) is None
     assert activation_of(make_layer("nn.Softmax", {"dim": 1})) is None
+    # an affine map after an activation takes the kernels' a and b: not after one that uses
+    # them, nor after a second affine map or an activation the kernels do not know
+    for inner in (ReLU6(), LeakyReLU(negative_slope=0.1), ScaleShift(None, 2.0, 1.0), MyReLU()):
+        assert activation_of(ScaleShift(inner, 2.0, 1.0)) is None
 
 
 @pytest.mark.parametrize("algorithm_case", [
@@ -585,7 +594,8 @@ def test_unknown_activations_have_no_kernel_code():
     ("gemm_transposed", (2, 32, 14, 14), (32, 32, 3, 3), 1, (2, 2)),
 ], ids=["winograd", "im2col", "1x1", "depthwise", "depthwise channels last", "winograd f2",
         "im2col transposed"])
-@pytest.mark.parametrize("name", ["relu", "relu6", "silu", "hardswish", "leaky"])
+@pytest.mark.parametrize("name", ["relu", "relu6", "silu", "hardswish", "leaky",
+                                  "hardswish, then affine", "affine"])
 def test_each_kernel_fuses_residual_and_activation(algorithm_case, name):
     algorithm, shape, w_shape, groups, stride = algorithm_case
     layer, torch_fn = ACTIVATIONS[name]

@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from layers.fast.layers import UFUNCS as FAST_UFUNCS, FastExpression
-from layers.expression import ExpressionLayer, evaluate, promote_types, result_dtype
+from layers.expression import (ExpressionLayer, affine_form, evaluate, promote_types,
+                               result_dtype)
 from layers.registry import LayerRegisterer
 from parser.errors import ExpressionError, LayerError, ShapeError
 from parser.expression import (BINARY_FUNCTIONS, CAST_FUNCTIONS, UNARY_FUNCTIONS, Constant,
@@ -477,3 +478,30 @@ def test_fast_expression_writes_what_the_reference_computes(name, form, b_shape)
                                   "pow(@0,2)", "neg(@0)", "add(2,3)", "atan2(@0,@1)"])
 def test_other_expressions_evaluate_their_tree_on_the_fast_floor(expr):
     assert not FastExpression(expr=expr).support_forward_into
+
+
+# ----- affine forms (what infer/fusion.py folds into a convolution) ------------------------------
+
+@pytest.mark.parametrize("expr, form", [
+    ("mul(@0,1.5)", (1.5, -0.0)), ("mul(-2,@0)", (-2.0, -0.0)), ("div(@0,4)", (0.25, -0.0)),
+    ("add(@0,3)", (1.0, 3.0)), ("add(3,@0)", (1.0, 3.0)), ("sub(@0,3)", (1.0, -3.0)),
+    ("sub(3,@0)", (-1.0, 3.0)), ("add(mul(0.5,@0),-0.25)", (0.5, -0.25)),
+    ("add(2,mul(@0,3))", (3.0, 2.0)), ("sub(mul(@0,2),1)", (2.0, -1.0)),
+    ("sub(1,div(@0,2))", (-0.5, 1.0)),
+    # not one multiply then one add of numbers, with @0 alone
+    ("mul(add(@0,1),2)", None), ("add(@0,mul(@0,2))", None), ("mul(@0,@1)", None),
+    ("add(@1,2)", None), ("mul(@0,0)", None), ("div(@0,0)", None), ("mul(@0,inf)", None),
+    ("add(@0,nan)", None), ("mul(@0,True)", None), ("mul(@0,1e39)", None),
+    ("mul(@0,1e-50)", None), ("sub(add(@0,1),2)", None), ("neg(@0)", None)])
+def test_affine_form_and_torch_agree(expr, form):
+    """affine_form's (a, b) computes what the expression computes, within one rounding (a
+    multiply-add rounds once where torch rounds twice); sign of zero kept for a product."""
+    assert affine_form(parse_expression(expr)) == form
+    if form is None:
+        return
+    x = np.concatenate([RNG.standard_normal(64).astype(np.float32) * 100,
+                        np.float32([0.0, -0.0, 1e-30, -7.5])])
+    want = run(expr, x)
+    got = np.float32(form[0]) * x + np.float32(form[1])
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+    np.testing.assert_array_equal(np.signbit(got[want == 0]), np.signbit(want[want == 0]))

@@ -10,6 +10,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from infer import RuntimeGraph
+from layers.expression import affine_form
+from parser.expression import parse_expression
 from parser.errors import GraphError, LayerError, ShapeError
 from support import write_pnnx
 
@@ -341,3 +343,129 @@ def test_a_gate_whose_convolutions_disagree_is_refused_as_unfused(tmp_path):
     for graph in (fused, reference):
         with pytest.raises(ShapeError, match="nn.Conv2d expand"):
             graph.forward(x, x)
+
+
+# ----- affine expressions after a convolution: into the weights, or after the activation -----
+
+AFFINE = {                 # an expression of the conv's output and numbers alone, and torch's
+    "mul(@0,1.5)": lambda t: t * 1.5,
+    "add(mul(0.5,@0),-0.25)": lambda t: 0.5 * t - 0.25,
+    "sub(2,div(@0,4))": lambda t: 2 - t / 4,
+    "add(@0,0.75)": lambda t: t + 0.75,
+}
+
+
+@pytest.mark.parametrize("expr", AFFINE)
+@pytest.mark.parametrize("where", ["before the activation", "after the activation",
+                                   "after the residual"])
+def test_an_affine_expression_folds_into_the_convolution(tmp_path, expr, where):
+    """Before anything else is fused, a * conv + b goes into the weights and bias (and the
+    activation after it fuses too); after a fused activation or residual, the activation
+    becomes ScaleShift(activation, a, b), which the kernels apply."""
+    from layers.activation import Hardswish, ScaleShift
+
+    lines = ["pnnx.Input in0 0 1 a", "pnnx.Input in1 0 1 r", conv_line("conv", "a", "b", groups=2)]
+    if where == "before the activation":
+        lines += [f"pnnx.Expression e 1 1 b c expr={expr}", "nn.Hardswish act 1 1 c y"]
+        folded = ["e", "act"]
+    elif where == "after the activation":
+        lines += ["nn.Hardswish act 1 1 b c", f"pnnx.Expression e 1 1 c y expr={expr}"]
+        folded = ["act", "e"]
+    else:
+        lines += ["pnnx.Expression add 2 1 b r c expr=add(@0,@1)",
+                  f"pnnx.Expression e 1 1 c y expr={expr}"]
+        folded = ["add", "e"]
+    lines.append("pnnx.Output out0 1 0 y")
+    weights = conv_weights("conv", groups=2)
+    fused, reference = graph_pair(tmp_path, lines, weights)
+    (op,) = [op for op in fused.operators if op.type == "nn.Conv2d"]
+    assert op.fused == folded and len(fused.operators) == 4
+    activation = op.layer.fused_activation
+    if where == "before the activation":
+        assert type(activation).__name__ == "FastHardswish"
+        scale, _ = affine_form(parse_expression(expr))
+        np.testing.assert_array_equal(op.layer.weight, weights["conv.weight"] * np.float32(scale))
+    else:
+        assert isinstance(activation, ScaleShift)
+        assert isinstance(activation.inner, Hardswish) or activation.inner is None
+        np.testing.assert_array_equal(op.layer.weight, weights["conv.weight"])
+
+    x, r = rng.standard_normal((2, 2, 4, 9, 7)).astype(np.float32) * 3
+    t = torch_conv(torch.from_numpy(x), weights, "conv", groups=2)
+    if where == "before the activation":
+        want = F.hardswish(AFFINE[expr](t))
+    elif where == "after the activation":
+        want = AFFINE[expr](F.hardswish(t))
+    else:
+        want = AFFINE[expr](t + torch.from_numpy(r))
+    (got,) = fused.forward(x, r)
+    (ref,) = reference.forward(x, r)
+    np.testing.assert_allclose(got, want.numpy(), atol=1e-5, rtol=1e-5)
+    np.testing.assert_allclose(ref, want.numpy(), atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("middle, folds", [
+    (["pnnx.Expression e1 1 1 b c expr=mul(@0,2)",
+      "pnnx.Expression e2 1 1 c y expr=add(@0,1)"], ["e1", "e2"]),         # one after another
+    (["nn.ReLU6 act 1 1 b c", "pnnx.Expression e 1 1 c y expr=mul(@0,2)"],
+     ["act"]),                                     # the clamp's bounds take the kernels' a, b
+    (["pnnx.Expression e 1 1 b y expr=mul(add(@0,1),2)"], []),   # torch rounds twice: kept
+    (["pnnx.Expression e 1 1 b y expr=mul(@0,@0)"], []),
+    (["pnnx.Expression e 1 1 b y expr=mul(@0,0)"], []),
+    (["pnnx.Expression e 1 1 b y expr=add(@0,inf)"], []),
+    (["pnnx.Expression e 1 1 b y expr=mul(@0,2)", "nn.ReLU seen 1 1 b z"], []),   # b is read
+])
+def test_what_affine_expressions_fold(tmp_path, middle, folds):
+    outputs = "y z" if any(" z" in line for line in middle) else "y"
+    lines = ["pnnx.Input in0 0 1 a", conv_line("conv", "a", "b"), *middle,
+             f"pnnx.Output out0 {len(outputs.split())} 0 {outputs}"]
+    fused, reference = graph_pair(tmp_path, lines, conv_weights("conv"))
+    assert fused.operator("conv").fused == folds
+    x = rng.standard_normal((1, 4, 6, 5)).astype(np.float32)
+    for got, want in zip(fused.forward(x), reference.forward(x)):
+        np.testing.assert_allclose(got, want, atol=1e-5, rtol=1e-5)
+
+
+class AffineBlocks(nn.Module):
+    """PP-LCNetV3's learnable affine blocks (a scalar scale and bias after a convolution and
+    after its activation) and PaddlePaddle's hard sigmoid (x * 1.2 before torch's) in a
+    squeeze-and-excitation gate: as such models come out of ONNX."""
+
+    def __init__(self):
+        super().__init__()
+        self.stem = nn.Conv2d(3, 16, 3, stride=2, padding=1)
+        self.depthwise = nn.Conv2d(16, 16, 3, padding=1, groups=16)
+        self.pointwise = nn.Conv2d(16, 24, 1)
+        self.reduce, self.expand = nn.Conv2d(24, 6, 1), nn.Conv2d(6, 24, 1)
+        self.scales = nn.Parameter(torch.tensor([1.3, 0.7, 0.9, 1.1, 0.8, 1.2]))
+        self.shifts = nn.Parameter(torch.tensor([0.1, -0.2, 0.3, 0.05, -0.1, 0.2]))
+
+    def lab(self, x, i):
+        return self.scales[i] * x + self.shifts[i]
+
+    def forward(self, x):
+        x = self.lab(F.hardswish(self.lab(self.stem(x), 0)), 1)
+        x = self.lab(F.hardswish(self.lab(self.depthwise(x), 2)), 3)
+        x = self.lab(F.hardswish(self.lab(self.pointwise(x), 4)), 5)
+        gate = F.relu(self.reduce(F.adaptive_avg_pool2d(x, 1)))
+        return x * F.hardsigmoid(self.expand(gate) * 1.2)
+
+
+def test_learnable_affine_blocks_fold_and_match_torch(pnnx_export):
+    torch.manual_seed(0)
+    model = AffineBlocks().eval()
+    param, binary = pnnx_export(model, (torch.rand(1, 3, 32, 32),), "affine_blocks",
+                                dynamic=True)
+    fused = RuntimeGraph(param, binary).build()
+    reference = RuntimeGraph(param, binary, reference=True).build()
+    types = [op.type for op in fused.operators]
+    assert types.count("pnnx.Expression") == 0 and types.count("SqueezeExcitation") == 1
+    assert types.count("nn.Conv2d") == 3
+    for shape in [(1, 3, 32, 32), (2, 3, 40, 26)]:
+        x = torch.randn(*shape, generator=torch.Generator().manual_seed(1))
+        with torch.no_grad():
+            want = model(x).numpy()
+        (got,) = fused.forward(x.numpy())
+        (ref,) = reference.forward(x.numpy())
+        np.testing.assert_allclose(got, want, atol=1e-5, rtol=1e-4)
+        np.testing.assert_allclose(ref, want, atol=1e-5, rtol=1e-4)
