@@ -9,7 +9,8 @@ never exist::
                                        r ----^
     after:   x, r --Conv2d [fused: add, relu]--> y
 
-Patterns, tried on every nn.Conv2d (nn.Linear: the activation only), in this order:
+Patterns, tried on every nn.Conv2d (nn.ConvTranspose2d: the affine map and the activation;
+nn.Linear: the activation only), in this order:
 
     nn.ZeroPad2d -> Conv2d      the pad folds into the convolution's zero padding
     Conv2d -> a * @0 + b        an expression of its output and numbers alone (``mul(@0,a)``,
@@ -73,19 +74,22 @@ def fuse(graph: "RuntimeGraph") -> int:
     folded: set[int] = set()
     registry = LayerRegisterer()
     own = {name: (registry.layer_class(name), registry.layer_class(name, fast=True))
-           for name in ("nn.Conv2d", "nn.Linear", "pnnx.Expression", "nn.AdaptiveAvgPool2d",
-                        "torch.mean")}
+           for name in ("nn.Conv2d", "nn.ConvTranspose2d", "nn.Linear", "pnnx.Expression",
+                        "nn.AdaptiveAvgPool2d", "torch.mean")}
     for op in graph.operators:
         if id(op) in folded:                           # already folded into another
             continue
         conv = _is_own(op.layer, own["nn.Conv2d"])
+        transposed = _is_own(op.layer, own["nn.ConvTranspose2d"])
         if conv:
             _fold_padding(graph, op, outputs, folded)
+        if conv or transposed:
             _fold_affine(graph, op, outputs, folded, own["pnnx.Expression"])
-            _fold_residual_add(graph, op, outputs, folded, own["pnnx.Expression"])
-        if conv or _is_own(op.layer, own["nn.Linear"]):
-            _fold_activation(graph, op, outputs, folded)
         if conv:
+            _fold_residual_add(graph, op, outputs, folded, own["pnnx.Expression"])
+        if conv or transposed or _is_own(op.layer, own["nn.Linear"]):
+            _fold_activation(graph, op, outputs, folded)
+        if conv or transposed:
             _fold_affine(graph, op, outputs, folded, own["pnnx.Expression"])
     for op in graph.operators:
         if id(op) not in folded and _is_own(op.layer, own["pnnx.Expression"]):

@@ -135,6 +135,32 @@ class _Geometry1d(Layer):
     dilation = Param(1, lifted(at_least(1, as_tuple(1)), 1))
 
 
+class FoldsAffine:
+    """Mixed into a convolution (a weight and an optional bias of out_channels values):
+    an affine map a * y + b after it folds into them (infer/fusion.py)."""
+
+    weight: np.ndarray
+    bias: Any
+    has_bias: bool
+    out_channels: int
+    fused_residual: bool = False
+    fused_activation: Layer | None = None
+
+    def fuse_affine(self, scale: float, shift: float) -> None:
+        """Compute scale * conv(x) + shift (an expression that followed it, folded in before
+        any residual or activation): weight * scale, bias * scale + shift, new arrays (the
+        old ones may be the bin file's)."""
+        if self.fused_residual or self.fused_activation is not None:
+            raise LayerError("an affine map folds into a convolution only before its residual "
+                             "add and activation")
+        factor = np.float32(scale)
+        self.weight = np.multiply(self.weight, factor, dtype=np.float32)
+        bias = np.zeros(self.out_channels, np.float32) if self.bias is None else self.bias
+        self.bias = np.add(np.multiply(bias, factor, dtype=np.float32), np.float32(shift),
+                           dtype=np.float32)
+        self.has_bias = True
+
+
 class LearnedWeights(Layer):
     """What nn.Conv2d and nn.Conv3d share: the channels, bias flag and padding mode parameters
     (each class declares its kernel_size and mixes in its geometry: stride, padding, dilation,
@@ -175,7 +201,7 @@ class LearnedWeights(Layer):
 
 
 @register_layer("nn.Conv2d")
-class Conv2d(FusesActivation, LearnedWeights, _ConvGeometry):
+class Conv2d(FusesActivation, FoldsAffine, LearnedWeights, _ConvGeometry):
     """2-D convolution (cross-correlation) with learned weights, as ``torch.nn.Conv2d``::
 
         y[n, o] = bias[o] + sum_{c in group(o)} weight[o, c] (*) x_padded[n, c]
@@ -207,20 +233,6 @@ class Conv2d(FusesActivation, LearnedWeights, _ConvGeometry):
     def fuse_residual(self) -> None:
         """Take a second input (N, C_out, Ho, Wo) and add it to the output (a residual add)."""
         self.fused_residual, self.one_blob_only = True, False
-
-    def fuse_affine(self, scale: float, shift: float) -> None:
-        """Compute scale * conv(x) + shift (an expression that followed it, folded in before
-        any residual or activation): weight * scale, bias * scale + shift, new arrays (the
-        old ones may be the bin file's)."""
-        if self.fused_residual or self.fused_activation is not None:
-            raise LayerError("an affine map folds into a convolution only before its residual "
-                             "add and activation")
-        factor = np.float32(scale)
-        self.weight = np.multiply(self.weight, factor, dtype=np.float32)
-        bias = np.zeros(self.out_channels, np.float32) if self.bias is None else self.bias
-        self.bias = np.add(np.multiply(bias, factor, dtype=np.float32), np.float32(shift),
-                           dtype=np.float32)
-        self.has_bias = True
 
     # ----- shapes ---------------------------------------------------------------------------
     def _padded_shape(self, shape: Shape) -> Shape:
@@ -381,13 +393,14 @@ class _ConvTransposeGeometry(Layer):
 
 
 @register_layer("nn.ConvTranspose2d")
-class ConvTranspose2d(_ConvTransposeGeometry):
+class ConvTranspose2d(FusesActivation, FoldsAffine, _ConvTransposeGeometry):
     """2-D transposed convolution (the adjoint of nn.Conv2d: upsampling by the stride), as
     ``torch.nn.ConvTranspose2d``; kernels.conv_transpose2d has the maths.
 
     x (N, C_in, H, W), weight (C_in, C_out / groups, kh, kw), bias (C_out,) -> (N, C_out, Ho, Wo)
     Ho = (H - 1) * stride_h - 2 * padding_h + dilation_h * (kh - 1) + output_padding_h + 1.
     (A call with ``output_size=`` is written by pnnx as the output_padding it implies.)
+    infer/fusion.py may fold an activation (and an affine map) after it.
     """
 
     in_channels = Param(convert=at_least(1, as_int))
@@ -425,8 +438,13 @@ class ConvTranspose2d(_ConvTransposeGeometry):
     def infer_shape(self, shape: Shape) -> Shape:
         return self._output_shape(shape, self.weight_shape)
 
+    fused_into = "this transposed convolution"      # fused_activation: FusesActivation
+
     def forward_one(self, x: np.ndarray) -> np.ndarray:
-        return self._conv_transpose(x, self.weight, self.bias)
+        y = self._conv_transpose(x, self.weight, self.bias)
+        if self.fused_activation is not None:
+            self.fused_activation.forward_inplace(y)
+        return y
 
 
 @register_layer("F.conv_transpose2d")

@@ -134,6 +134,31 @@ def split_planes(x, phases, geometry, first, last):
                     first_row, phase_size, stride_h, stride_w, targets)
 
 
+@kernel(nogil=True, exported=(array(3), array(4), INT, INT))
+def _scatter_taps(cols, y, kh, kw):
+    """y[n, o, ih * kh + i, iw * kw + j] = cols[n, (i * kw + j) * C_out + o, ih * W + iw]:
+    the taps of a transposed convolution whose kernel is its stride, each output row made
+    at once from the kw taps of its row of windows (``scatter_taps``)."""
+    images, c_out, height, width = y.shape
+    in_w = width // kw
+    for n in range(images):
+        for o in range(c_out):
+            for row in range(height):
+                ih, i = row // kh, row % kh
+                out = y[n, o, row]
+                for j in range(kw):
+                    tap = cols[n, (i * kw + j) * c_out + o, ih * in_w:(ih + 1) * in_w]
+                    for iw in range(in_w):
+                        out[iw * kw + j] = tap[iw]
+
+
+def scatter_taps(cols: np.ndarray, y: np.ndarray, kh: int, kw: int) -> None:
+    """The output y (N, C_out, H kh, W kw) of a transposed convolution whose windows do not
+    overlap (kernel = stride), from the product cols (N, kh * kw * C_out, H * W) of its
+    taps' rows (i, j, o) with x: each value copied to its place. Float32, C-contiguous."""
+    _scatter_taps(cols, y, kh, kw)
+
+
 def pack_gemm_weight(weight: np.ndarray, groups: int) -> np.ndarray:
     """(C_out, C_in/G, kh, kw) -> (G, C_out/G, C_in/G*kh*kw), C-contiguous: one matrix per
     group whose columns follow the rows of cols."""

@@ -47,6 +47,7 @@ from layers.expression import ELEMENTWISE, ExpressionLayer
 from layers.fast import excitation, norm, pool, softmax, workers
 from layers.fast.conv import PackedConv2d, kernel_layout
 from layers.fast.dense import dense
+from layers.fast.gemm import scatter_taps
 from layers.fast.pointwise import _zeros, pointwise_conv2d
 from layers.fast.pointwise_transposed import pack_panels
 from layers.fast.team import scratch, team_worth_sharing
@@ -209,24 +210,31 @@ class FastFunctionalConv1d(FunctionalConv1d, FastFunctionalConv2d):
 
 
 @register_fast_layer("nn.ConvTranspose2d")
-class FastConvTranspose2d(ConvTranspose2d):
+class FastConvTranspose2d(KernelActivation, ConvTranspose2d):
     """nn.ConvTranspose2d whose kernel equals its stride (a UNet's 2x2 stride-2 upsampling),
     without padding, dilation or groups: the windows of the input pixels do not overlap, so
     it is one matrix product and a scatter::
 
-        cols[(i, j, o), p] = sum_c weight[c, o, i, j] x[c, p] + bias[o]   (pointwise.py,
-                                                     in register tiles, shared over threads)
-        y[o, ih * kh + i, iw * kw + j] = cols[(i, j, o), (ih, iw)]        one strided copy
-                                                                          per tap (i, j)
+        cols[(i, j, o), p] = act(sum_c weight[c, o, i, j] x[c, p] + bias[o])   (pointwise.py,
+                                                     in register tiles, shared over threads,
+                                                     the fused activation in its epilogue)
+        y[o, ih * kh + i, iw * kw + j] = cols[(i, j, o), (ih, iw)]        gemm.scatter_taps
 
     Every other transposed convolution runs the reference (a product, then adds per tap)."""
 
     def load_model(self, weights: dict[str, np.ndarray]) -> None:
         super().load_model(weights)
-        c_in, c_out, kh, kw = self.weight.shape
         self.no_overlap = (tuple(self.kernel_size) == tuple(self.stride) and self.groups == 1
                            and not any(self.padding) and not any(self.output_padding)
                            and tuple(self.dilation) == (1, 1))
+        self._tap_weights()
+
+    def fuse_affine(self, scale: float, shift: float) -> None:
+        super().fuse_affine(scale, shift)
+        self._tap_weights()                        # from the new weights
+
+    def _tap_weights(self) -> None:
+        c_in, c_out, kh, kw = self.weight.shape
         if self.no_overlap:          # rows (i, j, o) of the product, and their bias
             self.tap_rows = np.ascontiguousarray(
                 self.weight.transpose(2, 3, 1, 0).reshape(kh * kw * c_out, c_in), np.float32)
@@ -241,12 +249,15 @@ class FastConvTranspose2d(ConvTranspose2d):
             return super()._conv_transpose(x, weight, bias)
         n, _, h, w = x.shape
         _, c_out, kh, kw = weight.shape
-        return self._into(x, np.empty((n, c_out, h * kh, w * kw), np.float32))
+        # the reference's forward_one applies the fused activation to what this returns
+        return self._into(x, np.empty((n, c_out, h * kh, w * kw), np.float32), IDENTITY)
 
     def forward_into(self, inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray]) -> None:
         x, out = inputs[0], outputs[0]
-        if x.ndim == 4 and self._fast(x, self.weight):
-            self._into(x, out)
+        activation = (IDENTITY if self.fused_activation is None
+                      else activation_of(self.fused_activation))
+        if x.ndim == 4 and self._fast(x, self.weight) and activation is not None:
+            self._into(x, out, activation)
         else:                                      # the 1-D layer's (N, C, L), the reference
             np.copyto(out, self.forward(list(inputs))[0])
 
@@ -259,18 +270,15 @@ class FastConvTranspose2d(ConvTranspose2d):
         self._output_shape(x.shape, weight.shape)        # refuses a wrong channel count
         return True
 
-    def _into(self, x: np.ndarray, y: np.ndarray) -> np.ndarray:
-        """y (N, C_out, H kh, W kw) <- the product's taps, each copied to its place; the
-        product goes to a work buffer kept between calls (team.scratch)."""
+    def _into(self, x: np.ndarray, y: np.ndarray, activation: Activation) -> np.ndarray:
+        """y (N, C_out, H kh, W kw) <- the product's taps, activated, each copied to its
+        place; the product goes to a work buffer kept between calls (team.scratch)."""
         n, c_in, h, w = x.shape
         _, c_out, kh, kw = self.weight.shape
         cols = scratch("transposed_taps", (n, kh * kw * c_out, h * w))
         pointwise_conv2d(self.tap_rows, kernel_layout(x).reshape(n, c_in, h * w),
-                         self.tap_bias, None, IDENTITY, cols)
-        taps, spread = cols.reshape(n, kh, kw, c_out, h, w), y.reshape(n, c_out, h, kh, w, kw)
-        for i in range(kh):
-            for j in range(kw):
-                spread[:, :, :, i, :, j] = taps[:, i, j]
+                         self.tap_bias, None, activation, cols)
+        scatter_taps(cols, y, kh, kw)
         return y
 
 

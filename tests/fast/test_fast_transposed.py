@@ -1,6 +1,7 @@
 """The fast floor's transposed convolutions (layers/fast/layers.py, FastConvTranspose2d): a
-kernel equal to its stride runs one register-tiled product and a strided copy per tap, and
-gives torch's values on one thread or two; every other geometry runs the reference."""
+kernel equal to its stride runs one register-tiled product and copies each tap to its place
+(gemm.scatter_taps), and gives torch's values on one thread or two; every other geometry runs
+the reference."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from torch import nn
 
 from helpers import make_layer, rand
 from infer import threads
+from layers.fast.gemm import scatter_taps
 from layers.fast.layers import FastConvTranspose1d, FastConvTranspose2d
 
 
@@ -52,6 +54,17 @@ def test_kernel_equal_to_stride_matches_torch(c_in, c_out, kernel, stride, shape
         want = module(torch.from_numpy(x)).numpy()
     assert got.shape == want.shape and got.dtype == np.float32
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("kh, kw, shape", [(2, 2, (2, 3, 5, 7)), (2, 3, (1, 4, 3, 1)),
+                                            (1, 4, (1, 2, 1, 9)), (3, 1, (0, 2, 2, 2))])
+def test_scatter_taps_puts_each_tap_in_its_place(kh, kw, shape):
+    n, c_out, h, w = shape
+    cols = rand(n, kh * kw * c_out, h * w)
+    y = np.full((n, c_out, h * kh, w * kw), np.nan, np.float32)
+    scatter_taps(cols, y, kh, kw)
+    want = cols.reshape(n, kh, kw, c_out, h, w).transpose(0, 3, 4, 1, 5, 2)
+    np.testing.assert_array_equal(y, want.reshape(y.shape))
 
 
 @pytest.mark.parametrize("extra", [dict(padding=1), dict(output_padding=1),

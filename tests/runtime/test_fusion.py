@@ -469,3 +469,37 @@ def test_learnable_affine_blocks_fold_and_match_torch(pnnx_export):
         (ref,) = reference.forward(x.numpy())
         np.testing.assert_allclose(got, want, atol=1e-5, rtol=1e-4)
         np.testing.assert_allclose(ref, want, atol=1e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize("kernel, stride, pad", [(2, 2, 0), (3, 2, 1)],
+                         ids=["windows apart (the product)", "overlapping (the reference)"])
+@pytest.mark.parametrize("chain", [["nn.ReLU"], ["add(mul(0.5,@0),-0.25)", "nn.ReLU"],
+                                   ["nn.Hardswish", "sub(1,@0)"]])
+def test_a_transposed_convolution_takes_its_activation_and_affine_maps(tmp_path, kernel, stride,
+                                                                        pad, chain):
+    lines = ["pnnx.Input in0 0 1 a",
+             f"nn.ConvTranspose2d up 1 1 a b0 bias=True dilation=(1,1) groups=1 in_channels=4 "
+             f"kernel_size=({kernel},{kernel}) out_channels=6 output_padding=(0,0) "
+             f"padding=({pad},{pad}) stride=({stride},{stride}) @bias=(6)f32 "
+             f"@weight=(4,6,{kernel},{kernel})f32"]
+    for i, step in enumerate(chain):
+        if step.startswith("nn."):
+            lines.append(f"{step} s{i} 1 1 b{i} b{i + 1}")
+        else:
+            lines.append(f"pnnx.Expression s{i} 1 1 b{i} b{i + 1} expr={step}")
+    lines.append(f"pnnx.Output out0 1 0 b{len(chain)}")
+    weights = {"up.weight": rng.standard_normal((4, 6, kernel, kernel)).astype(np.float32),
+               "up.bias": rng.standard_normal(6).astype(np.float32)}
+    fused, reference = graph_pair(tmp_path, lines, weights)
+    assert fused.operator("up").fused == [f"s{i}" for i in range(len(chain))]
+    x = rng.standard_normal((2, 4, 5, 7)).astype(np.float32)
+    t = F.conv_transpose2d(torch.from_numpy(x), torch.from_numpy(weights["up.weight"]),
+                           torch.from_numpy(weights["up.bias"]), stride, pad)
+    torch_steps = {"nn.ReLU": F.relu, "nn.Hardswish": F.hardswish,
+                   "add(mul(0.5,@0),-0.25)": lambda v: 0.5 * v - 0.25, "sub(1,@0)": lambda v: 1 - v}
+    for step in chain:
+        t = torch_steps[step](t)
+    (got,) = fused.forward(x)
+    (ref,) = reference.forward(x)
+    np.testing.assert_allclose(got, t.numpy(), atol=1e-5, rtol=1e-5)
+    np.testing.assert_allclose(ref, t.numpy(), atol=1e-5, rtol=1e-5)
