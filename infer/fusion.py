@@ -58,12 +58,12 @@ from layers.pooling import AdaptiveAvgPool2d
 from layers.reduction import Mean
 from layers.registry import LayerRegisterer, is_built_in
 from infer.runtime import RuntimeOperand, RuntimeOperator
+from parser.expression import Call, Node, OperandRef
 
 if TYPE_CHECKING:
     from infer.graph import RuntimeGraph
 
 RESIDUAL_ADDS = ("add(@0,@1)", "add(@1,@0)")
-MULTIPLIES = ("mul(@0,@1)", "mul(@1,@0)")
 EXCITATION_TYPE = "SqueezeExcitation"
 
 
@@ -220,18 +220,26 @@ def _fold_squeeze_excitation(graph: "RuntimeGraph", mul: RuntimeOperator, output
                              folded: set[int],
                              own: dict[str, tuple[type[Layer], type[Layer]]]) -> None:
     """pool(x) -> 1x1 -> 1x1 -> mul(gate, x): one SqueezeExcitation operator (the module
-    docstring). The multiply's operator survives: it produces the block's output, and the
-    pool and convolutions, which it absorbs, have no output of their own any more."""
-    if (mul.layer.expr.replace(" ", "") not in MULTIPLIES or len(mul.inputs) != 2
-            or len(mul.outputs) != 1 or mul.inputs[0] is mul.inputs[1]
-            or not _float32(*mul.inputs, *mul.outputs)):
+    docstring), also where the expression adds x back and a residual after it
+    (``_excitation_output``). The multiply's operator survives: it produces the block's
+    output, and the pool and convolutions, which it absorbs, have no output of their own
+    any more."""
+    form = _excitation_output(mul.layer.tree)
+    if (form is None or len(mul.outputs) != 1 or not _float32(*mul.inputs, *mul.outputs)
+            or max(i for i in form if i is not None) >= len(mul.inputs)
+            or len({id(o) for o in mul.inputs}) != len(mul.inputs)):
         return
-    block = (_excitation_block(mul, mul.inputs[0], mul.inputs[1], outputs, own)
-             or _excitation_block(mul, mul.inputs[1], mul.inputs[0], outputs, own))
-    if block is None:
+    first, second, kept, added = form
+    for x_at, gate_at in ((first, second), (second, first)):
+        if kept in (None, x_at):
+            block = _excitation_block(mul, mul.inputs[gate_at], mul.inputs[x_at], outputs, own)
+            if block is not None:
+                break
+    else:
         return
     pool, reduce, expand, x = block
-    gate = mul.inputs[0] if mul.inputs[1] is x else mul.inputs[1]
+    gate = mul.inputs[gate_at]
+    residual = None if added is None else mul.inputs[added]
     if type(reduce.layer) is own["nn.Conv2d"][0]:      # the reference floor's convolutions
         layer = SqueezeExcitation(reduce.layer, expand.layer)
     else:                                              # the fast floor's (loaded with it)
@@ -240,15 +248,59 @@ def _fold_squeeze_excitation(graph: "RuntimeGraph", mul: RuntimeOperator, output
     layer.name, layer.type = mul.name, EXCITATION_TYPE
     mul.fused_types.update({mul.type, pool.type, reduce.type, expand.type,
                             *reduce.fused_types, *expand.fused_types})
+    layer.fuse_output(kept is not None, residual is not None)
     mul.type, mul.layer, mul.params = EXCITATION_TYPE, layer, {}
     mul.fused = [pool.name, reduce.name, *reduce.fused, expand.name, *expand.fused]
     for role, conv in (("reduce", reduce), ("expand", expand)):
         mul.attrs.update({f"{role}.{key}": attr for key, attr in conv.attrs.items()})
     x.consumers = [mul if c is pool else c for c in x.consumers if c is not mul]
-    mul.inputs = [x]
+    mul.inputs = [x] if residual is None else [x, residual]
     _remove(graph, pool, pool.outputs[0], folded)
     _remove(graph, reduce, reduce.outputs[0], folded)
     _remove(graph, expand, gate, folded)
+
+
+def _excitation_output(tree: Node) -> tuple[int, int, int | None, int | None] | None:
+    """(a, b, kept, added) if the expression is a product of two inputs @a * @b, maybe with
+    one of them added back (``kept``: x + x * gate) and then a third input (``added``: a
+    residual), each sum in either order::
+
+        mul(@a,@b)    add(@k,mul(@a,@b))    add(add(@k,mul(@a,@b)),@r)    add(mul(@a,@b),@r)
+
+    else None."""
+    def product(node: Node) -> tuple[int, int] | None:
+        if isinstance(node, Call) and node.name == "mul" and len(node.args) == 2:
+            a, b = node.args
+            if isinstance(a, OperandRef) and isinstance(b, OperandRef) and a.index != b.index:
+                return a.index, b.index
+        return None
+
+    def summands(node: Node) -> list[tuple[int, Node]]:
+        """(input, other side) for each order of a sum with an input on one side."""
+        if not (isinstance(node, Call) and node.name == "add" and len(node.args) == 2):
+            return []
+        left, right = node.args
+        return [(a.index, b) for a, b in ((left, right), (right, left))
+                if isinstance(a, OperandRef)]
+
+    def kept_product(node: Node) -> tuple[int, int, int | None] | None:
+        pair = product(node)
+        if pair is not None:
+            return (*pair, None)
+        for index, other in summands(node):
+            pair = product(other)
+            if pair is not None and index in pair:
+                return (*pair, index)
+        return None
+
+    found = kept_product(tree)
+    if found is not None:
+        return (*found, None)
+    for index, other in summands(tree):
+        found = kept_product(other)
+        if found is not None and index not in found:
+            return (*found, index)
+    return None
 
 
 def _excitation_block(mul: RuntimeOperator, gate: RuntimeOperand, x: RuntimeOperand,

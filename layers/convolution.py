@@ -286,13 +286,12 @@ class Conv2d(FusesActivation, FoldsAffine, LearnedWeights, _ConvGeometry):
         return y
 
 
-def _broadcast(shape: Shape, other: Shape) -> Shape:
+def _broadcast(shape: Shape, other: Shape, to: str = "the convolution's output") -> Shape:
     """The shape of ``a + b`` for arrays of these shapes (numpy's = torch's rule)."""
     try:
         return tuple(np.broadcast_shapes(shape, other))
     except ValueError:
-        raise ShapeError(f"the residual {other} cannot be added to the convolution's output "
-                         f"{shape}") from None
+        raise ShapeError(f"the residual {other} cannot be added to {to} {shape}") from None
 
 
 @register_layer("F.conv2d")

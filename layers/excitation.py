@@ -16,6 +16,11 @@ Run step by step, a graph pays its cost per step six times for little arithmetic
 infer/fusion.py replaces the six by this one layer, which holds the two convolutions (their
 activations fused into them). It is no pnnx operator type: the registry does not list it,
 and it appears only in fused graphs.
+
+A residual block of this kind (PP-LCNet's and DBNet's) adds x back, and another tensor r
+after it, in the same expression: ``add(@0,mul(@0,@1))`` or ``add(add(@0,mul(@0,@1)),@2)``.
+With ``keeps_input`` the layer computes y = x + x * g, with ``adds_residual`` (a second
+input r) then y + r, rounded step by step as torch rounds them.
 """
 
 from __future__ import annotations
@@ -23,8 +28,10 @@ from __future__ import annotations
 import numpy as np
 
 from layers import kernels
+from typing import Sequence
+
 from layers.base import Layer, Shape
-from layers.convolution import Conv2d
+from layers.convolution import Conv2d, _broadcast
 from parser.errors import ShapeError
 
 
@@ -32,10 +39,32 @@ class SqueezeExcitation(Layer):
     """y = x * gate(expand(act(reduce(mean(x))))) for x (N, C, H, W) float32; ``reduce``
     (C -> S) and ``expand`` (S -> C) are 1x1 convolutions with their activations fused in."""
 
+    keeps_input = False              # y = x + x * g
+    adds_residual = False            # a second input r: y (+ x * g) + r
+
     def __init__(self, reduce: Conv2d, expand: Conv2d):
         super().__init__()
         self.reduce, self.expand = reduce, expand
         self.channels = reduce.in_channels
+
+    def fuse_output(self, keeps_input: bool, residual: bool) -> None:
+        """Add x back (x + x * g), and a second input after it (the module docstring)."""
+        self.keeps_input = keeps_input
+        if residual:
+            self.adds_residual, self.one_blob_only = True, False
+
+    def infer_shapes(self, input_shapes: Sequence[Shape]) -> list[Shape]:
+        expected = 2 if self.adds_residual else 1
+        if len(input_shapes) != expected:
+            raise ShapeError(f"expects {expected} input(s), got {len(input_shapes)}")
+        shape = self.infer_shape(tuple(input_shapes[0]))
+        if not self.adds_residual:
+            return [shape]
+        return [_broadcast(shape, tuple(input_shapes[1]), "the block's output")]
+
+    def forward(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+        y = self._excite(inputs[0])
+        return [np.add(y, inputs[1], dtype=np.float32) if self.adds_residual else y]
 
     def infer_shape(self, shape: Shape) -> Shape:
         """x's shape, once the two convolutions have checked theirs on (N, C, 1, 1)."""
@@ -48,10 +77,17 @@ class SqueezeExcitation(Layer):
         return shape
 
     def forward_one(self, x: np.ndarray) -> np.ndarray:
+        return self._excite(x)
+
+    def _excite(self, x: np.ndarray) -> np.ndarray:
+        """x * gate (+ x, if it keeps x), numpy step by step."""
         self.infer_shape(x.shape)
         squeezed = kernels.adaptive_avg_pool2d(x, (1, 1))              # (N, C, 1, 1)
         gate = self.expand.forward_one(self.reduce.forward_one(squeezed))
-        return np.multiply(gate, x, dtype=np.float32)
+        y = np.multiply(gate, x, dtype=np.float32)
+        return np.add(x, y, dtype=np.float32) if self.keeps_input else y
 
     def __repr__(self) -> str:
-        return f"SqueezeExcitation({self.reduce!r}, {self.expand!r})"
+        extra = (", keeps_input=True" if self.keeps_input else "") + (
+            ", adds_residual=True" if self.adds_residual else "")
+        return f"SqueezeExcitation({self.reduce!r}, {self.expand!r}{extra})"

@@ -3,7 +3,8 @@
     s[c] = sum(x[n, c]) / (H * W)
     h    = act(reduce @ s + reduce_bias)               reduce (S, C): C -> S
     g    = gate(expand @ h + expand_bias)              expand (C, S): S -> C
-    y[n, c] = x[n, c] * g[c]
+    y[n, c] = x[n, c] * g[c]             (+ x[n, c] if it keeps x, then + r[n, c]: a
+                                          residual block, layers/excitation.py)
 
 The sums (the means and the matrix-vector products' dot products) are float32 and taken in
 vector lanes (reassociated), as BLAS takes them; the activations are the epilogue's
@@ -23,10 +24,12 @@ from layers.fast.kernel import FLOAT, INT, array, kernel
 
 
 @kernel(nogil=True, exported=(array(3), array(3), array(2), array(1), INT, FLOAT, FLOAT,
-                              array(2), array(1), INT, FLOAT, FLOAT))
+                              array(2), array(1), INT, FLOAT, FLOAT, INT, array(3)))
 def _squeeze_excitation(x, y, reduce, reduce_bias, act_code, act_a, act_b,
-                        expand, expand_bias, gate_code, gate_a, gate_b):
-    """x (N, C, L) -> y (N, C, L) (the module docstring); reduce (S, C), expand (C, S)."""
+                        expand, expand_bias, gate_code, gate_a, gate_b, keep, residual):
+    """x (N, C, L) -> y (N, C, L) (the module docstring); reduce (S, C), expand (C, S);
+    ``keep``: 1 to add x back; ``residual``: y's shape, or no values for none. Each step
+    rounded as torch rounds it (no fused multiply-add)."""
     images, channels, length = x.shape
     squeezed = reduce.shape[0]
     means = np.empty(channels, np.float32)
@@ -45,6 +48,13 @@ def _squeeze_excitation(x, y, reduce, reduce_bias, act_code, act_a, act_b,
             source, target, scale = x[n, c], y[n, c], gate[c]
             for i in range(length):
                 target[i] = source[i] * scale
+            if keep:
+                for i in range(length):
+                    target[i] = source[i] + target[i]
+            if residual.shape[0] > 0:
+                other = residual[n, c]
+                for i in range(length):
+                    target[i] = target[i] + other[i]
 
 
 @kernel(nogil=True, fastmath={"reassoc"})          # reassoc: the sum vectorises
@@ -65,17 +75,22 @@ def _dot(a, b):
     return total
 
 
+NO_RESIDUAL = np.zeros((0, 0, 0), np.float32)
+
+
 def squeeze_excitation(x: np.ndarray, out: np.ndarray, reduce: np.ndarray,
                        reduce_bias: np.ndarray, activation: Activation,
-                       expand: np.ndarray, expand_bias: np.ndarray, gate: Activation) -> None:
-    """out (N, C, H, W) <- x's squeeze-and-excitation; both C-contiguous float32 with N > 0
-    and H * W > 0.
+                       expand: np.ndarray, expand_bias: np.ndarray, gate: Activation,
+                       keep: bool = False, residual: np.ndarray | None = None) -> None:
+    """out (N, C, H, W) <- x's squeeze-and-excitation (+ x with ``keep``, + ``residual``,
+    of x's shape); all C-contiguous float32 with N > 0 and H * W > 0.
     reduce (S, C) and expand (C, S) are the 1x1 weights as matrices (C-contiguous), biases
     (S,) and (C,) (zeros where the convolution has none)."""
     n, c, h, w = x.shape
     _squeeze_excitation(x.reshape(n, c, h * w), out.reshape(n, c, h * w), reduce, reduce_bias,
                         activation.code, activation.a, activation.b, expand, expand_bias,
-                        gate.code, gate.a, gate.b)
+                        gate.code, gate.a, gate.b, int(keep),
+                        NO_RESIDUAL if residual is None else residual.reshape(n, c, h * w))
 
 
 @functools.cache

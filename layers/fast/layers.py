@@ -626,25 +626,33 @@ class FastSqueezeExcitation(SqueezeExcitation):
         self.expand.prepare(None if squeezed is None
                             else [self.reduce.infer_shape(squeezed[0])])
 
-    def forward_one(self, x: np.ndarray) -> np.ndarray:
+    def forward(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+        x = inputs[0]
         if not (self.in_kernel and x.dtype == np.float32 and x.ndim == 4):
-            return super().forward_one(x)
+            return super().forward(inputs)
         y = np.empty(x.shape, np.float32)
-        self.forward_into([x], [y])
-        return y
+        self.forward_into(inputs, [y])
+        return [y]
+
+    def forward_one(self, x: np.ndarray) -> np.ndarray:
+        return self.forward([x])[0]
 
     def forward_into(self, inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray]) -> None:
         x, y = inputs[0], outputs[0]
+        residual = inputs[1] if self.adds_residual else None
         if (not self.in_kernel or x.ndim != 4 or x.shape[1] != self.channels
-                or x.shape[2] * x.shape[3] == 0):
-            np.copyto(y, super().forward_one(x))     # the reference's answer or its error
+                or x.shape[2] * x.shape[3] == 0 or y.shape != x.shape
+                or (residual is not None and residual.shape != x.shape)):
+            np.copyto(y, super().forward(inputs)[0])  # the reference's answer or its error
             return
         if x.shape[0] == 0:                          # an empty batch
             return
         assert self.activation is not None and self.gate is not None
-        excitation.squeeze_excitation(np.require(x, np.float32, ("C", "A")), y,
-                                      self.reduce_matrix, self.reduce_bias, self.activation,
-                                      self.expand_matrix, self.expand_bias, self.gate)
+        excitation.squeeze_excitation(
+            np.require(x, np.float32, ("C", "A")), y, self.reduce_matrix, self.reduce_bias,
+            self.activation, self.expand_matrix, self.expand_bias, self.gate,
+            self.keeps_input,
+            None if residual is None else np.require(residual, np.float32, ("C", "A")))
 
 
 @register_fast_layer("nn.MultiheadAttention")

@@ -146,3 +146,32 @@ def test_convolutions_that_disagree_are_refused():
     layer = FastSqueezeExcitation(reduce.reduce, other.expand)
     with pytest.raises(ShapeError, match="channels"):
         layer.infer_shapes([(1, 12, 5, 5)])
+
+
+@pytest.mark.parametrize("keeps, residual", [(True, False), (False, True), (True, True)],
+                         ids=["x + x * g", "x * g + r", "x + x * g + r"])
+@pytest.mark.parametrize("shape", [(2, 24, 9, 7), (1, 24, 1, 1)])
+def test_a_residual_block_adds_x_and_r_as_torch_rounds_them(keeps, residual, shape):
+    """PP-LCNet's and DBNet's blocks: y = x + x * g (+ r), each sum rounded as torch rounds
+    it, on both floors; a residual of another shape (broadcast) runs the reference."""
+    rng = np.random.default_rng(4)
+    x, r = rng.standard_normal((2, *shape), dtype=np.float32) * 5
+    for fast in (False, True):
+        layer, torch_block = block(24, 6, ("nn.ReLU", "nn.Hardsigmoid"), fast=fast)
+        layer.fuse_output(keeps, residual)
+        inputs = [x, r] if residual else [x]
+        t = torch.from_numpy(x)
+        want = torch_block(t) + (t if keeps else 0) + (torch.from_numpy(r) if residual else 0)
+        assert layer.infer_shapes([a.shape for a in inputs]) == [x.shape]
+        got = layer.forward(inputs)[0]
+        np.testing.assert_allclose(got, want.numpy(), atol=1e-5, rtol=1e-5)
+        if fast:
+            out = np.full_like(x, np.nan)
+            layer.forward_into(inputs, [out])
+            np.testing.assert_array_equal(out, got)
+            if residual:
+                column = r[:, :, :, :1].copy()
+                want = layer.forward([x, column])[0]
+                np.testing.assert_allclose(want, (torch_block(t) + (t if keeps else 0)
+                                                  + torch.from_numpy(column)).numpy(),
+                                           atol=1e-5, rtol=1e-5)

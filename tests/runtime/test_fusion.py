@@ -280,13 +280,15 @@ def excitation_lines(pool="nn.AdaptiveAvgPool2d pool 1 1 a s output_size=(1,1)",
                      groups=1, gate_channels=8, mul="mul(@0,@1)", outputs="y"):
     """A squeeze-and-excitation block on 8 channels of ``a`` (a second input ``z``, of the same
     shape, for a pool that reads it): ``k`` the reduce's kernel size, ``groups`` its groups,
-    ``gate_channels`` the expand's output channels."""
+    ``gate_channels`` the expand's output channels; the multiply's inputs are (gs, a), and z
+    for an expression that reads @2."""
+    operands = 3 if "@2" in mul else 2
     lines = ["pnnx.Input in0 0 1 a", "pnnx.Input in1 0 1 z", pool,
              conv_line("reduce", "s", "h", c_in=8, c_out=2, k=k, pad=k // 2, groups=groups),
              "nn.ReLU relu 1 1 h hr",
              conv_line("expand", "hr", "g", c_in=2, c_out=gate_channels, k=1, pad=0),
              "nn.Sigmoid gate 1 1 g gs",
-             f"pnnx.Expression mul 2 1 gs a y expr={mul}",
+             f"pnnx.Expression mul {operands} 1 {' gs a z'[:3 * operands]} y expr={mul}",
              f"pnnx.Output out0 {len(outputs.split())} 0 {outputs}"]
     weights = {**conv_weights("reduce", 8, 2, k=k, groups=groups),
                **conv_weights("expand", 2, gate_channels, k=1)}
@@ -330,6 +332,38 @@ def test_what_folds_into_squeeze_and_excitation(tmp_path, change, folds):
             fused.forward(x[:, :4], z[:, :4])
         with pytest.raises(GraphError, match="'pool' is fused into SqueezeExcitation mul"):
             fused.debug(x, z).value("pool")
+
+
+@pytest.mark.parametrize("expr, keeps", [         # keeps: x added back (None: no fold)
+    ("add(@1,mul(@1,@0))", True),                     # x + x * g: a residual block
+    ("add(mul(@0,@1),@1)", True),
+    ("add(add(@1,mul(@0,@1)),@2)", True),             # then + z
+    ("add(@2,add(mul(@1,@0),@1))", True),
+    ("add(mul(@0,@1),@2)", False),                    # x * g + z
+    ("add(@0,mul(@0,@1))", None),                     # g + g * x: not x kept
+    ("add(add(@1,@2),mul(@0,@1))", None),             # rounded in another order
+    ("add(add(@1,mul(@0,@1)),@1)", None),             # x added twice
+    ("sub(@1,mul(@0,@1))", None)])
+def test_residual_squeeze_and_excitation_blocks_fold(tmp_path, expr, keeps):
+    lines, weights = excitation_lines(mul=expr)
+    fused, reference = graph_pair(tmp_path, lines, weights)
+    blocks = [op for op in fused.operators if op.type == "SqueezeExcitation"]
+    folds = keeps is not None
+    assert len(blocks) == folds
+    x, z = rng.standard_normal((2, 2, 8, 5, 2)).astype(np.float32)
+    for got, want in zip(fused.forward(x, z), reference.forward(x, z)):
+        np.testing.assert_allclose(got, want, atol=1e-5, rtol=1e-4)
+    if folds:
+        (op,) = blocks
+        assert [o.name for o in op.inputs] == (["a", "z"] if "@2" in expr else ["a"])
+        assert op.layer.keeps_input == keeps
+        assert fused.forward(x[:0], z[:0])[0].shape == (0, 8, 5, 2)
+        if "@2" in expr:                                 # a residual of another shape
+            with pytest.raises(ShapeError, match="residual"):
+                fused.forward(x, z[:, :, :3])
+            (got,) = fused.forward(x, z[:1])             # broadcast, as torch adds
+            (want,) = reference.forward(x, z[:1])
+            np.testing.assert_allclose(got, want, atol=1e-5, rtol=1e-4)
 
 
 def test_a_gate_whose_convolutions_disagree_is_refused_as_unfused(tmp_path):
