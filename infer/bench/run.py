@@ -21,7 +21,8 @@ from infer.bench.models import MODELS, REPO, ModelFiles, prepare
 
 ENGINES = ("pnnx-infer", "onnxruntime", "torch")
 BASELINE = "onnxruntime"            # latency ratios are to this engine
-REFERENCE = "torch"                 # outputs are checked against this engine's
+REFERENCE = "torch"                 # outputs are checked against this engine's (the
+                                    # baseline's for a real model, which torch does not run)
 TOLERANCE = 1e-4                    # |output - torch| <= 1e-4 + 1e-4 |torch|
 WORKER = Path(__file__).resolve().parent / "worker.py"
 
@@ -53,8 +54,9 @@ class Measurement:
     engine: str
     rounds: list[dict] = field(default_factory=list)    # the workers' reports
     error: str | None = None
-    max_diff: float | None = None                        # max |output - torch output|
+    max_diff: float | None = None                        # max |output - reference output|
     agrees: bool | None = None
+    reference: str = REFERENCE                           # the engine compared with
 
     def _median(self, key: str) -> float:
         return statistics.median(r[key] for r in self.rounds)
@@ -127,14 +129,18 @@ def run_benchmark(settings: Settings, say: Callable[[str], None] = print) -> Res
             say(f"preparing {name} (pnnx, ONNX and TorchScript files) in {workdir}")
             files = prepare(model, workdir / name, settings.onnx_exporter)
             exporters[name] = files.onnx_exporter
+            engines = tuple(e for e in settings.engines         # torch runs no real model,
+                            if e != "torch" or files.torchscript is not None)
+            batches = settings.batches if model.onnx_file is None else tuple(
+                b for b in settings.batches if b == 1)          # converted at batch 1
             numba_cache = None                   # the machine's own kernel cache, unless:
             if settings.cold_start and "pnnx-infer" in settings.engines:
                 numba_cache = Path(tempfile.mkdtemp(prefix="numba_", dir=scratch))
                 cold_starts += _cold_start(settings, model.name, model.input_size, files,
                                            numba_cache, Path(scratch), say)
-            for batch in settings.batches:
-                measurements += _measure(settings, name, model.input_size, batch, files,
-                                         numba_cache, Path(scratch), say)
+            for batch in batches:
+                measurements += _measure(settings, engines, name, model.input_size, batch,
+                                         files, numba_cache, Path(scratch), say)
         fixed = None
         if settings.fixed_cost and "pnnx-infer" in settings.engines:
             fixed = fixed_cost(settings, Path(scratch), say)
@@ -162,15 +168,15 @@ def fixed_cost(settings: Settings, scratch: Path, say) -> dict | None:
     return report
 
 
-def _measure(settings: Settings, model: str, size: tuple[int, int], batch: int,
-             files: ModelFiles, numba_cache: Path | None, scratch: Path, say
+def _measure(settings: Settings, engines: tuple[str, ...], model: str, size: tuple[int, int],
+             batch: int, files: ModelFiles, numba_cache: Path | None, scratch: Path, say
              ) -> list[Measurement]:
     x_path = _input(scratch, model, batch, size)
-    results = {engine: Measurement(model, batch, engine) for engine in settings.engines}
+    results = {engine: Measurement(model, batch, engine) for engine in engines}
     outputs: dict[str, Path] = {}
     for round_index in range(settings.rounds):
-        shift = round_index % len(settings.engines)             # rotate who goes first
-        for engine in settings.engines[shift:] + settings.engines[:shift]:
+        shift = round_index % len(engines)                      # rotate who goes first
+        for engine in engines[shift:] + engines[:shift]:
             m = results[engine]
             if m.error:
                 continue
@@ -190,14 +196,18 @@ def _measure(settings: Settings, model: str, size: tuple[int, int], batch: int,
 
 
 def _compare_outputs(results: dict[str, Measurement], outputs: dict[str, Path]) -> None:
-    if REFERENCE not in outputs:
+    """Each engine's output against torch's (onnxruntime's where torch did not run)."""
+    reference = REFERENCE if REFERENCE in results else BASELINE
+    if reference not in outputs:
         return
-    want = np.load(outputs[REFERENCE])
+    want = np.load(outputs[reference])
     for engine, path in outputs.items():
         got = np.load(path)
         m = results[engine]
+        m.reference = reference
         if got.shape != want.shape:
-            m.agrees, m.error = False, f"output shape {got.shape}, torch gives {want.shape}"
+            m.agrees, m.error = False, (f"output shape {got.shape}, {reference} gives "
+                                        f"{want.shape}")
             continue
         m.max_diff = float(np.max(np.abs(got.astype(np.float64) - want))) if got.size else 0.0
         m.agrees = bool(np.allclose(got, want, atol=TOLERANCE, rtol=TOLERANCE))
@@ -237,7 +247,7 @@ def _input(scratch: Path, model: str, batch: int, size: tuple[int, int]) -> Path
 
 def _job(settings: Settings, engine: str, files: ModelFiles, x_path: Path, out: Path) -> dict:
     return {"engine": engine, "param": str(files.param), "bin": str(files.bin),
-            "onnx": str(files.onnx), "torchscript": str(files.torchscript),
+            "onnx": str(files.onnx), "torchscript": str(files.torchscript or ""),
             "input": str(x_path), "output": str(out), "threads": settings.threads,
             "seconds": settings.seconds, "min_runs": settings.min_runs,
             "max_runs": settings.max_runs, "warmup": settings.warmup}

