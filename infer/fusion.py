@@ -10,14 +10,17 @@ never exist::
     after:   x, r --Conv2d [fused: add, relu]--> y
 
 Patterns, tried on every nn.Conv2d (nn.ConvTranspose2d: the affine map and the activation;
-nn.Linear: the activation only), in this order:
+nn.Linear: the activation only), in this order (the affine map before the residual and
+again after the activation):
 
     nn.ZeroPad2d -> Conv2d      the pad folds into the convolution's zero padding
     Conv2d -> a * @0 + b        an expression of its output and numbers alone (``mul(@0,a)``,
                                 ``add(mul(a,@0),b)``, ...: layers/expression.py's
-                                ``affine_form``) folds into its weights and bias, or, after
-                                a residual or an activation, joins the activation
-                                (layers.activation.ScaleShift)
+                                ``affine_form``) folds into its weights and bias (rounded
+                                otherwise than torch's two steps, as a batch norm folded
+                                into them is), or, after a residual or an activation, joins
+                                the activation (layers.activation.ScaleShift, rounded as
+                                torch rounds it)
     Conv2d -> add(@0,@1)        the other operand becomes the convolution's second input
     Conv2d -> activation        one the layer can apply (``can_fuse_activation``: for the
                                 fast layers ReLU, ReLU6, Hardtanh, LeakyReLU, SiLU, ...)
@@ -30,10 +33,12 @@ then, once those are folded, on every multiply, a squeeze-and-excitation block
 
 The pool is nn.AdaptiveAvgPool2d to (1, 1) or torch.mean over dims (2, 3) keeping them; the
 convolutions are 1x1, stride 1, one group, no padding (0, or "same" / "valid", which are 0
-for a 1x1), with or without a folded activation, C -> S -> C. The multiply's operator
-survives with the new type (its old one joins ``fused_types``), x as its one input, and the
-convolutions' weights among its attributes (``reduce.weight``, ``expand.bias``, ...); the
-pool and the convolutions are in its ``fused``.
+for a 1x1), with or without a folded activation, C -> S -> C. The multiply may also add x
+back and then a third tensor r, in the same expression (a residual block:
+``add(add(@0,mul(@0,@1)),@2)``, ``_excitation_output``). The multiply's operator survives
+with the new type (its old one joins ``fused_types``), x as its input (r as its second),
+and the convolutions' weights among its attributes (``reduce.weight``, ``expand.bias``,
+...); the pool and the convolutions are in its ``fused``.
 
 A pattern applies only when the tensor between the two operators has exactly one consumer and
 is not a graph output (nobody else may see it), and only to the project's own layer classes,
@@ -219,17 +224,19 @@ def _fold_activation(graph: "RuntimeGraph", op: RuntimeOperator, outputs: set[in
 def _fold_squeeze_excitation(graph: "RuntimeGraph", mul: RuntimeOperator, outputs: set[int],
                              folded: set[int],
                              own: dict[str, tuple[type[Layer], type[Layer]]]) -> None:
-    """pool(x) -> 1x1 -> 1x1 -> mul(gate, x): one SqueezeExcitation operator (the module
-    docstring), also where the expression adds x back and a residual after it
-    (``_excitation_output``). The multiply's operator survives: it produces the block's
-    output, and the pool and convolutions, which it absorbs, have no output of their own
-    any more."""
+    """pool(x) -> 1x1 -> 1x1 -> gate, then x * gate (+ x, + r): one SqueezeExcitation
+    operator (the module docstring; the expression's forms: ``_excitation_output``). The
+    multiply's operator survives: it produces the block's output, and the pool and
+    convolutions, which it absorbs, have no output of their own any more."""
     form = _excitation_output(mul.layer.tree)
-    if (form is None or len(mul.outputs) != 1 or not _float32(*mul.inputs, *mul.outputs)
-            or max(i for i in form if i is not None) >= len(mul.inputs)
-            or len({id(o) for o in mul.inputs}) != len(mul.inputs)):
+    if form is None:
         return
     first, second, kept, added = form
+    read = {first, second} | ({added} if added is not None else set())
+    if (len(mul.outputs) != 1 or not _float32(*mul.inputs, *mul.outputs)
+            or read != set(range(len(mul.inputs)))          # every input read, none twice
+            or len({id(o) for o in mul.inputs}) != len(mul.inputs)):
+        return
     for x_at, gate_at in ((first, second), (second, first)):
         if kept in (None, x_at):
             block = _excitation_block(mul, mul.inputs[gate_at], mul.inputs[x_at], outputs, own)

@@ -136,9 +136,9 @@ class Tanh(_Elementwise):
 
 class ScaleShift(_Elementwise):
     """y = scale * f(x) + shift: an elementwise in-place layer f (None: f(x) = x), then the
-    expression after it that infer/fusion.py folds in (``add(mul(a,@0),b)``: layers/expression.py's
-    affine_form), rounded as torch rounds the expression, a multiply then an add. No pnnx
-    operator type: it exists only as a convolution's fused activation."""
+    expression after it that infer/fusion.py folds in (``add(mul(a,@0),b)``:
+    layers/expression.py's affine_form), rounded as torch rounds the expression, a multiply
+    then an add. No pnnx operator type: it exists only as a convolution's fused activation."""
 
     def __init__(self, inner: Layer | None, scale: float, shift: float):
         super().__init__()

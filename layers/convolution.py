@@ -250,7 +250,7 @@ class Conv2d(FusesActivation, FoldsAffine, LearnedWeights, _ConvGeometry):
             raise ShapeError(f"expects {expected} input(s), got {len(input_shapes)}")
         out = self.infer_shape(tuple(input_shapes[0]))
         if self.fused_residual:
-            out = _broadcast(out, tuple(input_shapes[1]))
+            out = residual_shape(out, tuple(input_shapes[1]))
         return [out]
 
     # ----- running --------------------------------------------------------------------------
@@ -286,8 +286,9 @@ class Conv2d(FusesActivation, FoldsAffine, LearnedWeights, _ConvGeometry):
         return y
 
 
-def _broadcast(shape: Shape, other: Shape, to: str = "the convolution's output") -> Shape:
-    """The shape of ``a + b`` for arrays of these shapes (numpy's = torch's rule)."""
+def residual_shape(shape: Shape, other: Shape, to: str = "the convolution's output") -> Shape:
+    """The shape of ``a + b`` for arrays of these shapes (numpy's = torch's rule): a fused
+    residual ``other`` added to an output of ``shape``."""
     try:
         return tuple(np.broadcast_shapes(shape, other))
     except ValueError:

@@ -25,19 +25,20 @@ input r) then y + r, rounded step by step as torch rounds them.
 
 from __future__ import annotations
 
+from typing import Sequence
+
 import numpy as np
 
 from layers import kernels
-from typing import Sequence
-
 from layers.base import Layer, Shape
-from layers.convolution import Conv2d, _broadcast
+from layers.convolution import Conv2d, residual_shape
 from parser.errors import ShapeError
 
 
 class SqueezeExcitation(Layer):
-    """y = x * gate(expand(act(reduce(mean(x))))) for x (N, C, H, W) float32; ``reduce``
-    (C -> S) and ``expand`` (S -> C) are 1x1 convolutions with their activations fused in."""
+    """y = x * gate(expand(act(reduce(mean(x))))) for x (N, C, H, W) float32 (+ x, + r: a
+    residual block, ``fuse_output``); ``reduce`` (C -> S) and ``expand`` (S -> C) are 1x1
+    convolutions with their activations fused in."""
 
     keeps_input = False              # y = x + x * g
     adds_residual = False            # a second input r: y (+ x * g) + r
@@ -60,7 +61,7 @@ class SqueezeExcitation(Layer):
         shape = self.infer_shape(tuple(input_shapes[0]))
         if not self.adds_residual:
             return [shape]
-        return [_broadcast(shape, tuple(input_shapes[1]), "the block's output")]
+        return [residual_shape(shape, tuple(input_shapes[1]), "the block's output")]
 
     def forward(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
         y = self._excite(inputs[0])

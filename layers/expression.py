@@ -33,6 +33,7 @@ What the values are, following torch:
 from __future__ import annotations
 
 import functools
+import math
 from typing import Callable, Sequence
 
 import numpy as np
@@ -345,16 +346,16 @@ def _as_array(value: Value) -> np.ndarray:
 # ----- affine forms: what fusion and the fast floor compute in one pass ------------------------
 
 def affine_form(node: Node) -> tuple[float, float] | None:
-    """(a, b) if the expression is y = a * @0 + b computed as torch computes it, at most one
-    multiply (or division) by a number and then at most one addition (or subtraction) of a
-    number, and no other input::
+    """(a, b) if the expression is y = a * @0 + b in the steps torch rounds: at most one
+    multiply (or a division by a power of two, whose reciprocal is exact) by a number, then
+    at most one addition (or subtraction) of a number, and no other input::
 
-        mul(@0,a)  mul(a,@0)  div(@0,c) (a = 1/c)  add(@0,b)  sub(@0,c) (b = -c)  sub(b,@0)
-        add(mul(a,@0),b)  sub(div(@0,c),d)  ...
+        mul(@0,a)  mul(a,@0)  div(@0,4) (a = 0.25)  add(@0,b)  sub(@0,c) (b = -c)  sub(b,@0)
+        add(mul(a,@0),b)  sub(div(@0,2),d)  ...
 
-    Numbers must be finite ints or floats, a non-zero. Else None. (A longer chain of
-    arithmetic is not taken: torch rounds after each step, and folding the steps would give
-    an answer torch does not.)"""
+    Numbers must be finite ints or floats, a non-zero. Else None. (A longer chain, or a
+    division by another number, is not taken: a * x + b computed in two steps, each rounded,
+    is what torch computes then, and nothing else would be.)"""
     scale = _scale_of(node)
     if scale is not None:
         return scale, -0.0                 # -0.0: adds nothing, keeps a product's -0.0
@@ -373,7 +374,8 @@ def affine_form(node: Node) -> tuple[float, float] | None:
 
 
 def _scale_of(node: Node) -> float | None:
-    """a if ``node`` is @0, mul(@0,a), mul(a,@0) or div(@0,c) (a = 1/c), a finite non-zero."""
+    """a if ``node`` is @0, mul(@0,a), mul(a,@0) or div(@0,c) (a = 1/c, c a power of two), a
+    finite non-zero."""
     if isinstance(node, OperandRef):
         return 1.0 if node.index == 0 else None
     if not isinstance(node, Call) or node.name not in ("mul", "div") or len(node.args) != 2:
@@ -384,6 +386,8 @@ def _scale_of(node: Node) -> float | None:
     number = _number(right)
     if not (isinstance(left, OperandRef) and left.index == 0) or not number:
         return None
+    if node.name == "div" and math.frexp(abs(number))[0] != 0.5:
+        return None                        # x / 3 is not x * fl(1 / 3)
     scale = number if node.name == "mul" else 1.0 / number
     finite = abs(scale) <= float(np.finfo(np.float32).max)   # as torch's float32 factor
     return scale if finite and np.float32(scale) != 0 else None

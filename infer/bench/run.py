@@ -23,7 +23,7 @@ ENGINES = ("pnnx-infer", "onnxruntime", "torch")
 BASELINE = "onnxruntime"            # latency ratios are to this engine
 REFERENCE = "torch"                 # outputs are checked against this engine's (the
                                     # baseline's for a real model, which torch does not run)
-TOLERANCE = 1e-4                    # |output - torch| <= 1e-4 + 1e-4 |torch|
+TOLERANCE = 1e-4                    # |output - reference| <= 1e-4 + 1e-4 |reference|
 WORKER = Path(__file__).resolve().parent / "worker.py"
 
 
@@ -133,6 +133,9 @@ def run_benchmark(settings: Settings, say: Callable[[str], None] = print) -> Res
                             if e != "torch" or files.torchscript is not None)
             batches = settings.batches if model.onnx_file is None else tuple(
                 b for b in settings.batches if b == 1)          # converted at batch 1
+            if not batches:
+                say(f"  {name}: converted at batch 1 only, not measured at batches "
+                    f"{' '.join(map(str, settings.batches))}")
             numba_cache = None                   # the machine's own kernel cache, unless:
             if settings.cold_start and "pnnx-infer" in settings.engines:
                 numba_cache = Path(tempfile.mkdtemp(prefix="numba_", dir=scratch))

@@ -23,7 +23,7 @@ function serves every activation (no signature per activation, nothing to compil
     code + THEN_AFFINE   a * f(x) + b          f: NONE or an activation above without a and
                                                b of its own (layers.activation.ScaleShift:
                                                an expression such as add(mul(a,@0),b) folded
-                                               in after the activation)
+                                               in after the activation; rounded as torch)
 
 GELU's erf(z), z clipped to [-4, 4] (beyond, erf is +-1 in float32), is z * P(z^2) / Q(z^2)
 with P of degree 6 and Q of degree 4, fitted to float64's erf(z) / z on [0, 4] (iteratively
@@ -163,10 +163,12 @@ def activate_row(row, code, a, b, shift=-0.0):
                   + ERF_P1) * t + ERF_P0)
             q = (((ERF_Q4 * t + ERF_Q3) * t + ERF_Q2) * t + ERF_Q1) * t + one
             row[i] = half * v * (one + min(max(z * p / q, -one), one))
-    if affine:
+    if affine:                                   # a * y + b, rounded twice as torch's:
         scale, offset = np.float32(a), np.float32(b)
-        for i in range(n):
-            row[i] = row[i] * scale + offset
+        for i in range(n):                       # two loops, which the kernels compiled
+            row[i] = row[i] * scale              # with contract cannot fuse into one
+        for i in range(n):                       # multiply-add
+            row[i] = row[i] + offset
 
 
 @kernel(nogil=True, fastmath={"contract"})

@@ -628,7 +628,8 @@ class FastSqueezeExcitation(SqueezeExcitation):
 
     def forward(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
         x = inputs[0]
-        if not (self.in_kernel and x.dtype == np.float32 and x.ndim == 4):
+        if not (self.in_kernel and x.dtype == np.float32 and x.ndim == 4) or (
+                self.adds_residual and inputs[1].shape != x.shape):   # it may broadcast y
             return super().forward(inputs)
         y = np.empty(x.shape, np.float32)
         self.forward_into(inputs, [y])

@@ -169,7 +169,13 @@ def test_a_residual_block_adds_x_and_r_as_torch_rounds_them(keeps, residual, sha
             out = np.full_like(x, np.nan)
             layer.forward_into(inputs, [out])
             np.testing.assert_array_equal(out, got)
-            if residual:
+            if residual:                                  # another shape: broadcast
+                bigger = np.stack([r, r, r])                 # (3, N, C, H, W)
+                (got,) = layer.forward([x, bigger])
+                assert got.shape == bigger.shape
+                np.testing.assert_allclose(got, (torch_block(t) + (t if keeps else 0)
+                                                 + torch.from_numpy(bigger)).numpy(),
+                                           atol=1e-5, rtol=1e-5)
                 column = r[:, :, :, :1].copy()
                 want = layer.forward([x, column])[0]
                 np.testing.assert_allclose(want, (torch_block(t) + (t if keeps else 0)

@@ -573,6 +573,21 @@ def test_epilogue_activation_matches_the_layer_and_torch(name):
                                rtol=1e-5)
 
 
+@pytest.mark.parametrize("inner", [None, ReLU()], ids=["alone", "after relu"])
+def test_an_affine_map_after_the_activation_gives_torchs_bits(inner):
+    """ScaleShift in the epilogue: a * y, rounded, then + b, rounded, as torch computes the
+    expression (not one fused multiply-add), on rows of 47 and 7 values."""
+    scale, shift = 0.1, 0.3
+    activation = activation_of(ScaleShift(inner, scale, shift))
+    for length in (47, 7):
+        y = (rand(2, 3, length) * 1e3).astype(np.float32)
+        got = y.copy()
+        bias_residual_activation(got, None, None, activation)
+        t = torch.from_numpy(y)
+        want = (t if inner is None else F.relu(t)) * scale + shift
+        np.testing.assert_array_equal(got.view(np.int32), want.numpy().view(np.int32))
+
+
 def test_unknown_activations_have_no_kernel_code():
     class MyReLU(ReLU):                                      # a subclass may differ
         pass

@@ -247,13 +247,27 @@ class Excitations(nn.Module):
         return x * seen, seen
 
 
+def exported_pair(pnnx_export, model, name):
+    """``model`` exported by pnnx (sizes free), built fused and as the reference."""
+    param, binary = pnnx_export(model, (torch.rand(1, 3, 32, 32),), name, dynamic=True)
+    return RuntimeGraph(param, binary).build(), RuntimeGraph(param, binary, reference=True).build()
+
+
+def assert_both_match_torch(model, graphs, shapes=((1, 3, 32, 32), (2, 3, 40, 26))):
+    for shape in shapes:
+        x = torch.randn(*shape, generator=torch.Generator().manual_seed(1))
+        with torch.no_grad():
+            want = model(x)
+        want = [want] if isinstance(want, torch.Tensor) else list(want)
+        for graph in graphs:
+            for got, w in zip(graph.forward(x.numpy()), want, strict=True):
+                np.testing.assert_allclose(got, w.numpy(), atol=1e-5, rtol=1e-4)
+
+
 def test_squeeze_and_excitation_blocks_become_one_operator(pnnx_export):
     torch.manual_seed(0)
     model = Excitations().eval()
-    param, binary = pnnx_export(model, (torch.rand(1, 3, 32, 32),), "excitations",
-                                dynamic=True)
-    fused = RuntimeGraph(param, binary).build()
-    reference = RuntimeGraph(param, binary, reference=True).build()
+    fused, reference = exported_pair(pnnx_export, model, "excitations")
     blocks = [op for op in fused.operators if op.type == "SqueezeExcitation"]
     assert len(blocks) == 2
     for op in blocks:
@@ -266,23 +280,17 @@ def test_squeeze_and_excitation_blocks_become_one_operator(pnnx_export):
     assert [op.type for op in fused.operators].count("nn.AdaptiveAvgPool2d") == 1   # seen
     assert len(reference.operators) - len(fused.operators) == sum(len(op.fused)
                                                                   for op in fused.operators)
-    for shape in [(1, 3, 32, 32), (2, 3, 40, 26)]:
-        x = torch.randn(*shape, generator=torch.Generator().manual_seed(1))
-        with torch.no_grad():
-            want = [t.numpy() for t in model(x)]
-        got, ref = fused.forward(x.numpy()), reference.forward(x.numpy())
-        for g, r, w in zip(got, ref, want):
-            np.testing.assert_allclose(g, w, atol=1e-5, rtol=1e-4)
-            np.testing.assert_allclose(r, w, atol=1e-5, rtol=1e-4)
+    assert_both_match_torch(model, (fused, reference))
 
 
 def excitation_lines(pool="nn.AdaptiveAvgPool2d pool 1 1 a s output_size=(1,1)", k=1,
-                     groups=1, gate_channels=8, mul="mul(@0,@1)", outputs="y"):
+                     groups=1, gate_channels=8, mul="mul(@0,@1)", outputs="y",
+                     operands=None):
     """A squeeze-and-excitation block on 8 channels of ``a`` (a second input ``z``, of the same
     shape, for a pool that reads it): ``k`` the reduce's kernel size, ``groups`` its groups,
     ``gate_channels`` the expand's output channels; the multiply's inputs are (gs, a), and z
-    for an expression that reads @2."""
-    operands = 3 if "@2" in mul else 2
+    for an expression that reads @2 (or ``operands`` = 3)."""
+    operands = operands or (3 if "@2" in mul else 2)
     lines = ["pnnx.Input in0 0 1 a", "pnnx.Input in1 0 1 z", pool,
              conv_line("reduce", "s", "h", c_in=8, c_out=2, k=k, pad=k // 2, groups=groups),
              "nn.ReLU relu 1 1 h hr",
@@ -343,9 +351,11 @@ def test_what_folds_into_squeeze_and_excitation(tmp_path, change, folds):
     ("add(@0,mul(@0,@1))", None),                     # g + g * x: not x kept
     ("add(add(@1,@2),mul(@0,@1))", None),             # rounded in another order
     ("add(add(@1,mul(@0,@1)),@1)", None),             # x added twice
-    ("sub(@1,mul(@0,@1))", None)])
+    ("sub(@1,mul(@0,@1))", None),
+    ("mul(@0,@1) and z unread", None)])
 def test_residual_squeeze_and_excitation_blocks_fold(tmp_path, expr, keeps):
-    lines, weights = excitation_lines(mul=expr)
+    expr, *unread = expr.split(" and ")
+    lines, weights = excitation_lines(mul=expr, operands=3 if unread else None)
     fused, reference = graph_pair(tmp_path, lines, weights)
     blocks = [op for op in fused.operators if op.type == "SqueezeExcitation"]
     folds = keeps is not None
@@ -488,21 +498,11 @@ class AffineBlocks(nn.Module):
 def test_learnable_affine_blocks_fold_and_match_torch(pnnx_export):
     torch.manual_seed(0)
     model = AffineBlocks().eval()
-    param, binary = pnnx_export(model, (torch.rand(1, 3, 32, 32),), "affine_blocks",
-                                dynamic=True)
-    fused = RuntimeGraph(param, binary).build()
-    reference = RuntimeGraph(param, binary, reference=True).build()
+    fused, reference = exported_pair(pnnx_export, model, "affine_blocks")
     types = [op.type for op in fused.operators]
     assert types.count("pnnx.Expression") == 0 and types.count("SqueezeExcitation") == 1
     assert types.count("nn.Conv2d") == 3
-    for shape in [(1, 3, 32, 32), (2, 3, 40, 26)]:
-        x = torch.randn(*shape, generator=torch.Generator().manual_seed(1))
-        with torch.no_grad():
-            want = model(x).numpy()
-        (got,) = fused.forward(x.numpy())
-        (ref,) = reference.forward(x.numpy())
-        np.testing.assert_allclose(got, want, atol=1e-5, rtol=1e-4)
-        np.testing.assert_allclose(ref, want, atol=1e-5, rtol=1e-4)
+    assert_both_match_torch(model, (fused, reference))
 
 
 @pytest.mark.parametrize("kernel, stride, pad", [(2, 2, 0), (3, 2, 1)],
