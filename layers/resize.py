@@ -211,24 +211,32 @@ def _whole_factors(in_sizes: Sequence[int], out_sizes: Sequence[int],
     return factors
 
 
-def repeat_each(x: np.ndarray, factors: Sequence[int]) -> np.ndarray:
+def repeat_each(x: np.ndarray, factors: Sequence[int], out: np.ndarray | None = None
+                ) -> np.ndarray:
     """(N, C, *spatial) -> each spatial element repeated factors[i] times along axis 2 + i.
     The last axis first, as k interleaved copies (out[..., j] = x for each j < k); then each
-    earlier axis, as k copies of its whole rows (a broadcast whose inner loop is long)."""
+    earlier axis, as k copies of its whole rows (a broadcast whose inner loop is long). The
+    last step writes into ``out`` (C-contiguous, the result's shape and x's dtype) if given."""
+    axes = [axis for axis in reversed(range(2, x.ndim)) if factors[axis - 2] != 1]
+    if not axes:
+        if out is None:
+            return x.copy()
+        np.copyto(out, x)
+        return out
     y = x
-    for axis in reversed(range(2, x.ndim)):
+    for axis in axes:
         k = factors[axis - 2]
-        if k == 1:
-            continue
         shape = y.shape
-        out = np.empty((*shape[:axis + 1], k, *shape[axis + 1:]), x.dtype)
+        expanded = (*shape[:axis + 1], k, *shape[axis + 1:])
+        step = (out.reshape(expanded) if out is not None and axis == axes[-1]
+                else np.empty(expanded, x.dtype))
         if axis == x.ndim - 1:
             for j in range(k):
-                out[..., j] = y
+                step[..., j] = y
         else:
-            out[...] = y.reshape(*shape[:axis + 1], 1, *shape[axis + 1:])
-        y = out.reshape(*shape[:axis], shape[axis] * k, *shape[axis + 1:])
-    return x.copy() if y is x else y
+            step[...] = y.reshape(*shape[:axis + 1], 1, *shape[axis + 1:])
+        y = step.reshape(*shape[:axis], shape[axis] * k, *shape[axis + 1:])
+    return y
 
 
 # ----- the layers -------------------------------------------------------------------------------
@@ -285,11 +293,26 @@ class Interpolate(NamedArgumentLayer):
         out, _ = self._plan(shape, input_values)
         return [shape[:2] + out]
 
+    support_forward_into = True      # whole nearest factors: into the planned buffer
+
     def forward(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
         x = inputs[0]
         out, scales = self._plan(x.shape, inputs)
         return [interpolate(x, out, self.mode, bool(self.align_corners), scales,
                             bool(self.antialias))]
+
+    def forward_into(self, inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray]) -> None:
+        """Nearest resizing by whole factors writes its last step into ``outputs[0]`` (no
+        array of its own); any other resizing is copied there."""
+        x, y = inputs[0], outputs[0]
+        out, scales = self._plan(x.shape, inputs)
+        factors = (_whole_factors(x.shape[2:], out, scales, self.mode)
+                   if self.mode in ("nearest", "nearest-exact") and not self.antialias
+                   else None)
+        if factors is not None and y.dtype == x.dtype and y.flags.c_contiguous:
+            repeat_each(x, factors, y)
+        else:
+            np.copyto(y, self.forward(inputs)[0])
 
 
 @register_layer("aten::_upsample_bilinear2d_aa", "aten::_upsample_bicubic2d_aa")

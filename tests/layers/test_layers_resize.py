@@ -64,6 +64,21 @@ def test_whole_factor_nearest_copies_each_value_as_torch(mode, size, scale_facto
                          mode=mode).numpy()
     np.testing.assert_array_equal(got, want)
     assert calls, "the whole-factor path did not run"
+    out = np.full(want.shape, 7.0, np.float32)          # the graph's way: into a buffer
+    layer.forward_into([x], [out])
+    np.testing.assert_array_equal(out, want)
+    assert len(calls) == 2
+
+
+@pytest.mark.parametrize("mode, scale_factor", [("nearest", 1.5), ("bilinear", 2.0),
+                                                ("nearest", 1.0)], ids=str)
+def test_other_resizes_are_copied_into_the_planned_buffer(mode, scale_factor):
+    x = rand(2, 3, 4, 6)
+    layer = make_layer("F.interpolate", {"mode": mode, "scale_factor": scale_factor})
+    want = F.interpolate(torch.from_numpy(x), scale_factor=scale_factor, mode=mode).numpy()
+    out = np.full(want.shape, np.nan, np.float32)
+    layer.forward_into([x], [out])
+    np.testing.assert_allclose(out, want, rtol=1e-6, atol=1e-6)
 
 
 @pytest.mark.parametrize("scale_factor", [(0.5, 1.5), (2.0, 3.0), (1.3, 0.7)], ids=str)
