@@ -253,9 +253,15 @@ class Cat(KnownValues, Layer):
         total = sum(shape[dim] for shape in input_shapes)
         return [(*first[:dim], total, *first[dim + 1:])]
 
+    support_forward_into = True      # the graph's float32 inputs: into its planned buffer
+
     def forward(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
         self.infer_shapes([x.shape for x in inputs])
         return [np.concatenate(inputs, axis=normalize_dim(self.dim, inputs[0].ndim))]
+
+    def forward_into(self, inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray]) -> None:
+        self.infer_shapes([x.shape for x in inputs])
+        np.concatenate(inputs, axis=normalize_dim(self.dim, inputs[0].ndim), out=outputs[0])
 
 
 @register_layer("torch.stack")

@@ -151,6 +151,16 @@ def test_cat_matches_torch(dim, shapes):
     check_layer("torch.cat", lambda *ts: torch.cat(ts, dim), shapes, {"dim": dim})
 
 
+def test_cat_writes_into_a_given_buffer_as_torch():
+    xs = [rand(2, 3, 4), rand(2, 5, 4), rand(2, 1, 4)]
+    layer = make_layer("torch.cat", {"dim": -2})
+    out = np.full((2, 9, 4), np.nan, np.float32)
+    layer.forward_into(xs, [out])                    # the graph's way, into its buffer
+    np.testing.assert_array_equal(out, torch.cat([torch.from_numpy(x) for x in xs], 1).numpy())
+    with pytest.raises(ShapeError, match="other dims must match"):
+        layer.forward_into([xs[0], rand(3, 3, 4)], [out])
+
+
 def test_cat_of_mismatched_shapes_is_a_shape_error():
     with pytest.raises(ShapeError, match=r"\(2, 3, 4\), \(2, 3, 5\)"):
         make_layer("torch.cat", {"dim": 1}).infer_shapes([(2, 3, 4), (2, 3, 5)])

@@ -137,16 +137,16 @@ def test_forward_into_steps_match_torch(tmp_path, shape):
 
 def test_arenas_take_only_what_the_layers_write_into_them(tmp_path):
     """A buffer's planned size counts an operand that its layer allocates itself (OWN: the
-    concatenation here, twice the size of the rest); an arena gives each buffer only what
-    the forward_into layers write, since its pages are mapped in when made."""
+    stack here, twice the size of the rest); an arena gives each buffer only what the
+    forward_into layers write, since its pages are mapped in when made."""
     text = """
     7767517
     6 5
     pnnx.Input   in0   0 1 a #a=(2,3,4,5)f32
     my.Double    d1    1 1 a b #b=(2,3,4,5)f32
-    torch.cat    cat   2 1 b b c dim=1 #c=(2,6,4,5)f32
-    my.Flip      f1    1 1 c d #d=(2,6,4,5)f32
-    my.Double    d2    1 1 d e #e=(2,6,4,5)f32
+    torch.stack  st    2 1 b b c dim=1 #c=(2,2,3,4,5)f32
+    my.Flip      f1    1 1 c d #d=(2,2,3,4,5)f32
+    my.Double    d2    1 1 d e #e=(2,2,3,4,5)f32
     pnnx.Output  out0  1 0 e
     """
     graph = build(tmp_path, text)
@@ -158,7 +158,7 @@ def test_arenas_take_only_what_the_layers_write_into_them(tmp_path):
     x = np.random.default_rng(0).standard_normal((2, 3, 4, 5), dtype=np.float32)
     for _ in range(2):
         (got,) = graph.forward(x)
-        np.testing.assert_allclose(got, 4 * np.concatenate([x, x], axis=1)[..., ::-1])
+        np.testing.assert_allclose(got, 4 * np.stack([x, x], axis=1)[..., ::-1])
     arena = plan._pool[0]
     assert 0 < arena.allocated_bytes <= sum(plan.written_sizes) + 64 * len(plan.written_sizes)
     assert sum(plan.written_sizes) < plan.arena_bytes
