@@ -54,7 +54,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from layers.activation import ScaleShift
 from layers.base import Layer
 from layers.excitation import SqueezeExcitation
 from layers.expression import affine_form
@@ -170,10 +169,10 @@ def _fold_padding(graph: "RuntimeGraph", op: RuntimeOperator, outputs: set[int],
 
 def _fold_affine(graph: "RuntimeGraph", op: RuntimeOperator, outputs: set[int],
                  folded: set[int], expressions: tuple[type[Layer], type[Layer]]) -> None:
-    """Conv2d -> a * conv + b (an expression of the conv's output and numbers only): a and b
-    fold into the weights and bias, as often as such expressions follow one another; after a
-    fused residual or activation f, the activation becomes a * f + b (ScaleShift), if the
-    layer can apply that."""
+    """Conv2d -> a * conv + b (an expression of the conv's output and numbers only), as
+    often as such expressions follow one another: into the weights and bias, or after a
+    fused residual or activation f as the activation a * f + b (``FoldsAffine``), if the
+    layer applies that."""
     layer = op.layer
     while len(op.outputs) == 1:
         expr = _only_consumer(op.outputs[0], outputs)
@@ -181,18 +180,9 @@ def _fold_affine(graph: "RuntimeGraph", op: RuntimeOperator, outputs: set[int],
                 or len(expr.outputs) != 1 or not _float32(*expr.inputs, *expr.outputs)):
             return
         form = affine_form(expr.layer.tree)
-        if form is None:
+        if form is None or not layer.can_fuse_affine(*form):
             return
-        if layer.fused_activation is None and not layer.fused_residual:
-            layer.fuse_affine(*form)
-        else:
-            inner = layer.fused_activation
-            combined = ScaleShift(inner, *form)
-            layer.fused_activation = None           # replaced by the combined one, if it can
-            if not layer.can_fuse_activation(combined):
-                layer.fused_activation = inner
-                return
-            layer.fuse_activation(combined)
+        layer.fuse_affine(*form)
         _absorb_next(graph, op, expr, folded)
 
 

@@ -261,9 +261,13 @@ class FusesActivation:
     fused_into: ClassVar[str] = "this layer"
 
     def can_fuse_activation(self, layer: Layer) -> bool:
-        """Whether ``fuse_activation(layer)`` pays: an elementwise layer that runs in place
-        (a fast subclass narrows this to the activations its kernels apply)."""
-        return layer.support_inplace and layer.one_blob_only and self.fused_activation is None
+        """Whether ``fuse_activation(layer)`` pays: none fused yet, and one it applies."""
+        return self.fused_activation is None and self.applies_activation(layer)
+
+    def applies_activation(self, layer: Layer) -> bool:
+        """Whether this layer can apply ``layer`` to its output: an elementwise layer that
+        runs in place (a fast subclass narrows this to the activations its kernels apply)."""
+        return layer.support_inplace and layer.one_blob_only
 
     def fuse_activation(self, layer: Layer) -> None:
         """Apply an elementwise in-place activation layer to the output."""

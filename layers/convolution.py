@@ -26,6 +26,7 @@ from typing import Any, Callable, Sequence, overload
 import numpy as np
 
 from layers import kernels
+from layers.activation import ScaleShift
 from layers.base import (FusesActivation, Layer, Param, Shape, as_bool, as_int, as_str,
                          as_tuple, at_least, bias_is_an_input, check_bias_flag, expect_shape,
                          split_weight_inputs)
@@ -135,24 +136,33 @@ class _Geometry1d(Layer):
     dilation = Param(1, lifted(at_least(1, as_tuple(1)), 1))
 
 
-class FoldsAffine:
-    """Mixed into a convolution (a weight and an optional bias of out_channels values):
-    an affine map a * y + b after it folds into them (infer/fusion.py)."""
+class FoldsAffine(FusesActivation):
+    """Mixed into a convolution (a weight and an optional bias of out_channels values): an
+    affine map a * y + b after it (infer/fusion.py) folds into them, or, after a fused
+    residual or activation f, becomes its activation ScaleShift(f, a, b)."""
 
     weight: np.ndarray
     bias: Any
     has_bias: bool
     out_channels: int
     fused_residual: bool = False
-    fused_activation: Layer | None = None
+
+    def can_fuse_affine(self, scale: float, shift: float) -> bool:
+        """Whether ``fuse_affine`` takes this map: always into the weights; after a residual
+        or activation, if the layer applies the ScaleShift it makes."""
+        return (self.fused_activation is None and not self.fused_residual) or (
+            self.applies_activation(ScaleShift(self.fused_activation, scale, shift)))
 
     def fuse_affine(self, scale: float, shift: float) -> None:
-        """Compute scale * conv(x) + shift (an expression that followed it, folded in before
-        any residual or activation): weight * scale, bias * scale + shift, new arrays (the
-        old ones may be the bin file's)."""
-        if self.fused_residual or self.fused_activation is not None:
-            raise LayerError("an affine map folds into a convolution only before its residual "
-                             "add and activation")
+        """Compute scale * conv(x) + shift: before any residual or activation, weight *
+        scale and bias * scale + shift, new arrays (the old ones may be the bin file's);
+        after them, as the activation ScaleShift(activation, scale, shift)."""
+        if self.fused_activation is not None or self.fused_residual:
+            if not self.can_fuse_affine(scale, shift):
+                raise LayerError(f"cannot apply {scale} * y + {shift} after "
+                                 f"{self.fused_activation!r} in {self.fused_into}")
+            self.fused_activation = ScaleShift(self.fused_activation, scale, shift)
+            return
         factor = np.float32(scale)
         self.weight = np.multiply(self.weight, factor, dtype=np.float32)
         bias = np.zeros(self.out_channels, np.float32) if self.bias is None else self.bias
@@ -201,7 +211,7 @@ class LearnedWeights(Layer):
 
 
 @register_layer("nn.Conv2d")
-class Conv2d(FusesActivation, FoldsAffine, LearnedWeights, _ConvGeometry):
+class Conv2d(FoldsAffine, LearnedWeights, _ConvGeometry):
     """2-D convolution (cross-correlation) with learned weights, as ``torch.nn.Conv2d``::
 
         y[n, o] = bias[o] + sum_{c in group(o)} weight[o, c] (*) x_padded[n, c]
@@ -393,7 +403,7 @@ class _ConvTransposeGeometry(Layer):
 
 
 @register_layer("nn.ConvTranspose2d")
-class ConvTranspose2d(FusesActivation, FoldsAffine, _ConvTransposeGeometry):
+class ConvTranspose2d(FoldsAffine, _ConvTransposeGeometry):
     """2-D transposed convolution (the adjoint of nn.Conv2d: upsampling by the stride), as
     ``torch.nn.ConvTranspose2d``; kernels.conv_transpose2d has the maths.
 

@@ -69,8 +69,8 @@ class KernelActivation(FusesActivation):
     """Fusion for a layer whose kernels apply the activation in their pass over the output
     (epilogue.py): only the activations they know are worth folding in."""
 
-    def can_fuse_activation(self, layer: Layer) -> bool:
-        return super().can_fuse_activation(layer) and activation_of(layer) is not None
+    def applies_activation(self, layer: Layer) -> bool:
+        return super().applies_activation(layer) and activation_of(layer) is not None
 
 
 @register_fast_layer("nn.Conv2d")
@@ -118,7 +118,7 @@ class FastConv2d(KernelActivation, Conv2d):
 
     def fuse_affine(self, scale: float, shift: float) -> None:
         super().fuse_affine(scale, shift)
-        self._pack_weights()                       # from the new weights
+        self._pack_weights()             # the new weights (or activation): packing, geometries
 
     # ----- running --------------------------------------------------------------------------
     def _forward(self, x: np.ndarray, residual: np.ndarray | None) -> np.ndarray:
