@@ -171,13 +171,17 @@ def resample_axis(x: np.ndarray, axis: int, indices: np.ndarray,
 def interpolate(x: np.ndarray, out_sizes: Sequence[int], mode: str = "nearest",
                 align_corners: bool = False,
                 scale_factors: Sequence[float] | None = None,
-                antialias: bool = False) -> np.ndarray:
+                antialias: bool = False, out: np.ndarray | None = None) -> np.ndarray:
     """``F.interpolate`` of an (N, C, *spatial) array to ``out_sizes``; ``scale_factors``
-    (when the caller gave them) set the source step instead of in/out, as in torch."""
+    (when the caller gave them) set the source step instead of in/out, as in torch.
+    ``out``: an array of the result's shape to write it into (returned)."""
     if mode in ("nearest", "nearest-exact") and not antialias:
         factors = _whole_factors(x.shape[2:], out_sizes, scale_factors, mode)
         if factors is not None:                # each input copied k times: one pass
-            return repeat_each(x, factors)
+            if out is None or (out.dtype == x.dtype and out.flags.c_contiguous):
+                return repeat_each(x, factors, out)      # its last step writes into out
+            np.copyto(out, repeat_each(x, factors))
+            return out
     y = x
     for i, out_size in enumerate(out_sizes):
         axis, in_size = 2 + i, x.shape[2 + i]
@@ -191,7 +195,10 @@ def interpolate(x: np.ndarray, out_sizes: Sequence[int], mode: str = "nearest",
         else:
             taps = linear_taps(in_size, out_size, scale, align_corners)
         y = resample_axis(y, axis, *taps)
-    return y.astype(x.dtype, copy=False)
+    if out is None:
+        return y.astype(x.dtype, copy=False)
+    np.copyto(out, y)
+    return out
 
 
 def _whole_factors(in_sizes: Sequence[int], out_sizes: Sequence[int],
@@ -304,15 +311,10 @@ class Interpolate(NamedArgumentLayer):
     def forward_into(self, inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray]) -> None:
         """Nearest resizing by whole factors writes its last step into ``outputs[0]`` (no
         array of its own); any other resizing is copied there."""
-        x, y = inputs[0], outputs[0]
+        x = inputs[0]
         out, scales = self._plan(x.shape, inputs)
-        factors = (_whole_factors(x.shape[2:], out, scales, self.mode)
-                   if self.mode in ("nearest", "nearest-exact") and not self.antialias
-                   else None)
-        if factors is not None and y.dtype == x.dtype and y.flags.c_contiguous:
-            repeat_each(x, factors, y)
-        else:
-            np.copyto(y, self.forward(inputs)[0])
+        interpolate(x, out, self.mode, bool(self.align_corners), scales, bool(self.antialias),
+                    outputs[0])
 
 
 @register_layer("aten::_upsample_bilinear2d_aa", "aten::_upsample_bicubic2d_aa")

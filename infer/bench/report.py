@@ -103,7 +103,7 @@ def _targets(results: Results) -> list[str]:
                      f"{_mark(ours.first_ms <= FIRST_TARGET * ours.median_ms)}; outputs within "
                      f"{TOLERANCE:g} of {ours.reference} "
                      f"{'(not measured)' if ours.agrees is None else _mark(ours.agrees)}")
-    lines += _breadth_targets(results)
+    lines += _group_targets(results)
     for c in results.cold_starts:
         if c.cache == "cold":
             answer = c.report["import_s"] + c.report["load_s"] + c.report["first_s"]
@@ -122,19 +122,20 @@ def _targets(results: Results) -> list[str]:
             ""] + lines
 
 
-def _breadth_targets(results: Results) -> list[str]:
+def _group_targets(results: Results) -> list[str]:
     """Per group (the breadth models, the real ones) and batch, over the group's models run:
     the geometric mean of pnnx-infer's latency ratios to onnxruntime, exp(mean(log ratio)),
     and the largest ratio."""
     lines = []
     for group, models in (("breadth", BREADTH_MODELS), ("real", REAL_MODELS)):
         for batch in results.settings.batches:
-            lines += _group_target(results, group, models, batch)
+            lines += _group_line(results, group, models, batch)
     return lines
 
 
-def _group_target(results: Results, group: str, models: tuple[str, ...], batch: int
-                  ) -> list[str]:
+def _group_line(results: Results, group: str, models: tuple[str, ...], batch: int
+                ) -> list[str]:
+    """The targets line of one group at one batch size (none if none of it ran)."""
     ratios = {}
     for model in models:
         ours, base = (results.find(model, batch, e) for e in ("pnnx-infer", BASELINE))
