@@ -61,10 +61,11 @@ INTO, IN_PLACE, OWN = "into", "in place", "layer"   # how a step fills an operan
 INTO_DTYPE = np.dtype(np.float32)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Slot:
     """Where one output of a forward_into step goes: a buffer of the arena (-1: a fresh
-    array, for graph outputs and operands the plan does not cover)."""
+    array, for graph outputs and operands the plan does not cover). Each is its own key
+    (compared by identity: an arena keeps an array per slot of its plan)."""
 
     buffer: int
     shape: Shape
@@ -193,25 +194,37 @@ class Arena:
     def __init__(self, sizes: Sequence[int]):
         self.sizes = list(sizes)
         self.buffers: list[np.ndarray | None] = [None] * len(self.sizes)
-        self.starts = [0] * len(self.sizes)   # each buffer's first byte on a boundary
-        self._idle_refs = 0          # what sys.getrefcount says of a buffer nobody else holds
+        # each slot's array over its buffer, made at its first use: every later call hands
+        # out a view of it (one numpy call, where slicing, viewing and reshaping are three)
+        self._arrays: dict[Slot, np.ndarray] = {}
+        # what sys.getrefcount says of a buffer nobody outside the arena reads: the list
+        # above, the argument, and one per array of _arrays over it
+        self._idle_refs = [0] * len(self.sizes)
 
     def array(self, slot: Slot) -> np.ndarray:
         """An array of ``slot``'s shape and dtype over its buffer, or a fresh one if the
         buffer is still referenced from outside the arena (or the slot has none)."""
         if slot.buffer < 0:
             return np.empty(slot.shape, slot.dtype)
-        buffer = self.buffers[slot.buffer]
-        if buffer is None:                  # ALIGNMENT bytes more, to start on a boundary
-            buffer = fresh_pages(self.sizes[slot.buffer] + ALIGNMENT)
-            self.buffers[slot.buffer] = buffer
-            self.starts[slot.buffer] = -buffer.ctypes.data % ALIGNMENT
-            self._idle_refs = sys.getrefcount(buffer)
-        elif sys.getrefcount(buffer) > self._idle_refs:
+        made = self._arrays.get(slot)
+        if made is None:
+            made = self._arrays[slot] = self._make(slot)
+        if sys.getrefcount(self.buffers[slot.buffer]) > self._idle_refs[slot.buffer]:
             return np.empty(slot.shape, slot.dtype)       # someone still reads this memory
-        start = self.starts[slot.buffer]
+        return made.view()
+
+    def _make(self, slot: Slot) -> np.ndarray:
+        """``slot``'s array over its buffer (allocated now if it is the buffer's first)."""
+        if self.buffers[slot.buffer] is None:   # ALIGNMENT bytes more, to start on a boundary
+            self.buffers[slot.buffer] = fresh_pages(self.sizes[slot.buffer] + ALIGNMENT)
+            self._idle_refs[slot.buffer] = sys.getrefcount(self.buffers[slot.buffer])
+        buffer = self.buffers[slot.buffer]
+        assert buffer is not None
+        start = -buffer.ctypes.data % ALIGNMENT
         nbytes = math.prod(slot.shape) * slot.dtype.itemsize
-        return buffer[start:start + nbytes].view(slot.dtype).reshape(slot.shape)
+        made = buffer[start:start + nbytes].view(slot.dtype).reshape(slot.shape)
+        self._idle_refs[slot.buffer] += 1   # ``made`` holds the buffer too
+        return made
 
     @property
     def allocated_bytes(self) -> int:

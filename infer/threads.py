@@ -24,6 +24,7 @@ is not touched.
 from __future__ import annotations
 
 import contextlib
+import functools
 import sys
 import threading
 
@@ -169,9 +170,15 @@ def _set(pool, size: int) -> None:
 def _release_openblas() -> None:
     """Leave the OpenBLAS controlling-thread role free (for the next forward, or the user's own
     threadpoolctl calls)."""
+    clear = _controlling_thread_release()
+    if clear is not None:
+        clear(force=True)
+
+
+@functools.cache
+def _controlling_thread_release():
+    """threadpoolctl's OpenBLASController.clear_controlling_thread (3.6 on), else None."""
     import threadpoolctl
 
     controller = getattr(threadpoolctl, "OpenBLASController", None)
-    clear = getattr(controller, "clear_controlling_thread", None)
-    if clear is not None:
-        clear(force=True)
+    return getattr(controller, "clear_controlling_thread", None)

@@ -182,7 +182,7 @@ def gemm_conv2d(x: np.ndarray, packed: np.ndarray, bias: np.ndarray | None,
     direct = kernel == (1, 1) and stride == (1, 1) and not any(pads)
     team = current_team()                          # helper threads to share the work with
     if direct and groups == 1:                     # the input is already the cols matrix
-        pointwise_conv2d(packed[0], x.reshape(n, group_k, length),
+        pointwise_conv2d(packed, x.reshape(n, group_k, length),
                          bias, residual, activation, y.reshape(n, group_out, length))
         return y
     if direct:                                     # grouped: a product per group
@@ -206,7 +206,7 @@ def gemm_conv2d(x: np.ndarray, packed: np.ndarray, bias: np.ndarray | None,
                 _split_planes(planes[i:j], phases, geometry)
             else:
                 splitter.split_planes(planes[i:j], phases, geometry)
-            pointwise_conv2d(packed[0], phases, bias,
+            pointwise_conv2d(packed, phases, bias,
                              None if residual is None else residual[i:j], activation,
                              outputs[i:j], geometry)
         return y
@@ -214,7 +214,7 @@ def gemm_conv2d(x: np.ndarray, packed: np.ndarray, bias: np.ndarray | None,
                                        out_hw):
         image_residual = None if residual is None else residual[i:i + 1]
         if groups == 1:                            # cols that stay in cache: one product
-            pointwise_conv2d(packed[0], cols.reshape(1, group_k, length), bias, image_residual,
+            pointwise_conv2d(packed, cols.reshape(1, group_k, length), bias, image_residual,
                              activation, y_groups[i].reshape(1, group_out, length))
             continue
         _matmul(team, packed, cols.reshape(groups, group_k, length), y_groups[i])

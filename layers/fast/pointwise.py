@@ -448,9 +448,10 @@ def pointwise_conv2d(weight: np.ndarray, x: np.ndarray, bias: np.ndarray | None,
     residual = NO_RESIDUAL if residual is None else residual.reshape(y.shape)
     c_out, c_in = weight.shape[1:]
     team = team_worth_sharing(y.shape[0] * y.shape[2] * c_in * c_out, SHARED_FROM)
-    space = scratch("pointwise", (1 if team is None else team.threads, space_size(c_in)))
     if team is None:
-        _pointwise(weight, x, bias, residual, y, space[0], geometry, activation.code,
-                   activation.a, activation.b)
-    else:
-        team.pointwise(weight, x, bias, residual, y, space, geometry, activation)
+        _pointwise(weight, x, bias, residual, y, scratch("pointwise", (space_size(c_in),)),
+                   geometry, activation.code, activation.a, activation.b)
+    else:                                      # a row of work space per thread
+        team.pointwise(weight, x, bias, residual, y,
+                       scratch("pointwise", (team.threads, space_size(c_in))), geometry,
+                       activation)

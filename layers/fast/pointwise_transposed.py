@@ -159,9 +159,11 @@ def pointwise_transposed_conv2d(panels: np.ndarray, x: np.ndarray, bias: np.ndar
     bias = _zeros(y.shape[1]) if bias is None else bias
     residual = NO_RESIDUAL if residual is None else residual.reshape(y.shape)
     team = team_worth_sharing(x.shape[0] * x.shape[1] * x.shape[2] * y.shape[1], SHARED_FROM)
-    space = scratch("pointwise_transposed", (1 if team is None else team.threads, space_size()))
     if team is None:
-        _pointwise_transposed(panels, x, bias, residual, y, space[0], activation.code,
-                              activation.a, activation.b)
-    else:
-        team.pointwise_transposed(panels, x, bias, residual, y, space, activation)
+        _pointwise_transposed(panels, x, bias, residual, y,
+                              scratch("pointwise_transposed", (space_size(),)),
+                              activation.code, activation.a, activation.b)
+    else:                                      # a row of work space per thread
+        team.pointwise_transposed(panels, x, bias, residual, y,
+                                  scratch("pointwise_transposed",
+                                          (team.threads, space_size())), activation)

@@ -47,15 +47,28 @@ def set_current_team(team: Team | None) -> None:
 
 def scratch(name: str, shape: tuple[int, ...]) -> np.ndarray:
     """A float32 work array of ``shape`` (contents undefined), from a buffer that this thread
-    keeps under ``name`` and grows when needed: the kernels allocate nothing per call."""
+    keeps under ``name`` and grows when needed: the kernels allocate nothing per call. The
+    same shape gets the same array object again (a forward asks for the same few)."""
+    arrays = _local.__dict__.setdefault("arrays", {})   # (name, shape) -> array
+    array = arrays.get((name, shape))
+    if array is not None:
+        return array
+    if len(arrays) >= MAX_SCRATCH_ARRAYS:
+        arrays.clear()
     size = math.prod(shape)
     buffers = _local.__dict__.setdefault("buffers", {})
     buffer = buffers.get(name)
     if buffer is None or buffer.size < size:
+        for key in [key for key in arrays if key[0] == name]:
+            del arrays[key]             # arrays over the old buffer
         buffers.pop(name, None)
         buffer = None                   # the smaller buffer's pages go before the new ones come
         buffer = buffers[name] = fresh_pages(size * 4).view(np.float32)
-    return buffer[:size].reshape(shape)
+    array = arrays[(name, shape)] = buffer[:size].reshape(shape)
+    return array
+
+
+MAX_SCRATCH_ARRAYS = 256    # arrays scratch keeps per thread (each shape asked for is one)
 
 
 def _forget_after_fork() -> None:

@@ -30,3 +30,19 @@ def test_a_scratch_buffer_is_reused_and_grows_after_the_old_one_is_gone(monkeypa
         assert seen == [True] and grown.shape == (1 << 20,)
     finally:
         team._local.buffers.pop("test grows", None)
+
+
+def test_a_scratch_array_is_made_once_per_shape_and_follows_its_buffer():
+    """The same name and shape give the same array object (a forward asks for the same few);
+    once the buffer grows, no array over the old one is handed out again."""
+    try:
+        first = team.scratch("test shapes", (4, 8))
+        assert team.scratch("test shapes", (4, 8)) is first
+        assert team.scratch("test shapes", (8, 4)) is not first
+        grown = team.scratch("test shapes", (1 << 20,))
+        after = team.scratch("test shapes", (4, 8))
+        assert after is not first and np.shares_memory(after, grown)
+    finally:
+        team._local.buffers.pop("test shapes", None)
+        for key in [key for key in team._local.arrays if key[0] == "test shapes"]:
+            del team._local.arrays[key]

@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 
 from infer import Layer, LayerError, RuntimeGraph
-from infer.memory import IN_PLACE, INTO
+from infer.memory import IN_PLACE, INTO, Arena, Slot
 from support import REPO, mappings, write_pnnx
 
 
@@ -211,6 +211,32 @@ def test_a_view_that_outlives_its_operand_keeps_its_buffer(tmp_path):
     for _ in range(2):
         (got,) = graph.forward(x)
         np.testing.assert_array_equal(got, (2 * c + c).numpy())
+
+
+def test_an_arena_hands_out_its_memory_only_while_nobody_else_holds_it():
+    """Arena.array gives each slot a view of the same memory every call (made once), and a
+    fresh array whenever an array over the buffer is still held outside the arena: one it
+    handed out, or a view of one; that holds for a slot asked for the first time too."""
+    arena = Arena([64])
+    f32 = np.dtype(np.float32)
+    a, b = Slot(0, (2, 8), f32), Slot(0, (4, 4), f32)
+    first = arena.array(a)
+    address = first.ctypes.data
+    assert address % 64 == 0 and first.flags.writeable
+    del first
+    again = arena.array(a)
+    assert again.ctypes.data == address
+    other = arena.array(b)                       # first use of b, while a's array is held
+    assert not np.shares_memory(other, again)
+    held = again[1:].reshape(-1)                 # a view of it, kept
+    del again, other
+    assert not np.shares_memory(arena.array(a), held)
+    del held
+    for slot in (b, a):                          # the memory is free again
+        view = arena.array(slot)
+        assert np.shares_memory(view, arena.buffers[0]) and view.ctypes.data == address
+        del view
+    assert arena.array(Slot(-1, (3,), f32)).shape == (3,)   # no buffer: a fresh array
 
 
 KEPT = """
