@@ -30,21 +30,22 @@ def write_model(folder: Path) -> tuple[Path, Path]:
     folder.mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(0)
     channels = INPUT_SHAPE[1]
-    shape = f"({','.join(map(str, INPUT_SHAPE))})f32"       # every operand's, as pnnx writes it
-    lines, weights = [f"pnnx.Input in0 0 1 a0 #a0={shape}"], {}
+    annotation = f"({','.join(map(str, INPUT_SHAPE))})f32"   # every operand's shape and dtype
+    lines, weights = [f"pnnx.Input in0 0 1 a0 #a0={annotation}"], {}
     for i in range(FIXED_OPERATORS // 3):
         lines += [f"nn.Conv2d conv{i} 1 1 a{i} c{i} bias=True dilation=(1,1) groups=1 "
                   f"in_channels={channels} kernel_size=(3,3) out_channels={channels} "
                   f"padding=(1,1) padding_mode=zeros stride=(1,1) "
                   f"@weight=({channels},{channels},3,3)f32 @bias=({channels})f32 "
-                  f"#a{i}={shape} #c{i}={shape}",
-                  f"nn.Sigmoid sig{i} 1 1 c{i} s{i} #c{i}={shape} #s{i}={shape}",
+                  f"#a{i}={annotation} #c{i}={annotation}",
+                  f"nn.Sigmoid sig{i} 1 1 c{i} s{i} #c{i}={annotation} #s{i}={annotation}",
                   f"pnnx.Expression mul{i} 2 1 c{i} s{i} a{i + 1} expr=mul(@0,@1) "
-                  f"#c{i}={shape} #s{i}={shape} #a{i + 1}={shape}"]
+                  f"#c{i}={annotation} #s{i}={annotation} #a{i + 1}={annotation}"]
         weights[f"conv{i}.weight"] = rng.standard_normal((channels, channels, 3, 3),
                                                          dtype=np.float32) * 0.1
         weights[f"conv{i}.bias"] = rng.standard_normal(channels, dtype=np.float32)
-    lines.append(f"pnnx.Output out0 1 0 a{FIXED_OPERATORS // 3} #a{FIXED_OPERATORS // 3}={shape}")
+    last = FIXED_OPERATORS // 3
+    lines.append(f"pnnx.Output out0 1 0 a{last} #a{last}={annotation}")
     param, binary = folder / "fixed_cost.pnnx.param", folder / "fixed_cost.pnnx.bin"
     param.write_text(f"7767517\n{len(lines)} {FIXED_OPERATORS + 1}\n"
                      + "\n".join(lines) + "\n")

@@ -257,9 +257,7 @@ _teams: dict[int, Team] = {}
 _teams_lock = threading.Lock()
 
 
-@functools.cache
 def usable_cores() -> int:
-    """The cores this process may run on (its CPU affinity), asked once."""
     try:
         return len(os.sched_getaffinity(0))
     except AttributeError:                         # not on Linux
@@ -271,7 +269,7 @@ def threads_wanted(num_threads: int | None) -> int:
     kernels over: at most the usable cores (None: all of them); 1 when PNNX_INFER_HELPERS=0."""
     if os.environ.get("PNNX_INFER_HELPERS") == "0":
         return 1
-    cores = usable_cores()
+    cores = usable_cores()                         # asked each time: affinity can change
     return min(num_threads or cores, cores)
 
 
@@ -354,7 +352,6 @@ def _forget_teams_after_fork() -> None:
     global _teams_lock
     _teams.clear()
     _teams_lock = threading.Lock()
-    usable_cores.cache_clear()                     # its affinity may be set anew
 
 
 if hasattr(os, "register_at_fork"):

@@ -15,7 +15,7 @@ def test_a_scratch_buffer_is_reused_and_grows_after_the_old_one_is_gone(monkeypa
     assert first.shape == (4, 8) and first.dtype == np.float32
     again = team.scratch("test grows", (2, 3))
     assert again.base is first.base or np.shares_memory(again, first)   # reused, not new
-    old = weakref.ref(team._local.buffers["test grows"])
+    old = weakref.ref(team._local.buffers["test grows"].base)  # its pages (arrays hold them)
     del first, again
 
     made = team.fresh_pages
@@ -29,7 +29,7 @@ def test_a_scratch_buffer_is_reused_and_grows_after_the_old_one_is_gone(monkeypa
         grown = team.scratch("test grows", (1 << 20,))          # 4 MiB: a mapping
         assert seen == [True] and grown.shape == (1 << 20,)
     finally:
-        team._local.buffers.pop("test grows", None)
+        _forget("test grows")
 
 
 def test_a_scratch_array_is_made_once_per_shape_and_follows_its_buffer():
@@ -43,6 +43,11 @@ def test_a_scratch_array_is_made_once_per_shape_and_follows_its_buffer():
         after = team.scratch("test shapes", (4, 8))
         assert after is not first and np.shares_memory(after, grown)
     finally:
-        team._local.buffers.pop("test shapes", None)
-        for key in [key for key in team._local.arrays if key[0] == "test shapes"]:
-            del team._local.arrays[key]
+        _forget("test shapes")
+
+
+def _forget(name):
+    """Drop this thread's scratch buffer ``name`` and the arrays over it."""
+    team._local.buffers.pop(name, None)
+    for key in [key for key in team._local.arrays if key[0] == name]:
+        del team._local.arrays[key]

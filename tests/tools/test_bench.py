@@ -157,6 +157,7 @@ def test_fixed_cost_graph_has_thirty_operators_and_runs(tmp_path):
     assert graph(x)[0].shape == fixed.INPUT_SHAPE
     plan = graph.memory_plan(fixed.INPUT_SHAPE)     # dtypes written as pnnx writes them:
     assert {o.how for o in plan.operands} == {"into"}   # every operand in the arena
+    assert plan.pooled_bytes > 0                         # which the forward used
 
 
 def test_write_appends_the_section_to_a_file_without_markers(tmp_path):
