@@ -8,9 +8,12 @@
 
 The sums (the means and the matrix-vector products' dot products) are float32 and taken in
 vector lanes (reassociated), as BLAS takes them; the activations are the epilogue's
-(epilogue.py's codes). One thread does the whole block: after the squeeze the work is too
-small to share, and x is read twice and y written once, as the separate pool and multiply
-did.
+(epilogue.py's codes). x is read twice and y written once, as the separate pool and
+multiply did. With helper threads (workers.Team.squeeze_excitation) the means and the
+scaling are shared by planes (n, c), each thread's planes in one run, so that each reads
+the planes a depthwise convolution before it left in its own cache; the gates, a few
+matrix-vector products, stay on the calling thread. Every value is the same sum either
+way.
 """
 
 from __future__ import annotations
@@ -21,6 +24,9 @@ import numpy as np
 
 from layers.fast.epilogue import IDENTITY, Activation, activate_row
 from layers.fast.kernel import FLOAT, INT, array, kernel
+from layers.fast.team import team_worth_sharing
+
+SHARED_FROM = 1 << 17        # values of x: a smaller block runs faster on this thread alone
 
 
 @kernel(nogil=True, exported=(array(3), array(3), array(2), array(1), INT, FLOAT, FLOAT,
@@ -30,31 +36,57 @@ def _squeeze_excitation(x, y, reduce, reduce_bias, act_code, act_a, act_b,
     """x (N, C, L) -> y (N, C, L) (the module docstring); reduce (S, C), expand (C, S);
     ``keep``: 1 to add x back; ``residual``: y's shape, or no values for none. Each step
     rounded as torch rounds it (no fused multiply-add)."""
-    images, channels, length = x.shape
-    squeezed = reduce.shape[0]
-    means = np.empty(channels, np.float32)
-    hidden = np.empty(squeezed, np.float32)
-    gate = np.empty(channels, np.float32)
-    for n in range(images):
-        for c in range(channels):
-            means[c] = _sum(x[n, c]) / np.float32(length)
-        for s in range(squeezed):
-            hidden[s] = _dot(reduce[s], means) + reduce_bias[s]
+    planes = x.shape[0] * x.shape[1]
+    gates = np.empty((x.shape[0], x.shape[1]), np.float32)
+    squeeze_planes(x, gates, np.int64(0), planes)
+    excitation_gates(gates, reduce, reduce_bias, act_code, act_a, act_b, expand, expand_bias,
+                     gate_code, gate_a, gate_b)
+    scale_planes(x, gates, y, keep, residual, np.int64(0), planes)
+
+
+@kernel(nogil=True)
+def squeeze_planes(x, means, first, last):
+    """means[n, c] = sum(x[n, c]) / L for the planes p = n * C + c in first .. last - 1."""
+    channels, length = x.shape[1], x.shape[2]
+    for p in range(first, last):
+        n, c = p // channels, p % channels
+        means[n, c] = _sum(x[n, c]) / np.float32(length)
+
+
+@kernel(nogil=True, exported=(array(2), array(2), array(1), INT, FLOAT, FLOAT, array(2),
+                              array(1), INT, FLOAT, FLOAT))
+def excitation_gates(means, reduce, reduce_bias, act_code, act_a, act_b, expand, expand_bias,
+                     gate_code, gate_a, gate_b):
+    """In place, image by image: means[n] (C,) -> gate(expand @ act(reduce @ means[n] +
+    reduce_bias) + expand_bias)."""
+    hidden = np.empty(reduce.shape[0], np.float32)
+    for n in range(means.shape[0]):
+        for s in range(reduce.shape[0]):
+            hidden[s] = _dot(reduce[s], means[n]) + reduce_bias[s]
         activate_row(hidden, act_code, act_a, act_b)
-        for c in range(channels):
+        gate = means[n]
+        for c in range(expand.shape[0]):          # every mean is read before a gate is written
             gate[c] = _dot(expand[c], hidden) + expand_bias[c]
         activate_row(gate, gate_code, gate_a, gate_b)
-        for c in range(channels):
-            source, target, scale = x[n, c], y[n, c], gate[c]
+
+
+@kernel(nogil=True)
+def scale_planes(x, gates, y, keep, residual, first, last):
+    """y[n, c] = x[n, c] * gates[n, c] (then + x[n, c] if ``keep``, then + residual[n, c]
+    where it has values) for the planes p = n * C + c in first .. last - 1."""
+    channels, length = x.shape[1], x.shape[2]
+    for p in range(first, last):
+        n, c = p // channels, p % channels
+        source, target, scale = x[n, c], y[n, c], gates[n, c]
+        for i in range(length):
+            target[i] = source[i] * scale
+        if keep:
             for i in range(length):
-                target[i] = source[i] * scale
-            if keep:
-                for i in range(length):
-                    target[i] = source[i] + target[i]
-            if residual.shape[0] > 0:
-                other = residual[n, c]
-                for i in range(length):
-                    target[i] = target[i] + other[i]
+                target[i] = source[i] + target[i]
+        if residual.shape[0] > 0:
+            other = residual[n, c]
+            for i in range(length):
+                target[i] = target[i] + other[i]
 
 
 @kernel(nogil=True, fastmath={"reassoc"})          # reassoc: the sum vectorises
@@ -87,10 +119,16 @@ def squeeze_excitation(x: np.ndarray, out: np.ndarray, reduce: np.ndarray,
     reduce (S, C) and expand (C, S) are the 1x1 weights as matrices (C-contiguous), biases
     (S,) and (C,) (zeros where the convolution has none)."""
     n, c, h, w = x.shape
-    _squeeze_excitation(x.reshape(n, c, h * w), out.reshape(n, c, h * w), reduce, reduce_bias,
-                        activation.code, activation.a, activation.b, expand, expand_bias,
-                        gate.code, gate.a, gate.b, int(keep),
-                        NO_RESIDUAL if residual is None else residual.reshape(n, c, h * w))
+    planes, y = x.reshape(n, c, h * w), out.reshape(n, c, h * w)
+    residual = NO_RESIDUAL if residual is None else residual.reshape(n, c, h * w)
+    team = team_worth_sharing(x.size, SHARED_FROM)
+    if team is None:
+        _squeeze_excitation(planes, y, reduce, reduce_bias, activation.code, activation.a,
+                            activation.b, expand, expand_bias, gate.code, gate.a, gate.b,
+                            int(keep), residual)
+    else:
+        team.squeeze_excitation(planes, y, reduce, reduce_bias, activation, expand,
+                                expand_bias, gate, keep, residual)
 
 
 @functools.cache

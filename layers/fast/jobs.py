@@ -30,8 +30,8 @@ from __future__ import annotations
 import numpy as np
 
 # the kernel modules, below this one (none imports it, nor workers.py): their range kernels
-from layers.fast import (dense, depthwise, epilogue, gemm, pointwise, pointwise_transposed,
-                         pool, softmax, winograd, winograd_f2)
+from layers.fast import (dense, depthwise, epilogue, excitation, gemm, pointwise,
+                         pointwise_transposed, pool, softmax, winograd, winograd_f2)
 from layers.fast.phases import GEOMETRY
 from layers.fast.atomics import (NO_TRANS, TRANS, add, compare_swap, float_array, load, pause,
                                  sgemm, sgemv, store)
@@ -69,6 +69,7 @@ def int_fields(count: int) -> tuple[int, ...]:
 DEPTHWISE, DEPTHWISE_BLOCKS, EPILOGUE, GEMM, IM2COL = 1, 2, 3, 4, 5
 WINOGRAD_IN, WINOGRAD_OUT, WINOGRAD_F2_IN, WINOGRAD_F2_OUT, POINTWISE = 6, 7, 8, 9, 10
 POINTWISE_TRANSPOSED, SOFTMAX, MAX_POOL, SPLIT_PLANES, DENSE = 11, 12, 13, 14, 15
+SQUEEZE, SCALE = 16, 17
 
 # DEPTHWISE, DEPTHWISE_BLOCKS: depthwise.depthwise_planes / depthwise_blocks
 DW_X, DW_WEIGHT, DW_BIAS, DW_Y = array_fields(4)
@@ -114,6 +115,10 @@ SM_X, = array_fields(1)
 # MAX_POOL: pool.max_pool_planes (units: planes)
 MP_X, MP_Y = array_fields(2)
 MP_KH, MP_KW, MP_STRIDE_H, MP_STRIDE_W, MP_DIL_H, MP_DIL_W, MP_TOP, MP_LEFT = int_fields(8)
+
+# SQUEEZE, SCALE: excitation.squeeze_planes / scale_planes (units: planes (n, c))
+SE_X, SE_GATES, SE_Y, SE_RESIDUAL = array_fields(4)    # SQUEEZE writes the means in SE_GATES
+SE_KEEP, = int_fields(1)
 
 CONTROL, RECORD, REALS = array(1, "i8"), array(1, "i8"), array(1, "f8")
 
@@ -275,6 +280,13 @@ def _run_units(record, reals, slot, first, last):
                                         record[WI_ROW0], first, last)
     elif kind == SOFTMAX:
         softmax.softmax_rows(_get2(record, a[SM_X]), first, last)
+    elif kind == SQUEEZE:
+        excitation.squeeze_planes(_get3(record, a[SE_X]), _get2(record, a[SE_GATES]), first,
+                                  last)
+    elif kind == SCALE:
+        excitation.scale_planes(_get3(record, a[SE_X]), _get2(record, a[SE_GATES]),
+                                _get3(record, a[SE_Y]), record[SE_KEEP],
+                                _get3(record, a[SE_RESIDUAL]), first, last)
     elif kind == MAX_POOL:
         pool.max_pool_planes(_get4(record, a[MP_X]), _get4(record, a[MP_Y]), record[MP_KH],
                              record[MP_KW], record[MP_STRIDE_H], record[MP_STRIDE_W],
@@ -390,6 +402,25 @@ def _softmax_job(record, reals, x):
     """SOFTMAX, as softmax._softmax (units: rows)."""
     record[KIND], record[UNITS] = SOFTMAX, x.shape[0]
     _put(record, ARRAYS[SM_X], x)
+
+
+@kernel(nogil=True, exported=(RECORD, REALS, array(3), array(2)))
+def _squeeze_job(record, reals, x, means):
+    """SQUEEZE, as excitation.squeeze_planes (units: planes (n, c))."""
+    record[KIND], record[UNITS] = SQUEEZE, x.shape[0] * x.shape[1]
+    _put(record, ARRAYS[SE_X], x)
+    _put(record, ARRAYS[SE_GATES], means)
+
+
+@kernel(nogil=True, exported=(RECORD, REALS, array(3), array(2), array(3), INT, array(3)))
+def _scale_job(record, reals, x, gates, y, keep, residual):
+    """SCALE, as excitation.scale_planes (units: planes (n, c))."""
+    record[KIND], record[UNITS] = SCALE, x.shape[0] * x.shape[1]
+    _put(record, ARRAYS[SE_X], x)
+    _put(record, ARRAYS[SE_GATES], gates)
+    _put(record, ARRAYS[SE_Y], y)
+    _put(record, ARRAYS[SE_RESIDUAL], residual)
+    record[SE_KEEP] = keep
 
 
 @kernel(nogil=True, exported=(RECORD, REALS, array(3), array(1), array(3), INT, FLOAT,

@@ -39,7 +39,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from layers.fast import dense, jobs, pointwise, pointwise_transposed
+from layers.fast import dense, excitation, jobs, pointwise, pointwise_transposed
 from layers.fast.epilogue import Activation, epilogue_operands, nothing_to_finish
 from layers.fast.team import current_team as current  # workers.current(), as before
 from layers.fast.team import scratch as scratch  # workers.scratch, as before
@@ -188,6 +188,21 @@ class Team:
             return
         self._share(jobs._epilogue_job, self.chunks, *epilogue_operands(y, bias, residual),
                     activation.code, activation.a, activation.b)
+
+    def squeeze_excitation(self, x: np.ndarray, y: np.ndarray, reduce: np.ndarray,
+                           reduce_bias: np.ndarray, activation: Activation,
+                           expand: np.ndarray, expand_bias: np.ndarray, gate: Activation,
+                           keep: bool, residual: np.ndarray) -> None:
+        """excitation._squeeze_excitation (x, y (N, C, L); a residual of no values for
+        none), shared: the means, then the scaling, by planes in one chunk per thread (a
+        depthwise convolution's planes job leaves each thread's planes in its cache: the
+        same runs of planes); the gates between them on this thread."""
+        gates = np.empty(x.shape[:2], np.float32)
+        self._share(jobs._squeeze_job, self.threads, x, gates)
+        excitation.excitation_gates(gates, reduce, reduce_bias, activation.code, activation.a,
+                                    activation.b, expand, expand_bias, gate.code, gate.a,
+                                    gate.b)
+        self._share(jobs._scale_job, self.threads, x, gates, y, int(keep), residual)
 
     def max_pool(self, x: np.ndarray, y: np.ndarray, geometry: tuple[int, ...]) -> None:
         """pool._max_pool2d, shared: planes (``geometry``: kh, kw, stride_h, stride_w,
