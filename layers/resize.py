@@ -176,7 +176,7 @@ def interpolate(x: np.ndarray, out_sizes: Sequence[int], mode: str = "nearest",
     (when the caller gave them) set the source step instead of in/out, as in torch.
     ``out``: an array of the result's shape to write it into (returned)."""
     if mode in ("nearest", "nearest-exact") and not antialias:
-        factors = _whole_factors(x.shape[2:], out_sizes, scale_factors, mode)
+        factors = whole_factors(x.shape[2:], out_sizes, scale_factors, mode)
         if factors is not None:                # each input copied k times: one pass
             if out is None or (out.dtype == x.dtype and out.flags.c_contiguous):
                 return repeat_each(x, factors, out)      # its last step writes into out
@@ -201,7 +201,7 @@ def interpolate(x: np.ndarray, out_sizes: Sequence[int], mode: str = "nearest",
     return out
 
 
-def _whole_factors(in_sizes: Sequence[int], out_sizes: Sequence[int],
+def whole_factors(in_sizes: Sequence[int], out_sizes: Sequence[int],
                    scale_factors: Sequence[float] | None, mode: str) -> list[int] | None:
     """For nearest resizing where every output position o along each axis copies input
     o // k (k = out / in, a whole number): the k of each axis; else None."""

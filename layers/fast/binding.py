@@ -39,7 +39,7 @@ def import_kernel_modules() -> None:
     """Import every kernel module, so that all kernels are declared."""
     from layers.fast import (atomics, dense, depthwise, epilogue, excitation,  # noqa: F401
                              gemm, jobs, norm, phases, pointwise, pointwise_transposed, pool,
-                             simd, softmax, vexp, winograd, winograd_f2)
+                             simd, softmax, upsample, vexp, winograd, winograd_f2)
 
 
 def declared_kernels() -> list[Declared]:

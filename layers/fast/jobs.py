@@ -31,7 +31,7 @@ import numpy as np
 
 # the kernel modules, below this one (none imports it, nor workers.py): their range kernels
 from layers.fast import (dense, depthwise, epilogue, excitation, gemm, pointwise,
-                         pointwise_transposed, pool, softmax, winograd, winograd_f2)
+                         pointwise_transposed, pool, softmax, upsample, winograd, winograd_f2)
 from layers.fast.phases import GEOMETRY
 from layers.fast.atomics import (NO_TRANS, TRANS, add, compare_swap, float_array, load, pause,
                                  sgemm, sgemv, store)
@@ -69,7 +69,7 @@ def int_fields(count: int) -> tuple[int, ...]:
 DEPTHWISE, DEPTHWISE_BLOCKS, EPILOGUE, GEMM, IM2COL = 1, 2, 3, 4, 5
 WINOGRAD_IN, WINOGRAD_OUT, WINOGRAD_F2_IN, WINOGRAD_F2_OUT, POINTWISE = 6, 7, 8, 9, 10
 POINTWISE_TRANSPOSED, SOFTMAX, MAX_POOL, SPLIT_PLANES, DENSE = 11, 12, 13, 14, 15
-SQUEEZE, SCALE = 16, 17
+SQUEEZE, SCALE, UPSAMPLE = 16, 17, 18
 
 # DEPTHWISE, DEPTHWISE_BLOCKS: depthwise.depthwise_planes / depthwise_blocks
 DW_X, DW_WEIGHT, DW_BIAS, DW_Y = array_fields(4)
@@ -119,6 +119,10 @@ MP_KH, MP_KW, MP_STRIDE_H, MP_STRIDE_W, MP_DIL_H, MP_DIL_W, MP_TOP, MP_LEFT = in
 # SQUEEZE, SCALE: excitation.squeeze_planes / scale_planes (units: planes (n, c))
 SE_X, SE_GATES, SE_Y, SE_RESIDUAL = array_fields(4)    # SQUEEZE writes the means in SE_GATES
 SE_KEEP, = int_fields(1)
+
+# UPSAMPLE: upsample.upsample_planes (units: planes)
+UP_X, UP_Y = array_fields(2)
+UP_KH, UP_KW = int_fields(2)
 
 CONTROL, RECORD, REALS = array(1, "i8"), array(1, "i8"), array(1, "f8")
 
@@ -280,6 +284,9 @@ def _run_units(record, reals, slot, first, last):
                                         record[WI_ROW0], first, last)
     elif kind == SOFTMAX:
         softmax.softmax_rows(_get2(record, a[SM_X]), first, last)
+    elif kind == UPSAMPLE:
+        upsample.upsample_planes(_get4(record, a[UP_X]), _get4(record, a[UP_Y]),
+                                 record[UP_KH], record[UP_KW], first, last)
     elif kind == SQUEEZE:
         excitation.squeeze_planes(_get3(record, a[SE_X]), _get2(record, a[SE_GATES]), first,
                                   last)
@@ -402,6 +409,15 @@ def _softmax_job(record, reals, x):
     """SOFTMAX, as softmax._softmax (units: rows)."""
     record[KIND], record[UNITS] = SOFTMAX, x.shape[0]
     _put(record, ARRAYS[SM_X], x)
+
+
+@kernel(nogil=True, exported=(RECORD, REALS, array(4), array(4), INT, INT))
+def _upsample_job(record, reals, x, y, kh, kw):
+    """UPSAMPLE, as upsample._upsample_nearest (units: planes)."""
+    record[KIND], record[UNITS] = UPSAMPLE, x.shape[0] * x.shape[1]
+    _put(record, ARRAYS[UP_X], x)
+    _put(record, ARRAYS[UP_Y], y)
+    record[UP_KH], record[UP_KW] = kh, kw
 
 
 @kernel(nogil=True, exported=(RECORD, REALS, array(3), array(2)))

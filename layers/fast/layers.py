@@ -44,7 +44,7 @@ from layers.base import FusesActivation, Layer, Shape
 from layers.convolution import (Conv1d, Conv2d, ConvTranspose1d, ConvTranspose2d,
                                 FunctionalConv1d, FunctionalConv2d, lift_shape)
 from layers.expression import ELEMENTWISE, ExpressionLayer
-from layers.fast import excitation, norm, pool, softmax, workers
+from layers.fast import excitation, norm, pool, softmax, upsample, workers
 from layers.fast.conv import PackedConv2d, kernel_layout
 from layers.fast.dense import dense
 from layers.fast.gemm import scatter_taps
@@ -59,6 +59,7 @@ from layers.fast.epilogue import IDENTITY, Activation, activate, activation_of
 from layers.linear import Linear
 from layers.normalization import LayerNorm
 from layers.pooling import AdaptiveAvgPool2d, AtenMaxPool2d, MaxPool1d, MaxPool2d
+from layers.resize import Interpolate, whole_factors
 from layers.registry import register_fast_layer
 from parser.expression import Call, Constant, OperandRef
 
@@ -502,6 +503,44 @@ class FastAtenMaxPool2d(AtenMaxPool2d):
 
     def prepare(self, input_shapes: Sequence[Shape] | None) -> None:
         pool.load_kernel()                         # at build, not in the first inference
+
+
+@register_fast_layer("F.interpolate", "F.upsample", "nn.Upsample")
+class FastInterpolate(Interpolate):
+    """Nearest resizing of float32 (N, C, H, W) by whole factors in one kernel pass
+    (upsample.py), shared with the helper threads on large outputs; every other resizing
+    runs the reference."""
+
+    def prepare(self, input_shapes: Sequence[Shape] | None) -> None:
+        upsample.load_kernel()                     # at build, not in the first inference
+
+    def forward(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+        factors = self._kernel_factors(inputs)
+        if factors is None:
+            return super().forward(inputs)
+        x = inputs[0]
+        y = np.empty((*x.shape[:2], x.shape[2] * factors[0], x.shape[3] * factors[1]),
+                     np.float32)
+        upsample.upsample_nearest(x, y, *factors)
+        return [y]
+
+    def forward_into(self, inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray]) -> None:
+        factors, out = self._kernel_factors(inputs), outputs[0]
+        if factors is None or not (_kernel_ready(out) and out.flags.writeable):
+            super().forward_into(inputs, outputs)
+            return
+        upsample.upsample_nearest(inputs[0], out, *factors)
+
+    def _kernel_factors(self, inputs: Sequence[np.ndarray]) -> tuple[int, int] | None:
+        """(kh, kw) where this is nearest resizing by whole factors of a float32 (N, C, H, W)
+        array the kernel reads as it lies; None for anything else."""
+        x = inputs[0]
+        if (self.mode not in ("nearest", "nearest-exact") or self.antialias or x.ndim != 4
+                or not _kernel_ready(x)):
+            return None
+        out, scales = self._plan(x.shape, inputs)  # refuses what the reference refuses
+        factors = whole_factors(x.shape[2:], out, scales, self.mode)
+        return None if factors is None else (factors[0], factors[1])
 
 
 # functions of two values whose float32 result, for float32 arrays and Python numbers, is

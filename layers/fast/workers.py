@@ -204,6 +204,10 @@ class Team:
                                     gate.b)
         self._share(jobs._scale_job, self.threads, x, gates, y, int(keep), residual)
 
+    def upsample(self, x: np.ndarray, y: np.ndarray, kh: int, kw: int) -> None:
+        """upsample._upsample_nearest, shared: planes, one run of them per thread."""
+        self._share(jobs._upsample_job, self.threads, x, y, kh, kw)
+
     def max_pool(self, x: np.ndarray, y: np.ndarray, geometry: tuple[int, ...]) -> None:
         """pool._max_pool2d, shared: planes (``geometry``: kh, kw, stride_h, stride_w,
         dil_h, dil_w, top, left)."""
