@@ -59,7 +59,7 @@ from layers.fast.epilogue import IDENTITY, Activation, activate, activation_of
 from layers.linear import Linear
 from layers.normalization import LayerNorm
 from layers.pooling import AdaptiveAvgPool2d, AtenMaxPool2d, MaxPool1d, MaxPool2d
-from layers.resize import Interpolate, whole_factors
+from layers.resize import Interpolate, UpsampleNearest, whole_factors
 from layers.registry import register_fast_layer
 from parser.expression import Call, Constant, OperandRef
 
@@ -541,6 +541,11 @@ class FastInterpolate(Interpolate):
         out, scales = self._plan(x.shape, inputs)  # refuses what the reference refuses
         factors = whole_factors(x.shape[2:], out, scales, self.mode)
         return None if factors is None else (factors[0], factors[1])
+
+
+@register_fast_layer("F.upsample_nearest", "nn.UpsamplingNearest2d")
+class FastUpsampleNearest(FastInterpolate, UpsampleNearest):
+    """``F.upsample_nearest``: FastInterpolate's kernel, mode nearest."""
 
 
 # functions of two values whose float32 result, for float32 arrays and Python numbers, is

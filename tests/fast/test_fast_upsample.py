@@ -73,3 +73,14 @@ def test_every_other_resizing_runs_the_reference(monkeypatch, x, params):
     (got,) = layer.forward([x])
     np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
     assert got.dtype == want.dtype and not calls
+
+
+@pytest.mark.parametrize("type_name", ["F.upsample_nearest", "nn.UpsamplingNearest2d"])
+def test_upsample_nearest_runs_the_kernel_too(monkeypatch, type_name):
+    calls = _spy(monkeypatch)
+    x = rand(1, 3, 4, 5)
+    layer = make_layer(type_name, {"scale_factor": 2.0}, fast=True)
+    (got,) = layer.forward([x])
+    np.testing.assert_array_equal(got, F.interpolate(torch.from_numpy(x), scale_factor=2.0,
+                                                     mode="nearest").numpy())
+    assert calls == [(2, 2)]
