@@ -15,7 +15,8 @@
     phases.py      a padded plane split into stride phases: every tap reads a unit-stride window
     epilogue.py    bias + residual + activation in one pass; the activation codes
     pool.py        max pooling, separable: rows, then columns
-    excitation.py  squeeze-and-excitation, the whole block in one call
+    excitation.py  squeeze-and-excitation: the means, the gates, the scaling
+    upsample.py    nearest upsampling by whole factors, plane by plane
     norm.py        layer normalisation, row by row
     softmax.py     softmax over the last dim, row by row
     vexp.py        exp in plain arithmetic, so that loops calling it vectorise

@@ -1,4 +1,4 @@
-"""Squeeze-and-excitation (layers/excitation.py) as one numba kernel, image by image::
+"""Squeeze-and-excitation (layers/excitation.py) in numba kernels, image by image::
 
     s[c] = sum(x[n, c]) / (H * W)
     h    = act(reduce @ s + reduce_bias)               reduce (S, C): C -> S
@@ -9,11 +9,11 @@
 The sums (the means and the matrix-vector products' dot products) are float32 and taken in
 vector lanes (reassociated), as BLAS takes them; the activations are the epilogue's
 (epilogue.py's codes). x is read twice and y written once, as the separate pool and
-multiply did. With helper threads (workers.Team.squeeze_excitation) the means and the
-scaling are shared by planes (n, c), each thread's planes in one run, so that each reads
-the planes a depthwise convolution before it left in its own cache; the gates, a few
-matrix-vector products, stay on the calling thread. Every value is the same sum either
-way.
+multiply did. On a large block with helper threads (workers.Team.squeeze_excitation) the
+means and the scaling are shared by planes (n, c), each thread's planes in one run, so
+that a thread often reads planes a depthwise convolution before it left in its own cache;
+the gates, a few matrix-vector products, stay on the calling thread. Every value is the
+same sum either way.
 """
 
 from __future__ import annotations
@@ -36,12 +36,14 @@ def _squeeze_excitation(x, y, reduce, reduce_bias, act_code, act_a, act_b,
     """x (N, C, L) -> y (N, C, L) (the module docstring); reduce (S, C), expand (C, S);
     ``keep``: 1 to add x back; ``residual``: y's shape, or no values for none. Each step
     rounded as torch rounds it (no fused multiply-add)."""
-    planes = x.shape[0] * x.shape[1]
-    gates = np.empty((x.shape[0], x.shape[1]), np.float32)
-    squeeze_planes(x, gates, np.int64(0), planes)
-    excitation_gates(gates, reduce, reduce_bias, act_code, act_a, act_b, expand, expand_bias,
-                     gate_code, gate_a, gate_b)
-    scale_planes(x, gates, y, keep, residual, np.int64(0), planes)
+    channels = x.shape[1]
+    gates = np.empty((x.shape[0], channels), np.float32)
+    for n in range(x.shape[0]):            # image by image: x read twice while in cache
+        first, last = n * channels, (n + 1) * channels
+        squeeze_planes(x, gates, first, last)
+        excitation_gates(gates[n:n + 1], reduce, reduce_bias, act_code, act_a, act_b, expand,
+                         expand_bias, gate_code, gate_a, gate_b)
+        scale_planes(x, gates, y, keep, residual, first, last)
 
 
 @kernel(nogil=True)

@@ -28,7 +28,10 @@ for) it hands over to the reference code with ``super()``.
     FastSoftmax           nn.Softmax / F.softmax over the last dim: softmax.py's kernel, row
                           by row, shared with the helper threads (attention's too)
     FastSqueezeExcitation the fused squeeze-and-excitation block (no pnnx type: fusion makes
-                          it): excitation.py's kernel, the whole block in one call
+                          it): excitation.py's kernels, large blocks shared by planes
+    FastInterpolate, FastUpsampleNearest
+                          F.interpolate / nn.Upsample / F.upsample_nearest, nearest by whole
+                          factors: upsample.py's kernel, planes shared with the helpers
 """
 
 from __future__ import annotations
@@ -512,7 +515,8 @@ class FastInterpolate(Interpolate):
     runs the reference."""
 
     def prepare(self, input_shapes: Sequence[Shape] | None) -> None:
-        upsample.load_kernel()                     # at build, not in the first inference
+        if self.mode in ("nearest", "nearest-exact"):
+            upsample.load_kernel()                 # at build, not in the first inference
 
     def forward(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
         factors = self._kernel_factors(inputs)
@@ -525,11 +529,13 @@ class FastInterpolate(Interpolate):
         return [y]
 
     def forward_into(self, inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray]) -> None:
-        factors, out = self._kernel_factors(inputs), outputs[0]
-        if factors is None or not (_kernel_ready(out) and out.flags.writeable):
+        factors, (x, out) = self._kernel_factors(inputs), (inputs[0], outputs[0])
+        if factors is None or not (_kernel_ready(out) and out.flags.writeable and out.shape
+                                   == (*x.shape[:2], x.shape[2] * factors[0],
+                                       x.shape[3] * factors[1])):
             super().forward_into(inputs, outputs)
             return
-        upsample.upsample_nearest(inputs[0], out, *factors)
+        upsample.upsample_nearest(x, out, *factors)
 
     def _kernel_factors(self, inputs: Sequence[np.ndarray]) -> tuple[int, int] | None:
         """(kh, kw) where this is nearest resizing by whole factors of a float32 (N, C, H, W)
@@ -643,7 +649,7 @@ class FastHardsigmoid(KernelActivationLayer, Hardsigmoid):
 
 
 class FastSqueezeExcitation(SqueezeExcitation):
-    """The block in one kernel call (excitation.py), on the 1x1 weights as the matrices the
+    """The block by excitation.py's kernels, on the 1x1 weights as the matrices the
     convolutions' gemv algorithm packs and the activations as kernel codes. Inputs other
     than float32 (N, C, H, W) with H * W > 0, and activations without a kernel code, run the
     reference layer."""

@@ -194,10 +194,10 @@ class Team:
                            expand: np.ndarray, expand_bias: np.ndarray, gate: Activation,
                            keep: bool, residual: np.ndarray) -> None:
         """excitation._squeeze_excitation (x, y (N, C, L); a residual of no values for
-        none), shared: the means, then the scaling, by planes in one chunk per thread (a
-        depthwise convolution's planes job leaves each thread's planes in its cache: the
-        same runs of planes); the gates between them on this thread."""
-        gates = np.empty(x.shape[:2], np.float32)
+        none), shared: the means, then the scaling, by planes in one chunk per thread (as a
+        depthwise convolution's planes job cuts them, so a thread often finds its planes in
+        its cache); the gates between them on this thread."""
+        gates = scratch("excitation_gates", x.shape[:2])
         self._share(jobs._squeeze_job, self.threads, x, gates)
         excitation.excitation_gates(gates, reduce, reduce_bias, activation.code, activation.a,
                                     activation.b, expand, expand_bias, gate.code, gate.a,

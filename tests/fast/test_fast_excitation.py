@@ -202,8 +202,13 @@ def test_helper_threads_give_the_same_bits(monkeypatch, keeps, residual, shape):
     np.testing.assert_allclose(alone, want.numpy(), atol=1e-5, rtol=1e-5)
     monkeypatch.setattr(workers, "usable_cores", lambda: 2)
     monkeypatch.setattr(excitation, "SHARED_FROM", 1)           # every block is shared
+    calls = []
+    share = workers.Team.squeeze_excitation
+    monkeypatch.setattr(workers.Team, "squeeze_excitation",
+                        lambda self, *args: calls.append(1) or share(self, *args))
     with workers.sharing(2) as team:
         if team is None:
             pytest.skip("no helper team here (numpy's OpenBLAS not found)")
         shared = layer.forward(inputs)[0]
     np.testing.assert_array_equal(shared, alone)
+    assert calls == [1]

@@ -48,6 +48,10 @@ def test_whole_factors_run_the_kernel_and_copy_torchs_values(monkeypatch, shape,
 def test_a_helper_thread_gives_the_same_bits(monkeypatch, factors):
     monkeypatch.setattr(workers, "usable_cores", lambda: 2)
     monkeypatch.setattr(upsample, "SHARED_FROM", 1)             # every call is shared
+    shared = []
+    share = workers.Team.upsample
+    monkeypatch.setattr(workers.Team, "upsample",
+                        lambda self, *args: shared.append(1) or share(self, *args))
     x = rand(2, 24, 9, 11)
     y = np.empty((2, 24, 9 * factors[0], 11 * factors[1]), np.float32)
     with workers.sharing(2) as team:
@@ -56,6 +60,7 @@ def test_a_helper_thread_gives_the_same_bits(monkeypatch, factors):
         upsample.upsample_nearest(x, y, *factors)
     want = F.interpolate(torch.from_numpy(x), scale_factor=factors, mode="nearest").numpy()
     np.testing.assert_array_equal(y, want)
+    assert shared == [1]
 
 
 @pytest.mark.parametrize("x, params", [
@@ -63,7 +68,7 @@ def test_a_helper_thread_gives_the_same_bits(monkeypatch, factors):
     (rand(1, 2, 4, 3).astype(np.float64), {"scale_factor": 2.0}),           # float64
     (rand(1, 2, 4, 3), {"scale_factor": 1.5}),                              # not whole
     (rand(1, 2, 4, 3), {"scale_factor": 2.0, "mode": "bilinear"}),
-    (rand(1, 2, 3, 4, 5), {"scale_factor": 2.0}),                           # 3-D
+    (rand(1, 2, 3, 4, 5), {"scale_factor": 2.0}),                           # 5-D
 ], ids=["strided", "float64", "factor 1.5", "bilinear", "5-d"])
 def test_every_other_resizing_runs_the_reference(monkeypatch, x, params):
     calls = _spy(monkeypatch)
