@@ -32,3 +32,19 @@ def forward_with_helpers():
             yield team
         finally:
             team.active.clear()
+
+
+@pytest.fixture
+def team_calls(monkeypatch):
+    """``spy(name)``: a list that gets an item at each call of workers.Team's method
+    ``name``; the machine is taken to have two usable cores, so that workers.sharing(2)
+    makes a team."""
+    monkeypatch.setattr(workers, "usable_cores", lambda: 2)
+
+    def spy(name: str) -> list:
+        calls: list = []
+        method = getattr(workers.Team, name)
+        monkeypatch.setattr(workers.Team, name,
+                            lambda self, *args: calls.append(1) or method(self, *args))
+        return calls
+    return spy

@@ -185,7 +185,7 @@ def test_a_residual_block_adds_x_and_r_as_torch_rounds_them(keeps, residual, sha
 
 @pytest.mark.parametrize("keeps, residual", [(False, False), (True, True)])
 @pytest.mark.parametrize("shape", [(1, 96, 14, 14), (2, 40, 30, 17), (3, 576, 7, 7)])
-def test_helper_threads_give_the_same_bits(monkeypatch, keeps, residual, shape):
+def test_helper_threads_give_the_same_bits(monkeypatch, team_calls, keeps, residual, shape):
     """Shared with a helper thread (the means and the scaling by planes, the gates on the
     calling thread), the block gives the bits one thread gives, and torch's answer."""
     from layers.fast import excitation, workers
@@ -200,12 +200,8 @@ def test_helper_threads_give_the_same_bits(monkeypatch, keeps, residual, shape):
     t = torch.from_numpy(x)
     want = torch_block(t) + (t if keeps else 0) + (torch.from_numpy(r) if residual else 0)
     np.testing.assert_allclose(alone, want.numpy(), atol=1e-5, rtol=1e-5)
-    monkeypatch.setattr(workers, "usable_cores", lambda: 2)
     monkeypatch.setattr(excitation, "SHARED_FROM", 1)           # every block is shared
-    calls = []
-    share = workers.Team.squeeze_excitation
-    monkeypatch.setattr(workers.Team, "squeeze_excitation",
-                        lambda self, *args: calls.append(1) or share(self, *args))
+    calls = team_calls("squeeze_excitation")
     with workers.sharing(2) as team:
         if team is None:
             pytest.skip("no helper team here (numpy's OpenBLAS not found)")

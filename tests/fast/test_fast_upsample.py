@@ -45,13 +45,9 @@ def test_whole_factors_run_the_kernel_and_copy_torchs_values(monkeypatch, shape,
 
 
 @pytest.mark.parametrize("factors", [(2, 2), (8, 8), (1, 3)])
-def test_a_helper_thread_gives_the_same_bits(monkeypatch, factors):
-    monkeypatch.setattr(workers, "usable_cores", lambda: 2)
+def test_a_helper_thread_gives_the_same_bits(monkeypatch, team_calls, factors):
     monkeypatch.setattr(upsample, "SHARED_FROM", 1)             # every call is shared
-    shared = []
-    share = workers.Team.upsample
-    monkeypatch.setattr(workers.Team, "upsample",
-                        lambda self, *args: shared.append(1) or share(self, *args))
+    shared = team_calls("upsample")
     x = rand(2, 24, 9, 11)
     y = np.empty((2, 24, 9 * factors[0], 11 * factors[1]), np.float32)
     with workers.sharing(2) as team:
