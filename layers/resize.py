@@ -202,7 +202,7 @@ def interpolate(x: np.ndarray, out_sizes: Sequence[int], mode: str = "nearest",
 
 
 def whole_factors(in_sizes: Sequence[int], out_sizes: Sequence[int],
-                   scale_factors: Sequence[float] | None, mode: str) -> list[int] | None:
+                  scale_factors: Sequence[float] | None, mode: str) -> list[int] | None:
     """For nearest resizing where every output position o along each axis copies input
     o // k (k = out / in, a whole number): the k of each axis; else None."""
     factors = []

@@ -522,17 +522,14 @@ class FastInterpolate(Interpolate):
         factors = self._kernel_factors(inputs)
         if factors is None:
             return super().forward(inputs)
-        x = inputs[0]
-        y = np.empty((*x.shape[:2], x.shape[2] * factors[0], x.shape[3] * factors[1]),
-                     np.float32)
-        upsample.upsample_nearest(x, y, *factors)
+        y = np.empty(_upsampled(inputs[0].shape, factors), np.float32)
+        upsample.upsample_nearest(inputs[0], y, *factors)
         return [y]
 
     def forward_into(self, inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray]) -> None:
         factors, (x, out) = self._kernel_factors(inputs), (inputs[0], outputs[0])
-        if factors is None or not (_kernel_ready(out) and out.flags.writeable and out.shape
-                                   == (*x.shape[:2], x.shape[2] * factors[0],
-                                       x.shape[3] * factors[1])):
+        if factors is None or not (_kernel_ready(out) and out.flags.writeable
+                                   and out.shape == _upsampled(x.shape, factors)):
             super().forward_into(inputs, outputs)
             return
         upsample.upsample_nearest(x, out, *factors)
@@ -547,6 +544,11 @@ class FastInterpolate(Interpolate):
         out, scales = self._plan(x.shape, inputs)  # refuses what the reference refuses
         factors = whole_factors(x.shape[2:], out, scales, self.mode)
         return None if factors is None else (factors[0], factors[1])
+
+
+def _upsampled(shape: Shape, factors: tuple[int, int]) -> Shape:
+    """The shape of (N, C, H, W) upsampled by (kh, kw)."""
+    return (*shape[:2], shape[2] * factors[0], shape[3] * factors[1])
 
 
 @register_fast_layer("F.upsample_nearest", "nn.UpsamplingNearest2d")
