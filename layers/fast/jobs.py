@@ -1,22 +1,27 @@
 """One kernel call shared between the calling thread and helper threads, without locks.
 
 A job is a kernel call whose work is a list of ``units`` (output planes, blocks of channels,
-products of a stack), cut into ``chunks`` ranges of consecutive units. Every thread takes
-the next chunk nobody has taken until none is left, so a thread that runs late takes fewer;
-the calling thread publishes the job, takes chunks like the helpers, and returns once every
-chunk is done. What the threads share lives in three small arrays, read and written with
-atomics (layers/fast/atomics.py)::
+products of a stack), cut into ``chunks`` ranges of consecutive units. The chunks are dealt
+out as one run of consecutive chunks per thread of the team, in the same order every job:
+the calling thread (slot 0) the first run, helper 1 the next, ... Each thread takes the
+chunks of its own run in order, then the chunks nobody has taken yet from the other runs, so
+a thread that runs late takes fewer. Dealt so, a thread finds in its own cache much of what
+it wrote the job before, rather than what another core wrote, which is slower to read. The
+calling thread publishes the job, takes chunks like the helpers, and returns once every
+chunk is done. What the threads share lives in three small arrays, read and written with atomics
+(layers/fast/atomics.py)::
 
-    control (int64)  TICKET = job << 40 | chunks << 20 | next chunk to take
-                     DONE: chunks of this job finished;  STOP: 1 when the helpers return
+    control (int64)  TICKET = job << 40 | chunks << 20;  DONE: chunks of this job finished;
+                     STOP: 1 when the helpers return;  RUNS: how many runs (the team's threads)
+                     NEXT + 8 r: job << 20 | next chunk to take of run r
     record  (int64)  KIND, UNITS, then each kind's fields: arrays (address and shape, at the
                      slots ARRAYS[field]) and integers (at their own slots)
     reals (float64)  ACT_A, ACT_B: the activation's two parameters
 
-A thread takes chunk ``next`` by a compare-and-swap of TICKET to ``next + 1``, which fails if
-another thread took it first or the ticket now belongs to another job. The record is written
-before the ticket is published and not touched until every chunk is done, so a thread that
-holds a chunk reads its job's arguments.
+A thread takes chunk ``next`` of run r by a compare-and-swap of NEXT + 8 r to ``next + 1``,
+which fails if another thread took it first or the counter now belongs to another job. The
+record is written before the job is published and not touched until every chunk is done, so
+a thread that holds a chunk reads its job's arguments.
 
 Each kind of job declares its fields once, by name (``array_fields``, ``int_fields``: plain
 module-level ints, which numba reads as constants). A compiled writer (``_depthwise_job``
@@ -37,9 +42,9 @@ from layers.fast.atomics import (NO_TRANS, TRANS, add, compare_swap, float_array
                                  sgemm, sgemv, store)
 from layers.fast.kernel import FLOAT, INT, array, kernel
 
-TICKET, DONE, STOP = 0, 8, 16        # control's slots, one 64-byte cache line apart
-CONTROL_SIZE = 24
-FIELD = 1 << 20                      # chunks and next chunk: 20 bits each in the ticket
+TICKET, DONE, STOP, RUNS = 0, 8, 16, 17   # control's slots; NEXT + 8 r: run r's counter
+NEXT = 24                            # (each counter on a 64-byte cache line of its own)
+FIELD = 1 << 20                      # chunks and next chunk: 20 bits each
 
 KIND, UNITS = 0, 1                   # record's slots
 ARRAYS = np.array((2, 7, 12, 17, 22, 27))   # array field i: address at ARRAYS[i], then up to
@@ -49,6 +54,11 @@ INTS = 32                            # integer fields from this slot on
 RECORD_SIZE = 64
 ACT_A, ACT_B = 0, 1                  # reals' slots: the activation's parameters (every kind)
 REALS_SIZE = 4
+
+
+def control_size(threads: int) -> int:
+    """The length of a team's control array: a counter for each thread's run."""
+    return NEXT + 8 * threads
 
 
 def array_fields(count: int) -> tuple[int, ...]:
@@ -149,6 +159,9 @@ def _work(control, record, reals, chunks, idle_polls, slot):
         chunks = max(1, min(chunks, record[UNITS], FIELD - 1))
         job = (load(control, TICKET) // (FIELD * FIELD) + 1) % (1 << 23)
         store(control, DONE, 0)
+        runs = control[RUNS]
+        for run in range(runs):                       # each run's first chunk
+            store(control, NEXT + 8 * run, job * FIELD + run * chunks // runs)
         store(control, TICKET, (job * FIELD + chunks) * FIELD)
     idle = 0
     while True:
@@ -167,19 +180,26 @@ def _work(control, record, reals, chunks, idle_polls, slot):
 
 @kernel(inline="always")
 def _take_one(control, record, reals, slot):
-    """Take and run the next chunk of the current job on thread ``slot``; False if none is
-    left."""
-    while True:
-        ticket = load(control, TICKET)
-        chunks, taken = (ticket // FIELD) % FIELD, ticket % FIELD
-        if taken >= chunks:
-            return False
-        if compare_swap(control, TICKET, ticket, ticket + 1) == ticket:
-            units = record[UNITS]
-            _run_units(record, reals, slot, units * taken // chunks,
-                       units * (taken + 1) // chunks)
-            add(control, DONE, 1)
-            return True
+    """Take and run the next chunk of the current job on thread ``slot``: of its own run,
+    else of the next run that has one left; False if none is left."""
+    ticket = load(control, TICKET)
+    job, chunks = ticket // (FIELD * FIELD), (ticket // FIELD) % FIELD
+    runs = control[RUNS]
+    for step in range(runs):
+        run = (slot + step) % runs
+        end = (run + 1) * chunks // runs              # the run's chunks end here
+        while True:
+            counter = load(control, NEXT + 8 * run)
+            taken = counter % FIELD
+            if counter // FIELD != job or taken >= end:
+                break                                 # another job's now, or none left
+            if compare_swap(control, NEXT + 8 * run, counter, counter + 1) == counter:
+                units = record[UNITS]
+                _run_units(record, reals, slot, units * taken // chunks,
+                           units * (taken + 1) // chunks)
+                add(control, DONE, 1)
+                return True
+    return False
 
 
 # ----- arrays in the record ----------------------------------------------------------------

@@ -65,7 +65,8 @@ class Team:
         self.threads = helpers + 1
         self.chunks = CHUNKS * self.threads        # of a job whose units are many and even
         self.blas = blas                           # cblas_sgemm's and cblas_sgemv's addresses
-        self.control = np.zeros(jobs.CONTROL_SIZE, np.int64)
+        self.control = np.zeros(jobs.control_size(self.threads), np.int64)
+        self.control[jobs.RUNS] = self.threads     # one run of chunks per thread
         self.record = np.zeros(jobs.RECORD_SIZE, np.int64)
         self.reals = np.zeros(jobs.REALS_SIZE, np.float64)
         # the job runner without the compiled kernels' argument checks (backend._checked):

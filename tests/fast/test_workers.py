@@ -203,6 +203,31 @@ def test_a_thousand_jobs_in_a_row_each_complete(team):
     np.testing.assert_allclose(y, want + 1000, rtol=1e-5)
 
 
+@pytest.mark.parametrize("helpers", [1, 2])
+@pytest.mark.parametrize("awake", [True, False], ids=["helpers spinning", "helpers asleep"])
+@pytest.mark.parametrize("rows", [1, 2, 3, 7, 100])
+def test_each_thread_is_dealt_a_run_of_chunks_and_takes_what_is_left(helpers, awake, rows,
+                                                                      blas):
+    """The chunks are dealt as one run per thread; every chunk runs once, whether the
+    helpers help or the caller takes every run itself (helpers asleep), and with fewer
+    chunks than threads (empty runs). Each run's counter ends at the run's last chunk."""
+    team = workers.Team(helpers, blas)
+    if awake:
+        team.active.set()
+    try:
+        y = np.zeros((1, rows, 9), np.float32)
+        for _ in range(50):
+            team.finish(y, np.ones(rows, np.float32), None, IDENTITY)     # y += 1, once
+        np.testing.assert_array_equal(y, np.full_like(y, 50))
+        job = team.control[jobs.TICKET] // (jobs.FIELD * jobs.FIELD)
+        chunks = min(team.chunks, rows)
+        ends = [team.control[jobs.NEXT + 8 * run] for run in range(team.threads)]
+        assert ends == [job * jobs.FIELD + (run + 1) * chunks // team.threads
+                        for run in range(team.threads)]
+    finally:
+        team.stop()
+
+
 def test_a_job_runs_in_four_chunks_per_thread_with_a_row_of_space_per_thread(team,
                                                                              monkeypatch):
     """Each thread takes chunks until none is left (a slower one takes fewer), and the
