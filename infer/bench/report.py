@@ -48,12 +48,34 @@ def _vectors() -> str:
 
 def _cpu_model() -> str:
     try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
+        return cpu_model(Path("/proc/cpuinfo").read_text())
     except OSError:
+        return platform.processor() or "unknown"
+
+
+def cpu_model(cpuinfo: str) -> str:
+    """The first processor of a /proc/cpuinfo text: its name, then what tells apart CPUs
+    that share a name (a virtual machine often says only "AMD EPYC"): family and model
+    numbers (AMD family 25 model 1 is a Zen 3, model 17 a Zen 4), clock and cache, e.g.
+    "AMD EPYC (family 25, model 1, 2445 MHz, cache 512 KB)"."""
+    fields: dict[str, str] = {}
+    for line in cpuinfo.splitlines():
+        if not line.strip():
+            if fields:
+                break                                   # the first processor's block only
+            continue
+        key, _, value = line.partition(":")
+        fields.setdefault(key.strip(), value.strip())
+    name = fields.get("model name") or platform.processor() or "unknown"
+    details = [f"{label} {fields[key]}" for key, label in
+               (("cpu family", "family"), ("model", "model")) if fields.get(key)]
+    try:
+        details.append(f"{float(fields['cpu MHz']):.0f} MHz")
+    except (KeyError, ValueError):
         pass
-    return platform.processor() or "unknown"
+    if fields.get("cache size"):
+        details.append(f"cache {fields['cache size']}")
+    return f"{name} ({', '.join(details)})" if details else name
 
 
 def markdown(results: Results, command: str) -> str:

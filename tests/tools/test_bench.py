@@ -327,3 +327,14 @@ def test_breadth_model_runs_as_torch_does(name, tmp_path):
         want = module(x).numpy()
     assert got.shape == want.shape
     assert np.abs(got - want).max() <= run.TOLERANCE
+
+
+def test_the_cpu_is_named_with_its_family_model_clock_and_cache():
+    """A virtual machine's /proc/cpuinfo may name only "AMD EPYC": the family and model
+    numbers tell a Zen 3 from a Zen 4. The first processor's block is read, not the last."""
+    cpuinfo = ("processor\t: 0\nvendor_id\t: AuthenticAMD\ncpu family\t: 25\nmodel\t\t: 1\n"
+               "model name\t: AMD EPYC\ncpu MHz\t\t: 2445.406\ncache size\t: 512 KB\n\n"
+               "processor\t: 1\ncpu family\t: 6\nmodel\t\t: 85\nmodel name\t: other\n")
+    assert report.cpu_model(cpuinfo) == "AMD EPYC (family 25, model 1, 2445 MHz, cache 512 KB)"
+    assert report.cpu_model("model name\t: Some CPU\n") == "Some CPU"
+    assert report.cpu_model("model name\t: X\ncpu MHz\t: ?\n") == "X"
