@@ -48,16 +48,24 @@ def _vectors() -> str:
 
 def _cpu_model() -> str:
     try:
-        return cpu_model(Path("/proc/cpuinfo").read_text())
+        cpuinfo = Path("/proc/cpuinfo").read_text()
     except OSError:
         return platform.processor() or "unknown"
+    try:                                                # the highest clock, where Linux says
+        highest = Path("/sys/devices/system/cpu/cpu0/cpufreq/cpuinfo_max_freq").read_text()
+        max_mhz: float | None = int(highest) / 1000     # kHz
+    except (OSError, ValueError):
+        max_mhz = None
+    return cpu_model(cpuinfo, max_mhz) if "model name" in cpuinfo else (
+        platform.processor() or "unknown")
 
 
-def cpu_model(cpuinfo: str) -> str:
+def cpu_model(cpuinfo: str, max_mhz: float | None = None) -> str:
     """The first processor of a /proc/cpuinfo text: its name, then what tells apart CPUs
     that share a name (a virtual machine often says only "AMD EPYC"): family and model
-    numbers (AMD family 25 model 1 is a Zen 3, model 17 a Zen 4), clock and cache, e.g.
-    "AMD EPYC (family 25, model 1, 2445 MHz, cache 512 KB)"."""
+    numbers (AMD family 25 model 1 is a Zen 3, model 17 a Zen 4), clock (``max_mhz``, else
+    the clock cpuinfo reports now) and cache (L2 on AMD, L3 on Intel), e.g. "AMD EPYC
+    (family 25, model 1, 2445 MHz, cache 512 KB)"."""
     fields: dict[str, str] = {}
     for line in cpuinfo.splitlines():
         if not line.strip():
@@ -66,13 +74,15 @@ def cpu_model(cpuinfo: str) -> str:
             continue
         key, _, value = line.partition(":")
         fields.setdefault(key.strip(), value.strip())
-    name = fields.get("model name") or platform.processor() or "unknown"
+    name = fields.get("model name") or "unknown"
     details = [f"{label} {fields[key]}" for key, label in
                (("cpu family", "family"), ("model", "model")) if fields.get(key)]
     try:
-        details.append(f"{float(fields['cpu MHz']):.0f} MHz")
+        mhz = float(fields["cpu MHz"]) if max_mhz is None else max_mhz
     except (KeyError, ValueError):
-        pass
+        mhz = math.nan
+    if math.isfinite(mhz) and mhz > 0:
+        details.append(f"{mhz:.0f} MHz")
     if fields.get("cache size"):
         details.append(f"cache {fields['cache size']}")
     return f"{name} ({', '.join(details)})" if details else name

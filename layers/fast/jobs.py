@@ -13,13 +13,15 @@ chunk is done. What the threads share lives in three small arrays, read and writ
 
     control (int64)  TICKET = job << 40 | chunks << 20;  DONE: chunks of this job finished;
                      STOP: 1 when the helpers return;  RUNS: how many runs (the team's threads)
-                     NEXT + 8 r: job << 20 | next chunk to take of run r
+                     NEXT + 8 r: the ticket | next chunk to take of run r
     record  (int64)  KIND, UNITS, then each kind's fields: arrays (address and shape, at the
                      slots ARRAYS[field]) and integers (at their own slots)
     reals (float64)  ACT_A, ACT_B: the activation's two parameters
 
 A thread takes chunk ``next`` of run r by a compare-and-swap of NEXT + 8 r to ``next + 1``,
-which fails if another thread took it first or the counter now belongs to another job. The
+which fails if another thread took it first or the counter now belongs to another job (job
+numbers wrap round, so a counter carries the whole ticket: a thread that read an old ticket
+and slept through 2^23 jobs finds a counter whose chunk count differs, or none it expects). The
 record is written before the job is published and not touched until every chunk is done, so
 a thread that holds a chunk reads its job's arguments.
 
@@ -43,7 +45,7 @@ from layers.fast.atomics import (NO_TRANS, TRANS, add, compare_swap, float_array
 from layers.fast.kernel import FLOAT, INT, array, kernel
 
 TICKET, DONE, STOP, RUNS = 0, 8, 16, 17   # control's slots; NEXT + 8 r: run r's counter
-NEXT = 24                            # (each counter on a 64-byte cache line of its own)
+NEXT = 32                            # (64 bytes apart: a cache line each, apart from RUNS's)
 FIELD = 1 << 20                      # chunks and next chunk: 20 bits each
 
 KIND, UNITS = 0, 1                   # record's slots
@@ -159,10 +161,11 @@ def _work(control, record, reals, chunks, idle_polls, slot):
         chunks = max(1, min(chunks, record[UNITS], FIELD - 1))
         job = (load(control, TICKET) // (FIELD * FIELD) + 1) % (1 << 23)
         store(control, DONE, 0)
-        runs = control[RUNS]
+        ticket = (job * FIELD + chunks) * FIELD
+        runs = max(control[RUNS], 1)
         for run in range(runs):                       # each run's first chunk
-            store(control, NEXT + 8 * run, job * FIELD + run * chunks // runs)
-        store(control, TICKET, (job * FIELD + chunks) * FIELD)
+            store(control, NEXT + 8 * run, ticket + _run_start(run, chunks, runs))
+        store(control, TICKET, ticket)
     idle = 0
     while True:
         if _take_one(control, record, reals, slot):
@@ -183,15 +186,15 @@ def _take_one(control, record, reals, slot):
     """Take and run the next chunk of the current job on thread ``slot``: of its own run,
     else of the next run that has one left; False if none is left."""
     ticket = load(control, TICKET)
-    job, chunks = ticket // (FIELD * FIELD), (ticket // FIELD) % FIELD
-    runs = control[RUNS]
+    chunks = (ticket // FIELD) % FIELD
+    runs = max(control[RUNS], 1)
     for step in range(runs):
         run = (slot + step) % runs
-        end = (run + 1) * chunks // runs              # the run's chunks end here
+        end = _run_start(run + 1, chunks, runs)       # the run's chunks end here
         while True:
             counter = load(control, NEXT + 8 * run)
             taken = counter % FIELD
-            if counter // FIELD != job or taken >= end:
+            if counter - taken != ticket or taken >= end:
                 break                                 # another job's now, or none left
             if compare_swap(control, NEXT + 8 * run, counter, counter + 1) == counter:
                 units = record[UNITS]
@@ -200,6 +203,14 @@ def _take_one(control, record, reals, slot):
                 add(control, DONE, 1)
                 return True
     return False
+
+
+@kernel(inline="always")
+def _run_start(run, chunks, runs):
+    """The first chunk of run ``run`` of ``runs`` (``runs``: ``chunks``, the end): runs
+    differ by one chunk at most, the longer ones first, so that with fewer chunks than
+    threads the calling thread (run 0), never late, has one."""
+    return (run * chunks + runs - 1) // runs
 
 
 # ----- arrays in the record ----------------------------------------------------------------

@@ -192,7 +192,7 @@ def test_products_of_one_row_or_column_are_numpys_bit_for_bit(shape, transposed,
 
 
 def test_a_thousand_jobs_in_a_row_each_complete(team):
-    """The ticket protocol under churn: many short jobs, every chunk run exactly once (a
+    """The job protocol under churn: many short jobs, every chunk run exactly once (a
     chunk run twice would add twice; one skipped, not at all)."""
     rng = np.random.default_rng(5)
     y = rng.standard_normal((2, 64, 9), dtype=np.float32)
@@ -210,7 +210,8 @@ def test_each_thread_is_dealt_a_run_of_chunks_and_takes_what_is_left(helpers, aw
                                                                       blas):
     """The chunks are dealt as one run per thread; every chunk runs once, whether the
     helpers help or the caller takes every run itself (helpers asleep), and with fewer
-    chunks than threads (empty runs). Each run's counter ends at the run's last chunk."""
+    chunks than threads (empty runs, the caller's never). Each run's counter ends at the
+    run's last chunk, under the job's ticket."""
     team = workers.Team(helpers, blas)
     if awake:
         team.active.set()
@@ -219,11 +220,10 @@ def test_each_thread_is_dealt_a_run_of_chunks_and_takes_what_is_left(helpers, aw
         for _ in range(50):
             team.finish(y, np.ones(rows, np.float32), None, IDENTITY)     # y += 1, once
         np.testing.assert_array_equal(y, np.full_like(y, 50))
-        job = team.control[jobs.TICKET] // (jobs.FIELD * jobs.FIELD)
-        chunks = min(team.chunks, rows)
-        ends = [team.control[jobs.NEXT + 8 * run] for run in range(team.threads)]
-        assert ends == [job * jobs.FIELD + (run + 1) * chunks // team.threads
-                        for run in range(team.threads)]
+        ticket, chunks = team.control[jobs.TICKET], min(team.chunks, rows)
+        ends = [team.control[jobs.NEXT + 8 * run] - ticket for run in range(team.threads)]
+        runs = team.threads                   # as even as can be, the longer runs first
+        assert ends == [-(-(run + 1) * chunks // runs) for run in range(runs)]
     finally:
         team.stop()
 

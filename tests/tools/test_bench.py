@@ -336,5 +336,9 @@ def test_the_cpu_is_named_with_its_family_model_clock_and_cache():
                "model name\t: AMD EPYC\ncpu MHz\t\t: 2445.406\ncache size\t: 512 KB\n\n"
                "processor\t: 1\ncpu family\t: 6\nmodel\t\t: 85\nmodel name\t: other\n")
     assert report.cpu_model(cpuinfo) == "AMD EPYC (family 25, model 1, 2445 MHz, cache 512 KB)"
+    assert report.cpu_model(cpuinfo, max_mhz=3500.0) == (
+        "AMD EPYC (family 25, model 1, 3500 MHz, cache 512 KB)")   # the highest clock
     assert report.cpu_model("model name\t: Some CPU\n") == "Some CPU"
-    assert report.cpu_model("model name\t: X\ncpu MHz\t: ?\n") == "X"
+    for clock in ("?", "nan"):
+        assert report.cpu_model(f"model name\t: X\ncpu MHz\t: {clock}\n") == "X"
+    assert report.cpu_model("") == "unknown"
