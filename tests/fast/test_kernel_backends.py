@@ -37,20 +37,31 @@ aot_only = pytest.mark.skipif(backend.start() != "aot",
 
 @contextlib.contextmanager
 def just_in_time():
-    """Inside: every exported kernel is numba's just-in-time version of the same function."""
-    import numba
-
+    """Inside: every exported kernel is numba's just-in-time version of the same function
+    (one per process: numba compiles each for the types it meets once, not once a test)."""
     backend.use_jit()                      # the helper kernels, as numba functions
     saved = []
     for k in backend.exported_kernels():
         module = sys.modules[k.func.__module__]
         saved.append((module, k.func.__name__, getattr(module, k.func.__name__)))
-        setattr(module, k.func.__name__, numba.njit(cache=True, **k.options)(k.func))
+        setattr(module, k.func.__name__, _jitted(k))
     try:
         yield
     finally:
         for module, name, function in saved:
             setattr(module, name, function)
+
+
+_JITTED: dict = {}
+
+
+def _jitted(exported):
+    """numba's dispatcher of an exported kernel's function, made once per process."""
+    import numba
+
+    if exported.func not in _JITTED:
+        _JITTED[exported.func] = numba.njit(cache=True, **exported.options)(exported.func)
+    return _JITTED[exported.func]
 
 
 def rand(*shape, seed=0):
@@ -114,6 +125,7 @@ def transposed(panels, x, bias, residual):
 
 
 @aot_only
+@pytest.mark.xdist_group("just in time")   # one worker: each kernel compiled once, not twice
 @pytest.mark.parametrize("run", [*depthwise_runs(), *conv_runs()])
 def test_ahead_of_time_and_just_in_time_kernels_agree_bit_for_bit(run):
     ahead = run()
@@ -170,6 +182,7 @@ def run_model_in_a_process(backend_name: str) -> tuple[bool, np.ndarray]:
 
 
 @aot_only
+@pytest.mark.xdist_group("just in time")   # after the kernels above: numba's cache has them
 def test_a_model_gives_the_same_logits_with_either_backend():
     aot_numba, aot_logits = run_model_in_a_process("aot")
     jit_numba, jit_logits = run_model_in_a_process("jit")

@@ -4,6 +4,7 @@ and never a RecursionError or ValueError."""
 
 from __future__ import annotations
 
+import gc
 import time
 
 import numpy as np
@@ -161,14 +162,29 @@ def test_deep_nesting_is_an_error_never_a_recursion_error(opening, closing, dept
 
 
 def test_an_expression_at_the_length_limit_parses_in_proportion():
-    """The longest accepted expression, all one flat list, parses in well under a second."""
+    """The longest accepted expression, all one flat list, parses in time proportional to
+    its length: at most 4x per item what a tenth of it takes (linear: ~1x; quadratic: ~10x),
+    both timed here, so that a slow or busy machine cannot fail it."""
+    def flat_list(items: int) -> str:
+        return "[" + ",".join(["1"] * items) + "]"
+
+    def seconds(expr: str) -> float:
+        start = time.perf_counter()
+        parse_expression(expr)
+        return time.perf_counter() - start
+
     items = (MAX_EXPRESSION_LENGTH - 2) // 2
-    expr = "[" + ",".join(["1"] * items) + "]"
+    expr = flat_list(items)
     expr += " " * (MAX_EXPRESSION_LENGTH - len(expr))
-    start = time.perf_counter()
     tree = parse_expression(expr)
-    assert time.perf_counter() - start < 2.0 and len(tree.items) == items
-    assert len(postorder(tree)) == items + 1
+    assert len(tree.items) == items and len(postorder(tree)) == items + 1
+    gc.disable()                  # its passes over every object made so far: not the parser's
+    try:
+        whole = min(seconds(expr) for _ in range(2))
+        tenth = min(seconds(flat_list(items // 10)) for _ in range(3))
+    finally:
+        gc.enable()
+    assert whole < 4 * 10 * tenth, (whole, tenth)
 
 
 @pytest.mark.parametrize("where", [0.0, 0.3, 0.5, 0.9, 1.0])
