@@ -8,8 +8,8 @@ chunks of its own run in order, then the chunks nobody has taken yet from the ot
 a thread that runs late takes fewer. Dealt so, a thread finds in its own cache much of what
 it wrote the job before, rather than what another core wrote, which is slower to read. The
 calling thread publishes the job, takes chunks like the helpers, and returns once every
-chunk is done. What the threads share lives in three small arrays, read and written with atomics
-(layers/fast/atomics.py)::
+chunk is done. What the threads share lives in three small arrays, read and written with
+atomics (layers/fast/atomics.py)::
 
     control (int64)  TICKET = job << 40 | chunks << 20;  DONE: chunks of this job finished;
                      STOP: 1 when the helpers return;  RUNS: how many runs (the team's threads)
@@ -19,11 +19,11 @@ chunk is done. What the threads share lives in three small arrays, read and writ
     reals (float64)  ACT_A, ACT_B: the activation's two parameters
 
 A thread takes chunk ``next`` of run r by a compare-and-swap of NEXT + 8 r to ``next + 1``,
-which fails if another thread took it first or the counter now belongs to another job (job
+which fails if another thread took it first or the counter now belongs to another job. Job
 numbers wrap round, so a counter carries the whole ticket: a thread that read an old ticket
-and slept through 2^23 jobs finds a counter whose chunk count differs, or none it expects). The
-record is written before the job is published and not touched until every chunk is done, so
-a thread that holds a chunk reads its job's arguments.
+and slept through 2^23 jobs finds no counter it expects, even where the job number matches.
+The record is written before the job is published and not touched until every chunk is
+done, so a thread that holds a chunk reads its job's arguments.
 
 Each kind of job declares its fields once, by name (``array_fields``, ``int_fields``: plain
 module-level ints, which numba reads as constants). A compiled writer (``_depthwise_job``
@@ -207,9 +207,9 @@ def _take_one(control, record, reals, slot):
 
 @kernel(inline="always")
 def _run_start(run, chunks, runs):
-    """The first chunk of run ``run`` of ``runs`` (``runs``: ``chunks``, the end): runs
-    differ by one chunk at most, the longer ones first, so that with fewer chunks than
-    threads the calling thread (run 0), never late, has one."""
+    """The first chunk of run ``run`` of ``runs`` (run ``runs``: ``chunks``, the end of the
+    last). Runs differ by one chunk at most, the longer ones first, so that with fewer
+    chunks than threads the calling thread (run 0), never late, has one."""
     return (run * chunks + runs - 1) // runs
 
 
