@@ -1,8 +1,13 @@
 """The two ways the numba kernels are compiled (layers/fast/backend.py) run the same code:
 ahead of time (the default: an extension module, no numba in the process) and just in time
-(numba.njit). Each exported kernel is run both ways on the same inputs, through the public
-functions that call it, and must agree bit for bit; both are also checked against the numpy
-references and torch in tests/fast/test_fast_kernels.py, which runs whichever back end is bound."""
+(numba.njit). The kernels a model meets most (depthwise and 1x1 convolutions) are run both
+ways on the same inputs, through the public functions that call them, and must agree bit for
+bit, as must a small model's output in a process of each kind. Not every kernel: numba takes
+10-40 s of CPU to compile one just in time (the helper threads' work kernel, which links in
+every kernel, minutes), and both ways compile the same source through the same numba front
+end, so a difference would be one of the way, not of a kernel. Every kernel is checked against
+the numpy references and torch in tests/fast/test_fast_kernels.py, which runs whichever back
+end is bound."""
 
 from __future__ import annotations
 
@@ -18,18 +23,11 @@ import pytest
 
 from layers.fast import aot, backend
 from layers.fast.depthwise import depthwise_conv2d, pack_channel_blocks, uses_channels_last
-from layers.fast.epilogue import (CLAMP, HARDSIGMOID, RELU, SILU, Activation,
-                                  bias_residual_activation)
-from layers.fast.excitation import squeeze_excitation
-from layers.fast.gemm import gemm_conv2d, gemm_transposed_conv2d, pack_gemm_weight
+from layers.fast.epilogue import (CLAMP, SILU, Activation)
+from layers.fast.gemm import gemm_conv2d, pack_gemm_weight
 from layers.fast.pointwise_transposed import pack_panels, pointwise_transposed_conv2d
-from layers.fast.pool import max_pool2d
-from layers.fast.winograd import pack_winograd_weight, winograd_conv2d
-from layers.fast.winograd_f2 import pack_winograd_f2_weight, winograd_f2_conv2d
 from parser.errors import InferError
-from support import REPO
-
-LITE0 = REPO / "model_file" / "efficientnet_lite0" / "efficientnet_lite0.pnnx.param"
+from support import write_pnnx
 
 aot_only = pytest.mark.skipif(backend.start() != "aot",
                               reason="the kernels could not be compiled ahead of time here")
@@ -81,41 +79,14 @@ def depthwise_runs():
                              (pad,) * 4, (1, 1), (out, out), Activation(CLAMP, 0.0, 6.0)))
 
 
-def conv_runs():
-    x, w3, w5 = rand(2, 5, 11, 9), rand(7, 5, 3, 3, seed=1), rand(7, 5, 5, 5, seed=2)
-    bias, residual = rand(7, seed=3), rand(2, 7, 11, 9, seed=4)
-    yield lambda: winograd_conv2d(x, pack_winograd_weight(w3), bias, (1, 1, 1, 1), (11, 9),
-                                  Activation(SILU), residual)
-    yield lambda: winograd_f2_conv2d(x, pack_winograd_f2_weight(w3), bias, (1, 1, 1, 1), (11, 9),
-                                     Activation(SILU), residual)
-    yield lambda: gemm_conv2d(x, pack_gemm_weight(w5, 1), bias, (5, 5), (2, 2), (2, 2, 2, 2),
-                              (1, 1), (6, 5), Activation(SILU))
+def pointwise_runs():
     for c_in, c_out in ((5, 7), (7, 5)):               # 1x1: widening (packs x), narrowing
         yield lambda c_in=c_in, c_out=c_out: gemm_conv2d(
             rand(2, c_in, 11, 9), pack_gemm_weight(rand(c_out, c_in, 1, 1, seed=6), 1),
             rand(c_out, seed=7), (1, 1), (1, 1), (0, 0, 0, 0), (1, 1), (11, 9),
             Activation(SILU), rand(2, c_out, 11, 9, seed=8))
-    yield lambda: transposed(pack_panels(rand(7, 300, seed=6)), rand(2, 300, 49), bias,
-                             rand(2, 7, 49, seed=8))        # 1x1 on small images
-    stem = rand(5, 3, 7, 7, seed=9)                         # cols made band by band
-    yield lambda: gemm_conv2d(rand(2, 3, 48, 40), pack_gemm_weight(stem, 1), rand(5, seed=3),
-                              (7, 7), (2, 2), (3, 3, 3, 3), (1, 1), (24, 20), Activation(SILU),
-                              rand(2, 5, 24, 20, seed=4))
-    y = np.empty((2, 7, 6, 5), np.float32)                  # im2col, then transposed tiles
-    yield lambda: (gemm_transposed_conv2d(x, pack_panels(w5.reshape(7, -1)), bias, (5, 5),
-                                          (2, 2), (2, 2, 2, 2), (1, 1), Activation(SILU),
-                                          rand(2, 7, 6, 5, seed=4), y), y)[1]
-    yield lambda: bias_residual_activation(rand(2, 7, 11, 9, seed=5), bias, residual,
-                                           Activation(SILU))
-    yield lambda: max_pool2d(rand(2, 3, 9, 8), (3, 3), (2, 2), (1, 1), (1, 1), (5, 4))
-    yield lambda: excite(rand(2, 40, 9, 7), rand(10, 40, seed=1), rand(40, 10, seed=2))
-
-
-def excite(x, reduce, expand):
-    y = np.empty_like(x)
-    squeeze_excitation(x, y, reduce, rand(reduce.shape[0], seed=3), Activation(RELU), expand,
-                       rand(expand.shape[0], seed=4), Activation(HARDSIGMOID))
-    return y
+    yield lambda: transposed(pack_panels(rand(7, 300, seed=6)), rand(2, 300, 49),
+                             rand(7, seed=3), rand(2, 7, 49, seed=8))     # 1x1 on small images
 
 
 def transposed(panels, x, bias, residual):
@@ -126,7 +97,7 @@ def transposed(panels, x, bias, residual):
 
 @aot_only
 @pytest.mark.xdist_group("just in time")   # one worker: each kernel compiled once, not twice
-@pytest.mark.parametrize("run", [*depthwise_runs(), *conv_runs()])
+@pytest.mark.parametrize("run", [*depthwise_runs(), *pointwise_runs()])
 def test_ahead_of_time_and_just_in_time_kernels_agree_bit_for_bit(run):
     ahead = run()
     with just_in_time():
@@ -167,27 +138,47 @@ def test_a_compiled_kernel_takes_read_only_and_subclassed_arrays():
         np.testing.assert_array_equal(y, expected)
 
 
-def run_model_in_a_process(backend_name: str) -> tuple[bool, np.ndarray]:
-    """EfficientNet-Lite0 on a fixed input in a fresh process with PNNX_INFER_KERNELS set:
-    (whether numba was imported, the logits)."""
+# a 1x1 convolution and a depthwise one added to its input: kernels of the runs above, so
+# that numba's disk cache has them already
+SMALL = """
+7767517
+6 5
+pnnx.Input      in0   0 1 x #x=(1,8,20,20)f32
+nn.Conv2d       pw    1 1 x a bias=True dilation=(1,1) groups=1 in_channels=8 kernel_size=(1,1) out_channels=24 padding=(0,0) padding_mode=zeros stride=(1,1) @weight=(24,8,1,1)f32 @bias=(24)f32
+nn.ReLU6        act   1 1 a b
+nn.Conv2d       dw    1 1 b c bias=True dilation=(1,1) groups=24 in_channels=24 kernel_size=(3,3) out_channels=24 padding=(1,1) padding_mode=zeros stride=(1,1) @weight=(24,1,3,3)f32 @bias=(24)f32
+pnnx.Expression add   2 1 c b d expr=add(@0,@1)
+pnnx.Output     out0  1 0 d
+"""  # noqa: E501
+
+
+def run_model_in_a_process(param: Path, backend_name: str) -> tuple[bool, np.ndarray]:
+    """The model of ``param`` on a fixed input in a fresh process with PNNX_INFER_KERNELS
+    set, on one thread (with two, the helpers' work kernel would be compiled: minutes just
+    in time; the bits do not depend on the threads, tests/fast/test_workers.py): whether
+    numba was imported, and the output."""
     script = ("import sys, json, numpy as np; from infer import RuntimeGraph; "
-              f"g = RuntimeGraph({str(LITE0)!r}).build(); "
-              "x = np.random.default_rng(0).random((1, 3, 96, 96), np.float32); "
+              f"g = RuntimeGraph({str(param)!r}); g.set_num_threads(1); g.build(); "
+              "x = np.random.default_rng(0).random((1, 8, 20, 20), np.float32); "
               "y = g.forward(x)[0]; "
               "print(json.dumps(['numba' in sys.modules, y.ravel().tolist()]))")
     out = subprocess.run([sys.executable, "-c", script], check=True, capture_output=True,
                          text=True, env={**os.environ, "PNNX_INFER_KERNELS": backend_name})
-    numba_loaded, logits = json.loads(out.stdout.splitlines()[-1])
-    return numba_loaded, np.array(logits, np.float32)
+    numba_loaded, output = json.loads(out.stdout.splitlines()[-1])
+    return numba_loaded, np.array(output, np.float32)
 
 
 @aot_only
 @pytest.mark.xdist_group("just in time")   # after the kernels above: numba's cache has them
-def test_a_model_gives_the_same_logits_with_either_backend():
-    aot_numba, aot_logits = run_model_in_a_process("aot")
-    jit_numba, jit_logits = run_model_in_a_process("jit")
+def test_a_model_gives_the_same_output_with_either_backend(tmp_path):
+    weights = {name: rand(*shape, seed=seed) * 0.2 for seed, (name, shape) in enumerate(
+        [("pw.weight", (24, 8, 1, 1)), ("pw.bias", (24,)), ("dw.weight", (24, 1, 3, 3)),
+         ("dw.bias", (24,))])}
+    param, _ = write_pnnx(tmp_path, SMALL, weights)
+    aot_numba, aot_output = run_model_in_a_process(param, "aot")
+    jit_numba, jit_output = run_model_in_a_process(param, "jit")
     assert not aot_numba and jit_numba
-    np.testing.assert_array_equal(aot_logits, jit_logits)
+    np.testing.assert_array_equal(aot_output, jit_output)
 
 
 def test_when_the_module_cannot_be_built_numba_compiles_just_in_time(monkeypatch, tmp_path,

@@ -6,19 +6,22 @@ extra: pip install -e ".[cluster]"); slow: starting Ray and its workers takes 10
 from __future__ import annotations
 
 import csv
+import importlib.util
 import os
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-ray = pytest.importorskip("ray")
+from infer.__main__ import main
+from infer.classify import Classified, ImageClassifier, list_images
+from infer.cluster import classify_on_ray
+from parser.errors import InferError
+from support import write_model
 
-from infer.__main__ import main  # noqa: E402
-from infer.classify import Classified, ImageClassifier, list_images  # noqa: E402
-from infer.cluster import classify_on_ray  # noqa: E402
-from parser.errors import InferError  # noqa: E402
-from support import write_model  # noqa: E402
+if importlib.util.find_spec("ray") is None:      # found, not imported: importing Ray takes
+    pytest.skip("Ray is not installed (the cluster extra)",   # seconds, in every worker
+                allow_module_level=True)                     # that collects this module
 
 pytestmark = [pytest.mark.slow,       # Ray's own settings, read when it copies its context
               pytest.mark.filterwarnings("ignore::DeprecationWarning:ray.data.context"),
@@ -40,6 +43,8 @@ def write_image(path: Path, seed: int, size: tuple[int, int] = (48, 64)) -> None
 @pytest.fixture(scope="module")
 def local_ray():
     """A new local Ray instance of two CPUs ("local": not a cluster `ray start` runs here)."""
+    import ray
+
     ray.init(address="local", num_cpus=2, include_dashboard=False,
              object_store_memory=80 << 20, logging_level="WARNING")
     yield
