@@ -33,10 +33,11 @@ def _random_data_of_its_own(request):
 
 # The quick tier (`python -m pytest -m "not slow"`) leaves these out: whole models, zoos and
 # exports, fuzzing, notebooks, the benchmark, the command line (a process per test), the two
-# kernel back ends compared (the JIT compiles).
+# kernel back ends compared (the JIT compiles), the kernel build's messages (a build, a
+# compiler or an interpreter started per test).
 SLOW_MODULES = {"test_bench", "test_kernel_backends", "test_notebooks", "test_models",
                 "test_models_zoo", "test_models_more", "test_models_user", "test_fuzz",
-                "test_cli", "test_cli_convert"}
+                "test_cli", "test_cli_convert", "test_aot_messages"}
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -161,6 +161,7 @@ def test_deep_nesting_is_an_error_never_a_recursion_error(opening, closing, dept
     assert len(str(info.value)) < 600
 
 
+@pytest.mark.slow
 def test_an_expression_at_the_length_limit_parses_in_proportion():
     """The longest accepted expression, all one flat list, parses in time proportional to
     its length: at most 4x per item what a tenth of it takes (linear: ~1x; quadratic: ~10x),

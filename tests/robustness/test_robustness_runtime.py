@@ -204,6 +204,7 @@ def _blas_limits() -> list[tuple[str, int]]:
 
 # ----- memory -----------------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_ten_thousand_forwards_do_not_grow_memory(tmp_path):
     """After a warm-up, 10 000 forwards of a small model leave the process's resident size
     where it was (a leaked 4 KB output per call would be 40 MB), and 500 forwards under

@@ -78,7 +78,8 @@ def _input(graph: RuntimeGraph) -> np.ndarray:
 
 @pytest.mark.parametrize("reference", [False, True], ids=["fast", "reference"])
 @pytest.mark.parametrize("change", CHANGES, ids=lambda f: f.__name__.strip("_"))
-@pytest.mark.parametrize("model", [_conv_model, _lite0], ids=["conv", "lite0"])
+@pytest.mark.parametrize("model", [pytest.param(_conv_model, id="conv"),
+                                   pytest.param(_lite0, id="lite0", marks=pytest.mark.slow)])
 def test_a_changed_file_changes_nothing_in_a_built_graph(tmp_path, model, change, reference):
     param, binary = model(tmp_path)
     graph = RuntimeGraph(param, binary, reference=reference).build()
