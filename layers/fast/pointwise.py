@@ -8,7 +8,10 @@ Each block of ROWS output channels by COLUMNS pixels (simd.py: 6 x 2 vectors) is
 vector registers over C_in and written once, finished: ReLU and ReLU6 are clamps in the
 registers, other activations run on the block's rows right after it is written. The weight
 is read as it is; ``weight`` may also be a stack (N, C_out, C_in), one matrix per image
-(Winograd's products).
+(Winograd's products, packed once at build), each laid out in panels of ROWS channels
+(``pack_stack``): a tile's ROWS weights of one k are then next to each other, one cache line
+for all of them and one pointer to follow, where a stack's sums, cut into chains, leave the
+registers few to follow six rows.
 
 The sum over C_in is taken in chains of fused multiply-adds, each from zero and added in
 turn to the sum of those before (``tile_add``): chains of K_BLOCK channels for one matrix,
@@ -348,6 +351,7 @@ def pointwise_blocks(weight, x, bias, residual, y, space, geometry, code, a, b, 
             c0 = panel * ROWS
             rows = min(ROWS, c_out - c0)
             w0 = ((image * c_out if stacked else 0) + c0) * c_in    # weight[., c0, 0]
+            k_step, row_step = (rows, 1) if stacked else (1, c_in)   # panels (pack_stack)
             for p0 in range(start, stop, COLUMNS):
                 count = min(COLUMNS, stop - p0)
                 at = (image * c_out + c0) * length + p0
@@ -369,9 +373,14 @@ def pointwise_blocks(weight, x, bias, residual, y, space, geometry, code, a, b, 
                     # then added to zero or to the slices before it, read only now (a
                     # second tile held while a chain runs, 24 vectors, spills on AVX2)
                     tile = tile_zero()
-                    for k in range(k0, k1):
-                        tile = tile_fma(tile, w, w0 + k, c_in, rows, source, x0 + k * step,
-                                        COLUMNS)
+                    if stacked:                       # weights in panels (pack_stack)
+                        for k in range(k0, k1):
+                            tile = tile_fma(tile, w, w0 + k * rows, 1, rows, source,
+                                            x0 + k * step, COLUMNS)
+                    else:                             # a matrix as it is (most 1x1 layers)
+                        for k in range(k0, k1):
+                            tile = tile_fma(tile, w, w0 + k, c_in, rows, source,
+                                            x0 + k * step, COLUMNS)
                     if k0 == 0:
                         tile = tile_add(tile_zero(), tile)
                     else:
@@ -386,17 +395,17 @@ def pointwise_blocks(weight, x, bias, residual, y, space, geometry, code, a, b, 
                         h1 = min(k1, h0 + chain)
                         if inside and narrow:         # weight[c0:, k] x[k, p0:], whole vectors
                             for k in range(h0, h1):
-                                part = tile_fma_narrow(part, w, w0 + k, c_in, rows, source,
-                                                       x0 + k * step, LANES)
+                                part = tile_fma_narrow(part, w, w0 + k * k_step, row_step,
+                                                       rows, source, x0 + k * step, LANES)
                         elif inside:
                             for k in range(h0, h1):
-                                part = tile_fma(part, w, w0 + k, c_in, rows, source,
-                                                x0 + k * step, COLUMNS)
+                                part = tile_fma(part, w, w0 + k * k_step, row_step, rows,
+                                                source, x0 + k * step, COLUMNS)
                         else:                         # the tile at the very end of x
                             for k in range(h0, h1):
                                 at_x = x0 + k * step          # whole vectors up to x's end
-                                part = tile_fma(part, w, w0 + k, c_in, rows, source, at_x,
-                                                min(read, source.size - at_x))
+                                part = tile_fma(part, w, w0 + k * k_step, row_step, rows,
+                                                source, at_x, min(read, source.size - at_x))
                         tile = tile_add(tile, part)
                 if not whole:                         # a partial sum, stored as it is
                     tile_store(tile, ys, at, length, rows, count, no_bias, 0, no_residual,
@@ -433,12 +442,26 @@ def space_size(c_in: int) -> int:
     return HEADER + max(X_BLOCK, min(c_in, K_BLOCK) * COLUMNS)
 
 
+def pack_stack(weight: np.ndarray) -> np.ndarray:
+    """A stack of matrices (N, C_out, C_in) as pointwise_blocks reads one: each matrix in
+    panels of ROWS output channels (the last one's fewer), a panel's column k at
+    c0 * C_in + k * rows, its rows one after the other. The same shape and values, moved."""
+    n, c_out, c_in = weight.shape
+    packed = np.empty((n, c_out * c_in), np.float32)
+    for c0 in range(0, c_out, ROWS):
+        rows = min(ROWS, c_out - c0)
+        packed[:, c0 * c_in:(c0 + rows) * c_in] = (
+            weight[:, c0:c0 + rows].transpose(0, 2, 1).reshape(n, rows * c_in))
+    return packed.reshape(n, c_out, c_in)
+
+
 def pointwise_conv2d(weight: np.ndarray, x: np.ndarray, bias: np.ndarray | None,
                      residual: np.ndarray | None, activation: Activation, y: np.ndarray,
                      geometry: np.ndarray = NO_GEOMETRY) -> None:
     """y (N, C_out, L) = activation(weight (C_out, C_in) @ x (N, C_in, L) + bias +
     residual): all float32, C-contiguous; residual y's shape or None. ``weight`` may also be a
-    stack (N, C_out, C_in), a matrix per image: y[n] = weight[n] @ x[n] (Winograd's products).
+    stack (N, C_out, C_in) laid out by ``pack_stack``, a matrix per image: y[n] = weight[n] @
+    x[n] (Winograd's products).
     With a convolution's ``geometry`` (phases.geometry_of), x (N, C, size) is its image
     split into stride phases (gemm.split_planes) and C_in = C * kh * kw the rows of its
     cols. Shared with the team's helper threads if there is one (the bits are the same

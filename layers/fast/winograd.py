@@ -34,7 +34,7 @@ import numpy as np
 
 from layers.fast.kernel import FLOAT, INT, array, kernel
 from layers.fast.epilogue import IDENTITY, Activation, NO_ARRAY, finish_row
-from layers.fast.pointwise import pointwise_conv2d
+from layers.fast.pointwise import pack_stack, pointwise_conv2d
 from layers.fast.team import current_team, scratch
 
 NO_RESIDUAL = np.zeros((0, 0, 0, 0), np.float32)
@@ -68,7 +68,7 @@ A_T = np.array([[1, 1, 1, 1, 1, 0],
 
 def pack_winograd_weight(weight: np.ndarray) -> np.ndarray:
     """(C_out, C_in, 3, 3) -> U (36, C_out, C_in) = G g G^T per filter, in float32. U[k] for
-    k = 6 r + s is a matrix over (output, input) channels.
+    k = 6 r + s is a matrix over (output, input) channels (in panels: pointwise.pack_stack).
 
     U[(r, s)] = sum_ij G[r, i] g[i, j] G[s, j] is one GEMM with the Kronecker product of G,
     (36, 9) @ (9, O*C), written straight in U's layout, in float32 (about one rounding,
@@ -78,7 +78,8 @@ def pack_winograd_weight(weight: np.ndarray) -> np.ndarray:
 
 def transform_filters(weight: np.ndarray, gg_t: np.ndarray) -> np.ndarray:
     """(C_out, C_in, 3, 3) -> (P, C_out, C_in): every 3x3 filter g through gg_t (9, P), the
-    transposed Kronecker product of a Winograd G (here and in winograd_f2.py). The product
+    transposed Kronecker product of a Winograd G (here and in winograd_f2.py), each of the P
+    matrices in panels (pointwise.pack_stack). The product
     (P, 9) @ (9, O*C) runs in register tiles (pointwise.py), shared with the helper threads
     if the caller shares (algorithms.py packs inside workers.sharing, at build as in a
     forward), with the same bits either way (BLAS cut into bands may round differently, as
@@ -88,7 +89,7 @@ def transform_filters(weight: np.ndarray, gg_t: np.ndarray) -> np.ndarray:
     taps = gg_t.shape[1]
     packed = np.empty((1, taps, c_out * c_in), np.float32)
     pointwise_conv2d(np.ascontiguousarray(gg_t.T), filters[None], None, None, IDENTITY, packed)
-    return packed.reshape(taps, c_out, c_in)
+    return pack_stack(packed.reshape(taps, c_out, c_in))      # as the products read it
 
 
 @kernel(inline="always")

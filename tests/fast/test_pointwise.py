@@ -363,12 +363,13 @@ def test_bands_fit_the_work_space():
 @pytest.mark.parametrize("images, c_in, c_out, length", [(16, 40, 13, 16), (3, 300, 7, 49),
                                                          (2, 5, 30, 1)])
 def test_a_matrix_per_image(images, c_in, c_out, length):
-    """A stack of weights (Winograd's products): y[n] = weight[n] @ x[n], against numpy."""
+    """A stack of weights (Winograd's products), in panels: y[n] = weight[n] @ x[n], against
+    numpy."""
     rng = np.random.default_rng(5)
     weight = rng.standard_normal((images, c_out, c_in)).astype(np.float32)
     x = rng.standard_normal((images, c_in, length)).astype(np.float32)
     y = np.full((images, c_out, length), np.nan, np.float32)
-    pointwise.pointwise_conv2d(weight, x, None, None, Activation(NONE), y)
+    pointwise.pointwise_conv2d(pointwise.pack_stack(weight), x, None, None, Activation(NONE), y)
     expected = np.einsum("noc,ncl->nol", weight.astype(np.float64), x.astype(np.float64))
     np.testing.assert_allclose(y, expected, rtol=1e-4, atol=1e-4 * np.sqrt(c_in))
 

@@ -328,8 +328,10 @@ def test_the_team_cuts_packed_products_into_whole_bands(weight_shape, x_shape,
     x = rng.standard_normal(x_shape, dtype=np.float32)
     y = np.empty((x.shape[0], weight.shape[1], x.shape[2]), np.float32)
     space = np.zeros((team.threads, pointwise.space_size(x.shape[1])), np.float32)
-    team.pointwise(weight, x, np.zeros(y.shape[1], np.float32), np.zeros((0, 0, 0), np.float32),
-                   y, space, pointwise.NO_GEOMETRY, IDENTITY)
+    stacked = weight.shape[0] > 1                       # in panels (pointwise.pack_stack)
+    team.pointwise(pointwise.pack_stack(weight) if stacked else weight, x,
+                   np.zeros(y.shape[1], np.float32), np.zeros((0, 0, 0), np.float32), y, space,
+                   pointwise.NO_GEOMETRY, IDENTITY)
     np.testing.assert_allclose(y, weight @ x if weight.shape[0] > 1 else weight[0] @ x,
                                rtol=1e-3, atol=1e-3)
     assert calls == [chunks_by_threads[team.threads - 1]]
