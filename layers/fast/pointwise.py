@@ -6,8 +6,8 @@ Such a convolution is one matrix product per image, on the image as it lies in m
 
 Each block of ROWS output channels by COLUMNS pixels (simd.py: 6 x 2 vectors) is summed in
 vector registers over C_in and written once, finished: ReLU and ReLU6 are clamps in the
-registers, other activations run on the block's rows right after it is written. The weight
-is read as it is; ``weight`` may also be a stack (N, C_out, C_in), one matrix per image
+registers, other activations run on the block's rows right after it is written. One weight
+matrix is read as it is; ``weight`` may also be a stack (N, C_out, C_in), one matrix per image
 (Winograd's products, packed once at build), each laid out in panels of ROWS channels
 (``pack_stack``): a tile's ROWS weights of one k are then next to each other, one cache line
 for all of them and one pointer to follow, where a stack's sums, cut into chains, leave the
@@ -301,10 +301,11 @@ def pointwise_blocks(weight, x, bias, residual, y, space, geometry, code, a, b, 
     """Blocks first .. last - 1 of _pointwise's y: image by image, band of pixels by band
     (``block_width``), and in each band channel block by channel block, a block being
     COLUMNS-pixel tiles one after the other. ``weight`` (1 or N, C_out, C_in): one matrix
-    for every image, or one each (Winograd's products). ``bias`` has C_out values (zeros for
-    none); ``residual`` y's shape, or no values for none; ``geometry``: no values, or a
-    convolution's (phases.geometry_of) whose cols are the rows of x, x being its image's phases
-    (N, C, size: ``cols_band``); ``code``, a, b: the activation (layers/fast/epilogue.py)."""
+    for every image, as it is, or one each (Winograd's products), in panels (``pack_stack``).
+    ``bias`` has C_out values (zeros for none); ``residual`` y's shape, or no values for
+    none; ``geometry``: no values, or a convolution's (phases.geometry_of) whose cols are the
+    rows of x, x being its image's phases (N, C, size: ``cols_band``); ``code``, a, b: the
+    activation (layers/fast/epilogue.py)."""
     length = y.shape[2]
     c_out, c_in = weight.shape[1], weight.shape[2]
     cols = geometry.shape[0] > 0                      # x: a convolution's phases
@@ -445,7 +446,8 @@ def space_size(c_in: int) -> int:
 def pack_stack(weight: np.ndarray) -> np.ndarray:
     """A stack of matrices (N, C_out, C_in) as pointwise_blocks reads one: each matrix in
     panels of ROWS output channels (the last one's fewer), a panel's column k at
-    c0 * C_in + k * rows, its rows one after the other. The same shape and values, moved."""
+    c0 * C_in + k * rows, its rows one after the other. The same shape and values, moved.
+    For N > 1 only: pointwise_blocks reads a single matrix (N = 1) as it is."""
     n, c_out, c_in = weight.shape
     packed = np.empty((n, c_out * c_in), np.float32)
     for c0 in range(0, c_out, ROWS):

@@ -49,7 +49,8 @@ A_T = np.array([[1, 1, 1, 0],
 
 def pack_winograd_f2_weight(weight: np.ndarray) -> np.ndarray:
     """(C_out, C_in, 3, 3) -> U (16, C_out, C_in) = G g G^T per filter, in float32: one GEMM
-    with the Kronecker product of G, (16, 9) @ (9, O*C), straight into U's layout."""
+    with the Kronecker product of G, (16, 9) @ (9, O*C), each U[k] then in panels
+    (pointwise.pack_stack)."""
     return transform_filters(weight, GG_T_32)
 
 

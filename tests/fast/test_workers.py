@@ -131,7 +131,7 @@ def test_calls_too_small_to_share_run_alone(case, shared):
 @pytest.mark.parametrize("c_out, c_in, jobs_shared", [(64, 64, 2), (48, 40, 2), (1, 3, 0)])
 def test_winograd_packing_is_shared_and_gives_the_same_bits(c_out, c_in, jobs_shared, shared):
     """A new input size's plan runs inside the forward: its Winograd packings (a product
-    per filter) are shared with the helpers, giving what np.matmul gives; one filter of 3
+    per filter) are shared with the helpers, giving the bits one thread gives; one filter of 3
     channels is too little work to share (pointwise.SHARED_FROM)."""
     weight = np.random.default_rng(c_in).standard_normal((c_out, c_in, 3, 3), dtype=np.float32)
     alone = [pack(weight) for pack in (pack_winograd_weight, pack_winograd_f2_weight)]
