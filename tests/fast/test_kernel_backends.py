@@ -2,9 +2,9 @@
 ahead of time (the default: an extension module, no numba in the process) and just in time
 (numba.njit). The kernels a model meets most (depthwise and 1x1 convolutions) are run both
 ways on the same inputs, through the public functions that call them, and must agree bit for
-bit, as must a small model's output in a process of each kind. Not every kernel: numba takes
-10-40 s of CPU to compile one just in time (the helper threads' work kernel, which links in
-every kernel, minutes), and both ways compile the same source through the same numba front
+bit, as must a small model's output in a process of each kind. Not every kernel: numba is
+slow to compile each one just in time (the helper threads' work kernel, which links in every
+kernel, slowest of all), and both ways compile the same source through the same numba front
 end, so a difference would be one of the way, not of a kernel. Every kernel is checked against
 the numpy references and torch in tests/fast/test_fast_kernels.py, which runs whichever back
 end is bound."""
@@ -154,8 +154,8 @@ pnnx.Output     out0  1 0 d
 
 def run_model_in_a_process(param: Path, backend_name: str) -> tuple[bool, np.ndarray]:
     """The model of ``param`` on a fixed input in a fresh process with PNNX_INFER_KERNELS
-    set, on one thread (with two, the helpers' work kernel would be compiled: minutes just
-    in time; the bits do not depend on the threads, tests/fast/test_workers.py): whether
+    set, on one thread (with two, the helpers' work kernel would be compiled just in time,
+    the longest compile of all; the bits do not depend on the threads, test_workers.py): whether
     numba was imported, and the output."""
     script = ("import sys, json, numpy as np; from infer import RuntimeGraph; "
               f"g = RuntimeGraph({str(param)!r}); g.set_num_threads(1); g.build(); "

@@ -332,7 +332,7 @@ def test_the_team_cuts_packed_products_into_whole_bands(weight_shape, x_shape,
     team.pointwise(pointwise.pack_stack(weight) if stacked else weight, x,
                    np.zeros(y.shape[1], np.float32), np.zeros((0, 0, 0), np.float32), y, space,
                    pointwise.NO_GEOMETRY, IDENTITY)
-    np.testing.assert_allclose(y, weight @ x if weight.shape[0] > 1 else weight[0] @ x,
+    np.testing.assert_allclose(y, weight @ x if stacked else weight[0] @ x,
                                rtol=1e-3, atol=1e-3)
     assert calls == [chunks_by_threads[team.threads - 1]]
 

@@ -19,9 +19,9 @@ from infer.cluster import classify_on_ray
 from parser.errors import InferError
 from support import write_model
 
-if importlib.util.find_spec("ray") is None:      # found, not imported: importing Ray takes
-    pytest.skip("Ray is not installed (the cluster extra)",   # seconds, in every worker
-                allow_module_level=True)                     # that collects this module
+if importlib.util.find_spec("ray") is None:      # found, not imported: importing Ray is
+    pytest.skip("Ray is not installed (the cluster extra)",   # slow, in every worker that
+                allow_module_level=True)                     # collects this module
 
 pytestmark = [pytest.mark.slow,       # Ray's own settings, read when it copies its context
               pytest.mark.filterwarnings("ignore::DeprecationWarning:ray.data.context"),
