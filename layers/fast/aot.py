@@ -11,7 +11,7 @@ NUMBA_CPU_NAME and NUMBA_CPU_FEATURES, which override it) and the width of the r
 tiles (layers/fast/simd.py's LANES, which PNNX_INFER_LANES may set); a change to any of them
 makes new modules, built the next time a graph is built (about a minute, once).
 The kernels are dealt into PARTS modules, compiled by as many child processes side by side
-(numba's compiler is single-threaded), jobs._work alone in one of them. The children keep
+(numba's compiler is single-threaded). The children keep
 numba and LLVM out of the process that asked; a file lock makes processes starting
 together build once.
 
@@ -83,9 +83,7 @@ def key() -> str:
     return digest.hexdigest()
 
 
-PARTS = 3     # modules, compiled side by side by as many child processes
-ALONE = ("work",)     # compiled in a part of its own: jobs._work links in every kernel a
-                      # helper may run, and takes longer than all the others together
+PARTS = 2     # modules, compiled side by side by as many child processes
 BUILD_TIMEOUT = 600   # seconds; a build that takes longer is given up (the JIT takes over)
 STILL = 30            # seconds between the build's "still compiling" lines
 
@@ -287,13 +285,8 @@ def _features(target) -> str:
 
 
 def kernels_of_part(part: int) -> list:
-    """The exported kernels compiled into part ``part``: each of ALONE in a part of its own,
-    the others dealt out in turn over the remaining parts."""
-    exported = binding.exported_kernels()
-    alone = [[k] for k in exported if k.name in ALONE]
-    others = [k for k in exported if k.name not in ALONE]
-    rest = PARTS - len(alone)
-    return (alone + [others[i::rest] for i in range(rest)])[part]
+    """The exported kernels compiled into part ``part``: dealt out in turn over the parts."""
+    return binding.exported_kernels()[part::PARTS]
 
 
 def _build_in_children(directory: Path, parts: list[int], shown: Path | None = None) -> None:

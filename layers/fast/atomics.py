@@ -16,9 +16,16 @@ another would spin forever. These few operations are written in LLVM IR instead:
     sgemv(function, trans, m, n, a, lda, x, y)
                                    y = A @ x (A^T if trans is TRANS; A is m x n) through a
                                    cblas_sgemv pointer
+    units_address(function)        the address of ``function``, a kernel compiled for a job's
+                                   units signature (record, reals, slot, first, last)
+    run_units(address, record, reals, slot, first, last)
+                                   calls the kernel at that address
 
-``flags`` is an int64 array. The last three let a kernel read arrays and call BLAS given only
-addresses in an int64 array: how layers/fast/jobs.py hands work to a helper thread.
+``flags`` is an int64 array. The last five let a kernel read arrays, call BLAS and call a
+kernel given only addresses in an int64 array: how layers/fast/jobs.py hands work to a
+helper thread. ``units_address`` links the function's code into the kernel that asks for its
+address (numba's usual call does the same), so the address is valid wherever that kernel runs:
+a just-in-time kernel or a module compiled ahead of time.
 Each is made by a factory that runs when numba compiles the kernels (kernel.intrinsic).
 """
 
@@ -201,3 +208,53 @@ def sgemv():
             return context.get_dummy_value()
         return types.void(function, trans, m, n, a, lda, x, y), codegen
     return sgemv
+
+
+def _units_signature():
+    """The argument types of every job's units function (layers/fast/jobs.py), which
+    returns nothing: (record int64[::1], reals float64[::1], slot, first, last)."""
+    from numba import types
+
+    return (types.Array(types.int64, 1, "C"), types.Array(types.float64, 1, "C"),
+            types.int64, types.int64, types.int64)
+
+
+@intrinsic
+def units_address():
+    from llvmlite import ir
+    from numba import types
+    from numba.extending import intrinsic as numba_intrinsic
+
+    @numba_intrinsic
+    def units_address(typingctx, function):
+        arguments = _units_signature()
+        typingctx.resolve_function_type(function, arguments, {})      # compiles it
+
+        def codegen(context, builder, signature, args):
+            compiled = function.dispatcher.get_compile_result(types.none(*arguments))
+            context.add_linking_libs([compiled.library])
+            declared = context.declare_function(builder.module, compiled.fndesc)
+            return builder.ptrtoint(declared, ir.IntType(64))
+        return types.int64(function), codegen
+    return units_address
+
+
+@intrinsic
+def run_units():
+    from numba import types
+    from numba.extending import intrinsic as numba_intrinsic
+
+    @numba_intrinsic
+    def run_units(typingctx, address, record, reals, slot, first, last):
+        arguments = _units_signature()
+
+        def codegen(context, builder, signature, args):
+            values = [args[1], args[2]] + [
+                context.cast(builder, v, t, types.int64)
+                for v, t in zip(args[3:], signature.args[3:])]
+            function_type = context.call_conv.get_function_type(types.none, arguments)
+            target = builder.inttoptr(args[0], function_type.as_pointer())
+            context.call_conv.call_function(builder, target, types.none, arguments, values)
+            return context.get_dummy_value()
+        return types.void(address, record, reals, slot, first, last), codegen
+    return run_units

@@ -14,8 +14,9 @@ atomics (layers/fast/atomics.py)::
     control (int64)  TICKET = job << 40 | chunks << 20;  DONE: chunks of this job finished;
                      STOP: 1 when the helpers return;  RUNS: how many runs (the team's threads)
                      NEXT + 8 r: the ticket | next chunk to take of run r
-    record  (int64)  KIND, UNITS, then each kind's fields: arrays (address and shape, at the
-                     slots ARRAYS[field]) and integers (at their own slots)
+    record  (int64)  RUN: the address of the kind's units function; UNITS; then the kind's
+                     fields: arrays (address and shape, at the slots ARRAYS[field]) and
+                     integers (at their own slots)
     reals (float64)  ACT_A, ACT_B: the activation's two parameters
 
 A thread takes chunk ``next`` of run r by a compare-and-swap of NEXT + 8 r to ``next + 1``,
@@ -27,8 +28,12 @@ done, so a thread that holds a chunk reads its job's arguments.
 
 Each kind of job declares its fields once, by name (``array_fields``, ``int_fields``: plain
 module-level ints, which numba reads as constants). A compiled writer (``_depthwise_job``
-...) fills the record by those names, ``_run_units`` reads them back and calls the kind's
-range kernel, and ``_work`` runs the job (it is also the helpers' loop). Python calls a
+...) fills the record by those names and puts in RUN the address of the kind's units
+function (``_depthwise_units`` ...: the same signature for every kind), which reads them
+back and calls the kind's range kernel on units first .. last - 1. ``_work`` runs the job
+(it is also the helpers' loop), calling the units function through its address
+(atomics.run_units), so that it links in no kernel: a new kind of job is a writer and a
+units function, and compiling ``_work`` does not grow with the kernels. Python calls a
 writer and then ``_work`` through ``workers.Team._share``.
 """
 
@@ -41,14 +46,14 @@ from layers.fast import (dense, depthwise, epilogue, excitation, gemm, pointwise
                          pointwise_transposed, pool, softmax, upsample, winograd, winograd_f2)
 from layers.fast.phases import GEOMETRY
 from layers.fast.atomics import (NO_TRANS, TRANS, add, compare_swap, float_array, load, pause,
-                                 sgemm, sgemv, store)
+                                 run_units, sgemm, sgemv, store, units_address)
 from layers.fast.kernel import FLOAT, INT, array, kernel
 
 TICKET, DONE, STOP, RUNS = 0, 8, 16, 17   # control's slots; NEXT + 8 r: run r's counter
 NEXT = 32                            # (64 bytes apart: a cache line each, apart from RUNS's)
 FIELD = 1 << 20                      # chunks and next chunk: 20 bits each
 
-KIND, UNITS = 0, 1                   # record's slots
+RUN, UNITS = 0, 1                    # record's slots
 ARRAYS = np.array((2, 7, 12, 17, 22, 27))   # array field i: address at ARRAYS[i], then up to
                                             # four sizes (an array, so that a slot read from
                                             # it is a run-time int: see _work)
@@ -78,10 +83,8 @@ def int_fields(count: int) -> tuple[int, ...]:
 
 
 # ----- the kinds of job and their fields ---------------------------------------------------
-DEPTHWISE, DEPTHWISE_BLOCKS, EPILOGUE, GEMM, IM2COL = 1, 2, 3, 4, 5
-WINOGRAD_IN, WINOGRAD_OUT, WINOGRAD_F2_IN, WINOGRAD_F2_OUT, POINTWISE = 6, 7, 8, 9, 10
-POINTWISE_TRANSPOSED, SOFTMAX, MAX_POOL, SPLIT_PLANES, DENSE = 11, 12, 13, 14, 15
-SQUEEZE, SCALE, UPSAMPLE = 16, 17, 18
+WINOGRAD_IN, WINOGRAD_OUT, WINOGRAD_F2_IN, WINOGRAD_F2_OUT = 1, 2, 3, 4   # the Winograd
+                                                  # writers' ``kind``: which tile's transform
 
 # DEPTHWISE, DEPTHWISE_BLOCKS: depthwise.depthwise_planes / depthwise_blocks
 DW_X, DW_WEIGHT, DW_BIAS, DW_Y = array_fields(4)
@@ -148,15 +151,7 @@ def _work(control, record, reals, chunks, idle_polls, slot):
     polls without work, or when STOP is set. ``slot``: this thread's place in the team (0
     for the calling thread, 1, 2, ... for the helpers), its row of a job's work space.
 
-    Every kernel a chunk may run is linked into this function, and numba optimizes all of
-    it again for each function that calls another, so compiling it is the longest part of
-    the build (a module of its own: layers/fast/aot.py). Hence one entry: ``_take_one``,
-    ``_run_units`` and ``_gemm_unit`` are inlined into it (inline="always") rather than
-    being more levels that each re-optimize every kernel. And every kernel is called with
-    run-time ints, never literals, since numba compiles a function again for each literal
-    argument: the exported kernels call the range kernels with np.int64(0) as their start
-    (not 0) to share one compiled version with the calls here, array slots are read from
-    ARRAYS (an array's items), and integer fields are read from the record."""
+    A chunk runs the job's units function, called through its address in the record."""
     if chunks > 0:
         chunks = max(1, min(chunks, record[UNITS], FIELD - 1))
         job = (load(control, TICKET) // (FIELD * FIELD) + 1) % (1 << 23)
@@ -198,8 +193,8 @@ def _take_one(control, record, reals, slot):
                 break                                 # another job's now, or none left
             if compare_swap(control, NEXT + 8 * run, counter, counter + 1) == counter:
                 units = record[UNITS]
-                _run_units(record, reals, slot, units * taken // chunks,
-                           units * (taken + 1) // chunks)
+                run_units(record[RUN], record, reals, slot, units * taken // chunks,
+                          units * (taken + 1) // chunks)
                 add(control, DONE, 1)
                 return True
     return False
@@ -253,94 +248,160 @@ def _get4(record, slot):
 
 
 # ----- what a chunk runs -------------------------------------------------------------------
-@kernel(inline="always")
-def _run_units(record, reals, slot, first, last):
-    """Units first .. last - 1 of the job in ``record``, run by thread ``slot`` (a job that
-    needs work space has one row of it per thread of the team)."""
-    kind, a = record[KIND], ARRAYS
-    act_a, act_b = reals[ACT_A], reals[ACT_B]
-    if kind == DEPTHWISE or kind == DEPTHWISE_BLOCKS:
-        x, bias, y = _get4(record, a[DW_X]), _get1(record, a[DW_BIAS]), _get4(record, a[DW_Y])
-        if kind == DEPTHWISE:
-            depthwise.depthwise_planes(
-                x, _get3(record, a[DW_WEIGHT]), bias, y, record[DW_STRIDE_H],
-                record[DW_STRIDE_W], record[DW_DIL_H], record[DW_DIL_W], record[DW_TOP],
-                record[DW_LEFT], record[DW_CODE], act_a, act_b, first, last)
-        else:
-            depthwise.depthwise_blocks(
-                x, _get4(record, a[DW_WEIGHT]), bias, y, record[DW_STRIDE_H],
-                record[DW_STRIDE_W], record[DW_DIL_H], record[DW_DIL_W], record[DW_TOP],
-                record[DW_LEFT], record[DW_CODE], act_a, act_b, first, last)
-    elif kind == EPILOGUE:
-        epilogue.finish_rows(_get3(record, a[EP_Y]), _get1(record, a[EP_BIAS]),
-                             _get3(record, a[EP_RESIDUAL]), record[EP_CODE], act_a, act_b,
-                             first, last)
-    elif kind == GEMM:
-        for unit in range(first, last):
-            _gemm_unit(record, unit)
-    elif kind == POINTWISE or kind == POINTWISE_TRANSPOSED:
-        weight, x, bias = (_get3(record, a[PW_WEIGHT]), _get3(record, a[PW_X]),
-                           _get1(record, a[PW_BIAS]))
-        residual, y = _get3(record, a[PW_RESIDUAL]), _get3(record, a[PW_Y])
-        space = _get2(record, a[PW_SPACE])[slot]
-        if kind == POINTWISE:
-            geometry = record[PW_GEOMETRY:PW_GEOMETRY + record[PW_GEOMETRY_SIZE]]
-            pointwise.pointwise_blocks(weight, x, bias, residual, y, space, geometry,
-                                       record[PW_CODE], act_a, act_b, first, last)
-        else:
-            pointwise_transposed.transposed_units(weight, x, bias, residual, y, space,
-                                                  record[PW_CODE], act_a, act_b, first, last)
-    elif kind == DENSE:
-        space = _get2(record, a[PW_SPACE])
-        row = space[slot] if space.shape[0] > 0 else space.reshape(space.size)
-        dense.dense_units(_get3(record, a[PW_WEIGHT]), _get3(record, a[PW_X]),
-                          _get1(record, a[PW_BIAS]), _get3(record, a[PW_Y]), row,
-                          record[PW_CODE], act_a, act_b, first, last)
-    elif kind == IM2COL:
-        gemm.im2col_channels(_get3(record, a[IC_X]), _get2(record, a[IC_COLS]), record[IC_KH],
-                             record[IC_KW], record[IC_STRIDE_H], record[IC_STRIDE_W],
-                             record[IC_DIL_H], record[IC_DIL_W], record[IC_TOP],
-                             record[IC_LEFT], record[IC_OUT_H], record[IC_OUT_W], first, last)
-    elif kind == SPLIT_PLANES:
-        gemm.split_planes(_get3(record, a[SP_X]), _get3(record, a[SP_PHASES]),
-                          record[SP_GEOMETRY:SP_GEOMETRY + GEOMETRY], first, last)
-    elif kind == WINOGRAD_IN or kind == WINOGRAD_F2_IN:
-        x, v = _get4(record, a[WI_X]), _get3(record, a[WI_V])
-        if kind == WINOGRAD_IN:
-            winograd.input_planes(x, v, record[WI_TOP], record[WI_LEFT], record[WI_TILES_H],
-                                  record[WI_TILES_W], record[WI_ROW0], first, last)
-        else:
-            winograd_f2.input_planes_f2(x, v, record[WI_TOP], record[WI_LEFT],
-                                        record[WI_TILES_H], record[WI_TILES_W],
-                                        record[WI_ROW0], first, last)
-    elif kind == SOFTMAX:
-        softmax.softmax_rows(_get2(record, a[SM_X]), first, last)
-    elif kind == UPSAMPLE:
-        upsample.upsample_planes(_get4(record, a[UP_X]), _get4(record, a[UP_Y]),
-                                 record[UP_KH], record[UP_KW], first, last)
-    elif kind == SQUEEZE:
-        excitation.squeeze_planes(_get3(record, a[SE_X]), _get2(record, a[SE_GATES]), first,
-                                  last)
-    elif kind == SCALE:
-        excitation.scale_planes(_get3(record, a[SE_X]), _get2(record, a[SE_GATES]),
-                                _get3(record, a[SE_Y]), record[SE_KEEP],
-                                _get3(record, a[SE_RESIDUAL]), first, last)
-    elif kind == MAX_POOL:
-        pool.max_pool_planes(_get4(record, a[MP_X]), _get4(record, a[MP_Y]), record[MP_KH],
-                             record[MP_KW], record[MP_STRIDE_H], record[MP_STRIDE_W],
-                             record[MP_DIL_H], record[MP_DIL_W], record[MP_TOP],
-                             record[MP_LEFT], first, last)
-    elif kind == WINOGRAD_OUT or kind == WINOGRAD_F2_OUT:
-        m, y = _get3(record, a[WO_M]), _get4(record, a[WO_Y])
-        bias, residual = _get1(record, a[WO_BIAS]), _get4(record, a[WO_RESIDUAL])
-        if kind == WINOGRAD_OUT:
-            winograd.output_planes(m, y, bias, residual, record[WO_TILES_H],
-                                   record[WO_TILES_W], record[WO_ROW0], record[WO_CODE],
-                                   act_a, act_b, first, last)
-        else:
-            winograd_f2.output_planes_f2(m, y, bias, residual, record[WO_TILES_H],
-                                         record[WO_TILES_W], record[WO_ROW0], record[WO_CODE],
-                                         act_a, act_b, first, last)
+# Each kind's units function: units first .. last - 1 of the job in ``record``, run by thread
+# ``slot`` (a job that needs work space has a row of it per thread of the team). numba
+# compiles a function again for each literal argument, so the range kernels are called with
+# run-time ints only: array slots are read from ARRAYS (an array's items), integer fields
+# from the record, and the exported kernels call them with np.int64(0) as their start (not
+# 0), all to share one compiled version.
+@kernel(nogil=True)
+def _depthwise_units(record, reals, slot, first, last):
+    a = ARRAYS
+    depthwise.depthwise_planes(
+        _get4(record, a[DW_X]), _get3(record, a[DW_WEIGHT]), _get1(record, a[DW_BIAS]),
+        _get4(record, a[DW_Y]), record[DW_STRIDE_H], record[DW_STRIDE_W], record[DW_DIL_H],
+        record[DW_DIL_W], record[DW_TOP], record[DW_LEFT], record[DW_CODE], reals[ACT_A],
+        reals[ACT_B], first, last)
+
+
+@kernel(nogil=True)
+def _depthwise_blocks_units(record, reals, slot, first, last):
+    a = ARRAYS
+    depthwise.depthwise_blocks(
+        _get4(record, a[DW_X]), _get4(record, a[DW_WEIGHT]), _get1(record, a[DW_BIAS]),
+        _get4(record, a[DW_Y]), record[DW_STRIDE_H], record[DW_STRIDE_W], record[DW_DIL_H],
+        record[DW_DIL_W], record[DW_TOP], record[DW_LEFT], record[DW_CODE], reals[ACT_A],
+        reals[ACT_B], first, last)
+
+
+@kernel(nogil=True)
+def _epilogue_units(record, reals, slot, first, last):
+    a = ARRAYS
+    epilogue.finish_rows(_get3(record, a[EP_Y]), _get1(record, a[EP_BIAS]),
+                         _get3(record, a[EP_RESIDUAL]), record[EP_CODE], reals[ACT_A],
+                         reals[ACT_B], first, last)
+
+
+@kernel(nogil=True)
+def _gemm_units(record, reals, slot, first, last):
+    for unit in range(first, last):
+        _gemm_unit(record, unit)
+
+
+@kernel(nogil=True)
+def _pointwise_units(record, reals, slot, first, last):
+    a = ARRAYS
+    geometry = record[PW_GEOMETRY:PW_GEOMETRY + record[PW_GEOMETRY_SIZE]]
+    pointwise.pointwise_blocks(
+        _get3(record, a[PW_WEIGHT]), _get3(record, a[PW_X]), _get1(record, a[PW_BIAS]),
+        _get3(record, a[PW_RESIDUAL]), _get3(record, a[PW_Y]),
+        _get2(record, a[PW_SPACE])[slot], geometry, record[PW_CODE], reals[ACT_A],
+        reals[ACT_B], first, last)
+
+
+@kernel(nogil=True)
+def _pointwise_transposed_units(record, reals, slot, first, last):
+    a = ARRAYS
+    pointwise_transposed.transposed_units(
+        _get3(record, a[PW_WEIGHT]), _get3(record, a[PW_X]), _get1(record, a[PW_BIAS]),
+        _get3(record, a[PW_RESIDUAL]), _get3(record, a[PW_Y]),
+        _get2(record, a[PW_SPACE])[slot], record[PW_CODE], reals[ACT_A], reals[ACT_B], first,
+        last)
+
+
+@kernel(nogil=True)
+def _dense_units(record, reals, slot, first, last):
+    a = ARRAYS
+    space = _get2(record, a[PW_SPACE])
+    row = space[slot] if space.shape[0] > 0 else space.reshape(space.size)
+    dense.dense_units(_get3(record, a[PW_WEIGHT]), _get3(record, a[PW_X]),
+                      _get1(record, a[PW_BIAS]), _get3(record, a[PW_Y]), row,
+                      record[PW_CODE], reals[ACT_A], reals[ACT_B], first, last)
+
+
+@kernel(nogil=True)
+def _im2col_units(record, reals, slot, first, last):
+    a = ARRAYS
+    gemm.im2col_channels(_get3(record, a[IC_X]), _get2(record, a[IC_COLS]), record[IC_KH],
+                         record[IC_KW], record[IC_STRIDE_H], record[IC_STRIDE_W],
+                         record[IC_DIL_H], record[IC_DIL_W], record[IC_TOP],
+                         record[IC_LEFT], record[IC_OUT_H], record[IC_OUT_W], first, last)
+
+
+@kernel(nogil=True)
+def _split_planes_units(record, reals, slot, first, last):
+    a = ARRAYS
+    gemm.split_planes(_get3(record, a[SP_X]), _get3(record, a[SP_PHASES]),
+                      record[SP_GEOMETRY:SP_GEOMETRY + GEOMETRY], first, last)
+
+
+@kernel(nogil=True)
+def _winograd_input_units(record, reals, slot, first, last):
+    a = ARRAYS
+    winograd.input_planes(_get4(record, a[WI_X]), _get3(record, a[WI_V]), record[WI_TOP],
+                          record[WI_LEFT], record[WI_TILES_H], record[WI_TILES_W],
+                          record[WI_ROW0], first, last)
+
+
+@kernel(nogil=True)
+def _winograd_f2_input_units(record, reals, slot, first, last):
+    a = ARRAYS
+    winograd_f2.input_planes_f2(_get4(record, a[WI_X]), _get3(record, a[WI_V]),
+                                record[WI_TOP], record[WI_LEFT], record[WI_TILES_H],
+                                record[WI_TILES_W], record[WI_ROW0], first, last)
+
+
+@kernel(nogil=True)
+def _winograd_output_units(record, reals, slot, first, last):
+    a = ARRAYS
+    winograd.output_planes(_get3(record, a[WO_M]), _get4(record, a[WO_Y]),
+                           _get1(record, a[WO_BIAS]), _get4(record, a[WO_RESIDUAL]),
+                           record[WO_TILES_H], record[WO_TILES_W], record[WO_ROW0],
+                           record[WO_CODE], reals[ACT_A], reals[ACT_B], first, last)
+
+
+@kernel(nogil=True)
+def _winograd_f2_output_units(record, reals, slot, first, last):
+    a = ARRAYS
+    winograd_f2.output_planes_f2(_get3(record, a[WO_M]), _get4(record, a[WO_Y]),
+                                 _get1(record, a[WO_BIAS]), _get4(record, a[WO_RESIDUAL]),
+                                 record[WO_TILES_H], record[WO_TILES_W], record[WO_ROW0],
+                                 record[WO_CODE], reals[ACT_A], reals[ACT_B], first, last)
+
+
+@kernel(nogil=True)
+def _softmax_units(record, reals, slot, first, last):
+    softmax.softmax_rows(_get2(record, ARRAYS[SM_X]), first, last)
+
+
+@kernel(nogil=True)
+def _upsample_units(record, reals, slot, first, last):
+    a = ARRAYS
+    upsample.upsample_planes(_get4(record, a[UP_X]), _get4(record, a[UP_Y]), record[UP_KH],
+                             record[UP_KW], first, last)
+
+
+@kernel(nogil=True)
+def _squeeze_units(record, reals, slot, first, last):
+    a = ARRAYS
+    excitation.squeeze_planes(_get3(record, a[SE_X]), _get2(record, a[SE_GATES]), first, last)
+
+
+@kernel(nogil=True)
+def _scale_units(record, reals, slot, first, last):
+    a = ARRAYS
+    excitation.scale_planes(_get3(record, a[SE_X]), _get2(record, a[SE_GATES]),
+                            _get3(record, a[SE_Y]), record[SE_KEEP],
+                            _get3(record, a[SE_RESIDUAL]), first, last)
+
+
+@kernel(nogil=True)
+def _max_pool_units(record, reals, slot, first, last):
+    a = ARRAYS
+    pool.max_pool_planes(_get4(record, a[MP_X]), _get4(record, a[MP_Y]), record[MP_KH],
+                         record[MP_KW], record[MP_STRIDE_H], record[MP_STRIDE_W],
+                         record[MP_DIL_H], record[MP_DIL_W], record[MP_TOP], record[MP_LEFT],
+                         first, last)
 
 
 @kernel(nogil=True)
@@ -393,8 +454,9 @@ def _gemm_unit(record, unit):
 def _depthwise_job(record, reals, x, weight, bias, y, stride_h, stride_w, dil_h, dil_w,
                    top, left, code, act_a, act_b):
     """DEPTHWISE, as depthwise._depthwise (units: output planes)."""
-    _depthwise_record(record, reals, DEPTHWISE, x, bias, y, y.shape[0] * y.shape[1], stride_h,
-                      stride_w, dil_h, dil_w, top, left, code, act_a, act_b)
+    _depthwise_record(record, reals, units_address(_depthwise_units), x, bias, y,
+                      y.shape[0] * y.shape[1], stride_h, stride_w, dil_h, dil_w, top, left,
+                      code, act_a, act_b)
     _put(record, ARRAYS[DW_WEIGHT], weight)
 
 
@@ -404,16 +466,16 @@ def _depthwise_blocks_job(record, reals, x, blocks, bias, y, stride_h, stride_w,
                           dil_w, top, left, code, act_a, act_b):
     """DEPTHWISE_BLOCKS, as depthwise._depthwise_channels_last (units: blocks of channels of
     each image)."""
-    _depthwise_record(record, reals, DEPTHWISE_BLOCKS, x, bias, y,
+    _depthwise_record(record, reals, units_address(_depthwise_blocks_units), x, bias, y,
                       x.shape[0] * blocks.shape[0], stride_h, stride_w, dil_h, dil_w, top,
                       left, code, act_a, act_b)
     _put(record, ARRAYS[DW_WEIGHT], blocks)
 
 
 @kernel(inline="always")
-def _depthwise_record(record, reals, kind, x, bias, y, units, stride_h, stride_w, dil_h, dil_w,
+def _depthwise_record(record, reals, run, x, bias, y, units, stride_h, stride_w, dil_h, dil_w,
                       top, left, code, act_a, act_b):
-    record[KIND], record[UNITS] = kind, units
+    record[RUN], record[UNITS] = run, units
     _put(record, ARRAYS[DW_X], x)
     _put(record, ARRAYS[DW_BIAS], bias)
     _put(record, ARRAYS[DW_Y], y)
@@ -426,7 +488,7 @@ def _depthwise_record(record, reals, kind, x, bias, y, units, stride_h, stride_w
 @kernel(nogil=True, exported=(RECORD, REALS, array(4), array(4), *[INT] * 8))
 def _max_pool_job(record, reals, x, y, kh, kw, stride_h, stride_w, dil_h, dil_w, top, left):
     """MAX_POOL, as pool._max_pool2d (units: planes)."""
-    record[KIND], record[UNITS] = MAX_POOL, x.shape[0] * x.shape[1]
+    record[RUN], record[UNITS] = units_address(_max_pool_units), x.shape[0] * x.shape[1]
     _put(record, ARRAYS[MP_X], x)
     _put(record, ARRAYS[MP_Y], y)
     record[MP_KH], record[MP_KW] = kh, kw
@@ -438,14 +500,14 @@ def _max_pool_job(record, reals, x, y, kh, kw, stride_h, stride_w, dil_h, dil_w,
 @kernel(nogil=True, exported=(RECORD, REALS, array(2)))
 def _softmax_job(record, reals, x):
     """SOFTMAX, as softmax._softmax (units: rows)."""
-    record[KIND], record[UNITS] = SOFTMAX, x.shape[0]
+    record[RUN], record[UNITS] = units_address(_softmax_units), x.shape[0]
     _put(record, ARRAYS[SM_X], x)
 
 
 @kernel(nogil=True, exported=(RECORD, REALS, array(4), array(4), INT, INT))
 def _upsample_job(record, reals, x, y, kh, kw):
     """UPSAMPLE, as upsample._upsample_nearest (units: planes)."""
-    record[KIND], record[UNITS] = UPSAMPLE, x.shape[0] * x.shape[1]
+    record[RUN], record[UNITS] = units_address(_upsample_units), x.shape[0] * x.shape[1]
     _put(record, ARRAYS[UP_X], x)
     _put(record, ARRAYS[UP_Y], y)
     record[UP_KH], record[UP_KW] = kh, kw
@@ -454,7 +516,7 @@ def _upsample_job(record, reals, x, y, kh, kw):
 @kernel(nogil=True, exported=(RECORD, REALS, array(3), array(2)))
 def _squeeze_job(record, reals, x, means):
     """SQUEEZE, as excitation.squeeze_planes (units: planes (n, c))."""
-    record[KIND], record[UNITS] = SQUEEZE, x.shape[0] * x.shape[1]
+    record[RUN], record[UNITS] = units_address(_squeeze_units), x.shape[0] * x.shape[1]
     _put(record, ARRAYS[SE_X], x)
     _put(record, ARRAYS[SE_GATES], means)
 
@@ -462,7 +524,7 @@ def _squeeze_job(record, reals, x, means):
 @kernel(nogil=True, exported=(RECORD, REALS, array(3), array(2), array(3), INT, array(3)))
 def _scale_job(record, reals, x, gates, y, keep, residual):
     """SCALE, as excitation.scale_planes (units: planes (n, c))."""
-    record[KIND], record[UNITS] = SCALE, x.shape[0] * x.shape[1]
+    record[RUN], record[UNITS] = units_address(_scale_units), x.shape[0] * x.shape[1]
     _put(record, ARRAYS[SE_X], x)
     _put(record, ARRAYS[SE_GATES], gates)
     _put(record, ARRAYS[SE_Y], y)
@@ -474,7 +536,7 @@ def _scale_job(record, reals, x, gates, y, keep, residual):
                               FLOAT))
 def _epilogue_job(record, reals, y, bias, residual, code, act_a, act_b):
     """EPILOGUE, as epilogue._bias_residual_activation (units: rows (n, c))."""
-    record[KIND], record[UNITS] = EPILOGUE, y.shape[0] * y.shape[1]
+    record[RUN], record[UNITS] = units_address(_epilogue_units), y.shape[0] * y.shape[1]
     _put(record, ARRAYS[EP_Y], y)
     _put(record, ARRAYS[EP_BIAS], bias)
     _put(record, ARRAYS[EP_RESIDUAL], residual)
@@ -491,7 +553,7 @@ def _gemm_job(record, reals, function, gemv, a, b, c, cut, parts, transposed):
     else 0."""
     products, m, n = c.shape
     k = a.shape[2]
-    record[KIND], record[UNITS] = GEMM, products * parts
+    record[RUN], record[UNITS] = units_address(_gemm_units), products * parts
     _put(record, ARRAYS[GEMM_A], a)
     _put(record, ARRAYS[GEMM_B], b)
     _put(record, ARRAYS[GEMM_C], c)
@@ -508,7 +570,7 @@ def _pointwise_job(record, reals, weight, x, bias, residual, y, space, geometry,
                    act_b):
     """POINTWISE, as pointwise._pointwise (units: blocks of channels by pixels; ``space``: a
     row of work space per thread of the team)."""
-    _pointwise_record(record, reals, POINTWISE,
+    _pointwise_record(record, reals, units_address(_pointwise_units),
                       pointwise.block_count(weight.shape[2], weight.shape[1], y.shape[0],
                                             y.shape[2]),
                       weight, x, bias, residual, y, space, code, act_a, act_b)
@@ -524,7 +586,7 @@ def _pointwise_transposed_job(record, reals, panels, x, bias, residual, y, space
                               act_b):
     """POINTWISE_TRANSPOSED, as pointwise_transposed._pointwise_transposed (units: bands of
     pixels by panels of channels; ``space``: a row of work space per thread of the team)."""
-    _pointwise_record(record, reals, POINTWISE_TRANSPOSED,
+    _pointwise_record(record, reals, units_address(_pointwise_transposed_units),
                       pointwise_transposed.unit_count(x.shape[0], panels.shape[0], x.shape[2]),
                       panels, x, bias, residual, y, space, code, act_a, act_b)
 
@@ -534,14 +596,15 @@ def _pointwise_transposed_job(record, reals, panels, x, bias, residual, y, space
 def _dense_job(record, reals, weight, x, bias, y, space, code, act_a, act_b):
     """DENSE, as dense._dense (``space`` of no rows: ``weight`` is panels) or _dense_rows
     (a row of ``space`` per thread of the team) (units: bands of rows by panels)."""
-    _pointwise_record(record, reals, DENSE, dense.unit_count(x.shape[1], y.shape[2]), weight,
-                      x, bias, x[:0], y, space, code, act_a, act_b)  # x[:0]: no residual
+    _pointwise_record(record, reals, units_address(_dense_units),
+                      dense.unit_count(x.shape[1], y.shape[2]), weight, x, bias, x[:0], y,
+                      space, code, act_a, act_b)                     # x[:0]: no residual
 
 
 @kernel(inline="always")
-def _pointwise_record(record, reals, kind, units, weight, x, bias, residual, y, space, code,
+def _pointwise_record(record, reals, run, units, weight, x, bias, residual, y, space, code,
                       act_a, act_b):
-    record[KIND], record[UNITS] = kind, units
+    record[RUN], record[UNITS] = run, units
     _put(record, ARRAYS[PW_WEIGHT], weight)
     _put(record, ARRAYS[PW_X], x)
     _put(record, ARRAYS[PW_BIAS], bias)
@@ -556,7 +619,7 @@ def _pointwise_record(record, reals, kind, units, weight, x, bias, residual, y, 
 def _im2col_job(record, reals, x, cols, kh, kw, stride_h, stride_w, dil_h, dil_w, top,
                 left, out_h, out_w):
     """IM2COL, as gemm._im2col (units: input channels)."""
-    record[KIND], record[UNITS] = IM2COL, x.shape[0]
+    record[RUN], record[UNITS] = units_address(_im2col_units), x.shape[0]
     _put(record, ARRAYS[IC_X], x)
     _put(record, ARRAYS[IC_COLS], cols)
     record[IC_KH], record[IC_KW], record[IC_STRIDE_H], record[IC_STRIDE_W] = (
@@ -569,7 +632,7 @@ def _im2col_job(record, reals, x, cols, kh, kw, stride_h, stride_w, dil_h, dil_w
 @kernel(nogil=True, exported=(RECORD, REALS, array(3), array(3), array(1, INT)))
 def _split_planes_job(record, reals, x, phases, geometry):
     """SPLIT_PLANES, as gemm._split_planes (units: planes)."""
-    record[KIND], record[UNITS] = SPLIT_PLANES, x.shape[0] * x.shape[1]
+    record[RUN], record[UNITS] = units_address(_split_planes_units), x.shape[0] * x.shape[1]
     _put(record, ARRAYS[SP_X], x)
     _put(record, ARRAYS[SP_PHASES], phases)
     _put_ints(record, SP_GEOMETRY, geometry)
@@ -579,7 +642,9 @@ def _split_planes_job(record, reals, x, phases, geometry):
 def _winograd_input_job(record, reals, kind, x, v, top, left, tiles_h, tiles_w, row0):
     """WINOGRAD_IN or WINOGRAD_F2_IN (``kind``), as a Winograd input transform (units: input
     planes)."""
-    record[KIND], record[UNITS] = kind, x.shape[0] * x.shape[1]
+    record[RUN] = (units_address(_winograd_input_units) if kind == WINOGRAD_IN
+                   else units_address(_winograd_f2_input_units))
+    record[UNITS] = x.shape[0] * x.shape[1]
     _put(record, ARRAYS[WI_X], x)
     _put(record, ARRAYS[WI_V], v)
     record[WI_TOP], record[WI_LEFT] = top, left
@@ -592,7 +657,9 @@ def _winograd_output_job(record, reals, kind, m, y, bias, residual, tiles_h, til
                          code, act_a, act_b):
     """WINOGRAD_OUT or WINOGRAD_F2_OUT (``kind``), as a Winograd output transform (units:
     output planes)."""
-    record[KIND], record[UNITS] = kind, y.shape[0] * y.shape[1]
+    record[RUN] = (units_address(_winograd_output_units) if kind == WINOGRAD_OUT
+                   else units_address(_winograd_f2_output_units))
+    record[UNITS] = y.shape[0] * y.shape[1]
     _put(record, ARRAYS[WO_M], m)
     _put(record, ARRAYS[WO_Y], y)
     _put(record, ARRAYS[WO_BIAS], bias)

@@ -161,7 +161,7 @@ class Team:
 
     def _check_space(self, space: np.ndarray, floats: int) -> None:
         """A job's work space has a row of ``floats`` or more for every thread of the team
-        (jobs._run_units indexes it by the thread's slot, and the kernels write into it,
+        (the jobs' units functions index it by the thread's slot, and the kernels write into it,
         unchecked)."""
         if space.ndim != 2 or space.shape[0] < self.threads or space.shape[1] < floats:
             raise ValueError(f"work space of shape {space.shape} for a team of {self.threads} "

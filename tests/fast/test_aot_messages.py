@@ -43,6 +43,7 @@ def test_the_build_says_which_module_is_done_how_long_it_took_and_how_many_are_l
     monkeypatch.setattr(aot, "_child_command", quiet_child(
         "import sys, time; time.sleep(0.5 * int(sys.argv[1]))"))
     caplog.set_level(logging.INFO, logger="layers.fast.aot")
+    monkeypatch.setattr(aot, "PARTS", 3)
     aot._build_in_children(tmp_path, [0, 1, 2])
     lines = [r.getMessage() for r in caplog.records]
     assert all(r.levelno == logging.INFO for r in caplog.records)

@@ -3,11 +3,10 @@ ahead of time (the default: an extension module, no numba in the process) and ju
 (numba.njit). The kernels a model meets most (depthwise and 1x1 convolutions) are run both
 ways on the same inputs, through the public functions that call them, and must agree bit for
 bit, as must a small model's output in a process of each kind. Not every kernel: numba is
-slow to compile each one just in time (the helper threads' work kernel, which links in every
-kernel, slowest of all), and both ways compile the same source through the same numba front
-end, so a difference would be one of the way, not of a kernel. Every kernel is checked against
-the numpy references and torch in tests/fast/test_fast_kernels.py, which runs whichever back
-end is bound."""
+slow to compile each one just in time, and both ways compile the same source through the same
+numba front end, so a difference would be one of the way, not of a kernel. Every kernel is
+checked against the numpy references and torch in tests/fast/test_fast_kernels.py, which runs
+whichever back end is bound."""
 
 from __future__ import annotations
 
