@@ -153,9 +153,8 @@ pnnx.Output     out0  1 0 d
 
 def run_model_in_a_process(param: Path, backend_name: str) -> tuple[bool, np.ndarray]:
     """The model of ``param`` on a fixed input in a fresh process with PNNX_INFER_KERNELS
-    set, on one thread (with two, the helpers' work kernel would be compiled just in time,
-    the longest compile of all; the bits do not depend on the threads, test_workers.py): whether
-    numba was imported, and the output."""
+    set, on one thread (two would compile the jobs' writers just in time too; the bits do not
+    depend on the threads, test_workers.py): whether numba was imported, and the output."""
     script = ("import sys, json, numpy as np; from infer import RuntimeGraph; "
               f"g = RuntimeGraph({str(param)!r}); g.set_num_threads(1); g.build(); "
               "x = np.random.default_rng(0).random((1, 8, 20, 20), np.float32); "

@@ -332,3 +332,34 @@ def test_benchmark_folder_line(tmp_path, capsys):
                      r"[\d.]+x onnxruntime's throughput; the same top-5 labels, probabilities "
                      r"within \S+$", out, re.M)
     assert re.search(r"^- CPU: \S", out, re.M) and "16 generated images" in out
+
+
+def test_cli_ray_hands_the_job_to_classify_on_ray_and_writes_the_same_csv(
+        tree, tmp_path, classifier, monkeypatch):
+    """--ray: the listed paths and the options go to infer.cluster.classify_on_ray, whose
+    answers make the same CSV and exit code as the run without it. A stand-in answers as
+    classify_many does (test_cluster.py runs the real one on Ray and compares the two)."""
+    from infer import cluster
+    from infer.__main__ import main
+
+    calls = []
+
+    def on_ray(paths, model, **options):
+        calls.append((list(paths), model, options))
+        return classifier.classify_many(calls[-1][0], top=options["top"],
+                                        batch=options["batch"])
+
+    monkeypatch.setattr(cluster, "classify_on_ray", on_ray)
+    local, ray_csv = tmp_path / "local.csv", tmp_path / "ray.csv"
+    assert main(["classify", str(tree), "-r", "--top", "3", "-o", str(local)]) == 1
+    assert main(["classify", str(tree), "-r", "--top", "3", "-o", str(ray_csv), "--ray",
+                 "--workers", "2", "--batch", "4"]) == 1
+    (paths, model, options), = calls
+    assert [str(p) for p in paths] == [str(p) for p in list_images(tree, recursive=True)]
+    assert model == "efficientnet_lite0"
+    assert options == {"top": 3, "batch": 4, "workers": 2, "threads": 1, "address": None}
+    rows = [read_csv(path) for path in (local, ray_csv)]
+    assert len(rows[0]) == 10                  # the header and the 9 images read
+    assert [[r[0]] + r[1::2] for r in rows[0]] == [[r[0]] + r[1::2] for r in rows[1]]
+    np.testing.assert_allclose([float(x) for r in rows[0][1:] for x in r[2::2]],
+                               [float(x) for r in rows[1][1:] for x in r[2::2]], atol=2e-6)

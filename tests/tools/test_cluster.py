@@ -1,11 +1,11 @@
 """The Ray Data job (infer/cluster.py) on a local Ray instance of two CPUs: the same answers,
-in the same order, with the same errors, as the single-process run (classify_many), from the
-library and from ``python -m infer classify DIR --ray``. Skipped without Ray (the cluster
+in the same order, with the same errors, as the single-process run (classify_many). What
+``python -m infer classify DIR --ray`` hands it is tested without Ray, in
+test_classify_folder.py. Skipped without Ray (the cluster
 extra: pip install -e ".[cluster]"); slow: starting Ray and its workers takes 10-20 s."""
 
 from __future__ import annotations
 
-import csv
 import importlib.util
 import os
 from pathlib import Path
@@ -13,7 +13,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from infer.__main__ import main
 from infer.classify import Classified, ImageClassifier, list_images
 from infer.cluster import classify_on_ray
 from parser.errors import InferError
@@ -73,23 +72,12 @@ def same(ours: list[Classified], theirs: list[Classified]) -> None:
         np.testing.assert_allclose([p for _, p in a.top], [p for _, p in b.top], atol=1e-6)
 
 
-def test_ray_gives_the_single_process_results(local_ray, folder, tmp_path):
+def test_ray_gives_the_single_process_results(local_ray, folder):
     paths = list_images(folder, recursive=True)
     alone = list(ImageClassifier.load("efficientnet_lite0").classify_many(paths, top=5, batch=4))
     assert sum(r.error is not None for r in alone) == 1 and len(alone) == 12
     on_ray = list(classify_on_ray(paths, "efficientnet_lite0", top=5, batch=4, workers=2))
     same(alone, on_ray)
-
-    # the command line: the same CSV as without --ray, and the exit code of a bad file
-    local, ray_csv = tmp_path / "local.csv", tmp_path / "ray.csv"
-    assert main(["classify", str(folder), "-r", "--top", "3", "-o", str(local)]) == 1
-    assert main(["classify", str(folder), "-r", "--top", "3", "-o", str(ray_csv), "--ray"]) == 1
-    rows = [list(csv.reader(open(p, newline="", errors="surrogateescape")))
-            for p in (local, ray_csv)]
-    assert len(rows[0]) == 12                  # the header and the 11 images read
-    assert [[r[0]] + r[1::2] for r in rows[0]] == [[r[0]] + r[1::2] for r in rows[1]]
-    np.testing.assert_allclose([float(x) for r in rows[0][1:] for x in r[2::2]],
-                               [float(x) for r in rows[1][1:] for x in r[2::2]], atol=2e-6)
 
 
 def test_a_worker_error_ends_the_job_with_an_inferror(local_ray, folder, tmp_path):
