@@ -21,7 +21,8 @@
     softmax.py     softmax over the last dim, row by row
     vexp.py        exp in plain arithmetic, so that loops calling it vectorise
     simd.py        a register tile of a matrix product as numba intrinsics (LLVM IR)
-    atomics.py     atomics, a float array at an address, BLAS by address: numba intrinsics
+    atomics.py     atomics, a float array at an address, BLAS and kernels by address: numba
+                   intrinsics
     jobs.py        a kernel call as a job cut into chunks that threads take without locks
     workers.py     the team of helper threads sharing each kernel call with the caller
     team.py        the calling thread's team and work buffers, as the kernels read them

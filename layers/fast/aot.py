@@ -9,11 +9,10 @@ for its one signature, for the host CPU, and links it with numba's small C runti
 sources of the kernels, the numba, numpy and Python versions, the CPU (and numba's
 NUMBA_CPU_NAME and NUMBA_CPU_FEATURES, which override it) and the width of the register
 tiles (layers/fast/simd.py's LANES, which PNNX_INFER_LANES may set); a change to any of them
-makes new modules, built the next time a graph is built (about a minute, once).
+makes new modules, built the next time a graph is built (a minute or two, once).
 The kernels are dealt into PARTS modules, compiled by as many child processes side by side
-(numba's compiler is single-threaded). The children keep
-numba and LLVM out of the process that asked; a file lock makes processes starting
-together build once.
+(numba's compiler is single-threaded). The children keep numba and LLVM out of the process
+that asked; a file lock makes processes starting together build once.
 
 The modules live in numba's cache directory when ``NUMBA_CACHE_DIR`` is set, else in
 layers/fast/__pycache__ (beside numba's own cache), else in ~/.cache/pnnx-infer.

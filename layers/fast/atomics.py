@@ -16,16 +16,18 @@ another would spin forever. These few operations are written in LLVM IR instead:
     sgemv(function, trans, m, n, a, lda, x, y)
                                    y = A @ x (A^T if trans is TRANS; A is m x n) through a
                                    cblas_sgemv pointer
-    units_address(function)        the address of ``function``, a kernel compiled for a job's
-                                   units signature (record, reals, slot, first, last)
+    units_address(function)        the address of ``function``, a job's units function: a
+                                   kernel of (record, reals, slot, first, last)
     run_units(address, record, reals, slot, first, last)
-                                   calls the kernel at that address
+                                   calls the units function at ``address``; 1, or 0 if it
+                                   raised (the exception itself is dropped)
 
-``flags`` is an int64 array. The last five let a kernel read arrays, call BLAS and call a
-kernel given only addresses in an int64 array: how layers/fast/jobs.py hands work to a
-helper thread. ``units_address`` links the function's code into the kernel that asks for its
-address (numba's usual call does the same), so the address is valid wherever that kernel runs:
-a just-in-time kernel or a module compiled ahead of time.
+``flags`` is an int64 array. The last five let kernels hand work over as addresses in an int64
+array: an array's (float_array), BLAS's (sgemm, sgemv), a units function's (units_address
+gives it, run_units calls it): how layers/fast/jobs.py hands work to a helper thread.
+``units_address`` links the function's code into the kernel that asks for its address (as
+numba's own calls do), so the address is valid wherever that kernel runs, compiled just in
+time or ahead of time.
 Each is made by a factory that runs when numba compiles the kernels (kernel.intrinsic).
 """
 
@@ -219,6 +221,13 @@ def _units_signature():
             types.int64, types.int64, types.int64)
 
 
+def _not_a_units_function(what) -> Exception:
+    from numba.core.errors import TypingError
+
+    return TypingError(f"{what}: a job's units function is a kernel of (record int64[::1], "
+                       "reals float64[::1], slot, first, last) that returns nothing")
+
+
 @intrinsic
 def units_address():
     from llvmlite import ir
@@ -228,7 +237,11 @@ def units_address():
     @numba_intrinsic
     def units_address(typingctx, function):
         arguments = _units_signature()
-        typingctx.resolve_function_type(function, arguments, {})      # compiles it
+        if not isinstance(function, types.Dispatcher):
+            raise _not_a_units_function(function)
+        typed = typingctx.resolve_function_type(function, arguments, {})   # compiles it
+        if typed is None or typed.return_type != types.none:
+            raise _not_a_units_function(function)
 
         def codegen(context, builder, signature, args):
             compiled = function.dispatcher.get_compile_result(types.none(*arguments))
@@ -241,12 +254,16 @@ def units_address():
 
 @intrinsic
 def run_units():
+    from llvmlite import ir
     from numba import types
     from numba.extending import intrinsic as numba_intrinsic
 
     @numba_intrinsic
     def run_units(typingctx, address, record, reals, slot, first, last):
         arguments = _units_signature()
+        if (record, reals) != arguments[:2] or not all(
+                isinstance(t, types.Integer) for t in (address, slot, first, last)):
+            raise _not_a_units_function((address, record, reals, slot, first, last))
 
         def codegen(context, builder, signature, args):
             values = [args[1], args[2]] + [
@@ -254,7 +271,8 @@ def run_units():
                 for v, t in zip(args[3:], signature.args[3:])]
             function_type = context.call_conv.get_function_type(types.none, arguments)
             target = builder.inttoptr(args[0], function_type.as_pointer())
-            context.call_conv.call_function(builder, target, types.none, arguments, values)
-            return context.get_dummy_value()
-        return types.void(address, record, reals, slot, first, last), codegen
+            status, _ = context.call_conv.call_function(builder, target, types.none,
+                                                        arguments, values)
+            return builder.zext(status.is_ok, ir.IntType(64))
+        return types.int64(address, record, reals, slot, first, last), codegen
     return run_units

@@ -12,7 +12,8 @@ chunk is done. What the threads share lives in three small arrays, read and writ
 atomics (layers/fast/atomics.py)::
 
     control (int64)  TICKET = job << 40 | chunks << 20;  DONE: chunks of this job finished;
-                     STOP: 1 when the helpers return;  RUNS: how many runs (the team's threads)
+                     STOP: 1 when the helpers return;  RUNS: how many runs (the team's threads);
+                     FAILED: 1 if a chunk of this job raised (workers.Team raises then)
                      NEXT + 8 r: the ticket | next chunk to take of run r
     record  (int64)  RUN: the address of the kind's units function; UNITS; then the kind's
                      fields: arrays (address and shape, at the slots ARRAYS[field]) and
@@ -49,14 +50,15 @@ from layers.fast.atomics import (NO_TRANS, TRANS, add, compare_swap, float_array
                                  run_units, sgemm, sgemv, store, units_address)
 from layers.fast.kernel import FLOAT, INT, array, kernel
 
-TICKET, DONE, STOP, RUNS = 0, 8, 16, 17   # control's slots; NEXT + 8 r: run r's counter
-NEXT = 32                            # (64 bytes apart: a cache line each, apart from RUNS's)
+TICKET, DONE, STOP, RUNS, FAILED = 0, 8, 16, 17, 24   # control's slots, 64 bytes apart (a
+                                                      # cache line each; RUNS beside STOP)
+NEXT = 32                            # NEXT + 8 r: run r's counter, 64 bytes apart too
 FIELD = 1 << 20                      # chunks and next chunk: 20 bits each
 
 RUN, UNITS = 0, 1                    # record's slots
 ARRAYS = np.array((2, 7, 12, 17, 22, 27))   # array field i: address at ARRAYS[i], then up to
                                             # four sizes (an array, so that a slot read from
-                                            # it is a run-time int: see _work)
+                                            # it is a run-time int: see below)
 INTS = 32                            # integer fields from this slot on
 RECORD_SIZE = 64
 ACT_A, ACT_B = 0, 1                  # reals' slots: the activation's parameters (every kind)
@@ -82,60 +84,60 @@ def int_fields(count: int) -> tuple[int, ...]:
     return tuple(range(INTS, INTS + count))
 
 
-# ----- the kinds of job and their fields ---------------------------------------------------
-WINOGRAD_IN, WINOGRAD_OUT, WINOGRAD_F2_IN, WINOGRAD_F2_OUT = 1, 2, 3, 4   # the Winograd
-                                                  # writers' ``kind``: which tile's transform
-
-# DEPTHWISE, DEPTHWISE_BLOCKS: depthwise.depthwise_planes / depthwise_blocks
+# ----- the kinds of job and their fields (each kind: its units function, its range kernel) -
+# depthwise (_depthwise_units, _depthwise_blocks_units): depthwise.depthwise_planes / _blocks
 DW_X, DW_WEIGHT, DW_BIAS, DW_Y = array_fields(4)
 DW_STRIDE_H, DW_STRIDE_W, DW_DIL_H, DW_DIL_W, DW_TOP, DW_LEFT, DW_CODE = int_fields(7)
 
-# EPILOGUE: epilogue.finish_rows
+# epilogue (_epilogue_units): epilogue.finish_rows
 EP_Y, EP_BIAS, EP_RESIDUAL = array_fields(3)
 EP_CODE, = int_fields(1)
 
-# GEMM: a stack of products C[t] = A[t] @ B[t] by BLAS, cut as GEMM_CUT says (_gemm_unit)
+# gemm (_gemm_units): a stack of products C[t] = A[t] @ B[t] by BLAS, cut as GEMM_CUT says
 GEMM_A, GEMM_B, GEMM_C = array_fields(3)
 (GEMM_FUNCTION, GEMM_M, GEMM_N, GEMM_K, GEMM_STRIDE_A, GEMM_STRIDE_B, GEMM_STRIDE_C, GEMM_CUT,
  GEMM_PARTS, GEMM_TRANSPOSED, GEMM_GEMV) = int_fields(11)
 BY_PRODUCT, BY_ROWS, BY_COLUMNS = 0, 1, 2        # GEMM_CUT: how a product's units are cut
 ALIGN = 16                                       # row and column cuts: multiples of this
 
-# POINTWISE, POINTWISE_TRANSPOSED: pointwise.pointwise_blocks / transposed_units; DENSE:
-# dense.dense_units (no residual; a work space of no rows where the weight is panels)
+# pointwise (_pointwise_units, _pointwise_transposed_units): pointwise.pointwise_blocks /
+# pointwise_transposed.transposed_units; dense (_dense_units): dense.dense_units (no
+# residual; a work space of no rows where the weight is panels)
 PW_WEIGHT, PW_X, PW_BIAS, PW_RESIDUAL, PW_Y, PW_SPACE = array_fields(6)
 PW_CODE, PW_GEOMETRY_SIZE, PW_GEOMETRY, *_ = int_fields(2 + GEOMETRY)   # then the
                                                   # geometry's values (pointwise.cols_band)
 
-# IM2COL: gemm.im2col_channels
+# im2col (_im2col_units): gemm.im2col_channels
 IC_X, IC_COLS = array_fields(2)
 (IC_KH, IC_KW, IC_STRIDE_H, IC_STRIDE_W, IC_DIL_H, IC_DIL_W, IC_TOP, IC_LEFT, IC_OUT_H,
  IC_OUT_W) = int_fields(10)
 
-# SPLIT_PLANES: gemm.split_planes (units: planes)
+# split planes (_split_planes_units): gemm.split_planes
 SP_X, SP_PHASES = array_fields(2)
 SP_GEOMETRY, *_ = int_fields(GEOMETRY)                  # the geometry's values, in order
 
-# WINOGRAD_IN, WINOGRAD_F2_IN: winograd.input_planes / winograd_f2.input_planes_f2
+# Winograd input (_winograd_input_units, _winograd_f2_input_units): winograd.input_planes /
+# winograd_f2.input_planes_f2
 WI_X, WI_V = array_fields(2)
 WI_TOP, WI_LEFT, WI_TILES_H, WI_TILES_W, WI_ROW0 = int_fields(5)
 
-# WINOGRAD_OUT, WINOGRAD_F2_OUT: winograd.output_planes / winograd_f2.output_planes_f2
+# Winograd output (_winograd_output_units, _winograd_f2_output_units): winograd.output_planes
+# / winograd_f2.output_planes_f2
 WO_M, WO_Y, WO_BIAS, WO_RESIDUAL = array_fields(4)
 WO_TILES_H, WO_TILES_W, WO_ROW0, WO_CODE = int_fields(4)
 
-# SOFTMAX: softmax.softmax_rows (units: rows)
+# softmax (_softmax_units): softmax.softmax_rows
 SM_X, = array_fields(1)
 
-# MAX_POOL: pool.max_pool_planes (units: planes)
+# max pool (_max_pool_units): pool.max_pool_planes
 MP_X, MP_Y = array_fields(2)
 MP_KH, MP_KW, MP_STRIDE_H, MP_STRIDE_W, MP_DIL_H, MP_DIL_W, MP_TOP, MP_LEFT = int_fields(8)
 
-# SQUEEZE, SCALE: excitation.squeeze_planes / scale_planes (units: planes (n, c))
-SE_X, SE_GATES, SE_Y, SE_RESIDUAL = array_fields(4)    # SQUEEZE writes the means in SE_GATES
+# squeeze, scale (_squeeze_units, _scale_units): excitation.squeeze_planes / scale_planes
+SE_X, SE_GATES, SE_Y, SE_RESIDUAL = array_fields(4)    # squeeze writes the means in SE_GATES
 SE_KEEP, = int_fields(1)
 
-# UPSAMPLE: upsample.upsample_planes (units: planes)
+# upsample (_upsample_units): upsample.upsample_planes
 UP_X, UP_Y = array_fields(2)
 UP_KH, UP_KW = int_fields(2)
 
@@ -151,11 +153,13 @@ def _work(control, record, reals, chunks, idle_polls, slot):
     polls without work, or when STOP is set. ``slot``: this thread's place in the team (0
     for the calling thread, 1, 2, ... for the helpers), its row of a job's work space.
 
-    A chunk runs the job's units function, called through its address in the record."""
+    A chunk runs the job's units function, called through its address in the record; one
+    that raises sets FAILED (its exception cannot cross threads), which the caller reads."""
     if chunks > 0:
         chunks = max(1, min(chunks, record[UNITS], FIELD - 1))
         job = (load(control, TICKET) // (FIELD * FIELD) + 1) % (1 << 23)
         store(control, DONE, 0)
+        store(control, FAILED, 0)
         ticket = (job * FIELD + chunks) * FIELD
         runs = max(control[RUNS], 1)
         for run in range(runs):                       # each run's first chunk
@@ -193,8 +197,9 @@ def _take_one(control, record, reals, slot):
                 break                                 # another job's now, or none left
             if compare_swap(control, NEXT + 8 * run, counter, counter + 1) == counter:
                 units = record[UNITS]
-                run_units(record[RUN], record, reals, slot, units * taken // chunks,
-                          units * (taken + 1) // chunks)
+                if not run_units(record[RUN], record, reals, slot, units * taken // chunks,
+                                 units * (taken + 1) // chunks):
+                    store(control, FAILED, 1)         # it raised (an allocation failed, say)
                 add(control, DONE, 1)
                 return True
     return False
@@ -248,12 +253,15 @@ def _get4(record, slot):
 
 
 # ----- what a chunk runs -------------------------------------------------------------------
-# Each kind's units function: units first .. last - 1 of the job in ``record``, run by thread
-# ``slot`` (a job that needs work space has a row of it per thread of the team). numba
-# compiles a function again for each literal argument, so the range kernels are called with
-# run-time ints only: array slots are read from ARRAYS (an array's items), integer fields
-# from the record, and the exported kernels call them with np.int64(0) as their start (not
-# 0), all to share one compiled version.
+# One units function per kind of job, all of (record, reals, slot, first, last): it reads its
+# job's fields back from ``record`` and runs units first .. last - 1 on thread ``slot`` (a
+# job that needs work space has a row of it per thread of the team). _work calls it through
+# its address, so it returns nothing; an exception it raises is lost (run_units says only
+# that it raised, and the job then fails as a whole: workers.Team._share). numba compiles a
+# function again for each literal argument, so the range kernels are called with run-time
+# ints only: array slots are read from ARRAYS (an array's items), integer fields from the
+# record, and the exported kernels call them with np.int64(0) as their start (not 0), all to
+# share one compiled version.
 @kernel(nogil=True)
 def _depthwise_units(record, reals, slot, first, last):
     a = ARRAYS
@@ -453,7 +461,7 @@ def _gemm_unit(record, unit):
                               *[INT] * 7, FLOAT, FLOAT))
 def _depthwise_job(record, reals, x, weight, bias, y, stride_h, stride_w, dil_h, dil_w,
                    top, left, code, act_a, act_b):
-    """DEPTHWISE, as depthwise._depthwise (units: output planes)."""
+    """Depthwise, as depthwise._depthwise (units: output planes)."""
     _depthwise_record(record, reals, units_address(_depthwise_units), x, bias, y,
                       y.shape[0] * y.shape[1], stride_h, stride_w, dil_h, dil_w, top, left,
                       code, act_a, act_b)
@@ -464,8 +472,8 @@ def _depthwise_job(record, reals, x, weight, bias, y, stride_h, stride_w, dil_h,
                               *[INT] * 7, FLOAT, FLOAT))
 def _depthwise_blocks_job(record, reals, x, blocks, bias, y, stride_h, stride_w, dil_h,
                           dil_w, top, left, code, act_a, act_b):
-    """DEPTHWISE_BLOCKS, as depthwise._depthwise_channels_last (units: blocks of channels of
-    each image)."""
+    """Depthwise on blocks of channels, as depthwise._depthwise_channels_last (units: blocks
+    of channels of each image)."""
     _depthwise_record(record, reals, units_address(_depthwise_blocks_units), x, bias, y,
                       x.shape[0] * blocks.shape[0], stride_h, stride_w, dil_h, dil_w, top,
                       left, code, act_a, act_b)
@@ -487,7 +495,7 @@ def _depthwise_record(record, reals, run, x, bias, y, units, stride_h, stride_w,
 
 @kernel(nogil=True, exported=(RECORD, REALS, array(4), array(4), *[INT] * 8))
 def _max_pool_job(record, reals, x, y, kh, kw, stride_h, stride_w, dil_h, dil_w, top, left):
-    """MAX_POOL, as pool._max_pool2d (units: planes)."""
+    """Max pooling, as pool._max_pool2d (units: planes)."""
     record[RUN], record[UNITS] = units_address(_max_pool_units), x.shape[0] * x.shape[1]
     _put(record, ARRAYS[MP_X], x)
     _put(record, ARRAYS[MP_Y], y)
@@ -499,14 +507,14 @@ def _max_pool_job(record, reals, x, y, kh, kw, stride_h, stride_w, dil_h, dil_w,
 
 @kernel(nogil=True, exported=(RECORD, REALS, array(2)))
 def _softmax_job(record, reals, x):
-    """SOFTMAX, as softmax._softmax (units: rows)."""
+    """Softmax, as softmax._softmax (units: rows)."""
     record[RUN], record[UNITS] = units_address(_softmax_units), x.shape[0]
     _put(record, ARRAYS[SM_X], x)
 
 
 @kernel(nogil=True, exported=(RECORD, REALS, array(4), array(4), INT, INT))
 def _upsample_job(record, reals, x, y, kh, kw):
-    """UPSAMPLE, as upsample._upsample_nearest (units: planes)."""
+    """Upsampling, as upsample._upsample_nearest (units: planes)."""
     record[RUN], record[UNITS] = units_address(_upsample_units), x.shape[0] * x.shape[1]
     _put(record, ARRAYS[UP_X], x)
     _put(record, ARRAYS[UP_Y], y)
@@ -515,7 +523,7 @@ def _upsample_job(record, reals, x, y, kh, kw):
 
 @kernel(nogil=True, exported=(RECORD, REALS, array(3), array(2)))
 def _squeeze_job(record, reals, x, means):
-    """SQUEEZE, as excitation.squeeze_planes (units: planes (n, c))."""
+    """Squeeze (plane means), as excitation.squeeze_planes (units: planes (n, c))."""
     record[RUN], record[UNITS] = units_address(_squeeze_units), x.shape[0] * x.shape[1]
     _put(record, ARRAYS[SE_X], x)
     _put(record, ARRAYS[SE_GATES], means)
@@ -523,7 +531,7 @@ def _squeeze_job(record, reals, x, means):
 
 @kernel(nogil=True, exported=(RECORD, REALS, array(3), array(2), array(3), INT, array(3)))
 def _scale_job(record, reals, x, gates, y, keep, residual):
-    """SCALE, as excitation.scale_planes (units: planes (n, c))."""
+    """Scale (by the gates), as excitation.scale_planes (units: planes (n, c))."""
     record[RUN], record[UNITS] = units_address(_scale_units), x.shape[0] * x.shape[1]
     _put(record, ARRAYS[SE_X], x)
     _put(record, ARRAYS[SE_GATES], gates)
@@ -535,7 +543,7 @@ def _scale_job(record, reals, x, gates, y, keep, residual):
 @kernel(nogil=True, exported=(RECORD, REALS, array(3), array(1), array(3), INT, FLOAT,
                               FLOAT))
 def _epilogue_job(record, reals, y, bias, residual, code, act_a, act_b):
-    """EPILOGUE, as epilogue._bias_residual_activation (units: rows (n, c))."""
+    """The epilogue, as epilogue._bias_residual_activation (units: rows (n, c))."""
     record[RUN], record[UNITS] = units_address(_epilogue_units), y.shape[0] * y.shape[1]
     _put(record, ARRAYS[EP_Y], y)
     _put(record, ARRAYS[EP_BIAS], bias)
@@ -547,7 +555,7 @@ def _epilogue_job(record, reals, y, bias, residual, code, act_a, act_b):
 @kernel(nogil=True, exported=(RECORD, REALS, INT, INT, array(3), array(3), array(3), INT, INT,
                               INT))
 def _gemm_job(record, reals, function, gemv, a, b, c, cut, parts, transposed):
-    """GEMM: c[t] = a[t or 0] @ b[t] for every t (b[t].T if ``transposed``): units are the
+    """BLAS products: c[t] = a[t or 0] @ b[t] for every t (b[t].T if ``transposed``): units are the
     products, or ``parts`` bands of each (``cut``) when there are few. ``function``:
     cblas_sgemm's address; ``gemv``: cblas_sgemv's for products of one row or one column,
     else 0."""
@@ -568,7 +576,7 @@ def _gemm_job(record, reals, function, gemv, a, b, c, cut, parts, transposed):
                               array(3), array(2), array(1, INT), INT, FLOAT, FLOAT))
 def _pointwise_job(record, reals, weight, x, bias, residual, y, space, geometry, code, act_a,
                    act_b):
-    """POINTWISE, as pointwise._pointwise (units: blocks of channels by pixels; ``space``: a
+    """A 1x1 convolution, as pointwise._pointwise (units: blocks of channels by pixels; ``space``: a
     row of work space per thread of the team)."""
     _pointwise_record(record, reals, units_address(_pointwise_units),
                       pointwise.block_count(weight.shape[2], weight.shape[1], y.shape[0],
@@ -584,8 +592,9 @@ def _pointwise_job(record, reals, weight, x, bias, residual, y, space, geometry,
                               array(3), array(2), INT, FLOAT, FLOAT))
 def _pointwise_transposed_job(record, reals, panels, x, bias, residual, y, space, code, act_a,
                               act_b):
-    """POINTWISE_TRANSPOSED, as pointwise_transposed._pointwise_transposed (units: bands of
-    pixels by panels of channels; ``space``: a row of work space per thread of the team)."""
+    """A 1x1 convolution turned around, as pointwise_transposed._pointwise_transposed (units:
+    bands of pixels by panels of channels; ``space``: a row of work space per thread of the
+    team)."""
     _pointwise_record(record, reals, units_address(_pointwise_transposed_units),
                       pointwise_transposed.unit_count(x.shape[0], panels.shape[0], x.shape[2]),
                       panels, x, bias, residual, y, space, code, act_a, act_b)
@@ -594,7 +603,7 @@ def _pointwise_transposed_job(record, reals, panels, x, bias, residual, y, space
 @kernel(nogil=True, exported=(RECORD, REALS, array(3), array(3), array(1), array(3),
                               array(2), INT, FLOAT, FLOAT))
 def _dense_job(record, reals, weight, x, bias, y, space, code, act_a, act_b):
-    """DENSE, as dense._dense (``space`` of no rows: ``weight`` is panels) or _dense_rows
+    """A dense layer, as dense._dense (``space`` of no rows: ``weight`` is panels) or _dense_rows
     (a row of ``space`` per thread of the team) (units: bands of rows by panels)."""
     _pointwise_record(record, reals, units_address(_dense_units),
                       dense.unit_count(x.shape[1], y.shape[2]), weight, x, bias, x[:0], y,
@@ -618,7 +627,7 @@ def _pointwise_record(record, reals, run, units, weight, x, bias, residual, y, s
 @kernel(nogil=True, exported=(RECORD, REALS, array(3), array(2), *[INT] * 10))
 def _im2col_job(record, reals, x, cols, kh, kw, stride_h, stride_w, dil_h, dil_w, top,
                 left, out_h, out_w):
-    """IM2COL, as gemm._im2col (units: input channels)."""
+    """im2col, as gemm._im2col (units: input channels)."""
     record[RUN], record[UNITS] = units_address(_im2col_units), x.shape[0]
     _put(record, ARRAYS[IC_X], x)
     _put(record, ARRAYS[IC_COLS], cols)
@@ -631,7 +640,7 @@ def _im2col_job(record, reals, x, cols, kh, kw, stride_h, stride_w, dil_h, dil_w
 
 @kernel(nogil=True, exported=(RECORD, REALS, array(3), array(3), array(1, INT)))
 def _split_planes_job(record, reals, x, phases, geometry):
-    """SPLIT_PLANES, as gemm._split_planes (units: planes)."""
+    """Stride phases, as gemm._split_planes (units: planes)."""
     record[RUN], record[UNITS] = units_address(_split_planes_units), x.shape[0] * x.shape[1]
     _put(record, ARRAYS[SP_X], x)
     _put(record, ARRAYS[SP_PHASES], phases)
@@ -639,11 +648,11 @@ def _split_planes_job(record, reals, x, phases, geometry):
 
 
 @kernel(nogil=True, exported=(RECORD, REALS, INT, array(4), array(3), *[INT] * 5))
-def _winograd_input_job(record, reals, kind, x, v, top, left, tiles_h, tiles_w, row0):
-    """WINOGRAD_IN or WINOGRAD_F2_IN (``kind``), as a Winograd input transform (units: input
+def _winograd_input_job(record, reals, f2, x, v, top, left, tiles_h, tiles_w, row0):
+    """A Winograd input transform, F(4x4)'s or (``f2`` not 0) F(2x2)'s (units: input
     planes)."""
-    record[RUN] = (units_address(_winograd_input_units) if kind == WINOGRAD_IN
-                   else units_address(_winograd_f2_input_units))
+    record[RUN] = (units_address(_winograd_f2_input_units) if f2
+                   else units_address(_winograd_input_units))
     record[UNITS] = x.shape[0] * x.shape[1]
     _put(record, ARRAYS[WI_X], x)
     _put(record, ARRAYS[WI_V], v)
@@ -653,12 +662,12 @@ def _winograd_input_job(record, reals, kind, x, v, top, left, tiles_h, tiles_w, 
 
 @kernel(nogil=True, exported=(RECORD, REALS, INT, array(3), array(4), array(1),
                               array(4), *[INT] * 4, FLOAT, FLOAT))
-def _winograd_output_job(record, reals, kind, m, y, bias, residual, tiles_h, tiles_w, row0,
+def _winograd_output_job(record, reals, f2, m, y, bias, residual, tiles_h, tiles_w, row0,
                          code, act_a, act_b):
-    """WINOGRAD_OUT or WINOGRAD_F2_OUT (``kind``), as a Winograd output transform (units:
-    output planes)."""
-    record[RUN] = (units_address(_winograd_output_units) if kind == WINOGRAD_OUT
-                   else units_address(_winograd_f2_output_units))
+    """A Winograd output transform, F(4x4)'s or (``f2`` not 0) F(2x2)'s (units: output
+    planes)."""
+    record[RUN] = (units_address(_winograd_f2_output_units) if f2
+                   else units_address(_winograd_output_units))
     record[UNITS] = y.shape[0] * y.shape[1]
     _put(record, ARRAYS[WO_M], m)
     _put(record, ARRAYS[WO_Y], y)

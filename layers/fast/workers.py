@@ -98,9 +98,14 @@ class Team:
     # ---- the jobs: each fills the record (a writer of jobs.py), then runs it ----------
     def _share(self, job, chunks: int, *arguments) -> None:
         """Fill the record with ``job(record, reals, *arguments)`` and run it in ``chunks``
-        chunks, with the helpers."""
+        chunks, with the helpers. A chunk whose kernel raised (an allocation that failed,
+        say) leaves its part of the output unwritten: an error here, not a wrong answer."""
         job(self.record, self.reals, *arguments)
         self._work(self.control, self.record, self.reals, chunks, 0, 0)
+        if self.control[jobs.FAILED]:
+            raise RuntimeError(f"a fast kernel failed in a shared job "
+                               f"({getattr(job, '__name__', job)})"
+                               " (out of memory?): its output is incomplete")
 
     def depthwise(self, x: np.ndarray, weight: np.ndarray, bias: np.ndarray, y: np.ndarray,
                   stride, dilation, pads, activation: Activation) -> None:
@@ -125,16 +130,14 @@ class Team:
     def winograd_input(self, f2: bool, x: np.ndarray, v: np.ndarray, top: int, left: int,
                        tiles_h: int, tiles_w: int, row0: int) -> None:
         """A Winograd input transform (F(2x2)'s if ``f2``, else F(4x4)'s), shared."""
-        kind = jobs.WINOGRAD_F2_IN if f2 else jobs.WINOGRAD_IN
-        self._share(jobs._winograd_input_job, self.chunks, kind, x, v, top, left, tiles_h,
+        self._share(jobs._winograd_input_job, self.chunks, int(f2), x, v, top, left, tiles_h,
                     tiles_w, row0)
 
     def winograd_output(self, f2: bool, m: np.ndarray, y: np.ndarray, bias: np.ndarray,
                         residual: np.ndarray, tiles_h: int, tiles_w: int, row0: int,
                         activation: Activation) -> None:
         """A Winograd output transform, shared (bias and residual: empty arrays for none)."""
-        kind = jobs.WINOGRAD_F2_OUT if f2 else jobs.WINOGRAD_OUT
-        self._share(jobs._winograd_output_job, self.chunks, kind, m, y, bias, residual,
+        self._share(jobs._winograd_output_job, self.chunks, int(f2), m, y, bias, residual,
                     tiles_h, tiles_w, row0, activation.code, activation.a, activation.b)
 
     def pointwise(self, weight: np.ndarray, x: np.ndarray, bias: np.ndarray,
@@ -161,8 +164,8 @@ class Team:
 
     def _check_space(self, space: np.ndarray, floats: int) -> None:
         """A job's work space has a row of ``floats`` or more for every thread of the team
-        (the jobs' units functions index it by the thread's slot, and the kernels write into it,
-        unchecked)."""
+        (the jobs' units functions index it by the thread's slot, and the kernels write into
+        it, unchecked)."""
         if space.ndim != 2 or space.shape[0] < self.threads or space.shape[1] < floats:
             raise ValueError(f"work space of shape {space.shape} for a team of {self.threads} "
                              f"threads: one row of {floats} floats per thread needed")

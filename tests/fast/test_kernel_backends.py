@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from layers.fast import aot, backend
+from layers.fast import aot, backend, workers
 from layers.fast.depthwise import depthwise_conv2d, pack_channel_blocks, uses_channels_last
 from layers.fast.epilogue import (CLAMP, SILU, Activation)
 from layers.fast.gemm import gemm_conv2d, pack_gemm_weight
@@ -102,6 +102,71 @@ def test_ahead_of_time_and_just_in_time_kernels_agree_bit_for_bit(run):
     with just_in_time():
         jit = run()
     np.testing.assert_array_equal(ahead, jit)
+
+
+def shared_upsampling(blas) -> np.ndarray:
+    """Nearest upsampling of 6 planes shared by this thread and one helper: a job whose
+    writer puts its units function's address in the record, and _work calls it there
+    (atomics.units_address, run_units), on both threads."""
+    team = workers.Team(1, blas)                      # made here: it keeps the _work it finds
+    team.active.set()
+    try:
+        y = np.empty((2, 3, 10, 14), np.float32)
+        team.upsample(rand(2, 3, 5, 7), y, 2, 2)
+        return y
+    finally:
+        team.stop()
+
+
+@aot_only
+@pytest.mark.xdist_group("just in time")
+def test_a_job_shared_with_a_helper_gives_the_same_bits_either_way():
+    blas = workers.find_blas()
+    if blas is None:
+        pytest.skip("numpy's BLAS not found: no helper threads")
+    ahead = shared_upsampling(blas)
+    with just_in_time():
+        jit = shared_upsampling(blas)
+    np.testing.assert_array_equal(ahead, jit)
+    np.testing.assert_array_equal(ahead, rand(2, 3, 5, 7).repeat(2, 2).repeat(2, 3))
+
+
+@aot_only
+@pytest.mark.xdist_group("just in time")
+def test_a_chunk_that_raises_fails_the_shared_job_instead_of_leaving_it_half_done():
+    """A units function's exception cannot reach the caller from a helper thread: run_units
+    reports it, _work marks the job FAILED, and the team raises, here for a units function
+    (compiled just in time) that raises from the third unit on."""
+    import numba
+
+    from layers.fast import atomics, jobs
+
+    blas = workers.find_blas()
+    if blas is None:
+        pytest.skip("numpy's BLAS not found: no helper threads")
+    backend.use_jit()                                  # the intrinsics, as numba functions
+    units_address = atomics.units_address
+
+    @numba.njit
+    def raising_units(record, reals, slot, first, last):
+        if last > 2:
+            raise ValueError("this chunk fails")
+
+    @numba.njit
+    def raising_job(record, reals, units):
+        record[jobs.RUN] = units_address(raising_units)
+        record[jobs.UNITS] = units
+
+    team = workers.Team(1, blas)
+    team.active.set()
+    try:
+        with pytest.raises(RuntimeError, match="a fast kernel failed in a shared job"):
+            team._share(raising_job, 4, 4)
+        y = np.empty((2, 3, 10, 14), np.float32)               # the next job runs as usual
+        team.upsample(rand(2, 3, 5, 7), y, 2, 2)
+        np.testing.assert_array_equal(y, rand(2, 3, 5, 7).repeat(2, 2).repeat(2, 3))
+    finally:
+        team.stop()
 
 
 @aot_only
