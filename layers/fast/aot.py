@@ -83,6 +83,13 @@ def key() -> str:
 
 
 PARTS = 2     # modules, compiled side by side by as many child processes
+# numba compiles a kernel in each process that compiles an exported kernel calling it, so the
+# ones that call the same kernels are compiled together: the matrix products (the 1x1, im2col,
+# dense and Winograd kernels, which share pointwise_blocks and the transforms) with their
+# jobs in the first module, all the other kernels in the second
+PRODUCT_MODULES = ("pointwise", "dense", "gemm", "winograd", "winograd_f2")
+PRODUCT_JOBS = ("pointwise_job", "dense_job", "gemm_job", "im2col_job", "split_planes_job",
+                "winograd_input_job", "winograd_output_job")
 BUILD_TIMEOUT = 600   # seconds; a build that takes longer is given up (the JIT takes over)
 STILL = 30            # seconds between the build's "still compiling" lines
 
@@ -284,8 +291,13 @@ def _features(target) -> str:
 
 
 def kernels_of_part(part: int) -> list:
-    """The exported kernels compiled into part ``part``: dealt out in turn over the parts."""
-    return binding.exported_kernels()[part::PARTS]
+    """The exported kernels compiled into part ``part``: the products and their jobs
+    (PRODUCT_MODULES, PRODUCT_JOBS), then the others."""
+    exported = binding.exported_kernels()
+    products = [k for k in exported if k.name in PRODUCT_JOBS
+                or k.func.__module__.rsplit(".", 1)[-1] in PRODUCT_MODULES]
+    parts = [products, [k for k in exported if k not in products]]
+    return parts[part] if part < len(parts) else []
 
 
 def _build_in_children(directory: Path, parts: list[int], shown: Path | None = None) -> None:

@@ -255,6 +255,17 @@ def test_when_the_module_cannot_be_built_numba_compiles_just_in_time(monkeypatch
     assert "no C compiler" in caplog.text and "just in time" in caplog.text
 
 
+def test_the_parts_hold_every_exported_kernel_once_and_the_products_together():
+    exported = backend.exported_kernels()
+    parts = [aot.kernels_of_part(part) for part in range(aot.PARTS)]
+    assert sorted(k.name for part in parts for k in part) == sorted(k.name for k in exported)
+    assert set(aot.PRODUCT_JOBS) <= {k.name for k in parts[0]}      # no name gone stale
+    modules = {k.func.__module__.rsplit(".", 1)[-1] for k in exported}
+    assert set(aot.PRODUCT_MODULES) <= modules
+    assert {k.func.__module__.rsplit(".", 1)[-1] for k in parts[1]}.isdisjoint(
+        aot.PRODUCT_MODULES)
+
+
 def test_the_module_name_follows_the_kernel_sources(monkeypatch):
     before = aot.key()
     monkeypatch.setattr(aot, "cpu_description", lambda: "another CPU")
