@@ -10,9 +10,10 @@ sources of the kernels, the numba, numpy and Python versions, the CPU (and numba
 NUMBA_CPU_NAME and NUMBA_CPU_FEATURES, which override it) and the width of the register
 tiles (layers/fast/simd.py's LANES, which PNNX_INFER_LANES may set); a change to any of them
 makes new modules, built the next time a graph is built (a minute or two, once).
-The kernels are dealt into PARTS modules, compiled by as many child processes side by side
-(numba's compiler is single-threaded). The children keep numba and LLVM out of the process
-that asked; a file lock makes processes starting together build once.
+The kernels are grouped into PARTS modules (``kernels_of_part``), compiled by as many child
+processes side by side (numba's compiler is single-threaded). The children keep numba and
+LLVM out of the process that asked; a file lock makes processes starting together build
+once.
 
 The modules live in numba's cache directory when ``NUMBA_CACHE_DIR`` is set, else in
 layers/fast/__pycache__ (beside numba's own cache), else in ~/.cache/pnnx-infer.
@@ -82,11 +83,12 @@ def key() -> str:
     return digest.hexdigest()
 
 
-PARTS = 2     # modules, compiled side by side by as many child processes
-# numba compiles a kernel in each process that compiles an exported kernel calling it, so the
-# ones that call the same kernels are compiled together: the matrix products (the 1x1, im2col,
-# dense and Winograd kernels, which share pointwise_blocks and the transforms) with their
-# jobs in the first module, all the other kernels in the second
+PARTS = 2     # modules, compiled side by side by as many child processes: kernels_of_part's
+# two groups. numba compiles a kernel in each process that compiles an exported kernel
+# calling it, so the ones that call the same kernels are compiled together: the matrix
+# products (pointwise_blocks and the Winograd transforms, which the 1x1, im2col, dense and
+# Winograd kernels share) with their jobs in the first module, all the other kernels (the
+# transposed 1x1 among them, which balances the two) in the second
 PRODUCT_MODULES = ("pointwise", "dense", "gemm", "winograd", "winograd_f2")
 PRODUCT_JOBS = ("pointwise_job", "dense_job", "gemm_job", "im2col_job", "split_planes_job",
                 "winograd_input_job", "winograd_output_job")

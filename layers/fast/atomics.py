@@ -20,7 +20,8 @@ another would spin forever. These few operations are written in LLVM IR instead:
                                    kernel of (record, reals, slot, first, last)
     run_units(address, record, reals, slot, first, last)
                                    calls the units function at ``address``; 1, or 0 if it
-                                   raised (the exception itself is dropped)
+                                   raised (the exception itself is dropped, and numba's
+                                   record of one with run-time values is not freed)
 
 ``flags`` is an int64 array. The last five let kernels hand work over as addresses in an int64
 array: an array's (float_array), BLAS's (sgemm, sgemv), a units function's (units_address

@@ -100,10 +100,12 @@ class Team:
         """Fill the record with ``job(record, reals, *arguments)`` and run it in ``chunks``
         chunks, with the helpers. A chunk whose kernel raised (an allocation that failed,
         say) leaves its part of the output unwritten: an error here, not a wrong answer."""
+        if chunks <= 0:                # no units (an empty batch): nothing to run, and
+            return                     # _work would take it for a helper's loop
         job(self.record, self.reals, *arguments)
         self._work(self.control, self.record, self.reals, chunks, 0, 0)
         if self.control[jobs.FAILED]:
-            raise RuntimeError(f"a fast kernel failed in a shared job "
+            raise RuntimeError("a fast kernel failed in a shared job "
                                f"({getattr(job, '__name__', job)})"
                                " (out of memory?): its output is incomplete")
 

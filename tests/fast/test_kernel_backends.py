@@ -107,7 +107,7 @@ def test_ahead_of_time_and_just_in_time_kernels_agree_bit_for_bit(run):
 def shared_upsampling(blas) -> np.ndarray:
     """Nearest upsampling of 6 planes shared by this thread and one helper: a job whose
     writer puts its units function's address in the record, and _work calls it there
-    (atomics.units_address, run_units), on both threads."""
+    (atomics.units_address, run_units), on whichever thread takes each chunk."""
     team = workers.Team(1, blas)                      # made here: it keeps the _work it finds
     team.active.set()
     try:
