@@ -2,9 +2,11 @@
 ahead of time (the default: an extension module, no numba in the process) and just in time
 (numba.njit). The kernels a model meets most (depthwise and 1x1 convolutions) are run both
 ways on the same inputs, through the public functions that call them, and must agree bit for
-bit, as must a small model's output in a process of each kind. Not every kernel: numba is
-slow to compile each one just in time, and both ways compile the same source through the same
-numba front end, so a difference would be one of the way, not of a kernel. Every kernel is
+bit, as must a small model's output in a process of each kind and a job shared with a helper
+thread. Not every kernel: numba is slow to compile each one just in time, and both ways
+compile the same source through the same numba front end, so a difference would be one of
+the way (a kernel's options: the depthwise kernels have fastmath's, the 1x1's helpers are
+inlined or not), not of a kernel. Every kernel is
 checked against the numpy references and torch in tests/fast/test_fast_kernels.py, which runs
 whichever back end is bound."""
 
@@ -24,7 +26,6 @@ from layers.fast import aot, backend, workers
 from layers.fast.depthwise import depthwise_conv2d, pack_channel_blocks, uses_channels_last
 from layers.fast.epilogue import (CLAMP, SILU, Activation)
 from layers.fast.gemm import gemm_conv2d, pack_gemm_weight
-from layers.fast.pointwise_transposed import pack_panels, pointwise_transposed_conv2d
 from parser.errors import InferError
 from support import write_pnnx
 
@@ -84,14 +85,6 @@ def pointwise_runs():
             rand(2, c_in, 11, 9), pack_gemm_weight(rand(c_out, c_in, 1, 1, seed=6), 1),
             rand(c_out, seed=7), (1, 1), (1, 1), (0, 0, 0, 0), (1, 1), (11, 9),
             Activation(SILU), rand(2, c_out, 11, 9, seed=8))
-    yield lambda: transposed(pack_panels(rand(7, 300, seed=6)), rand(2, 300, 49),
-                             rand(7, seed=3), rand(2, 7, 49, seed=8))     # 1x1 on small images
-
-
-def transposed(panels, x, bias, residual):
-    y = np.empty(residual.shape, np.float32)
-    pointwise_transposed_conv2d(panels, x, bias, residual, Activation(SILU), y)
-    return y
 
 
 @aot_only
