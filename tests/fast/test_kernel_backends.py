@@ -5,10 +5,9 @@ ways on the same inputs, through the public functions that call them, and must a
 bit, as must a small model's output in a process of each kind and a job shared with a helper
 thread. Not every kernel: numba is slow to compile each one just in time, and both ways
 compile the same source through the same numba front end, so a difference would be one of
-the way (a kernel's options: the depthwise kernels have fastmath's, the 1x1's helpers are
-inlined or not), not of a kernel. Every kernel is
-checked against the numpy references and torch in tests/fast/test_fast_kernels.py, which runs
-whichever back end is bound."""
+the way (a kernel's options: the depthwise kernels' fastmath flags, the 1x1's helpers inlined
+or not), not of a kernel. Every kernel is checked against the numpy references and torch in
+tests/fast/test_fast_kernels.py, which runs whichever back end is bound."""
 
 from __future__ import annotations
 
