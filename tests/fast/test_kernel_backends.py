@@ -96,29 +96,38 @@ def test_ahead_of_time_and_just_in_time_kernels_agree_bit_for_bit(run):
     np.testing.assert_array_equal(ahead, jit)
 
 
-def shared_upsampling(blas) -> np.ndarray:
-    """Nearest upsampling of 6 planes shared by this thread and one helper: a job whose
-    writer puts its units function's address in the record, and _work calls it there
-    (atomics.units_address, run_units), on whichever thread takes each chunk."""
-    team = workers.Team(1, blas)                      # made here: it keeps the _work it finds
+@contextlib.contextmanager
+def team_with_a_helper():
+    """A team of this thread and one helper, made here (it keeps the _work it finds: made
+    inside just_in_time(), the just-in-time one) and stopped after; a skip without numpy's
+    BLAS (no helper threads then)."""
+    blas = workers.find_blas()
+    if blas is None:
+        pytest.skip("numpy's BLAS not found: no helper threads")
+    team = workers.Team(1, blas)
     team.active.set()
     try:
-        y = np.empty((2, 3, 10, 14), np.float32)
-        team.upsample(rand(2, 3, 5, 7), y, 2, 2)
-        return y
+        yield team
     finally:
         team.stop()
+
+
+def upsampled(team) -> np.ndarray:
+    """Nearest upsampling of 6 planes shared by ``team``: a job whose writer puts its units
+    function's address in the record, and _work calls it there (atomics.units_address,
+    run_units), on whichever thread takes each chunk."""
+    y = np.empty((2, 3, 10, 14), np.float32)
+    team.upsample(rand(2, 3, 5, 7), y, 2, 2)
+    return y
 
 
 @aot_only
 @pytest.mark.xdist_group("just in time")
 def test_a_job_shared_with_a_helper_gives_the_same_bits_either_way():
-    blas = workers.find_blas()
-    if blas is None:
-        pytest.skip("numpy's BLAS not found: no helper threads")
-    ahead = shared_upsampling(blas)
-    with just_in_time():
-        jit = shared_upsampling(blas)
+    with team_with_a_helper() as team:
+        ahead = upsampled(team)
+    with just_in_time(), team_with_a_helper() as team:
+        jit = upsampled(team)
     np.testing.assert_array_equal(ahead, jit)
     np.testing.assert_array_equal(ahead, rand(2, 3, 5, 7).repeat(2, 2).repeat(2, 3))
 
@@ -133,9 +142,6 @@ def test_a_chunk_that_raises_fails_the_shared_job_instead_of_leaving_it_half_don
 
     from layers.fast import atomics, jobs
 
-    blas = workers.find_blas()
-    if blas is None:
-        pytest.skip("numpy's BLAS not found: no helper threads")
     backend.use_jit()                                  # the intrinsics, as numba functions
     units_address = atomics.units_address
 
@@ -149,16 +155,11 @@ def test_a_chunk_that_raises_fails_the_shared_job_instead_of_leaving_it_half_don
         record[jobs.RUN] = units_address(raising_units)
         record[jobs.UNITS] = units
 
-    team = workers.Team(1, blas)
-    team.active.set()
-    try:
+    with team_with_a_helper() as team:
         with pytest.raises(RuntimeError, match="a fast kernel failed in a shared job"):
             team._share(raising_job, 4, 4)
-        y = np.empty((2, 3, 10, 14), np.float32)               # the next job runs as usual
-        team.upsample(rand(2, 3, 5, 7), y, 2, 2)
-        np.testing.assert_array_equal(y, rand(2, 3, 5, 7).repeat(2, 2).repeat(2, 3))
-    finally:
-        team.stop()
+        y = upsampled(team)                                   # the next job runs as usual
+    np.testing.assert_array_equal(y, rand(2, 3, 5, 7).repeat(2, 2).repeat(2, 3))
 
 
 @aot_only
