@@ -448,13 +448,22 @@ def pack_stack(weight: np.ndarray) -> np.ndarray:
     panels of ROWS output channels (the last one's fewer), a panel's column k at
     c0 * C_in + k * rows, its rows one after the other. The same shape and values, moved.
     For N > 1 only: pointwise_blocks reads a single matrix (N = 1) as it is."""
-    n, c_out, c_in = weight.shape
-    packed = np.empty((n, c_out * c_in), np.float32)
-    for c0 in range(0, c_out, ROWS):
-        rows = min(ROWS, c_out - c0)
-        packed[:, c0 * c_in:(c0 + rows) * c_in] = (
-            weight[:, c0:c0 + rows].transpose(0, 2, 1).reshape(n, rows * c_in))
-    return packed.reshape(n, c_out, c_in)
+    return in_panels(weight[..., None]).reshape(weight.shape)
+
+
+def in_panels(entries: np.ndarray) -> np.ndarray:
+    """(N, C_out, C_in, T) -> (N, C_out * C_in, T) float32: the (C_out, C_in) entries of each
+    of the N matrices in pack_stack's order, the T values of an entry kept together. A
+    product that computes each entry from its own values alone (Winograd's filter
+    transform) can run on entries in this order and give a stack already in panels."""
+    n, c_out, c_in, t = entries.shape
+    moved = np.empty((n, c_out * c_in, t), np.float32)
+    whole = c_out - c_out % ROWS                  # the full panels, moved in one copy
+    moved[:, :whole * c_in].reshape(n, whole // ROWS, c_in, ROWS, t)[...] = (
+        entries[:, :whole].reshape(n, whole // ROWS, ROWS, c_in, t).transpose(0, 1, 3, 2, 4))
+    moved[:, whole * c_in:].reshape(n, c_in, c_out - whole, t)[...] = (
+        entries[:, whole:].transpose(0, 2, 1, 3))
+    return moved
 
 
 def pointwise_conv2d(weight: np.ndarray, x: np.ndarray, bias: np.ndarray | None,

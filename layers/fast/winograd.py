@@ -34,7 +34,7 @@ import numpy as np
 
 from layers.fast.kernel import FLOAT, INT, array, kernel
 from layers.fast.epilogue import IDENTITY, Activation, NO_ARRAY, finish_row
-from layers.fast.pointwise import pack_stack, pointwise_conv2d
+from layers.fast.pointwise import in_panels, pointwise_conv2d
 from layers.fast.team import current_team, scratch
 
 NO_RESIDUAL = np.zeros((0, 0, 0, 0), np.float32)
@@ -85,11 +85,12 @@ def transform_filters(weight: np.ndarray, gg_t: np.ndarray) -> np.ndarray:
     forward), with the same bits either way (BLAS cut into bands may round differently, as
     OpenBLAS picks its kernel by the size)."""
     c_out, c_in = weight.shape[:2]
-    filters = np.ascontiguousarray(weight.reshape(c_out * c_in, 9).T, np.float32)  # (9, O*C)
+    # (9, O*C), the filters in the panels' order: the product's rows come out in panels
+    filters = np.ascontiguousarray(in_panels(weight.reshape(1, c_out, c_in, 9))[0].T)
     taps = gg_t.shape[1]
     packed = np.empty((1, taps, c_out * c_in), np.float32)
     pointwise_conv2d(np.ascontiguousarray(gg_t.T), filters[None], None, None, IDENTITY, packed)
-    return pack_stack(packed.reshape(taps, c_out, c_in))      # as the products read it
+    return packed.reshape(taps, c_out, c_in)
 
 
 @kernel(inline="always")
