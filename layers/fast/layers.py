@@ -48,6 +48,7 @@ from layers.convolution import (Conv1d, Conv2d, ConvTranspose1d, ConvTranspose2d
                                 FunctionalConv1d, FunctionalConv2d, lift_shape)
 from layers.expression import ELEMENTWISE, ExpressionLayer
 from layers.fast import excitation, norm, pool, softmax, upsample, workers
+from layers.fast.algorithms import Call as ConvCall
 from layers.fast.conv import PackedConv2d, kernel_layout
 from layers.fast.dense import dense
 from layers.fast.gemm import scatter_taps
@@ -94,7 +95,13 @@ class FastConv2d(KernelActivation, Conv2d):
         self.packed = PackedConv2d(self.weight, self.bias, self.stride, self.dilation,
                                    self.groups)
         self.packed.load_candidate_kernels()
+        self._forget_geometries()
+
+    def _forget_geometries(self) -> None:
+        """What _geometry and _forward_fast worked out per input shape: made again after a
+        fusion changes the padding, the activation or the weights."""
         self._geometries: dict[Shape, tuple] = {}
+        self._calls: dict[Shape, ConvCall] = {}
 
     def prepare(self, input_shapes: Sequence[Shape] | None) -> None:
         """Pack the weights for the algorithm these shapes take (or, with shapes known only
@@ -104,7 +111,7 @@ class FastConv2d(KernelActivation, Conv2d):
             return
         x_shape = self._kernel_shape(tuple(input_shapes[0]))
         if len(x_shape) == 4:
-            _, _, out_hw, _ = self._geometry(x_shape)
+            out_hw = self._geometry(x_shape)[2]
             self.packed.prepare(x_shape[0], out_hw)
 
     def _kernel_shape(self, shape: Shape) -> Shape:
@@ -114,11 +121,11 @@ class FastConv2d(KernelActivation, Conv2d):
     # ----- fusion: the kernels' geometry and epilogue change with what is folded in -------
     def fuse_padding(self, left: int, right: int, top: int, bottom: int) -> None:
         super().fuse_padding(left, right, top, bottom)
-        self._geometries = {}
+        self._forget_geometries()
 
     def fuse_activation(self, layer: Layer) -> None:
         super().fuse_activation(layer)
-        self._geometries = {}
+        self._forget_geometries()
 
     def fuse_affine(self, scale: float, shift: float) -> None:
         super().fuse_affine(scale, shift)
@@ -146,21 +153,24 @@ class FastConv2d(KernelActivation, Conv2d):
                       out: np.ndarray | None = None) -> np.ndarray:
         """The packed kernels, with padding, bias, residual and activation fused in; into
         ``out`` where the kernels compute the whole result."""
-        pre_pad, pads, out_hw, activation = self._geometry(x.shape)
+        pre_pad, pads, out_hw, activation, full = self._geometry(x.shape)
         if pre_pad is not None:                    # reflect, replicate or circular first
             x = kernels.pad(x, pre_pad, mode=self.padding_mode)
-        full = (x.shape[0], self.out_channels, *out_hw)
-        broadcast = residual is not None and residual.shape != full   # numpy adds it
-        if activation is None or broadcast:
+        if activation is None or (residual is not None and residual.shape != full):
             return self._finish(self.packed.run(x, pads, out_hw, IDENTITY), residual)
-        if out is not None and out.shape != full:
-            out = None
-        return self.packed.run(x, pads, out_hw, activation, residual, out)
+        if out is None or out.shape != full:       # (a residual that broadcasts: numpy adds it)
+            out = np.empty(full, np.float32)
+        call = self._calls.get(x.shape)            # PackedConv2d.run, its lookups made once
+        if call is None:
+            call = self._calls[x.shape] = self.packed.call_for(x.shape, pads, out_hw,
+                                                                activation)
+        call(kernel_layout(x), None if residual is None else kernel_layout(residual), out)
+        return out
 
     def _geometry(self, x_shape: Shape) -> tuple[Pads | None, Pads, tuple[int, int],
-                                                  Activation | None]:
-        """(pre_pad, pads, out_hw, activation) for inputs of ``x_shape``, worked out once per
-        shape: pre_pad is the (left, right, top, bottom) padding kernels.pad adds first for a
+                                                  Activation | None, Shape]:
+        """(pre_pad, pads, out_hw, activation, full) for inputs of ``x_shape``, worked out once
+        per shape: pre_pad is the (left, right, top, bottom) padding kernels.pad adds first for a
         padding_mode other than zeros (else None); pads the zeros (top, bottom, left, right)
         the kernels add, fused padding included; out_hw (Ho, Wo); activation the fused
         activation as the kernels take it (None if they cannot)."""
@@ -181,7 +191,8 @@ class FastConv2d(KernelActivation, Conv2d):
                                                  self.dilation, self.groups)[2:]
             activation = (IDENTITY if self.fused_activation is None
                           else activation_of(self.fused_activation))
-            geometry = (pre_pad, pads, out_hw, activation)
+            full = (x_shape[0], self.out_channels, *out_hw)
+            geometry = (pre_pad, pads, out_hw, activation, full)
             self._geometries[key] = geometry
         return geometry
 
@@ -702,10 +713,9 @@ class FastSqueezeExcitation(SqueezeExcitation):
             return
         assert self.activation is not None and self.gate is not None
         excitation.squeeze_excitation(
-            np.require(x, np.float32, ("C", "A")), y, self.reduce_matrix, self.reduce_bias,
-            self.activation, self.expand_matrix, self.expand_bias, self.gate,
-            self.keeps_input,
-            None if residual is None else np.require(residual, np.float32, ("C", "A")))
+            kernel_layout(x), y, self.reduce_matrix, self.reduce_bias, self.activation,
+            self.expand_matrix, self.expand_bias, self.gate, self.keeps_input,
+            None if residual is None else kernel_layout(residual))
 
 
 @register_fast_layer("nn.MultiheadAttention")
