@@ -120,12 +120,14 @@ class PackedConv2d:
         return BY_NAME[self.algorithm(batch, out_hw)].make_call(self, pads, out_hw, activation)
 
 
-def kernel_layout(x: np.ndarray) -> np.ndarray:
-    """x as the kernels take it: float32, C-contiguous, aligned, writeable (a copy if not)."""
+def kernel_layout(x: np.ndarray, writeable: bool = True) -> np.ndarray:
+    """x as the kernels take it: float32, C-contiguous, aligned, and writeable unless
+    ``writeable`` is False (for a kernel that only reads it); a copy if not."""
     flags = x.flags
-    if x.dtype == np.float32 and flags.c_contiguous and flags.aligned and flags.writeable:
+    if (x.dtype == np.float32 and flags.c_contiguous and flags.aligned
+            and (flags.writeable or not writeable)):
         return x                                   # nearly always: no np.require
-    return np.require(x, np.float32, ("C", "A", "W"))
+    return np.require(x, np.float32, ("C", "A", "W") if writeable else ("C", "A"))
 
 
 def load_kernels(algorithm: str) -> None:

@@ -157,8 +157,9 @@ class FastConv2d(KernelActivation, Conv2d):
         if pre_pad is not None:                    # reflect, replicate or circular first
             x = kernels.pad(x, pre_pad, mode=self.padding_mode)
         if activation is None or (residual is not None and residual.shape != full):
+            # no kernel code for the activation, or a residual that broadcasts: numpy adds it
             return self._finish(self.packed.run(x, pads, out_hw, IDENTITY), residual)
-        if out is None or out.shape != full:       # (a residual that broadcasts: numpy adds it)
+        if out is None or out.shape != full:
             out = np.empty(full, np.float32)
         call = self._calls.get(x.shape)            # PackedConv2d.run, its lookups made once
         if call is None:
@@ -173,7 +174,8 @@ class FastConv2d(KernelActivation, Conv2d):
         per shape: pre_pad is the (left, right, top, bottom) padding kernels.pad adds first for a
         padding_mode other than zeros (else None); pads the zeros (top, bottom, left, right)
         the kernels add, fused padding included; out_hw (Ho, Wo); activation the fused
-        activation as the kernels take it (None if they cannot)."""
+        activation as the kernels take it (None if they cannot); full the output's shape
+        (N, C_out, Ho, Wo)."""
         key = x_shape
         geometry = self._geometries.get(key)
         if geometry is None:
@@ -713,9 +715,9 @@ class FastSqueezeExcitation(SqueezeExcitation):
             return
         assert self.activation is not None and self.gate is not None
         excitation.squeeze_excitation(
-            kernel_layout(x), y, self.reduce_matrix, self.reduce_bias, self.activation,
-            self.expand_matrix, self.expand_bias, self.gate, self.keeps_input,
-            None if residual is None else kernel_layout(residual))
+            kernel_layout(x, writeable=False), y, self.reduce_matrix, self.reduce_bias,
+            self.activation, self.expand_matrix, self.expand_bias, self.gate, self.keeps_input,
+            None if residual is None else kernel_layout(residual, writeable=False))
 
 
 @register_fast_layer("nn.MultiheadAttention")

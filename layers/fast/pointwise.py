@@ -459,6 +459,7 @@ def in_panels(entries: np.ndarray) -> np.ndarray:
     n, c_out, c_in, t = entries.shape
     moved = np.empty((n, c_out * c_in, t), np.float32)
     whole = c_out - c_out % ROWS                  # the full panels, moved in one copy
+    # (each slice of ``moved`` is split along one axis: a view, so the copies land in it)
     moved[:, :whole * c_in].reshape(n, whole // ROWS, c_in, ROWS, t)[...] = (
         entries[:, :whole].reshape(n, whole // ROWS, ROWS, c_in, t).transpose(0, 1, 3, 2, 4))
     moved[:, whole * c_in:].reshape(n, c_in, c_out - whole, t)[...] = (

@@ -71,8 +71,9 @@ def pack_winograd_weight(weight: np.ndarray) -> np.ndarray:
     k = 6 r + s is a matrix over (output, input) channels (in panels: pointwise.pack_stack).
 
     U[(r, s)] = sum_ij G[r, i] g[i, j] G[s, j] is one GEMM with the Kronecker product of G,
-    (36, 9) @ (9, O*C), in float32, then moved into panels (about one rounding,
-    1e-7 of U's values, from float64's result: far below the products' own rounding)."""
+    (36, 9) @ (9, O*C), in float32, on the filters taken in panel order (about one
+    rounding, 1e-7 of U's values, from float64's result: far below the products' own
+    rounding)."""
     return transform_filters(weight, GG_T_32)
 
 

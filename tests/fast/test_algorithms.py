@@ -18,7 +18,7 @@ from layers.fast.algorithms import (GEMM_TRANSPOSED_MAX_PACKED, ONE_UNIT_PLANES_
                                     WINOGRAD_F2_MIN_CHANNELS, WINOGRAD_F2_MIN_TILES,
                                     WINOGRAD_MAX_CHANNELS, WINOGRAD_MAX_PACKED,
                                     WINOGRAD_MIN_CHANNELS, WINOGRAD_MIN_TILES)
-from layers.fast.conv import PackedConv2d
+from layers.fast.conv import PackedConv2d, kernel_layout
 from layers.fast.depthwise import uses_channels_last
 from layers.fast.simd import COLUMNS, LANES
 from layers.fast.pointwise_transposed import transposed_pays
@@ -247,3 +247,19 @@ def test_every_module_that_declares_kernels_is_imported_by_the_binding():
                          cwd=REPO, timeout=120)
     assert run.returncode == 0, run.stderr
     assert run.stdout.strip() == "[]"
+
+
+def test_kernel_layout_copies_only_what_the_kernels_cannot_take():
+    """float32, C-contiguous and aligned arrays pass as they are (read-only ones too when the
+    kernel only reads them); anything else becomes such a copy, with the same values."""
+    x = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
+    assert kernel_layout(x) is x
+    read_only = x.view()
+    read_only.flags.writeable = False
+    assert kernel_layout(read_only, writeable=False) is read_only
+    copied = kernel_layout(read_only)
+    assert copied is not read_only and copied.flags.writeable
+    for other in (x.astype(np.float64), x.transpose(2, 1, 0), read_only[:, :, ::2]):
+        made = kernel_layout(other, writeable=False)
+        assert made.dtype == np.float32 and made.flags.c_contiguous and made.flags.aligned
+        np.testing.assert_array_equal(made, other.astype(np.float32))
