@@ -13,7 +13,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from layers.fast import backend, pointwise, pointwise_transposed
+from layers.fast import backend, pointwise, pointwise_transposed, winograd, winograd_f2
 from layers.fast.conv import PackedConv2d
 from layers.fast.epilogue import (CLAMP, GELU, HARDSIGMOID, HARDSWISH, LEAKY, NONE, RELU,
                                   SIGMOID, SILU, TANH, Activation)
@@ -372,6 +372,34 @@ def test_a_matrix_per_image(images, c_in, c_out, length):
     pointwise.pointwise_conv2d(pointwise.pack_stack(weight), x, None, None, Activation(NONE), y)
     expected = np.einsum("noc,ncl->nol", weight.astype(np.float64), x.astype(np.float64))
     np.testing.assert_allclose(y, expected, rtol=1e-4, atol=1e-4 * np.sqrt(c_in))
+
+
+@pytest.mark.parametrize("c_out, c_in", [(1, 1), (5, 3), (6, 7), (13, 4), (64, 65), (0, 3),
+                                         (4, 0)])
+def test_pack_stack_puts_each_panel_k_major(c_out, c_in):
+    """pack_stack's layout, entry by entry: output channel o = c0 + r of the panel starting at
+    c0 (ROWS channels, the last one fewer) and column k sit at c0 * C_in + k * rows + r."""
+    weight = np.arange(2 * c_out * c_in, dtype=np.float32).reshape(2, c_out, c_in)
+    flat = pointwise.pack_stack(weight).reshape(2, -1)
+    for o in range(c_out):
+        c0 = o - o % ROWS
+        rows = min(ROWS, c_out - c0)
+        for k in range(c_in):
+            assert (flat[:, c0 * c_in + k * rows + o - c0] == weight[:, o, k]).all()
+
+
+@pytest.mark.parametrize("module", [winograd, winograd_f2])
+@pytest.mark.parametrize("c_out, c_in", [(7, 3), (64, 64), (130, 17)])
+def test_the_filter_transform_gives_its_stack_in_panels(module, c_out, c_in):
+    """transform_filters (the product run on filters in panel order) = pack_stack of
+    G g G^T computed in float64, to float32's rounding."""
+    weight = np.random.default_rng(6).standard_normal((c_out, c_in, 3, 3)).astype(np.float32)
+    gg_t = module.GG_T_32.astype(np.float64)                       # (9, taps)
+    exact = np.einsum("kt,ock->toc", gg_t, weight.reshape(c_out, c_in, 9).astype(np.float64))
+    got = module.transform_filters(weight, module.GG_T_32)
+    assert got.shape == exact.shape and got.dtype == np.float32
+    np.testing.assert_allclose(got, pointwise.pack_stack(exact.astype(np.float32)),
+                               rtol=1e-6, atol=1e-6 * np.abs(exact).max())
 
 
 def test_small_images_run_transposed():
