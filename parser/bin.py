@@ -52,19 +52,31 @@ import stat
 import struct
 import weakref
 import zipfile
-from typing import NamedTuple
+import zlib
+from typing import Callable, NamedTuple
 
 import numpy as np
 
 from parser.errors import BinFileError, shorten
+from parser.files import MiB
 from parser.pages import fresh_pages
 from parser.param import DTYPE_NAMES
 from parser.suggest import close_matches
 
-try:                                  # zlib-ng's CRC-32 (vector instructions), as zlib's
-    from zlib_ng.zlib_ng import crc32
-except ImportError:                   # pragma: no cover - zlib-ng is a dependency
-    from zlib import crc32
+# Files from this size have their CRC-32s computed by zlib-ng (vector instructions, several
+# times zlib's speed), below by zlib: importing zlib-ng costs more than it saves on a few MiB.
+FAST_CRC_FROM = 8 * MiB
+
+
+def crc32_for(file_size: int) -> Callable[[memoryview], int]:
+    """The CRC-32 function (zlib's signature) to check the entries of a file of this size."""
+    if file_size >= FAST_CRC_FROM:
+        try:
+            from zlib_ng.zlib_ng import crc32
+            return crc32
+        except ImportError:           # pragma: no cover - zlib-ng is a dependency
+            pass
+    return zlib.crc32
 
 # pnnx dtype name -> dtype of the arrays PnnxBin.read returns.
 # Two pnnx dtypes have no numpy dtype and are widened by a copy (so they are not zero-copy):
@@ -154,6 +166,7 @@ class PnnxBin:
                     raise BinFileError("empty file (not a pnnx bin zip archive)",
                                        path=self.path)
                 self._identity = _identity(info)
+                self._crc32 = crc32_for(info.st_size)
                 if in_memory:
                     # indexed and read from the file opened (the path could name another
                     # file by now)
@@ -319,7 +332,7 @@ class PnnxBin:
                                f"writes stored entries only", path=self.path, entry=key)
         if key not in self._verified:
             with memoryview(self._mm) as view:  # type: ignore[arg-type]
-                crc = crc32(view[entry.offset:entry.offset + entry.size])
+                crc = self._crc32(view[entry.offset:entry.offset + entry.size])
             if crc != entry.crc:
                 raise BinFileError(f"damaged entry: its bytes have CRC-32 {crc:08x}, the zip "
                                    f"directory records {entry.crc:08x}", path=self.path,

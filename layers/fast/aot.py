@@ -609,7 +609,7 @@ class _lock:
 def _kernel_sources() -> list[Path]:
     """The modules that declare kernels, those that declare and bind them (kernel.py,
     binding.py) and this one, which compiles them."""
-    return sorted(set(binding.kernel_sources()) | {Path(__file__).resolve()})
+    return sorted(set(binding.kernel_sources()) | {Path(__file__)})
 
 
 def _version(package: str) -> str:

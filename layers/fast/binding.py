@@ -65,8 +65,10 @@ def kernel_sources() -> list[Path]:
     this one): what the machine code of the kernels depends on, in this package."""
     declared = declared_kernels() + declared_intrinsics()
     modules = {sys.modules[k.func.__module__] for k in declared}
-    return sorted({Path(m.__file__).resolve() for m in modules}
-                  | {HERE / "kernel.py", Path(__file__).resolve()})
+    # the paths as imported (absolute): resolving symlinks would cost a system call for
+    # each part of each path, on every start
+    return sorted({Path(m.__file__) for m in modules}
+                  | {Path(__file__).with_name("kernel.py"), Path(__file__)})
 
 
 _compiled: dict[Declared, Callable] = {}

@@ -4,9 +4,12 @@ the graph, the operator whose weight it is), never a zipfile / struct / numpy er
 from __future__ import annotations
 
 import zipfile
+import zlib
 
 import numpy as np
 import pytest
+
+import parser.bin
 
 from infer import BinFileError, RuntimeGraph
 from support import conv_line, conv_weights, expect_error, write_model
@@ -100,15 +103,26 @@ def test_a_directory_instead_of_a_file(model, tmp_path):
     expect_bin_error(param, tmp_path, "cannot read")
 
 
-def test_flipped_weight_byte_is_caught_by_the_crc(model):
+@pytest.mark.parametrize("crc", ["zlib", "zlib-ng"])
+def test_flipped_weight_byte_is_caught_by_the_crc(model, monkeypatch, crc):
     """A damaged download that keeps the zip structure: the weights would be silently wrong;
-    the entry's CRC-32 catches it."""
+    the entry's CRC-32 catches it, whichever library computes it (zlib-ng from
+    FAST_CRC_FROM bytes)."""
+    if crc == "zlib-ng":
+        monkeypatch.setattr(parser.bin, "FAST_CRC_FROM", 0)
     param, binary = model
     data = bytearray(binary.read_bytes())
     at = data.index(conv_weights()["conv.weight"].tobytes()) + 100
     data[at] ^= 0x10
     binary.write_bytes(bytes(data))
     expect_bin_error(param, binary, "[conv.weight]", "CRC-32")
+
+
+def test_both_crc_functions_agree():
+    data = np.random.default_rng(0).bytes(100_000)
+    assert parser.bin.crc32_for(0) is zlib.crc32
+    fast = parser.bin.crc32_for(parser.bin.FAST_CRC_FROM)
+    assert fast is not zlib.crc32 and fast(data) == zlib.crc32(data)
 
 
 def test_shifted_local_header_is_caught(model):
