@@ -41,12 +41,16 @@ class PackedConv2d:
         self._packs: dict[str, np.ndarray] = {}
         self._guessed: list[str] = []            # Winograd packed at build for any size
         self._calls: dict[tuple, Call] = {}      # call_for's, by input shape and geometry
+        self._chosen: dict[tuple[int, Pair], str] = {}   # algorithm's, by batch and out_hw
         self._lock = threading.Lock()
 
     def algorithm(self, batch: int, out_hw: Pair) -> str:
         """The name of the algorithm that runs this many images of this output size
-        ('depthwise', 'winograd', 'gemm', ...: layers/fast/algorithms.py)."""
-        return algorithms.choose(self, batch, out_hw).name
+        ('depthwise', 'winograd', 'gemm', ...: layers/fast/algorithms.py), chosen once."""
+        name = self._chosen.get((batch, out_hw))
+        if name is None:
+            name = self._chosen[batch, out_hw] = algorithms.choose(self, batch, out_hw).name
+        return name
 
     def packed(self, algorithm: str) -> np.ndarray:
         """The weight packed for ``algorithm``, made on first use."""

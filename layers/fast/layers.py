@@ -104,15 +104,18 @@ class FastConv2d(KernelActivation, Conv2d):
         self._calls: dict[Shape, ConvCall] = {}
 
     def prepare(self, input_shapes: Sequence[Shape] | None) -> None:
-        """Pack the weights for the algorithm these shapes take (or, with shapes known only
-        at run time, what any size is likely to need)."""
+        """Pack the weights for the algorithm these shapes take and make the call
+        _forward_fast will make (or, with shapes known only at run time, pack what any size
+        is likely to need)."""
         if input_shapes is None:
             self.packed.prepare_for_any_size()
             return
         x_shape = self._kernel_shape(tuple(input_shapes[0]))
         if len(x_shape) == 4:
-            out_hw = self._geometry(x_shape)[2]
+            pre_pad, pads, out_hw, activation, _ = self._geometry(x_shape)
             self.packed.prepare(x_shape[0], out_hw)
+            if pre_pad is None and activation is not None and x_shape not in self._calls:
+                self._calls[x_shape] = self.packed.call_for(x_shape, pads, out_hw, activation)
 
     def _kernel_shape(self, shape: Shape) -> Shape:
         """The input's shape as the 2-D kernels see it."""
