@@ -14,6 +14,7 @@ kernel's arguments) is worked out once per input shape and kept too.
 from __future__ import annotations
 
 import threading
+from typing import TypeVar
 
 import numpy as np
 
@@ -23,6 +24,18 @@ from layers.fast.epilogue import Activation
 from parser.bin import release_pages
 
 WINOGRAD = ("winograd", "winograd_f2")      # its two variants, one packing each
+MAX_SIZES = 64      # input sizes whose calls a convolution keeps (a graph keeps 32 plans)
+K, V = TypeVar("K"), TypeVar("V")
+
+
+def kept(cache: dict[K, V], key: K, value: V) -> V:
+    """``cache[key] = value``, returned; a cache of MAX_SIZES entries is emptied first, so
+    that a stream of ever new input sizes does not grow it without end (what goes is made
+    again when asked for)."""
+    if len(cache) >= MAX_SIZES:
+        cache.clear()
+    cache[key] = value
+    return value
 
 
 class PackedConv2d:
@@ -49,7 +62,7 @@ class PackedConv2d:
         ('depthwise', 'winograd', 'gemm', ...: layers/fast/algorithms.py), chosen once."""
         name = self._chosen.get((batch, out_hw))
         if name is None:
-            name = self._chosen[batch, out_hw] = algorithms.choose(self, batch, out_hw).name
+            name = kept(self._chosen, (batch, out_hw), algorithms.choose(self, batch, out_hw).name)
         return name
 
     def packed(self, algorithm: str) -> np.ndarray:
@@ -117,7 +130,7 @@ class PackedConv2d:
         key = (x_shape, pads, out_hw, activation.code, activation.a, activation.b)
         call = self._calls.get(key)
         if call is None:
-            call = self._calls[key] = self._make_call(x_shape[0], pads, out_hw, activation)
+            call = kept(self._calls, key, self._make_call(x_shape[0], pads, out_hw, activation))
         return call
 
     def _make_call(self, batch: int, pads: Pads, out_hw: Pair, activation: Activation) -> Call:

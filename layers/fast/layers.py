@@ -49,7 +49,7 @@ from layers.convolution import (Conv1d, Conv2d, ConvTranspose1d, ConvTranspose2d
 from layers.expression import ELEMENTWISE, ExpressionLayer
 from layers.fast import excitation, norm, pool, softmax, upsample, workers
 from layers.fast.algorithms import Call as ConvCall
-from layers.fast.conv import PackedConv2d, kernel_layout
+from layers.fast.conv import PackedConv2d, kept, kernel_layout
 from layers.fast.dense import dense
 from layers.fast.gemm import scatter_taps
 from layers.fast.pointwise import _zeros, pointwise_conv2d
@@ -115,7 +115,8 @@ class FastConv2d(KernelActivation, Conv2d):
             pre_pad, pads, out_hw, activation, _ = self._geometry(x_shape)
             self.packed.prepare(x_shape[0], out_hw)
             if pre_pad is None and activation is not None and x_shape not in self._calls:
-                self._calls[x_shape] = self.packed.call_for(x_shape, pads, out_hw, activation)
+                kept(self._calls, x_shape, self.packed.call_for(x_shape, pads, out_hw,
+                                                                activation))
 
     def _kernel_shape(self, shape: Shape) -> Shape:
         """The input's shape as the 2-D kernels see it."""
@@ -166,8 +167,8 @@ class FastConv2d(KernelActivation, Conv2d):
             out = np.empty(full, np.float32)
         call = self._calls.get(x.shape)            # PackedConv2d.run, its lookups made once
         if call is None:
-            call = self._calls[x.shape] = self.packed.call_for(x.shape, pads, out_hw,
-                                                                activation)
+            call = kept(self._calls, x.shape, self.packed.call_for(x.shape, pads, out_hw,
+                                                                    activation))
         call(kernel_layout(x), None if residual is None else kernel_layout(residual), out)
         return out
 
@@ -198,7 +199,7 @@ class FastConv2d(KernelActivation, Conv2d):
                           else activation_of(self.fused_activation))
             full = (x_shape[0], self.out_channels, *out_hw)
             geometry = (pre_pad, pads, out_hw, activation, full)
-            self._geometries[key] = geometry
+            kept(self._geometries, key, geometry)
         return geometry
 
 

@@ -421,6 +421,30 @@ def test_winograd_inputs_with_inf_or_nan_give_nan_where_torch_does(shape, algori
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)      # infinities and signs
 
 
+def test_a_convolution_keeps_its_calls_for_a_bounded_number_of_sizes():
+    """A stream of ever new input sizes (a detector fed photos as they come) must not grow
+    a layer's per-size caches without end: past MAX_SIZES they start again, and a size
+    whose call was dropped is made again, right."""
+    from layers.fast import conv as fast_conv
+
+    params = dict(in_channels=4, out_channels=6, kernel_size=(3, 3), padding=(1, 1))
+    module, weights = torch_module(nn.Conv2d, **params)
+    layer = make_layer("nn.Conv2d", dict(params, bias=True), weights, fast=True)
+    sizes = [(5 + i % 9, 5 + i // 9) for i in range(fast_conv.MAX_SIZES + 7)]
+    for size in sizes + sizes[:3]:
+        x = rand(1, 4, *size)
+        y = np.empty((1, 6, *size), np.float32)
+        layer.prepare([x.shape])                       # as the graph plans a new size
+        layer.forward_into([x], [y])
+        with torch.no_grad():
+            want = module(torch.from_numpy(x)).numpy()
+        np.testing.assert_allclose(y, want, rtol=1e-4, atol=1e-5)
+        for cache in (layer._geometries, layer._calls, layer.packed._calls,
+                      layer.packed._chosen):
+            assert 0 < len(cache) <= fast_conv.MAX_SIZES
+        assert x.shape in layer._calls                 # made by prepare, used by the run
+
+
 def test_a_convolution_loads_the_kernels_it_may_run_when_it_is_loaded(monkeypatch):
     """Which kernel runs depends on the input size, unknown at build for a dynamic export;
     so load_model loads every candidate's kernels then, not the first inference."""
