@@ -8,7 +8,8 @@ the table in layers/fast/algorithms.py that fits and pays (the rules are listed 
 Each packing is made the first time it is needed (at build, when the graph plans its
 shapes) and kept; a packing that replaces the weight gives back the pages of the
 memory-mapped weight it was made from. Each call (the algorithm, its packed weight and the
-kernel's arguments) is worked out once per input shape and kept too.
+kernel's arguments) is worked out once per input shape and kept too, for at most MAX_SIZES
+shapes (``remember``): a process fed ever new sizes does not grow without end.
 """
 
 from __future__ import annotations
@@ -24,14 +25,15 @@ from layers.fast.epilogue import Activation
 from parser.bin import release_pages
 
 WINOGRAD = ("winograd", "winograd_f2")      # its two variants, one packing each
-MAX_SIZES = 64      # input sizes whose calls a convolution keeps (a graph keeps 32 plans)
-K, V = TypeVar("K"), TypeVar("V")
+MAX_SIZES = 64      # input sizes whose calls a convolution keeps (more than the plans a graph
+                    # keeps: infer/graph.py's MAX_SHAPE_PLANS)
+_K, _V = TypeVar("_K"), TypeVar("_V")
 
 
-def kept(cache: dict[K, V], key: K, value: V) -> V:
-    """``cache[key] = value``, returned; a cache of MAX_SIZES entries is emptied first, so
-    that a stream of ever new input sizes does not grow it without end (what goes is made
-    again when asked for)."""
+def remember(cache: dict[_K, _V], key: _K, value: _V) -> _V:
+    """Store ``cache[key] = value`` and return the value; a cache that holds MAX_SIZES entries
+    (about: two threads may each add one) is emptied first, so that a stream of ever new
+    input sizes does not grow it without end (what goes is made again when asked for)."""
     if len(cache) >= MAX_SIZES:
         cache.clear()
     cache[key] = value
@@ -59,10 +61,12 @@ class PackedConv2d:
 
     def algorithm(self, batch: int, out_hw: Pair) -> str:
         """The name of the algorithm that runs this many images of this output size
-        ('depthwise', 'winograd', 'gemm', ...: layers/fast/algorithms.py), chosen once."""
+        ('depthwise', 'winograd', 'gemm', ...: layers/fast/algorithms.py), chosen once and
+        remembered."""
         name = self._chosen.get((batch, out_hw))
         if name is None:
-            name = kept(self._chosen, (batch, out_hw), algorithms.choose(self, batch, out_hw).name)
+            name = algorithms.choose(self, batch, out_hw).name
+            remember(self._chosen, (batch, out_hw), name)
         return name
 
     def packed(self, algorithm: str) -> np.ndarray:
@@ -126,11 +130,11 @@ class PackedConv2d:
                  activation: Activation) -> Call:
         """This convolution for inputs of ``x_shape``, as a call ``(x, residual, y)`` that
         writes y: the algorithm, its packed weight and the kernel's arguments are worked out
-        once per shape (a forward asks for the same shapes every time)."""
+        once per shape and remembered (a forward asks for the same shapes every time)."""
         key = (x_shape, pads, out_hw, activation.code, activation.a, activation.b)
         call = self._calls.get(key)
         if call is None:
-            call = kept(self._calls, key, self._make_call(x_shape[0], pads, out_hw, activation))
+            call = remember(self._calls, key, self._make_call(x_shape[0], pads, out_hw, activation))
         return call
 
     def _make_call(self, batch: int, pads: Pads, out_hw: Pair, activation: Activation) -> Call:

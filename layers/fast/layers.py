@@ -49,7 +49,7 @@ from layers.convolution import (Conv1d, Conv2d, ConvTranspose1d, ConvTranspose2d
 from layers.expression import ELEMENTWISE, ExpressionLayer
 from layers.fast import excitation, norm, pool, softmax, upsample, workers
 from layers.fast.algorithms import Call as ConvCall
-from layers.fast.conv import PackedConv2d, kept, kernel_layout
+from layers.fast.conv import PackedConv2d, kernel_layout, remember
 from layers.fast.dense import dense
 from layers.fast.gemm import scatter_taps
 from layers.fast.pointwise import _zeros, pointwise_conv2d
@@ -114,9 +114,8 @@ class FastConv2d(KernelActivation, Conv2d):
         if len(x_shape) == 4:
             pre_pad, pads, out_hw, activation, _ = self._geometry(x_shape)
             self.packed.prepare(x_shape[0], out_hw)
-            if pre_pad is None and activation is not None and x_shape not in self._calls:
-                kept(self._calls, x_shape, self.packed.call_for(x_shape, pads, out_hw,
-                                                                activation))
+            if pre_pad is None and activation is not None:
+                self._call_for(x_shape, pads, out_hw, activation)
 
     def _kernel_shape(self, shape: Shape) -> Shape:
         """The input's shape as the 2-D kernels see it."""
@@ -165,12 +164,19 @@ class FastConv2d(KernelActivation, Conv2d):
             return self._finish(self.packed.run(x, pads, out_hw, IDENTITY), residual)
         if out is None or out.shape != full:
             out = np.empty(full, np.float32)
-        call = self._calls.get(x.shape)            # PackedConv2d.run, its lookups made once
-        if call is None:
-            call = kept(self._calls, x.shape, self.packed.call_for(x.shape, pads, out_hw,
-                                                                    activation))
+        call = self._call_for(x.shape, pads, out_hw, activation)
         call(kernel_layout(x), None if residual is None else kernel_layout(residual), out)
         return out
+
+    def _call_for(self, x_shape: Shape, pads: Pads, out_hw: tuple[int, int],
+                  activation: Activation) -> ConvCall:
+        """PackedConv2d.call_for, looked up by the input's shape alone: the rest of its key
+        follows from the shape until a fusion forgets the geometries (and these calls)."""
+        call = self._calls.get(x_shape)
+        if call is None:
+            call = remember(self._calls, x_shape,
+                            self.packed.call_for(x_shape, pads, out_hw, activation))
+        return call
 
     def _geometry(self, x_shape: Shape) -> tuple[Pads | None, Pads, tuple[int, int],
                                                   Activation | None, Shape]:
@@ -199,7 +205,7 @@ class FastConv2d(KernelActivation, Conv2d):
                           else activation_of(self.fused_activation))
             full = (x_shape[0], self.out_channels, *out_hw)
             geometry = (pre_pad, pads, out_hw, activation, full)
-            kept(self._geometries, key, geometry)
+            remember(self._geometries, key, geometry)
         return geometry
 
 

@@ -442,7 +442,29 @@ def test_a_convolution_keeps_its_calls_for_a_bounded_number_of_sizes():
         for cache in (layer._geometries, layer._calls, layer.packed._calls,
                       layer.packed._chosen):
             assert 0 < len(cache) <= fast_conv.MAX_SIZES
-        assert x.shape in layer._calls                 # made by prepare, used by the run
+
+
+@pytest.mark.parametrize("kind", ["nn.Conv2d", "nn.Conv1d"])
+def test_the_call_is_made_when_the_graph_plans_the_size(kind, monkeypatch):
+    """prepare (the graph's build, or a new size's plan) makes the call a forward then only
+    looks up: Conv1d's under its lifted (N, C, 1, L) shape."""
+    two_d = kind == "nn.Conv2d"
+    params = dict(in_channels=4, out_channels=6, kernel_size=(3, 3) if two_d else 3,
+                  padding=(1, 1) if two_d else 1)
+    module, weights = torch_module(nn.Conv2d if two_d else nn.Conv1d, **params)
+    layer = make_layer(kind, dict(params, bias=True), weights, fast=True)
+    x = rand(2, 4, 7, 9) if two_d else rand(2, 4, 11)
+    layer.prepare([x.shape])
+    assert list(layer._calls) == [x.shape if two_d else (2, 4, 1, 11)]
+
+    def no_new_call(*args):
+        raise AssertionError("the forward made a call prepare should have made")
+    monkeypatch.setattr(layer.packed, "call_for", no_new_call)
+    y = np.empty(module(torch.from_numpy(x)).shape, np.float32)
+    layer.forward_into([x], [y])
+    with torch.no_grad():
+        np.testing.assert_allclose(y, module(torch.from_numpy(x)).numpy(), rtol=1e-4,
+                                   atol=1e-5)
 
 
 def test_a_convolution_loads_the_kernels_it_may_run_when_it_is_loaded(monkeypatch):
