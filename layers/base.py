@@ -237,6 +237,23 @@ class Layer:
         return f"{type(self).__name__}({shown})"
 
 
+MAX_SIZES = 64      # input sizes a layer keeps per-size work for (more than the plans a
+                    # graph keeps: infer/graph.py's MAX_SHAPE_PLANS)
+_K = TypeVar("_K")
+_V = TypeVar("_V")
+
+
+def remember(cache: dict[_K, _V], key: _K, value: _V) -> _V:
+    """Store ``cache[key] = value`` and return the value, for a layer's cache of work done
+    per input size: one holding MAX_SIZES entries (about: two threads may each add one) is
+    emptied first, so that a stream of ever new sizes does not grow it without end (what
+    goes is made again when asked for)."""
+    if len(cache) >= MAX_SIZES:
+        cache.clear()
+    cache[key] = value
+    return value
+
+
 def at_least_1d(x: np.ndarray) -> np.ndarray:
     """``x``, or for a 0-d array a (1,) view of the same memory: what forward_inplace is
     given, so that arithmetic inside it yields arrays, not numpy scalars (``x * 2`` of a 0-d

@@ -15,7 +15,7 @@ import numpy as np
 
 from layers import kernels
 from layers.base import (ArgumentInputLayer, Layer, Param, Shape, as_bool, as_float, as_int,
-                         as_tuple, at_least, param_or_input)
+                         as_tuple, at_least, param_or_input, remember)
 from layers.convolution import lifted
 from layers.registry import register_layer
 from parser.errors import LayerError, ShapeError
@@ -222,9 +222,10 @@ class _AtenPool(ArgumentInputLayer):
                 params[name] = value
         key = tuple(sorted((k, str(v)) for k, v in params.items()))
         cache: dict[tuple[tuple[str, str], ...], _Pool] = self.__dict__.setdefault("_pools", {})
-        if key not in cache:
-            cache[key] = self.POOL(**params)                   # LayerError for bad values
-        return cache[key]
+        pool = cache.get(key)
+        if pool is None:                                       # LayerError for bad values
+            pool = remember(cache, key, self.POOL(**params))   # one per input size, at most
+        return pool
 
     def infer_shapes_from(self, input_shapes: Sequence[Shape],
                           input_values: Sequence[np.ndarray | None]) -> list[Shape]:

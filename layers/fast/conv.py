@@ -9,35 +9,22 @@ Each packing is made the first time it is needed (at build, when the graph plans
 shapes) and kept; a packing that replaces the weight gives back the pages of the
 memory-mapped weight it was made from. Each call (the algorithm, its packed weight and the
 kernel's arguments) is worked out once per input shape and kept too, for at most MAX_SIZES
-shapes (``remember``): a process fed ever new sizes does not grow without end.
+shapes (layers.base's ``remember``): a process fed ever new sizes does not grow without end.
 """
 
 from __future__ import annotations
 
 import threading
-from typing import TypeVar
 
 import numpy as np
 
+from layers.base import remember
 from layers.fast import algorithms
 from layers.fast.algorithms import BY_NAME, Call, Pair, Pads
 from layers.fast.epilogue import Activation
 from parser.bin import release_pages
 
 WINOGRAD = ("winograd", "winograd_f2")      # its two variants, one packing each
-MAX_SIZES = 64      # input sizes whose calls a convolution keeps (more than the plans a graph
-                    # keeps: infer/graph.py's MAX_SHAPE_PLANS)
-_K, _V = TypeVar("_K"), TypeVar("_V")
-
-
-def remember(cache: dict[_K, _V], key: _K, value: _V) -> _V:
-    """Store ``cache[key] = value`` and return the value; a cache that holds MAX_SIZES entries
-    (about: two threads may each add one) is emptied first, so that a stream of ever new
-    input sizes does not grow it without end (what goes is made again when asked for)."""
-    if len(cache) >= MAX_SIZES:
-        cache.clear()
-    cache[key] = value
-    return value
 
 
 class PackedConv2d:

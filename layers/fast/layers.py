@@ -43,13 +43,13 @@ from typing import Sequence
 import numpy as np
 
 from layers import kernels
-from layers.base import FusesActivation, Layer, Shape
+from layers.base import FusesActivation, Layer, Shape, remember
 from layers.convolution import (Conv1d, Conv2d, ConvTranspose1d, ConvTranspose2d,
                                 FunctionalConv1d, FunctionalConv2d, lift_shape)
 from layers.expression import ELEMENTWISE, ExpressionLayer
 from layers.fast import excitation, norm, pool, softmax, upsample, workers
 from layers.fast.algorithms import Call as ConvCall
-from layers.fast.conv import PackedConv2d, kernel_layout, remember
+from layers.fast.conv import PackedConv2d, kernel_layout
 from layers.fast.dense import dense
 from layers.fast.gemm import scatter_taps
 from layers.fast.pointwise import _zeros, pointwise_conv2d

@@ -425,12 +425,12 @@ def test_a_convolution_keeps_its_calls_for_a_bounded_number_of_sizes():
     """A stream of ever new input sizes (a detector fed photos as they come) must not grow
     a layer's per-size caches without end: past MAX_SIZES they start again, and a size
     whose call was dropped is made again, right."""
-    from layers.fast import conv as fast_conv
+    from layers.base import MAX_SIZES
 
     params = dict(in_channels=4, out_channels=6, kernel_size=(3, 3), padding=(1, 1))
     module, weights = torch_module(nn.Conv2d, **params)
     layer = make_layer("nn.Conv2d", dict(params, bias=True), weights, fast=True)
-    sizes = [(5 + i % 9, 5 + i // 9) for i in range(fast_conv.MAX_SIZES + 7)]
+    sizes = [(5 + i % 9, 5 + i // 9) for i in range(MAX_SIZES + 7)]
     for size in sizes + sizes[:3]:
         x = rand(1, 4, *size)
         y = np.empty((1, 6, *size), np.float32)
@@ -441,7 +441,7 @@ def test_a_convolution_keeps_its_calls_for_a_bounded_number_of_sizes():
         np.testing.assert_allclose(y, want, rtol=1e-4, atol=1e-5)
         for cache in (layer._geometries, layer._calls, layer.packed._calls,
                       layer.packed._chosen):
-            assert 0 < len(cache) <= fast_conv.MAX_SIZES
+            assert 0 < len(cache) <= MAX_SIZES
 
 
 @pytest.mark.parametrize("kind", ["nn.Conv2d", "nn.Conv1d"])

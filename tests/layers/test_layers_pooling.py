@@ -415,6 +415,23 @@ def test_aten_avg_pool2d_takes_its_arguments_as_inputs(ceil_mode, count_include_
     np.testing.assert_allclose(y, expected, rtol=1e-5, atol=1e-6)
 
 
+def test_aten_pool_keeps_a_bounded_number_of_configured_pools():
+    """The kernel follows the input's size, so a stream of ever new sizes configures ever new
+    pools: the layer keeps at most MAX_SIZES, and a size whose pool went is configured again."""
+    from layers.base import MAX_SIZES
+
+    layer = make_layer("aten::avg_pool2d")
+    sizes = [(2 + i % 10, 2 + i // 10) for i in range(MAX_SIZES + 5)]
+    for h, w in sizes + sizes[:2]:
+        x = rand(1, 2, 2 * h, 2 * w)
+        kernel = np.array([h, w])                     # F.avg_pool2d(x, (H // 2, W // 2))
+        (y,) = layer.forward([x, kernel, NONE, np.array([0, 0]), np.array(False),
+                              np.array(True), NONE])
+        want = F.avg_pool2d(torch.from_numpy(x), (h, w)).numpy()
+        np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-6)
+        assert 0 < len(layer._pools) <= MAX_SIZES
+
+
 def test_aten_pool_with_bad_arguments_is_an_error():
     layer = make_layer("aten::avg_pool2d")
     with pytest.raises(ShapeError, match="expects 7 inputs"):
