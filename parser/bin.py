@@ -78,6 +78,7 @@ def crc32_for(file_size: int) -> Callable[[memoryview], int]:
             pass
     return zlib.crc32
 
+
 # pnnx dtype name -> dtype of the arrays PnnxBin.read returns.
 # Two pnnx dtypes have no numpy dtype and are widened by a copy (so they are not zero-copy):
 #   bf16  stored as uint16 (the top half of a float32)  -> float32
