@@ -69,8 +69,8 @@ import numpy as np
 from layers.fast import workers
 from layers.fast.depthwise import depthwise_conv2d, pack_channel_blocks, uses_channels_last
 from layers.fast.epilogue import IDENTITY, NO_ARRAY, Activation, bias_residual_activation
-from layers.fast.gemm import gemm_conv2d, gemm_transposed_conv2d, pack_gemm_weight
-from layers.fast.pointwise import pointwise_conv2d
+from layers.fast.gemm import (gemm_conv2d, gemm_transposed_conv2d, pack_gemm_weight,
+                              pointwise_gemm)
 from layers.fast.pointwise_transposed import (lanes_filled, pack_panels,
                                               pointwise_transposed_conv2d, transposed_pays)
 from layers.fast.simd import COLUMNS, LANES
@@ -377,13 +377,10 @@ def _gemm_weight(conv: Convolution) -> np.ndarray:
 def _gemm_call(conv: Convolution, pads: Pads, out_hw: Pair, activation: Activation) -> Call:
     weight, bias = conv.packed("gemm"), conv.bias
     kernel, stride, dilation = conv.kernel, conv.stride, conv.dilation
-    if conv.pointwise and not any(pads):          # x (N, C_in, L) is the product's operand
-        c_in, c_out, length = conv.c_in, conv.c_out, out_hw[0] * out_hw[1]
+    if conv.pointwise and not any(pads):          # gemm_conv2d's first case, decided here
 
-        def product(x, residual, y):              # gemm_conv2d's first case, decided here
-            n = x.shape[0]
-            pointwise_conv2d(weight, x.reshape(n, c_in, length), bias, residual, activation,
-                             y.reshape(n, c_out, length))
+        def product(x, residual, y):
+            pointwise_gemm(x, weight, bias, activation, residual, y)
         return product
 
     def im2col(x, residual, y):

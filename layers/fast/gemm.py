@@ -182,8 +182,7 @@ def gemm_conv2d(x: np.ndarray, packed: np.ndarray, bias: np.ndarray | None,
     direct = kernel == (1, 1) and stride == (1, 1) and not any(pads)
     team = current_team()                          # helper threads to share the work with
     if direct and groups == 1:                     # the input is already the cols matrix
-        pointwise_conv2d(packed, x.reshape(n, group_k, length),
-                         bias, residual, activation, y.reshape(n, group_out, length))
+        pointwise_gemm(x, packed, bias, activation, residual, y)
         return y
     if direct:                                     # grouped: a product per group
         images = x.reshape(n, groups, group_k, length)
@@ -220,6 +219,16 @@ def gemm_conv2d(x: np.ndarray, packed: np.ndarray, bias: np.ndarray | None,
         _matmul(team, packed, cols.reshape(groups, group_k, length), y_groups[i])
         _finish(team, y[i:i + 1], bias, image_residual, activation)
     return y
+
+
+def pointwise_gemm(x: np.ndarray, packed: np.ndarray, bias: np.ndarray | None,
+                   activation: Activation, residual: np.ndarray | None, y: np.ndarray) -> None:
+    """gemm_conv2d of a stride-1 1x1 without padding, in one group, into y (N, C_out, Ho,
+    Wo): x (N, C_in, H, W) is already the product's operand (C_in, H * W) of each image."""
+    n, _, h, w = x.shape
+    _, c_out, c_in = packed.shape
+    pointwise_conv2d(packed, x.reshape(n, c_in, h * w), bias, residual, activation,
+                     y.reshape(n, c_out, h * w))
 
 
 def gemm_transposed_conv2d(x: np.ndarray, panels: np.ndarray, bias: np.ndarray | None,
