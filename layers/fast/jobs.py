@@ -598,6 +598,8 @@ def _pointwise_transposed_job(record, reals, panels, x, bias, residual, y, space
     _pointwise_record(record, reals, units_address(_pointwise_transposed_units),
                       pointwise_transposed.unit_count(x.shape[0], panels.shape[0], x.shape[2]),
                       panels, x, bias, residual, y, space, code, act_a, act_b)
+    for row in range(space.shape[0]):                 # no thread holds a copy of this x yet
+        pointwise.forget_band(space[row])
 
 
 @kernel(nogil=True, exported=(RECORD, REALS, array(3), array(3), array(1), array(3),

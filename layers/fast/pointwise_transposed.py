@@ -11,6 +11,12 @@ channels (``pack_panels``)::
 
     panels[q, k, j] = weight[q * COLUMNS + j, k]          (P, C_in, COLUMNS), zero padded
 
+Tiles of ROWS pixels, then up to ROWS - 1 tiles of ROWS - 1 (``short_tiles``), cover a band
+exactly (49 = 4 x 6 + 5 x 5) where tiles of ROWS alone would end in a part-filled one. Images
+of fewer than COPY_BELOW pixels whose rows are not whole cache lines (7x7's 49 floats) are
+copied, once per image by each thread, into the work space in rows padded to whole lines
+(``copies_x``); the tiles then read x from there (BENCHMARKS.md says why).
+
 A finished tile is stored into a small work space (a band of at most BAND pixels by COLUMNS
 channels). The epilogue writes the band into y (C_out, L) transposed, LANES x LANES blocks at
 a time (simd.py's ``transpose_block``), then adds bias and residual and applies the
@@ -27,12 +33,15 @@ import numpy as np
 
 from layers.fast.kernel import FLOAT, INT, array, kernel
 from layers.fast.epilogue import CLAMP, NONE, RELU, Activation, activate_block, clamp_bounds
-from layers.fast.pointwise import K_BLOCK, NO_RESIDUAL, SHARED_FROM, _zeros
-from layers.fast.simd import (COLUMNS, LANES, ROWS, tile_add, tile_fma, tile_load, tile_store,
-                              tile_zero, transpose_block)
+from layers.fast.pointwise import (HEADER, K_BLOCK, LINE_FLOATS, NO_RESIDUAL, SHARED_FROM,
+                                   _zeros, copy_run, forget_band)
+from layers.fast.simd import (COLUMNS, LANES, ROWS, tile_add, tile_fma, tile_fma_short,
+                              tile_load, tile_store, tile_zero, transpose_block)
 from layers.fast.team import scratch, team_worth_sharing
 
 BAND = 40 * ROWS       # pixels of one unit of work at most (its partial sums: BAND x COLUMNS)
+COPY_BELOW = 4 * LINE_FLOATS   # images of fewer pixels have their x copied into whole lines
+COPY_MOST = 1 << 17    # floats of such a copy at most (512 KiB); a larger x is read in place
 EPILOGUE_CHANNELS = 13  # what the epilogue's transposition of y costs per output value, in
                         # input channels of the product: measured with 16-float vectors only
 
@@ -49,7 +58,9 @@ def transposed_pays(length: int, c_in: int, c_out: int) -> bool:
     Per output value the product costs C_in / (share of lanes filled) either way, plus
     EPILOGUE_CHANNELS transposed: 192 -> 1152 channels on 7x7 runs transposed (its tiles
     fill 0.91 of their lanes against 0.77), 16 -> 1152 does not (the same shares, but 12x
-    fewer channels to pay for the epilogue)."""
+    fewer channels to pay for the epilogue). The shares count tiles of ROWS pixels only:
+    with ``short_tiles`` the transposed kernel fills more than that (this rule errs towards
+    the upright one)."""
     transposed = lanes_filled(length, ROWS) * lanes_filled(c_out, COLUMNS)
     upright = lanes_filled(length, COLUMNS) * lanes_filled(c_out, ROWS)
     return length <= BAND and c_in / transposed + EPILOGUE_CHANNELS < c_in / upright
@@ -73,9 +84,35 @@ def pack_panels(weight: np.ndarray) -> np.ndarray:
 def _pointwise_transposed(panels, x, bias, residual, y, space, code, a, b):
     """y[n] (C_out, L) = activation(weight (C_out, C_in) @ x[n] (C_in, L) + bias[c] +
     residual[n]) from the weight's ``panels``, every unit (``transposed_units``; ``space``:
-    space_size() floats)."""
+    space_size(C_in, L) floats)."""
+    forget_band(space)
     transposed_units(panels, x, bias, residual, y, space, code, a, b, np.int64(0),
                      unit_count(x.shape[0], panels.shape[0], x.shape[2]))
+
+
+@kernel(nogil=True, inline="always")
+def row_of_copy(length):
+    """Floats from one row of x's copy to the next: ``length`` rounded up to whole lines."""
+    return (length + LINE_FLOATS - 1) // LINE_FLOATS * LINE_FLOATS
+
+
+@kernel(nogil=True, inline="always")
+def copies_x(c_in, length):
+    """Whether transposed_units copies each image's x into its work space, in rows padded to
+    whole cache lines (``row_of_copy``), before its tiles read it: for images of fewer than
+    COPY_BELOW pixels whose rows are not whole lines already, unless the copy would be more
+    than COPY_MOST floats."""
+    return (length < COPY_BELOW and length % LINE_FLOATS != 0
+            and c_in * row_of_copy(length) <= COPY_MOST)
+
+
+@kernel(nogil=True, inline="always")
+def short_tiles(pixels):
+    """How many tiles of ROWS - 1 pixels end a band of ``pixels``, the others having ROWS, so
+    that no tile is part-filled: 49 = 4 x 6 + 5 x 5 (0 where ROWS divides it, and where so
+    many would not fit: then the last of the ROWS-pixel tiles is part-filled)."""
+    short = (ROWS - pixels % ROWS) % ROWS
+    return short if short * (ROWS - 1) <= pixels else 0
 
 
 @kernel(nogil=True)
@@ -88,10 +125,13 @@ def unit_count(images, panel_count, length):
 def transposed_units(panels, x, bias, residual, y, space, code, a, b, first, last):
     """Units first .. last - 1 of _pointwise_transposed's y. A unit is one image's band of
     pixels by one panel of COLUMNS channels; consecutive units share the band (the panel
-    changes fastest), so the band of x stays in cache. ``bias`` has C_out values (zeros for
-    none); ``residual`` y's shape, or no values for none; ``code``, a, b: the activation
-    (layers/fast/epilogue.py); ``space``: at least BAND x COLUMNS floats. y must not overlap
-    residual: a band is written into y before the residual is read."""
+    changes fastest), so the band of x stays in cache (or in the work space: ``copies_x``).
+    Tiles of ROWS pixels, then ``short_tiles`` of ROWS - 1, cover a band. ``bias`` has C_out
+    values (zeros for none); ``residual`` y's shape, or no values for none; ``code``, a, b:
+    the activation (layers/fast/epilogue.py); ``space``: space_size(C_in, L) floats, its
+    header saying which image's x it holds (zero for none: ``forget_band`` before each
+    call). y must not overlap residual: a band is written into y before the residual is
+    read."""
     images, c_in, length = x.shape
     c_out, panel_count = y.shape[1], panels.shape[0]
     bands = (length + BAND - 1) // BAND
@@ -100,6 +140,11 @@ def transposed_units(panels, x, bias, residual, y, space, code, a, b, first, las
     has_residual = residual.size > 0
     ws, xs, ys = panels.reshape(panels.size), x.reshape(x.size), y.reshape(y.size)
     no_bias, no_residual = np.zeros(ROWS, np.float32), xs[:0]
+    held, sums = space[:HEADER], space[HEADER:HEADER + BAND * COLUMNS]
+    copy = copies_x(c_in, length)                     # then one band an image
+    copy_row = row_of_copy(length)
+    source, step = (space[HEADER + BAND * COLUMNS:], copy_row) if copy else (xs, length)
+    keep = images < (1 << 24)                         # image numbers exact as float32
     for unit in range(first, last):
         image, index = unit // (bands * panel_count), unit % (bands * panel_count)
         band, panel = index // panel_count, index % panel_count
@@ -108,24 +153,38 @@ def transposed_units(panels, x, bias, residual, y, space, code, a, b, first, las
         c0 = panel * COLUMNS
         w0 = panel * c_in * COLUMNS                    # panels[panel, 0, 0]
         x0 = image * c_in * length                     # x[image, 0, 0]
+        if copy and (not keep or held[0] != np.float32(image + 1)):   # not yet, this thread
+            held[0] = np.float32(image + 1)
+            for k in range(c_in):
+                copy_run(xs, x0 + k * length, source, k * copy_row, length)
+        base = 0 if copy else x0                      # x[image, k, p]: source[base + k * step + p]
+        full_end = stop - short_tiles(stop - start) * (ROWS - 1)
         for k0 in range(0, max(c_in, 1), K_BLOCK):   # a slice of the sum over k
             k1 = min(c_in, k0 + K_BLOCK)
-            for p0 in range(start, stop, ROWS):       # tile[r, j]: pixel p0 + r, channel c0 + j
-                rows = min(ROWS, stop - p0)
+            p0 = start
+            while p0 < stop:                          # tile[r, j]: pixel p0 + r, channel c0 + j
                 at = (p0 - start) * COLUMNS
                 part = tile_zero()                    # the slice's chain, from zero
-                for k in range(k0, k1):               # part += x[k, p0:] (x) panels[k, :]
-                    part = tile_fma(part, xs, x0 + k * length + p0, 1, rows, ws,
-                                    w0 + k * COLUMNS, COLUMNS)
+                if p0 < full_end:                     # part += x[k, p0:] (x) panels[k, :]
+                    rows = min(ROWS, full_end - p0)
+                    for k in range(k0, k1):
+                        part = tile_fma(part, source, base + k * step + p0, 1, rows, ws,
+                                        w0 + k * COLUMNS, COLUMNS)
+                else:
+                    rows = ROWS - 1
+                    for k in range(k0, k1):
+                        part = tile_fma_short(part, source, base + k * step + p0, 1, rows, ws,
+                                              w0 + k * COLUMNS, COLUMNS)
                 # carried on from the slices before, read after the chain (as pointwise.py)
-                tile = part if k0 == 0 else tile_add(tile_load(space, at, COLUMNS, rows,
+                tile = part if k0 == 0 else tile_add(tile_load(sums, at, COLUMNS, rows,
                                                                COLUMNS), part)
-                tile_store(tile, space, at, COLUMNS, rows, COLUMNS, no_bias, 0, no_residual,
+                tile_store(tile, sums, at, COLUMNS, rows, COLUMNS, no_bias, 0, no_residual,
                            open_lo, open_hi)
+                p0 += rows
         channels, pixels = min(COLUMNS, c_out - c0), stop - start
         for p in range(0, pixels, LANES):             # the band into y, transposed
             for j in range(0, channels, LANES):
-                transpose_block(space, p * COLUMNS + j, COLUMNS, min(LANES, pixels - p),
+                transpose_block(sums, p * COLUMNS + j, COLUMNS, min(LANES, pixels - p),
                                 LANES, ys, ((image * c_out + c0 + j) * length + start + p),
                                 length, min(LANES, channels - j), min(LANES, pixels - p))
         for c in range(c0, c0 + channels):            # the epilogue, row by row
@@ -144,9 +203,13 @@ def transposed_units(panels, x, bias, residual, y, space, code, a, b, first, las
             activate_block(y, image, c0, channels, start, stop, code, a, b)
 
 
-def space_size() -> int:
-    """Floats of work space a thread running transposed_units needs (its row)."""
-    return BAND * COLUMNS
+def space_size(c_in: int, length: int) -> int:
+    """Floats of work space a thread running transposed_units on x (N, C_in, L) needs (its
+    row): a header, a band's partial sums, and x's copy if it is copied (``copies_x``)."""
+    row = -(-length // LINE_FLOATS) * LINE_FLOATS                 # row_of_copy's
+    copy = (length < COPY_BELOW and length % LINE_FLOATS != 0     # copies_x's
+            and c_in * row <= COPY_MOST)
+    return HEADER + BAND * COLUMNS + (c_in * row if copy else 0)
 
 
 def pointwise_transposed_conv2d(panels: np.ndarray, x: np.ndarray, bias: np.ndarray | None,
@@ -159,11 +222,12 @@ def pointwise_transposed_conv2d(panels: np.ndarray, x: np.ndarray, bias: np.ndar
     bias = _zeros(y.shape[1]) if bias is None else bias
     residual = NO_RESIDUAL if residual is None else residual.reshape(y.shape)
     team = team_worth_sharing(x.shape[0] * x.shape[1] * x.shape[2] * y.shape[1], SHARED_FROM)
+    floats = space_size(x.shape[1], x.shape[2])
     if team is None:
         _pointwise_transposed(panels, x, bias, residual, y,
-                              scratch("pointwise_transposed", (space_size(),)),
+                              scratch("pointwise_transposed", (floats,)),
                               activation.code, activation.a, activation.b)
     else:                                      # a row of work space per thread
         team.pointwise_transposed(panels, x, bias, residual, y,
-                                  scratch("pointwise_transposed",
-                                          (team.threads, space_size())), activation)
+                                  scratch("pointwise_transposed", (team.threads, floats)),
+                                  activation)

@@ -18,6 +18,7 @@ vectors that the compiler keeps in registers, and these intrinsics work on it::
     tile = tile_zero()                                    # or tile_load(c, ...): carry on
     tile = tile_fma(tile, a, a_first, a_step, rows, b, b_first, count)
     tile = tile_fma_narrow(...)                           # the same, first vector only
+    tile = tile_fma_short(...)                            # the same, ROWS - 1 rows only
     dots = tile_dot_pair(dots, a, ..., b_step, count)     # k in the lanes: dot products
     tile = tile_fold_dots(tile, dots, lane)               # ... summed into a narrow tile
     tile = tile_add(tile, part)                           # a sum taken in parts
@@ -275,8 +276,9 @@ def tile_load():
     return tile_load
 
 
-def _tile_fma_codegen(vectors):
-    """The code of tile_fma on the first ``vectors`` vectors of each row (the others kept)."""
+def _tile_fma_codegen(vectors, computed_rows=ROWS):
+    """The code of tile_fma on the first ``vectors`` vectors of the first ``computed_rows``
+    rows (the others kept)."""
     def codegen(context, builder, signature, args):
         emit = _Emit(context, builder, signature, args)
         tile = args[0]
@@ -285,7 +287,8 @@ def _tile_fma_codegen(vectors):
         columns = [emit.load(builder.gep(b_pointer, [emit.const(v * LANES)]),
                              builder.sub(count, emit.const(v * LANES)))
                    for v in range(vectors)]
-        for r, offset in enumerate(emit.row_offsets(emit.int(2), emit.int(3), emit.int(4))):
+        offsets = emit.row_offsets(emit.int(2), emit.int(3), emit.int(4))
+        for r, offset in enumerate(offsets[:computed_rows]):
             a_value = emit.splat(builder.load(emit.pointer(1, offset)))
             for v in range(vectors):
                 slot = r * VECTORS + v
@@ -319,6 +322,20 @@ def tile_fma_narrow():
         they are): a strip of at most LANES columns at half the multiply-adds."""
         return tile(tile, a, a_first, a_step, rows, b, b_first, count), _tile_fma_codegen(1)
     return tile_fma_narrow
+
+
+@intrinsic
+def tile_fma_short():
+    from numba.extending import intrinsic as numba_intrinsic
+
+    @numba_intrinsic
+    def tile_fma_short(typingctx, tile, a, a_first, a_step, rows, b, b_first, count):
+        """tile_fma on the first ROWS - 1 rows only (the last is left as it is): a tile of
+        ROWS - 1 rows at that many multiply-adds, so that tiles of ROWS and ROWS - 1 rows can
+        cover a length exactly where ROWS alone would leave a part-filled tile."""
+        return (tile(tile, a, a_first, a_step, rows, b, b_first, count),
+                _tile_fma_codegen(VECTORS, ROWS - 1))
+    return tile_fma_short
 
 
 @intrinsic

@@ -160,7 +160,7 @@ class Team:
                              residual: np.ndarray, y: np.ndarray, space: np.ndarray,
                              activation: Activation) -> None:
         """pointwise_transposed._pointwise_transposed, shared (as ``pointwise``)."""
-        self._check_space(space, pointwise_transposed.space_size())
+        self._check_space(space, pointwise_transposed.space_size(x.shape[1], x.shape[2]))
         self._share(jobs._pointwise_transposed_job, self.chunks, panels, x, bias, residual, y,
                     space, activation.code, activation.a, activation.b)
 

@@ -41,6 +41,9 @@ CASES = {                                     # N, C_in, C_out, H, W
     "narrowing, three slices of K": (1, 2 * pointwise.K_BLOCK + 88, 40, 7, 7),
     "widening, two slices of K": (2, pointwise.K_BLOCK + 1, 270, 5, 5),
     "two bands of pixels transposed": (2, 24, 40, 1, pointwise_transposed.BAND + 7),
+    "5x5: tiles of ROWS - 1 pixels only": (1, 24, 40, 5, 5),
+    "7x7, two images, x copied": (2, 40, 36, 7, 7),
+    "7x7, x too large to copy": (1, pointwise_transposed.COPY_MOST // 64 + 5, 20, 7, 7),
 }
 LAYOUTS = {"upright": "gemm", "transposed": "pointwise_transposed"}    # PackedConv2d's names
 ACTIVATIONS = {                               # the kernel's, and torch's
@@ -238,9 +241,40 @@ def test_any_number_of_threads_gives_the_same_bits(case, activation, team):
     np.testing.assert_array_equal(together, alone)
     panels = pointwise_transposed.pack_panels(w2)           # and transposed: the same bits
     transposed = np.full_like(r3, np.nan)
-    space = np.empty((team.threads, pointwise_transposed.space_size()), np.float32)
+    space = np.empty((team.threads, pointwise_transposed.space_size(c_in, x3.shape[2])), np.float32)
     team.pointwise_transposed(panels, x3, bias, r3, transposed, space, activation)
     assert_layouts_agree(transposed, alone, w2, x3)
+
+
+def transposed_calls_on_new_x(run, threads):
+    """Call the transposed kernel (``run(panels, x, bias, y, space)``) three times with the
+    same work space on a new x (one 7x7 image, which it copies) each time: each result must
+    be that x's, not one from the copy the work space still holds of the x before (the
+    first unit of each call is image 0 again, which the copy's header also names)."""
+    c_in, c_out, length = 64, 96, 49
+    assert pointwise_transposed.space_size(c_in, length) > pointwise_transposed.space_size(
+        c_in, pointwise_transposed.COPY_BELOW)                # x is copied at this size
+    rng = np.random.default_rng(5)
+    weight = rng.standard_normal((c_out, c_in), dtype=np.float32)
+    panels, bias = pointwise_transposed.pack_panels(weight), np.zeros(c_out, np.float32)
+    space = np.empty((threads, pointwise_transposed.space_size(c_in, length)), np.float32)
+    for _ in range(3):
+        x = rng.standard_normal((1, c_in, length), dtype=np.float32)
+        y = np.full((1, c_out, length), np.nan, np.float32)
+        run(panels, x, bias, y, space)
+        np.testing.assert_allclose(y, weight @ x, rtol=1e-5, atol=1e-4)
+
+
+def test_the_transposed_kernel_copies_each_x_afresh():
+    transposed_calls_on_new_x(
+        lambda panels, x, bias, y, space: pointwise_transposed._pointwise_transposed(
+            panels, x, bias, pointwise.NO_RESIDUAL, y, space[0], NONE, 0.0, 0.0), 1)
+
+
+def test_each_thread_of_a_shared_transposed_job_copies_each_x_afresh(team):
+    transposed_calls_on_new_x(
+        lambda panels, x, bias, y, space: team.pointwise_transposed(
+            panels, x, bias, pointwise.NO_RESIDUAL, y, space, Activation(NONE)), team.threads)
 
 
 CONVOLUTIONS = {   # (N, C_in, H, W), C_out, kernel, stride, (top, bottom, left, right), dilation
