@@ -97,16 +97,6 @@ def row_of_copy(length):
 
 
 @kernel(nogil=True, inline="always")
-def copies_x(c_in, length):
-    """Whether transposed_units copies each image's x into its work space, in rows padded to
-    whole cache lines (``row_of_copy``), before its tiles read it: for images of fewer than
-    COPY_BELOW pixels whose rows are not whole lines already, unless the copy would be more
-    than COPY_MOST floats."""
-    return (length < COPY_BELOW and length % LINE_FLOATS != 0
-            and c_in * row_of_copy(length) <= COPY_MOST)
-
-
-@kernel(nogil=True, inline="always")
 def short_tiles(pixels):
     """How many tiles of ROWS - 1 pixels end a band of ``pixels``, the others having ROWS, so
     that no tile is part-filled: 49 = 4 x 6 + 5 x 5 (0 where ROWS divides it, and where so
@@ -125,7 +115,9 @@ def unit_count(images, panel_count, length):
 def transposed_units(panels, x, bias, residual, y, space, code, a, b, first, last):
     """Units first .. last - 1 of _pointwise_transposed's y. A unit is one image's band of
     pixels by one panel of COLUMNS channels; consecutive units share the band (the panel
-    changes fastest), so the band of x stays in cache (or in the work space: ``copies_x``).
+    changes fastest), so the band of x stays in cache, or in the work space: each image's x
+    is copied there (rows of ``row_of_copy``) when the space has room for it after the
+    band's sums (``space_size`` gives that room where ``copies_x`` says).
     Tiles of ROWS pixels, then ``short_tiles`` of ROWS - 1, cover a band. ``bias`` has C_out
     values (zeros for none); ``residual`` y's shape, or no values for none; ``code``, a, b:
     the activation (layers/fast/epilogue.py); ``space``: space_size(C_in, L) floats, its
@@ -141,8 +133,8 @@ def transposed_units(panels, x, bias, residual, y, space, code, a, b, first, las
     ws, xs, ys = panels.reshape(panels.size), x.reshape(x.size), y.reshape(y.size)
     no_bias, no_residual = np.zeros(ROWS, np.float32), xs[:0]
     held, sums = space[:HEADER], space[HEADER:HEADER + BAND * COLUMNS]
-    copy = copies_x(c_in, length)                     # then one band an image
     copy_row = row_of_copy(length)
+    copy = space.size >= HEADER + BAND * COLUMNS + c_in * copy_row   # room for x's copy
     source, step = (space[HEADER + BAND * COLUMNS:], copy_row) if copy else (xs, length)
     keep = images < (1 << 24)                         # image numbers exact as float32
     for unit in range(first, last):
@@ -203,13 +195,20 @@ def transposed_units(panels, x, bias, residual, y, space, code, a, b, first, las
             activate_block(y, image, c0, channels, start, stop, code, a, b)
 
 
+def copies_x(c_in: int, length: int) -> bool:
+    """Whether transposed_units should copy each image's x (N, C_in, L) into its work space,
+    in rows padded to whole cache lines, before its tiles read it: for images of fewer than
+    COPY_BELOW pixels whose rows are not whole lines already, unless the copy would be more
+    than COPY_MOST floats."""
+    row = -(-length // LINE_FLOATS) * LINE_FLOATS                 # row_of_copy's
+    return length < COPY_BELOW and length % LINE_FLOATS != 0 and c_in * row <= COPY_MOST
+
+
 def space_size(c_in: int, length: int) -> int:
     """Floats of work space a thread running transposed_units on x (N, C_in, L) needs (its
-    row): a header, a band's partial sums, and x's copy if it is copied (``copies_x``)."""
+    row): a header, a band's partial sums, and room for x's copy where ``copies_x`` says."""
     row = -(-length // LINE_FLOATS) * LINE_FLOATS                 # row_of_copy's
-    copy = (length < COPY_BELOW and length % LINE_FLOATS != 0     # copies_x's
-            and c_in * row <= COPY_MOST)
-    return HEADER + BAND * COLUMNS + (c_in * row if copy else 0)
+    return HEADER + BAND * COLUMNS + (c_in * row if copies_x(c_in, length) else 0)
 
 
 def pointwise_transposed_conv2d(panels: np.ndarray, x: np.ndarray, bias: np.ndarray | None,

@@ -262,6 +262,7 @@ def transposed_calls_on_new_x(run, threads):
         x = rng.standard_normal((1, c_in, length), dtype=np.float32)
         y = np.full((1, c_out, length), np.nan, np.float32)
         run(panels, x, bias, y, space)
+        assert space[0, 0] == 1.0                  # the calling thread's copy: image 0's
         np.testing.assert_allclose(y, weight @ x, rtol=1e-5, atol=1e-4)
 
 
