@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any, Iterator, Literal, Sequence
 import numpy as np
 
 from infer.runtime import RuntimeOperator
-from parser.errors import InferError, LayerError, MemoryBudgetError, shorten
+from parser.errors import GraphError, InferError, LayerError, MemoryBudgetError, shorten
 
 from layers.base import at_least_1d
 from infer.memory import INTO_DTYPE
@@ -115,6 +115,7 @@ class Execution:
         arena: Arena | NewArrays = NewArrays() if isolated else self.memory.take_arena()
         started = seconds = 0.0
         planned = True                      # False once a hook has replaced arrays
+        self._call = ""                     # the layer method the last step ran (time_again)
         try:
             for step, slots in zip(self.steps, self.memory.step_slots):
                 xs = [values[name] for name in step.inputs]
@@ -127,6 +128,7 @@ class Execution:
                     started = time.perf_counter()
                 try:
                     if step.in_place and xs[0].flags.writeable:
+                        self._call = "inplace"
                         if isolated:
                             ys = [xs[0].copy()]
                             step.layer.forward_inplace(at_least_1d(ys[0]))
@@ -134,10 +136,12 @@ class Execution:
                             step.layer.forward_inplace(at_least_1d(xs[0]))
                             ys = xs
                     elif slots is not None and planned and _all_float32(xs):  # into the plan
+                        self._call = "into"
                         ys = [arena.array(slot) for slot in slots]
                         step.layer.forward_into([read_only(x) for x in xs] if isolated else xs,
                                                 ys)
                     else:
+                        self._call = "forward"
                         ys = step.layer.forward([read_only(x) for x in xs] if isolated else xs)
                         if len(ys) != len(step.outputs):
                             raise LayerError(f"returned {len(ys)} outputs, the graph expects "
@@ -164,6 +168,32 @@ class Execution:
         finally:
             if not isinstance(arena, NewArrays):
                 self.memory.give_back(arena)
+
+
+    def time_again(self, step: RunStep, xs: list[np.ndarray], ys: list[np.ndarray]) -> float:
+        """Seconds of calling the last step's layer again at once, as the loop called it, on
+        the same arrays (``step, xs, ys`` of its record): its code and data are now in cache,
+        so set against the record's seconds the difference is the step's cold start. The pass
+        goes on unchanged: an in-place step runs again on a copy of its input, and a forward
+        step's new arrays are dropped (a forward_into step writes the same values again)."""
+        if self.position == 0 or step is not self.steps[self.position - 1]:
+            raise GraphError(f"time_again takes the last step's record, not {step.label}'s")
+        inputs = [read_only(x) for x in xs] if self.isolated else xs
+        copy = at_least_1d(xs[0].copy()) if self._call == "inplace" else None
+        try:
+            started = time.perf_counter()
+            if copy is not None:
+                step.layer.forward_inplace(copy)
+            elif self._call == "into":
+                step.layer.forward_into(inputs, ys)
+            else:
+                step.layer.forward(inputs)
+            return time.perf_counter() - started
+        except Exception as exc:                                # name the operator
+            error = operator_error(step.op, exc)
+            if error is exc:
+                raise
+            raise error from exc
 
 
 def _all_float32(xs: list[np.ndarray]) -> bool:

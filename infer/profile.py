@@ -4,6 +4,7 @@
     p                              # in run order (an HTML table in Jupyter; print(p) as text)
     p.table(sort="time", top=10)   # the ten slowest
     p.by_type()                    # one row per operator type: count, time, share, FLOPs
+    g.profile(x, again=True)       # and each operator called again at once ("again ms")
 
 Each row: time (ms), share of the total, output size (bytes), and FLOPs where an operator's
 arithmetic is a count of multiply-adds. A multiply-add counts as 2 FLOPs:
@@ -16,6 +17,12 @@ arithmetic is a count of multiply-adds. A multiply-add counts as 2 FLOPs:
 
 plus 1 FLOP per output element for a bias. Other operators get no FLOP count: they are bound by
 memory, and their output size says what they cost. GFLOP/s = FLOPs / time.
+
+With ``again``, each operator is also called a second time right after it ran, on the same
+arrays (``Execution.time_again``): its code and data are then in cache. Inside a forward the
+kernels stream weights and activations through the caches between two calls of the same
+code, so a step's first call also pays for fetching back its code (the Python around the
+kernels as well as the kernels') and its data; "ms" minus "again ms" is that cold start.
 
 The timed passes run ``forward``'s loop (``g.execute(..., hooks=False, timed=True)``: in place
 where it runs in place, into the memory plan's buffers), without the graph's hooks; the clock
@@ -88,6 +95,7 @@ class OperatorTime:
     output_shapes: list[Shape]
     flops: int | None
     input_shapes: list[Shape] = field(default_factory=list)
+    again_seconds: float | None = None   # median of calling it again at once (again=True)
 
     @property
     def gflops_per_second(self) -> float | None:
@@ -113,6 +121,13 @@ class Profile:
     def total_flops(self) -> int:
         return sum(r.flops or 0 for r in self.rows)
 
+    @property
+    def again_seconds(self) -> float | None:
+        """The sum of the operators' times called again at once (None: not measured)."""
+        if any(r.again_seconds is None for r in self.rows):
+            return None
+        return sum(r.again_seconds or 0.0 for r in self.rows)
+
     def share(self, row: OperatorTime) -> float:
         total = self.total_seconds
         return row.seconds / total if total > 0 else 0.0
@@ -120,11 +135,14 @@ class Profile:
     def table(self, sort: str | None = None, top: int | None = None) -> Table:
         """One row per operator; ``sort`` by "time", "bytes" or "flops" (largest first), or
         None for run order; ``top`` keeps the first rows."""
+        again = self.again_seconds is not None
         rows = [[r.index, r.operator.type, r.operator.name,
                  " ".join(fmt_shape(s) for s in r.output_shapes), r.seconds * 1e3,
+                 *([(r.again_seconds or 0.0) * 1e3] if again else []),
                  100 * self.share(r), r.output_bytes, r.flops, r.gflops_per_second]
                 for r in self.rows]
-        table = Table(["#", "type", "name", "output", "ms", "%", "bytes", "FLOPs", "GFLOP/s"],
+        table = Table(["#", "type", "name", "output", "ms", *(["again ms"] if again else []),
+                       "%", "bytes", "FLOPs", "GFLOP/s"],
                       rows, title=self._title(), footer=self._footer(),
                       formats=_FORMATS)
         key = {"time": "ms", "bytes": "bytes", "flops": "FLOPs", None: None}.get(sort, "?")
@@ -139,15 +157,19 @@ class Profile:
         groups: dict[str, list[OperatorTime]] = {}
         for r in self.rows:
             groups.setdefault(r.operator.type, []).append(r)
+        again = self.again_seconds is not None
         rows = []
         for type_name, members in groups.items():
             seconds = sum(m.seconds for m in members)
             counted = [m.flops for m in members if m.flops is not None]
             rows.append([type_name, len(members), seconds * 1e3,
+                         *([sum(m.again_seconds or 0.0 for m in members) * 1e3] if again
+                           else []),
                          100 * seconds / self.total_seconds if self.total_seconds else 0.0,
                          sum(m.output_bytes for m in members),
                          sum(counted) if counted else None])
-        table = Table(["type", "count", "ms", "%", "bytes", "FLOPs"], rows,
+        table = Table(["type", "count", "ms", *(["again ms"] if again else []), "%", "bytes",
+                       "FLOPs"], rows,
                       title=self._title() + ", by type", footer=self._footer(),
                       formats=_FORMATS)
         return table.sorted({"time": "ms", "bytes": "bytes", "flops": "FLOPs"}[sort])
@@ -156,11 +178,13 @@ class Profile:
         return f"profile: median of {self.repeat} run(s)"
 
     def _footer(self) -> str:
-        total = self.total_seconds
+        total, again = self.total_seconds, self.again_seconds
         rate = f", {self.total_flops / total / 1e9:.2f} GFLOP/s" if total > 0 else ""
+        called_again = ("" if again is None
+                        else f"; called again at once {again * 1e3:.3f} ms")
         return (f"total {total * 1e3:.3f} ms in {len(self.rows)} operators "
                 f"(whole pass {self.wall_seconds * 1e3:.3f} ms), "
-                f"{fmt_count(self.total_flops)} FLOPs{rate}")
+                f"{fmt_count(self.total_flops)} FLOPs{rate}{called_again}")
 
     def __str__(self) -> str:
         return str(self.table())
@@ -173,31 +197,37 @@ class Profile:
 
 
 _FORMATS = {
-    "ms": lambda v: f"{v:.3f}", "%": lambda v: f"{v:.1f}", "bytes": fmt_bytes,
-    "FLOPs": fmt_count, "GFLOP/s": lambda v: f"{v:.2f}"}
+    "ms": lambda v: f"{v:.3f}", "again ms": lambda v: f"{v:.3f}", "%": lambda v: f"{v:.1f}",
+    "bytes": fmt_bytes, "FLOPs": fmt_count, "GFLOP/s": lambda v: f"{v:.2f}"}
 
 
-def profile(graph: "RuntimeGraph", *inputs: np.ndarray, repeat: int = 5, warmup: int = 1
-            ) -> Profile:
-    """Run the graph ``warmup + repeat`` times and time every operator (see the module)."""
+def profile(graph: "RuntimeGraph", *inputs: np.ndarray, repeat: int = 5, warmup: int = 1,
+            again: bool = False) -> Profile:
+    """Run the graph ``warmup + repeat`` times and time every operator; with ``again``, each
+    also called again at once (see the module)."""
     if repeat < 1 or warmup < 0:
         raise GraphError(f"profile needs repeat >= 1 and warmup >= 0, got {repeat}, {warmup}")
     times: list[list[float]] = []
+    again_times: list[list[float]] = []
     walls: list[float] = []
     last: list[tuple] = []
     with graph.running():
         for run_index in range(warmup + repeat):
             steps: list[tuple] = []
+            seconds_again: list[float] = []
             run = graph.execute(*inputs, hooks=False, timed=True)
             start = time.perf_counter()
             for step, xs, ys, seconds in run:      # shapes now: the buffers are reused
                 steps.append((step.op, [tuple(np.shape(x)) for x in xs],
                               [tuple(np.shape(y)) for y in ys],
                               sum(int(getattr(y, "nbytes", 0)) for y in ys), seconds))
+                if again:
+                    seconds_again.append(run.time_again(step, xs, ys))
                 del xs, ys                         # held, they would outlive their step
-            wall = time.perf_counter() - start
+            wall = time.perf_counter() - start - sum(seconds_again)   # forward's own
             if run_index >= warmup:
                 times.append([s[-1] for s in steps])
+                again_times.append(seconds_again)
                 walls.append(wall)
                 last = steps
     rows = []
@@ -205,5 +235,6 @@ def profile(graph: "RuntimeGraph", *inputs: np.ndarray, repeat: int = 5, warmup:
         rows.append(OperatorTime(
             index=i + 1, operator=op, seconds=statistics.median(t[i] for t in times),
             output_bytes=nbytes, output_shapes=out_shapes,
-            flops=flops(op, in_shapes, out_shapes), input_shapes=in_shapes))
+            flops=flops(op, in_shapes, out_shapes), input_shapes=in_shapes,
+            again_seconds=statistics.median(t[i] for t in again_times) if again else None))
     return Profile(rows, repeat, statistics.median(walls))

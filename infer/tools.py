@@ -96,11 +96,13 @@ class GraphTools:
 
         return Debugger(self, *inputs)
 
-    def profile(self, *inputs: np.ndarray, repeat: int = 5, warmup: int = 1) -> "Profile":
-        """Time every operator (median of ``repeat`` runs after ``warmup``)."""
+    def profile(self, *inputs: np.ndarray, repeat: int = 5, warmup: int = 1,
+                again: bool = False) -> "Profile":
+        """Time every operator (median of ``repeat`` runs after ``warmup``); ``again``: each
+        also called again at once, its code and data in cache (infer/profile.py)."""
         from infer.profile import profile
 
-        return profile(self, *inputs, repeat=repeat, warmup=warmup)
+        return profile(self, *inputs, repeat=repeat, warmup=warmup, again=again)
 
     def compare_with_torch(self, *inputs: np.ndarray, reference: Any = None,
                            atol: float = 1e-4, rtol: float = 1e-3) -> "Comparison":

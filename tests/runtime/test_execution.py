@@ -12,7 +12,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from infer import Layer, RuntimeGraph
+from infer import GraphError, Layer, RuntimeGraph
 from support import REPO, write_model, write_pnnx
 
 CALLS: Counter = Counter()
@@ -62,10 +62,15 @@ FORWARD_CALLS = {("d1", "forward_into"): 1, ("r1", "forward_inplace"): 1,
 
 @pytest.fixture
 def chain(tmp_path):
+    return built_chain(tmp_path, CountingRelu)
+
+
+def built_chain(tmp_path: Path, in_place: type[Layer]) -> tuple[RuntimeGraph, np.ndarray]:
+    """CHAIN's graph, ``in_place`` serving my.Relu, and an input."""
     param, binary = write_pnnx(tmp_path, CHAIN)
     graph = RuntimeGraph(param, binary)
     graph.register_custom_layer("my.Double", CountingDouble)
-    graph.register_custom_layer("my.Relu", CountingRelu)
+    graph.register_custom_layer("my.Relu", in_place)
     graph.build()
     assert [(s.op.name, s.in_place, s.into) for s in graph.run_list] == [
         ("d1", False, True), ("r1", True, False), ("d2", False, True)]
@@ -130,6 +135,62 @@ def test_records_name_the_step_and_its_arrays(chain):
     np.testing.assert_array_equal(ys[0], np.maximum(2 * x, 0))
     assert run.done and run.next_step is None and seconds == 0.0
     np.testing.assert_array_equal(run.outputs()[0], g.forward(x)[0])
+
+
+class CountingAddOne(Layer):
+    """y = x + 1, in place; counts its calls (run twice on the same array, it would add 2)."""
+
+    support_inplace = True
+
+    def forward(self, inputs):
+        CALLS[self.name, "forward"] += 1
+        return [inputs[0] + np.float32(1)]
+
+    def forward_inplace(self, x):
+        CALLS[self.name, "forward_inplace"] += 1
+        x += np.float32(1)
+
+
+@pytest.mark.parametrize("keep_all", [False, True])
+def test_time_again_calls_each_layer_again_and_changes_no_value(tmp_path, keep_all):
+    """time_again calls the method the loop called, once more, on the step's own arrays;
+    an in-place step runs on a copy, so the pass computes what forward does."""
+    g, x = built_chain(tmp_path, CountingAddOne)         # in place, and not idempotent
+    want = 2 * (2 * x + 1)
+    run = g.execute(x, keep_all=keep_all)
+    CALLS.clear()
+    with g.running():
+        for step, xs, ys, _ in run:
+            assert run.time_again(step, xs, ys) > 0
+    assert dict(CALLS) == {name: 2 * n for name, n in FORWARD_CALLS.items()}
+    np.testing.assert_array_equal(run.outputs()[0], want)
+    if keep_all:
+        np.testing.assert_array_equal(run.values["b"], 2 * x)
+        np.testing.assert_array_equal(run.values["c"], 2 * x + 1)
+    np.testing.assert_array_equal(g.forward(x)[0], want)
+
+
+def test_time_again_takes_only_the_last_record(chain):
+    g, x = chain
+    run = g.execute(x)
+    with g.running():
+        first = next(run)
+        next(run)
+        with pytest.raises(GraphError, match="d1"):
+            run.time_again(*first[:3])
+
+
+def test_profile_again_adds_a_column_and_calls_each_layer_twice(chain):
+    g, x = chain
+    plain = g.profile(x, repeat=1, warmup=0)
+    assert plain.again_seconds is None and "again ms" not in str(plain)
+    CALLS.clear()
+    p = g.profile(x, repeat=1, warmup=0, again=True)
+    assert dict(CALLS) == {name: 2 * n for name, n in FORWARD_CALLS.items()}
+    assert all(r.again_seconds > 0 for r in p.rows)
+    assert p.again_seconds == pytest.approx(sum(r.again_seconds for r in p.rows))
+    assert "again ms" in str(p) and "again ms" in str(p.by_type())
+    assert "called again at once" in repr(p)
 
 
 # ----- whole models: the debugger's outputs are forward's, bit for bit ---------------------------
