@@ -67,17 +67,20 @@ from typing import Callable, NamedTuple, Protocol
 import numpy as np
 
 from layers.fast import workers
-from layers.fast.depthwise import depthwise_conv2d, pack_channel_blocks, uses_channels_last
-from layers.fast.epilogue import IDENTITY, NO_ARRAY, Activation, bias_residual_activation
-from layers.fast.gemm import (gemm_conv2d, gemm_transposed_conv2d, pack_gemm_weight,
-                              pointwise_gemm)
+from layers.fast.depthwise import (depthwise_conv2d, depthwise_product, pack_channel_blocks,
+                                   uses_channels_last)
+from layers.fast.epilogue import IDENTITY, Activation, bias_residual_activation
+from layers.fast.gemm import gemm_conv2d, gemm_transposed_conv2d, pack_gemm_weight
+from layers.fast.pointwise import pointwise_product
 from layers.fast.pointwise_transposed import (lanes_filled, pack_panels,
-                                              pointwise_transposed_conv2d, transposed_pays)
+                                              pointwise_transposed_conv2d, transposed_product,
+                                              transposed_pays)
 from layers.fast.simd import COLUMNS, LANES
 from layers.fast.winograd import TAPS, TILE, pack_winograd_weight, winograd_conv2d
 from layers.fast.winograd_f2 import TAPS as TAPS_F2
 from layers.fast.winograd_f2 import TILE as TILE_F2
 from layers.fast.winograd_f2 import pack_winograd_f2_weight, winograd_f2_conv2d
+from parser.errors import ShapeError
 
 Pair = tuple[int, int]
 Pads = tuple[int, int, int, int]                   # (top, bottom, left, right)
@@ -163,16 +166,17 @@ def _depthwise_call(name: str) -> Callable[[Convolution, Pads, Pair, Activation]
     """make_call of either depthwise algorithm (the packed weight's shape picks the kernel)."""
     def make_call(conv: Convolution, pads: Pads, out_hw: Pair, activation: Activation) -> Call:
         weight, bias, stride, dilation = conv.packed(name), conv.bias, conv.stride, conv.dilation
+        # shared with the helper threads if there are; the activation after a residual
+        alone = depthwise_product(weight, bias, conv.c_in, stride, pads, dilation, out_hw,
+                                  activation)
+        before_residual = alone if activation == IDENTITY else depthwise_product(
+            weight, bias, conv.c_in, stride, pads, dilation, out_hw, IDENTITY)
 
         def depthwise(x, residual, y):
-            own = activation if residual is None else IDENTITY
-            team = workers.current()
-            if team is None:
-                depthwise_conv2d(x, weight, bias, stride, pads, dilation, out_hw, own, y)
-            else:                                 # shared with the helper threads
-                team.depthwise(x, weight, NO_ARRAY if bias is None else bias, y, stride,
-                               dilation, pads, own)
-            if residual is not None:              # rare (MobileNet blocks end in 1x1)
+            if residual is None:
+                alone(x, y)
+            else:                                 # rare (MobileNet blocks end in 1x1)
+                before_residual(x, y)
                 bias_residual_activation(y, None, residual, activation)
         return depthwise
     return make_call
@@ -237,14 +241,23 @@ def _transposed_call(conv: Convolution, pads: Pads, out_hw: Pair,
                      activation: Activation) -> Call:
     if any(pads):                                 # zeros around x: not a plain product
         return _im2col_transposed_call(conv, pads, out_hw, activation, "pointwise_transposed")
-    weight, bias = conv.packed("pointwise_transposed"), conv.bias
     c_in, c_out, length = conv.c_in, conv.c_out, out_hw[0] * out_hw[1]
+    return _on_images(transposed_product(conv.packed("pointwise_transposed"), conv.bias, c_in,
+                                         c_out, length, activation), c_in, c_out, length)
 
-    def transposed(x, residual, y):
+
+def _on_images(product: Call, c_in: int, c_out: int, length: int) -> Call:
+    """A 1x1 product of rows (N, C, L) as a call on the images (N, C, H, W), L = H * W (y
+    C-contiguous: a reshape that copied it would leave it unwritten)."""
+    def on_images(x, residual, y):
         images = x.shape[0]
-        pointwise_transposed_conv2d(weight, x.reshape(images, c_in, length), bias, residual,
-                                    activation, y.reshape(images, c_out, length))
-    return transposed
+        if not y.flags.c_contiguous:
+            raise ShapeError(f"1x1 convolution: a C-contiguous output expected (strides "
+                             f"{y.strides})")
+        product(x.reshape(images, c_in, length),
+                None if residual is None else residual.reshape(images, c_out, length),
+                y.reshape(images, c_out, length))
+    return on_images
 
 
 def _one_group_im2col(conv: Convolution) -> bool:
@@ -377,11 +390,10 @@ def _gemm_weight(conv: Convolution) -> np.ndarray:
 def _gemm_call(conv: Convolution, pads: Pads, out_hw: Pair, activation: Activation) -> Call:
     weight, bias = conv.packed("gemm"), conv.bias
     kernel, stride, dilation = conv.kernel, conv.stride, conv.dilation
-    if conv.pointwise and not any(pads):          # gemm_conv2d's first case, decided here
-
-        def product(x, residual, y):
-            pointwise_gemm(x, weight, bias, activation, residual, y)
-        return product
+    if conv.pointwise and not any(pads):          # gemm_conv2d's first case (pointwise_gemm)
+        c_in, c_out, length = conv.c_in, conv.c_out, out_hw[0] * out_hw[1]
+        return _on_images(pointwise_product(weight, bias, length, activation), c_in, c_out,
+                          length)
 
     def im2col(x, residual, y):
         gemm_conv2d(x, weight, bias, kernel, stride, pads, dilation, out_hw, activation,

@@ -22,6 +22,7 @@ from layers.base import remember
 from layers.fast import algorithms
 from layers.fast.algorithms import BY_NAME, Call, Pair, Pads
 from layers.fast.epilogue import Activation
+from layers.fast.operands import check
 from parser.bin import release_pages
 
 WINOGRAD = ("winograd", "winograd_f2")      # its two variants, one packing each
@@ -109,7 +110,12 @@ class PackedConv2d:
         x = kernel_layout(x)
         if residual is not None:
             residual = kernel_layout(residual)
-        y = np.empty((x.shape[0], self.c_out, *out_hw), np.float32) if out is None else out
+        shape = (x.shape[0], self.c_out, *out_hw)
+        if out is None:
+            y = np.empty(shape, np.float32)
+        else:                          # the kernels write it as laid out: refuse any other
+            check(out, shape, "convolution output", writeable=True)
+            y = out
         self.call_for(x.shape, pads, out_hw, activation)(x, residual, y)
         return y
 

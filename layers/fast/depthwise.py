@@ -27,6 +27,8 @@ Both give every output's sum in a fixed order, whatever the thread that computes
 
 from __future__ import annotations
 
+from typing import Callable
+
 import numpy as np
 
 from layers.fast.kernel import FLOAT, INT, array, kernel
@@ -34,6 +36,8 @@ from layers.fast.epilogue import Activation, NO_ARRAY, activate_row
 from layers.fast.phases import phase_layout, phase_targets, split_plane
 from layers.fast.simd import (LANES, aligned_array, aligned_empty, transpose_block,
                               vector_fma, vector_load, vector_store)
+from layers.fast.operands import check, unchecked
+from layers.fast.team import current_team
 from parser.errors import ShapeError
 
 
@@ -355,20 +359,6 @@ def pack_channel_blocks(weight: np.ndarray) -> np.ndarray:
     return packed
 
 
-def _check_shapes(x: np.ndarray, weight: np.ndarray, bias: np.ndarray | None, y: np.ndarray,
-                  y_shape: tuple[int, ...]) -> None:
-    """Refuse arrays the kernels would read or write past: the kernels trust the shapes."""
-    c_in, c_out = x.shape[1], y_shape[1]
-    if weight.ndim == 3:
-        fits = c_in > 0 and c_out % c_in == 0
-    else:
-        fits = weight.shape[0] == -(-c_in // LANES) and weight.shape[3] == LANES
-    if not fits or y.shape != y_shape or (bias is not None and bias.shape != (c_out,)):
-        raise ShapeError(f"depthwise convolution: input {x.shape}, weight {weight.shape}, "
-                         f"bias {None if bias is None else bias.shape} and output {y.shape} "
-                         f"do not fit (output {y_shape} expected)")
-
-
 def depthwise_conv2d(x: np.ndarray, weight: np.ndarray, bias: np.ndarray | None,
                      stride: tuple[int, int], pads: tuple[int, int, int, int],
                      dilation: tuple[int, int], out_hw: tuple[int, int],
@@ -380,9 +370,46 @@ def depthwise_conv2d(x: np.ndarray, weight: np.ndarray, bias: np.ndarray | None,
     n = x.shape[0]
     c_out = weight.shape[0] if weight.ndim == 3 else x.shape[1]
     y = np.empty((n, c_out, *out_hw), np.float32) if out is None else out
-    _check_shapes(x, weight, bias, y, (n, c_out, *out_hw))
-    kernel_function = _depthwise if weight.ndim == 3 else _depthwise_channels_last
-    kernel_function(x, weight, NO_ARRAY if bias is None else bias, y, stride[0], stride[1],
-                    dilation[0], dilation[1], pads[0], pads[2], activation.code, activation.a,
-                    activation.b)
+    depthwise_product(weight, bias, x.shape[1], stride, pads, dilation, out_hw, activation,
+                      shared=False)(x, y)
     return y
+
+
+def depthwise_product(weight: np.ndarray, bias: np.ndarray | None, c_in: int,
+                      stride: tuple[int, int], pads: tuple[int, int, int, int],
+                      dilation: tuple[int, int], out_hw: tuple[int, int],
+                      activation: Activation, shared: bool = True) -> Callable[..., None]:
+    """depthwise_conv2d of x (N, c_in, H, W) into y, worked out once: the call ``product(x, y)``
+    checks the arrays it is given (operands.check; the filters and bias, which the kernels
+    trust, are checked here) and runs the kernel without the per-argument checks, shared
+    with this thread's team (layers/fast/team.py) if ``shared`` and there is one."""
+    if weight.ndim not in (3, 4):
+        raise ShapeError(f"depthwise convolution: a weight of 3 or 4 dims, got {weight.shape}")
+    c_out = weight.shape[0] if weight.ndim == 3 else c_in
+    if weight.ndim == 3:
+        fits = c_in > 0 and c_out % c_in == 0
+    else:
+        fits = weight.shape[0] == -(-c_in // LANES) and weight.shape[3] == LANES
+    if not fits or (bias is not None and bias.shape != (c_out,)):
+        raise ShapeError(f"depthwise convolution: input channels {c_in}, weight "
+                         f"{weight.shape} and bias {None if bias is None else bias.shape} do "
+                         f"not fit")
+    check(weight, weight.shape, "depthwise convolution weight")
+    bias = NO_ARRAY if bias is None else bias
+    check(bias, bias.shape, "depthwise convolution bias")
+    y_tail = (c_out, *out_hw)
+    kernel = unchecked(_depthwise if weight.ndim == 3 else _depthwise_channels_last)
+    arguments = (stride[0], stride[1], dilation[0], dilation[1], pads[0], pads[2],
+                 activation.code, activation.a, activation.b)
+
+    def product(x: np.ndarray, y: np.ndarray) -> None:
+        images = x.shape[0]
+        check(x, (images, c_in, x.shape[-2], x.shape[-1]), "depthwise convolution input")
+        check(y, (images, *y_tail), "depthwise convolution output", writeable=True)
+        team = current_team() if shared else None
+        if team is None:
+            kernel(x, weight, bias, y, *arguments)
+        else:
+            team.depthwise(x, weight, bias, y, stride, dilation, pads, activation,
+                           checked=False)
+    return product

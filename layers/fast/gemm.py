@@ -43,7 +43,8 @@ from layers.fast.epilogue import Activation, bias_residual_activation
 from layers.fast.phases import (HEIGHT, STRIDE_H, STRIDE_W, WIDTH, geometry_layout, geometry_of,
                                 phase_layout, phase_targets, split_plane)
 from layers.fast.pointwise import pointwise_conv2d
-from layers.fast.pointwise_transposed import pointwise_transposed_conv2d
+from layers.fast.operands import check
+from layers.fast.pointwise_transposed import transposed_product
 from layers.fast.team import current_team, scratch, team_worth_sharing
 
 if TYPE_CHECKING:
@@ -241,10 +242,12 @@ def gemm_transposed_conv2d(x: np.ndarray, panels: np.ndarray, bias: np.ndarray |
     panels, output channels in the vector lanes."""
     c_out, out_h, out_w = y.shape[1:]
     rows, length = panels.shape[1], out_h * out_w
+    check(y, y.shape, "im2col convolution's output", writeable=True)   # reshaped in place
+    product = transposed_product(panels, bias, rows, c_out, length, activation)
     for i, cols in _cols_of_each_image(x, rows, kernel, stride, pads, dilation, (out_h, out_w)):
-        pointwise_transposed_conv2d(panels, cols.reshape(1, rows, length), bias,
-                                    None if residual is None else residual[i:i + 1],
-                                    activation, y[i:i + 1].reshape(1, c_out, length))
+        product(cols.reshape(1, rows, length),
+                None if residual is None else residual[i:i + 1].reshape(1, c_out, length),
+                y[i:i + 1].reshape(1, c_out, length))
 
 
 @functools.lru_cache(maxsize=1024)

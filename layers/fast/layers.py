@@ -102,6 +102,7 @@ class FastConv2d(KernelActivation, Conv2d):
         fusion changes the padding, the activation or the weights."""
         self._geometries: dict[Shape, tuple] = {}
         self._calls: dict[Shape, ConvCall] = {}
+        self._direct: dict[Shape, tuple[ConvCall, Shape]] = {}   # forward_into's first try
 
     def prepare(self, input_shapes: Sequence[Shape] | None) -> None:
         """Pack the weights for the algorithm these shapes take and make the call
@@ -142,29 +143,40 @@ class FastConv2d(KernelActivation, Conv2d):
 
     def forward_into(self, inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray]) -> None:
         """The kernels write straight into ``outputs[0]``; any other path computes a new array
-        and copies it over."""
+        and copies it over. An input shape whose call _forward_fast has made runs it at once
+        (``_direct``: the fewest Python calls a step can make; a step's Python is the larger
+        part of its cold start inside a forward, BENCHMARKS.md)."""
         x, residual = inputs[0], (inputs[1] if self.fused_residual else None)
         out = outputs[0]
+        direct = self._direct.get(x.shape)
+        if (direct is not None and out.shape == direct[1] and _kernel_ready(out)
+                and (residual is None or residual.shape == direct[1])):
+            direct[0](kernel_layout(x), None if residual is None else kernel_layout(residual),
+                      out)
+            return
         if x.ndim == 4 and out.dtype == np.float32:
-            y = self._forward_fast(x, residual, out)
+            y = self._forward_fast(x, residual, out, direct=True)
         else:                                      # Conv1d's (N, C, L), (C, H, W) inputs
             y = self.forward(list(inputs))[0]
         if y is not out:
             np.copyto(out, y)
 
     def _forward_fast(self, x: np.ndarray, residual: np.ndarray | None,
-                      out: np.ndarray | None = None) -> np.ndarray:
+                      out: np.ndarray | None = None, direct: bool = False) -> np.ndarray:
         """The packed kernels, with padding, bias, residual and activation fused in; into
-        ``out`` where the kernels compute the whole result."""
+        ``out`` where the kernels compute the whole result. ``direct``: remember the call
+        for forward_into's inputs of this shape (``_direct``)."""
         pre_pad, pads, out_hw, activation, full = self._geometry(x.shape)
         if pre_pad is not None:                    # reflect, replicate or circular first
             x = kernels.pad(x, pre_pad, mode=self.padding_mode)
         if activation is None or (residual is not None and residual.shape != full):
             # no kernel code for the activation, or a residual that broadcasts: numpy adds it
             return self._finish(self.packed.run(x, pads, out_hw, IDENTITY), residual)
-        if out is None or out.shape != full:
-            out = np.empty(full, np.float32)
+        if out is None or out.shape != full or not _kernel_ready(out):
+            out = np.empty(full, np.float32)           # (forward_into copies it over)
         call = self._call_for(x.shape, pads, out_hw, activation)
+        if direct and pre_pad is None and x.shape not in self._direct:
+            remember(self._direct, x.shape, (call, full))
         call(kernel_layout(x), None if residual is None else kernel_layout(residual), out)
         return out
 

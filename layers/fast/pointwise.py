@@ -60,6 +60,7 @@ threads share the work (nor, for 1x1 convolutions, on the batch).
 from __future__ import annotations
 
 import functools
+from typing import Callable
 
 import numpy as np
 
@@ -70,7 +71,9 @@ from layers.fast.phases import (DIL_W, KH, KW, LEFT, OUT_W, STRIDE_W, WIDTH, col
 from layers.fast.simd import (COLUMNS, LANES, ROWS, tile_add, tile_dot_pair, tile_fma,
                               tile_fma_narrow, tile_fold_dots, tile_load, tile_store,
                               tile_zero, vector_copy_part, vector_load, vector_store)
+from layers.fast.operands import check, check_product, unchecked
 from layers.fast.team import scratch, team_worth_sharing
+from parser.errors import ShapeError
 
 X_BLOCK = 1 << 16      # floats of x a band of pixels reads (256 KiB)
 K_BLOCK = 256          # input channels summed per pass over the output (when C_in is more)
@@ -479,14 +482,46 @@ def pointwise_conv2d(weight: np.ndarray, x: np.ndarray, bias: np.ndarray | None,
     cols. Shared with the team's helper threads if there is one (the bits are the same
     either way)."""
     weight = weight if weight.ndim == 3 else weight[None]      # (1 or N, C_out, C_in)
-    bias = _zeros(weight.shape[1]) if bias is None else bias
-    residual = NO_RESIDUAL if residual is None else residual.reshape(y.shape)
-    c_out, c_in = weight.shape[1:]
-    team = team_worth_sharing(y.shape[0] * y.shape[2] * c_in * c_out, SHARED_FROM)
-    if team is None:
-        _pointwise(weight, x, bias, residual, y, scratch("pointwise", (space_size(c_in),)),
-                   geometry, activation.code, activation.a, activation.b)
-    else:                                      # a row of work space per thread
-        team.pointwise(weight, x, bias, residual, y,
-                       scratch("pointwise", (team.threads, space_size(c_in))), geometry,
-                       activation)
+    product = pointwise_product(weight, bias, y.shape[2], activation, geometry)
+    product(x, None if residual is None else residual.reshape(y.shape), y)
+
+
+def pointwise_product(weight: np.ndarray, bias: np.ndarray | None, length: int,
+                      activation: Activation, geometry: np.ndarray = NO_GEOMETRY
+                      ) -> Callable[..., None]:
+    """pointwise_conv2d by ``weight`` (1 or N, C_out, C_in) into y (N, C_out, length),
+    worked out once: the call ``product(x, residual, y)`` checks the arrays it is given
+    (operands.check; weight, bias and geometry here) and runs the kernel without the
+    per-argument checks. x is (N, C_in, length), or with a ``geometry`` (N, C_in / (kh *
+    kw), size): the phases of gemm.split_planes, whose size gemm._geometry gives (that one
+    is the caller's)."""
+    stack, c_out, c_in = weight.shape
+    check(weight, weight.shape, "1x1 weight")
+    bias = _zeros(c_out) if bias is None else bias
+    check(bias, (c_out,), "1x1 bias")
+    if geometry.dtype != np.int64 or not geometry.flags.c_contiguous:
+        raise ShapeError(f"1x1 product: a C-contiguous int64 geometry expected, got "
+                         f"{geometry.dtype}")
+    taps = int(geometry[KH] * geometry[KW]) if geometry.size else 1
+    if taps <= 0 or c_in % taps:
+        raise ShapeError(f"1x1 product: {c_in} rows of cols for {taps} taps")
+    x_rows = c_in // taps
+    floats, work = space_size(c_in), length * c_in * c_out     # multiply-adds of one image
+    kernel, code, a, b = unchecked(_pointwise), activation.code, activation.a, activation.b
+
+    def product(x: np.ndarray, residual: np.ndarray | None, y: np.ndarray) -> None:
+        images = x.shape[0]
+        if stack != 1 and stack != images:
+            raise ShapeError(f"1x1 product: {stack} matrices for {images} images")
+        x_shape = (images, x_rows, x.shape[-1] if geometry.size else length)
+        residual = check_product(x, residual, y, x_shape, (images, c_out, length),
+                                 "1x1 product", NO_RESIDUAL)
+        team = team_worth_sharing(images * work, SHARED_FROM)
+        if team is None:
+            kernel(weight, x, bias, residual, y, scratch("pointwise", (floats,)), geometry,
+                   code, a, b)
+        else:                                      # a row of work space per thread
+            team.pointwise(weight, x, bias, residual, y,
+                           scratch("pointwise", (team.threads, floats)), geometry, activation,
+                           checked=False)
+    return product

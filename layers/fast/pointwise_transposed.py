@@ -29,6 +29,8 @@ two kernels give the same bits, on any number of threads.
 
 from __future__ import annotations
 
+from typing import Callable
+
 import numpy as np
 
 from layers.fast.kernel import FLOAT, INT, array, kernel
@@ -37,6 +39,7 @@ from layers.fast.pointwise import (HEADER, K_BLOCK, LINE_FLOATS, NO_RESIDUAL, SH
                                    _zeros, copy_run, forget_band)
 from layers.fast.simd import (COLUMNS, LANES, ROWS, tile_add, tile_fma, tile_fma_short,
                               tile_load, tile_store, tile_zero, transpose_block)
+from layers.fast.operands import check, check_product, unchecked
 from layers.fast.team import scratch, team_worth_sharing
 
 BAND = 40 * ROWS       # pixels of one unit of work at most (its partial sums: BAND x COLUMNS)
@@ -218,15 +221,34 @@ def pointwise_transposed_conv2d(panels: np.ndarray, x: np.ndarray, bias: np.ndar
     given as its ``panels`` (``pack_panels``): all float32, C-contiguous; residual y's shape
     or None, and not y's memory. Shared with the team's helper threads if there is one (the
     same bits either way)."""
-    bias = _zeros(y.shape[1]) if bias is None else bias
-    residual = NO_RESIDUAL if residual is None else residual.reshape(y.shape)
-    team = team_worth_sharing(x.shape[0] * x.shape[1] * x.shape[2] * y.shape[1], SHARED_FROM)
-    floats = space_size(x.shape[1], x.shape[2])
-    if team is None:
-        _pointwise_transposed(panels, x, bias, residual, y,
-                              scratch("pointwise_transposed", (floats,)),
-                              activation.code, activation.a, activation.b)
-    else:                                      # a row of work space per thread
-        team.pointwise_transposed(panels, x, bias, residual, y,
-                                  scratch("pointwise_transposed", (team.threads, floats)),
-                                  activation)
+    product = transposed_product(panels, bias, x.shape[1], y.shape[1], x.shape[2], activation)
+    product(x, None if residual is None else residual.reshape(y.shape), y)
+
+
+def transposed_product(panels: np.ndarray, bias: np.ndarray | None, c_in: int, c_out: int,
+                       length: int, activation: Activation) -> Callable[..., None]:
+    """pointwise_transposed_conv2d of x (N, c_in, length), worked out once: the call
+    ``product(x, residual, y)`` checks the arrays it is given (operands.check; the panels and
+    bias are checked here) and runs the kernel without the per-argument checks."""
+    panels_shape = (-(-c_out // COLUMNS), c_in, COLUMNS)
+    check(panels, panels_shape, "transposed 1x1 panels")
+    bias = _zeros(c_out) if bias is None else bias
+    check(bias, (c_out,), "transposed 1x1 bias")
+    floats = space_size(c_in, length)
+    work = c_in * length * c_out                   # multiply-adds of one image
+    kernel, code, a, b = (unchecked(_pointwise_transposed), activation.code, activation.a,
+                          activation.b)
+
+    def product(x: np.ndarray, residual: np.ndarray | None, y: np.ndarray) -> None:
+        images = x.shape[0]
+        residual = check_product(x, residual, y, (images, c_in, length),
+                                 (images, c_out, length), "transposed 1x1 product", NO_RESIDUAL)
+        team = team_worth_sharing(images * work, SHARED_FROM)
+        if team is None:
+            kernel(panels, x, bias, residual, y, scratch("pointwise_transposed", (floats,)),
+                   code, a, b)
+        else:                                      # a row of work space per thread
+            team.pointwise_transposed(panels, x, bias, residual, y,
+                                      scratch("pointwise_transposed", (team.threads, floats)),
+                                      activation, checked=False)
+    return product

@@ -41,6 +41,7 @@ import numpy as np
 
 from layers.fast import dense, excitation, jobs, pointwise, pointwise_transposed
 from layers.fast.epilogue import Activation, epilogue_operands, nothing_to_finish
+from layers.fast.operands import unchecked
 from layers.fast.team import current_team as current  # workers.current(), as before
 from layers.fast.team import scratch as scratch  # workers.scratch, as before
 from layers.fast.team import set_current_team
@@ -110,17 +111,19 @@ class Team:
                                " (out of memory?): its output is incomplete")
 
     def depthwise(self, x: np.ndarray, weight: np.ndarray, bias: np.ndarray, y: np.ndarray,
-                  stride, dilation, pads, activation: Activation) -> None:
+                  stride, dilation, pads, activation: Activation, checked: bool = True) -> None:
         """layers/fast/depthwise.py's kernels (as depthwise_conv2d calls them), shared:
         planes in one chunk per thread (each chunk splits planes into buffers of its own),
-        blocks of channels in up to CHUNKS chunks per thread."""
+        blocks of channels in up to CHUNKS chunks per thread. ``checked``: False when the
+        caller checked the arrays (operands.py)."""
         if weight.ndim == 3:
             job, chunks = jobs._depthwise_job, self.threads
         else:
             job = jobs._depthwise_blocks_job
             chunks = min(x.shape[0] * weight.shape[0], self.chunks)
-        self._share(job, chunks, x, weight, bias, y, stride[0], stride[1], dilation[0],
-                    dilation[1], pads[0], pads[2], activation.code, activation.a, activation.b)
+        self._share(job if checked else unchecked(job), chunks, x, weight, bias, y, stride[0],
+                    stride[1], dilation[0], dilation[1], pads[0], pads[2], activation.code,
+                    activation.a, activation.b)
 
     def im2col(self, x: np.ndarray, cols: np.ndarray, kernel, stride, dilation, pads,
                out_hw) -> None:
@@ -144,25 +147,32 @@ class Team:
 
     def pointwise(self, weight: np.ndarray, x: np.ndarray, bias: np.ndarray,
                   residual: np.ndarray, y: np.ndarray, space: np.ndarray,
-                  geometry: np.ndarray, activation: Activation) -> None:
+                  geometry: np.ndarray, activation: Activation, checked: bool = True) -> None:
         """pointwise._pointwise, shared (a bias of zeros, a residual of no values for none;
         ``space``: a row of work space per thread; ``geometry``: no values for a plain
-        product)."""
+        product). ``checked``: False when the caller checked the arrays and sized ``space``
+        (operands.py)."""
         c_out, c_in = weight.shape[1:]
-        self._check_space(space, pointwise.space_size(c_in))
+        if checked:
+            self._check_space(space, pointwise.space_size(c_in))
         bands, packed = pointwise.band_plan(c_in, c_out, y.shape[2], geometry.size > 0)
         chunks = _whole_bands(y.shape[0] * bands, self.threads, self.chunks) if packed \
             else self.chunks                          # x packed band by band, or read in place
-        self._share(jobs._pointwise_job, chunks, weight, x, bias, residual, y, space,
-                    geometry, activation.code, activation.a, activation.b)
+        job = jobs._pointwise_job
+        self._share(job if checked else unchecked(job), chunks, weight, x, bias, residual, y,
+                    space, geometry, activation.code, activation.a, activation.b)
 
     def pointwise_transposed(self, panels: np.ndarray, x: np.ndarray, bias: np.ndarray,
                              residual: np.ndarray, y: np.ndarray, space: np.ndarray,
-                             activation: Activation) -> None:
+                             activation: Activation, checked: bool = True) -> None:
         """pointwise_transposed._pointwise_transposed, shared (as ``pointwise``)."""
-        self._check_space(space, pointwise_transposed.space_size(x.shape[1], x.shape[2]))
-        self._share(jobs._pointwise_transposed_job, self.chunks, panels, x, bias, residual, y,
-                    space, activation.code, activation.a, activation.b)
+        job = jobs._pointwise_transposed_job
+        if checked:
+            self._check_space(space, pointwise_transposed.space_size(x.shape[1], x.shape[2]))
+        else:
+            job = unchecked(job)
+        self._share(job, self.chunks, panels, x, bias, residual, y, space, activation.code,
+                    activation.a, activation.b)
 
     def _check_space(self, space: np.ndarray, floats: int) -> None:
         """A job's work space has a row of ``floats`` or more for every thread of the team

@@ -1,0 +1,50 @@
+"""The checks a prepared kernel call makes before it calls compiled functions unchecked.
+
+A compiled function reads its array arguments as the types it was compiled for, so the back
+end puts a check of every argument in front of it (backend._checked), on every call. A call
+worked out once for one shape (pointwise_transposed.transposed_product and the like) checks
+the arrays it keeps when it is made, and on each call only the arrays it is given
+(``check``), then calls the functions without their checks (``unchecked``): a forward then
+runs a few checks per step instead of one per argument of every kernel it calls.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+
+from parser.errors import ShapeError
+
+
+def unchecked(function: Callable) -> Callable:
+    """``function`` without the back end's per-call argument checks, where it has them (the
+    just-in-time dispatchers check the types themselves). Taken when a call is made: a call
+    made before the kernels start keeps going through the start, and one made under one
+    back end (ahead of time, just in time) keeps running that back end's function."""
+    return getattr(function, "unchecked", function)
+
+
+def check(a: np.ndarray, shape: tuple[int, ...], what: str, writeable: bool = False) -> None:
+    """Refuse ``a`` unless it is a C-contiguous, aligned float32 array of ``shape`` (and
+    writeable, if ``writeable``): what the unchecked kernels may read, or write."""
+    if not (isinstance(a, np.ndarray) and a.dtype == np.float32 and a.shape == shape):
+        raise ShapeError(f"{what}: a float32 array of shape {shape} expected, got "
+                         f"{getattr(a, 'dtype', type(a).__name__)} {getattr(a, 'shape', '')}")
+    flags = a.flags
+    if not (flags.c_contiguous and flags.aligned and (flags.writeable or not writeable)):
+        raise ShapeError(f"{what}: a C-contiguous, aligned{', writeable' if writeable else ''}"
+                         f" array expected (strides {a.strides})")
+
+
+def check_product(x: np.ndarray, residual: np.ndarray | None, y: np.ndarray,
+                  x_shape: tuple[int, ...], y_shape: tuple[int, ...], what: str,
+                  no_residual: np.ndarray) -> np.ndarray:
+    """Check a product's x, y (written) and residual (y's shape, or None); return the
+    residual as the kernels take it (``no_residual`` for none)."""
+    check(x, x_shape, f"{what}'s input")
+    check(y, y_shape, f"{what}'s output", writeable=True)
+    if residual is None:
+        return no_residual
+    check(residual, y_shape, f"{what}'s residual")
+    return residual

@@ -1,0 +1,161 @@
+"""Calls worked out once for a shape (pointwise.pointwise_product, pointwise_transposed.
+transposed_product, depthwise.depthwise_product, and FastConv2d's direct calls, which run
+them): they check the arrays they are given, then run the kernels without the per-argument
+checks, so a wrong array is a ShapeError, never a read or write past one; alone and shared
+with helper threads they give the same bits, torch's values."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from helpers import make_layer
+from layers.fast import backend
+from layers.fast.depthwise import depthwise_product, pack_channel_blocks
+from layers.fast.epilogue import IDENTITY, RELU, Activation
+from layers.fast.gemm import pack_gemm_weight
+from layers.fast.pointwise import pointwise_product
+from layers.fast.pointwise_transposed import pack_panels, transposed_product
+from layers.fast.team import set_current_team
+from parser.errors import ShapeError
+
+C_IN, C_OUT, H, W = 24, 40, 7, 9
+
+
+def rand(*shape, seed=0):
+    return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+
+
+def product_and_reference(kind: str):
+    """(product(x, residual, y), x, y's shape, torch's y of x) of one kind, random weights."""
+    bias = rand(C_OUT if kind != "depthwise" else C_IN, seed=2)
+    if kind == "depthwise":
+        weight = rand(C_IN, 3, 3, seed=1)
+        x = rand(2, C_IN, H, W, seed=3)
+        blocks = pack_channel_blocks(weight)
+        call = depthwise_product(blocks, bias, C_IN, (1, 1), (1, 1, 1, 1), (1, 1), (H, W),
+                                 IDENTITY)
+
+        def product(x, residual, y):
+            assert residual is None
+            call(x, y)
+        want = F.conv2d(torch.from_numpy(x), torch.from_numpy(weight[:, None]),
+                        torch.from_numpy(bias), padding=1, groups=C_IN).numpy()
+        return product, x, (2, C_IN, H, W), want
+    weight = rand(C_OUT, C_IN, seed=1)
+    x = rand(2, C_IN, H * W, seed=3)
+    if kind == "transposed":
+        product = transposed_product(pack_panels(weight), bias, C_IN, C_OUT, H * W, IDENTITY)
+    else:
+        product = pointwise_product(pack_gemm_weight(weight[:, :, None, None], 1), bias,
+                                    H * W, IDENTITY)
+    want = np.einsum("ok,nkl->nol", weight.astype(np.float64), x) + bias[:, None]
+    return product, x, (2, C_OUT, H * W), want
+
+
+KINDS = ["pointwise", "transposed", "depthwise"]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_prepared_call_computes_what_torch_does_alone_and_shared(kind, forward_with_helpers):
+    product, x, y_shape, want = product_and_reference(kind)
+    shared = np.empty(y_shape, np.float32)
+    product(x, None, shared)                           # inside a forward with helpers
+    set_current_team(None)                             # as a forward without them
+    try:
+        alone = np.empty(y_shape, np.float32)
+        product(x, None, alone)
+    finally:
+        set_current_team(forward_with_helpers)
+    np.testing.assert_allclose(alone, want, rtol=1e-4, atol=1e-4)
+    np.testing.assert_array_equal(shared, alone)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_prepared_call_refuses_wrong_arrays_before_the_kernel_runs(kind):
+    backend.start()
+    product, x, y_shape, _ = product_and_reference(kind)
+    n = y_shape[0]
+    wide = np.zeros((*y_shape[:-1], 2 * y_shape[-1]), np.float32)
+    wrong = {
+        "a float64 input": (x.astype(np.float64), None, np.zeros(y_shape, np.float32)),
+        "too few input channels": (x[:, 1:].copy(), None, np.zeros(y_shape, np.float32)),
+        "a strided output": (x, None, wide[..., ::2]),
+        "an output of another shape": (x, None, np.zeros((n + 1, *y_shape[1:]), np.float32)),
+    }
+    if kind != "depthwise":
+        wrong["a residual of another shape"] = (x, np.zeros((n, y_shape[1], 3), np.float32),
+                                                np.zeros(y_shape, np.float32))
+        wrong["a strided residual"] = (x, wide[..., ::2], np.zeros(y_shape, np.float32))
+    for what, (xs, residual, y) in wrong.items():
+        with pytest.raises(ShapeError):
+            product(xs, residual, y)
+        assert not y.any() and not wide.any(), f"{what}: written"
+
+
+@pytest.mark.parametrize("kernel_size", [1, 3])
+def test_fast_conv_runs_its_direct_call_until_a_fusion_changes_it(kernel_size):
+    """FastConv2d.forward_into makes its call at the first input of a shape and runs it
+    directly after that; fusing an activation forgets it."""
+    weight, bias = rand(C_OUT, C_IN, kernel_size, kernel_size), rand(C_OUT, seed=1)
+    conv = make_layer("nn.Conv2d", dict(in_channels=C_IN, out_channels=C_OUT,
+                                        kernel_size=(kernel_size, kernel_size),
+                                        padding=(kernel_size // 2,) * 2),
+                      {"weight": weight, "bias": bias}, fast=True)
+    x = rand(1, C_IN, H, W, seed=3)
+    want = F.conv2d(torch.from_numpy(x), torch.from_numpy(weight), torch.from_numpy(bias),
+                    padding=kernel_size // 2).numpy()
+    for _ in range(2):                                 # made, then run directly
+        y = np.full((1, C_OUT, H, W), np.nan, np.float32)
+        conv.forward_into([x], [y])
+        np.testing.assert_allclose(y, want, rtol=1e-4, atol=1e-4)
+    assert x.shape in conv._direct
+    conv.fuse_activation(make_layer("nn.ReLU", fast=True))
+    assert x.shape not in conv._direct
+    conv.forward_into([x], [y])
+    np.testing.assert_allclose(y, np.maximum(want, 0), rtol=1e-4, atol=1e-4)
+    strided = np.zeros((1, C_OUT, H, 2 * W), np.float32)[..., ::2]
+    conv.forward_into([x], [strided])                  # not the kernels': written over
+    np.testing.assert_allclose(strided, np.maximum(want, 0), rtol=1e-4, atol=1e-4)
+
+
+def test_an_activation_code_reaches_the_prepared_kernel():
+    """The activation worked out once is the one applied (ReLU here)."""
+    backend.start()
+    weight, x = rand(C_OUT, C_IN, seed=1), rand(1, C_IN, H * W, seed=3)
+    product = transposed_product(pack_panels(weight), None, C_IN, C_OUT, H * W,
+                                 Activation(RELU))
+    y = np.empty((1, C_OUT, H * W), np.float32)
+    product(x, None, y)
+    np.testing.assert_allclose(y, np.maximum(np.einsum("ok,nkl->nol", weight, x), 0),
+                               rtol=1e-4, atol=1e-4)
+
+
+def test_the_public_functions_refuse_what_their_kernels_would_read_or_write_past():
+    """pointwise_conv2d checks x against the weight and y (not only x against itself), an
+    output must be writeable, and PackedConv2d.run's ``out`` must be laid out as the kernels
+    write it."""
+    from layers.fast.conv import PackedConv2d
+    from layers.fast.pointwise import pointwise_conv2d
+
+    backend.start()
+    weight = pack_gemm_weight(rand(8, 8, 1, 1), 1)
+    y = np.zeros((1, 8, 10), np.float32)
+    for x, out in ((rand(1, 4, 10), y), (rand(1, 8, 5), y),            # too few channels,
+                   (rand(1, 8, 10), np.zeros((1, 8, 20), np.float32))):  # pixels, for y
+        with pytest.raises(ShapeError):
+            pointwise_conv2d(weight, x, None, None, IDENTITY, out)
+    frozen = np.zeros((1, 8, 10), np.float32)
+    frozen.flags.writeable = False
+    with pytest.raises(ShapeError, match="writeable"):
+        pointwise_conv2d(weight, rand(1, 8, 10), None, None, IDENTITY, frozen)
+    assert not y.any()
+    packed = PackedConv2d(rand(8, 8, 1, 1), None, (1, 1), (1, 1), 1)
+    for algorithm_size in (2, 7, 30):                  # transposed, upright 1x1
+        x = rand(1, 8, algorithm_size, algorithm_size)
+        strided = np.zeros((1, 8, algorithm_size, 2 * algorithm_size), np.float32)[..., ::2]
+        with pytest.raises(ShapeError):
+            packed.run(x, (0, 0, 0, 0), (algorithm_size,) * 2, IDENTITY, out=strided)
+        assert not strided.any()
