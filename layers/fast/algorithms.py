@@ -80,7 +80,6 @@ from layers.fast.winograd import TAPS, TILE, pack_winograd_weight, winograd_conv
 from layers.fast.winograd_f2 import TAPS as TAPS_F2
 from layers.fast.winograd_f2 import TILE as TILE_F2
 from layers.fast.winograd_f2 import pack_winograd_f2_weight, winograd_f2_conv2d
-from parser.errors import ShapeError
 
 Pair = tuple[int, int]
 Pads = tuple[int, int, int, int]                   # (top, bottom, left, right)
@@ -241,23 +240,8 @@ def _transposed_call(conv: Convolution, pads: Pads, out_hw: Pair,
                      activation: Activation) -> Call:
     if any(pads):                                 # zeros around x: not a plain product
         return _im2col_transposed_call(conv, pads, out_hw, activation, "pointwise_transposed")
-    c_in, c_out, length = conv.c_in, conv.c_out, out_hw[0] * out_hw[1]
-    return _on_images(transposed_product(conv.packed("pointwise_transposed"), conv.bias, c_in,
-                                         c_out, length, activation), c_in, c_out, length)
-
-
-def _on_images(product: Call, c_in: int, c_out: int, length: int) -> Call:
-    """A 1x1 product of rows (N, C, L) as a call on the images (N, C, H, W), L = H * W (y
-    C-contiguous: a reshape that copied it would leave it unwritten)."""
-    def on_images(x, residual, y):
-        images = x.shape[0]
-        if not y.flags.c_contiguous:
-            raise ShapeError(f"1x1 convolution: a C-contiguous output expected (strides "
-                             f"{y.strides})")
-        product(x.reshape(images, c_in, length),
-                None if residual is None else residual.reshape(images, c_out, length),
-                y.reshape(images, c_out, length))
-    return on_images
+    return transposed_product(conv.packed("pointwise_transposed"), conv.bias, conv.c_in,
+                              conv.c_out, out_hw[0] * out_hw[1], activation)
 
 
 def _one_group_im2col(conv: Convolution) -> bool:
@@ -391,9 +375,7 @@ def _gemm_call(conv: Convolution, pads: Pads, out_hw: Pair, activation: Activati
     weight, bias = conv.packed("gemm"), conv.bias
     kernel, stride, dilation = conv.kernel, conv.stride, conv.dilation
     if conv.pointwise and not any(pads):          # gemm_conv2d's first case (pointwise_gemm)
-        c_in, c_out, length = conv.c_in, conv.c_out, out_hw[0] * out_hw[1]
-        return _on_images(pointwise_product(weight, bias, length, activation), c_in, c_out,
-                          length)
+        return pointwise_product(weight, bias, out_hw[0] * out_hw[1], activation)
 
     def im2col(x, residual, y):
         gemm_conv2d(x, weight, bias, kernel, stride, pads, dilation, out_hw, activation,

@@ -36,7 +36,7 @@ from layers.fast.epilogue import Activation, NO_ARRAY, activate_row
 from layers.fast.phases import phase_layout, phase_targets, split_plane
 from layers.fast.simd import (LANES, aligned_array, aligned_empty, transpose_block,
                               vector_fma, vector_load, vector_store)
-from layers.fast.operands import check, unchecked
+from layers.fast.operands import check, check_sizes, unchecked
 from layers.fast.team import current_team
 from parser.errors import ShapeError
 
@@ -379,10 +379,11 @@ def depthwise_product(weight: np.ndarray, bias: np.ndarray | None, c_in: int,
                       stride: tuple[int, int], pads: tuple[int, int, int, int],
                       dilation: tuple[int, int], out_hw: tuple[int, int],
                       activation: Activation, shared: bool = True) -> Callable[..., None]:
-    """depthwise_conv2d of x (N, c_in, H, W) into y, worked out once: the call ``product(x, y)``
-    checks the arrays it is given (operands.check; the filters and bias, which the kernels
-    trust, are checked here) and runs the kernel without the per-argument checks, shared
-    with this thread's team (layers/fast/team.py) if ``shared`` and there is one."""
+    """depthwise_conv2d of x (N, c_in, H, W) into y (N, C_out, *out_hw), worked out once: the
+    call ``product(x, y)`` checks the arrays it is given (operands.check_sizes; the filters
+    and bias, which the kernels trust, are checked here) and runs the kernel without the
+    per-argument checks, shared with this thread's team (layers/fast/team.py) if ``shared``
+    and there is one."""
     if weight.ndim not in (3, 4):
         raise ShapeError(f"depthwise convolution: a weight of 3 or 4 dims, got {weight.shape}")
     c_out = weight.shape[0] if weight.ndim == 3 else c_in
@@ -398,14 +399,18 @@ def depthwise_product(weight: np.ndarray, bias: np.ndarray | None, c_in: int,
     bias = NO_ARRAY if bias is None else bias
     check(bias, bias.shape, "depthwise convolution bias")
     y_tail = (c_out, *out_hw)
+    y_size = c_out * out_hw[0] * out_hw[1]
     kernel = unchecked(_depthwise if weight.ndim == 3 else _depthwise_channels_last)
     arguments = (stride[0], stride[1], dilation[0], dilation[1], pads[0], pads[2],
                  activation.code, activation.a, activation.b)
 
     def product(x: np.ndarray, y: np.ndarray) -> None:
         images = x.shape[0]
-        check(x, (images, c_in, x.shape[-2], x.shape[-1]), "depthwise convolution input")
-        check(y, (images, *y_tail), "depthwise convolution output", writeable=True)
+        if x.ndim != 4 or x.shape[1] != c_in:
+            raise ShapeError(f"depthwise convolution: an input of {c_in} channels (N, C, H, "
+                             f"W) expected, got {x.shape}")
+        check_sizes(x, x.size, y, images * y_size, None, "depthwise convolution")
+        y = y.reshape(images, *y_tail)
         team = current_team() if shared else None
         if team is None:
             kernel(x, weight, bias, y, *arguments)

@@ -37,14 +37,20 @@ def check(a: np.ndarray, shape: tuple[int, ...], what: str, writeable: bool = Fa
                          f" array expected (strides {a.strides})")
 
 
-def check_product(x: np.ndarray, residual: np.ndarray | None, y: np.ndarray,
-                  x_shape: tuple[int, ...], y_shape: tuple[int, ...], what: str,
-                  no_residual: np.ndarray) -> np.ndarray:
-    """Check a product's x, y (written) and residual (y's shape, or None); return the
-    residual as the kernels take it (``no_residual`` for none)."""
-    check(x, x_shape, f"{what}'s input")
-    check(y, y_shape, f"{what}'s output", writeable=True)
-    if residual is None:
-        return no_residual
-    check(residual, y_shape, f"{what}'s residual")
-    return residual
+def check_sizes(x: np.ndarray, x_size: int, y: np.ndarray, y_size: int,
+                residual: np.ndarray | None, what: str) -> None:
+    """Refuse a product's x, y (written) and residual (None, or y's size) unless each is a
+    C-contiguous, aligned float32 array of that many values: what the product reshapes (in
+    place: a reshape that copied y would leave it unwritten) and its kernels read or write."""
+    for a, size, role in ((x, x_size, "input"), (y, y_size, "output"),
+                          (residual, y_size, "residual")):
+        if a is None:
+            continue
+        if not (isinstance(a, np.ndarray) and a.dtype == np.float32 and a.size == size):
+            raise ShapeError(f"{what}: a float32 {role} of {size} values expected, got "
+                             f"{getattr(a, 'dtype', type(a).__name__)} "
+                             f"{getattr(a, 'shape', '')}")
+        flags = a.flags
+        if not (flags.c_contiguous and flags.aligned and (flags.writeable or a is not y)):
+            raise ShapeError(f"{what}: a C-contiguous, aligned{', writeable' if a is y else ''} "
+                             f"{role} expected (strides {a.strides})")

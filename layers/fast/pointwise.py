@@ -71,7 +71,7 @@ from layers.fast.phases import (DIL_W, KH, KW, LEFT, OUT_W, STRIDE_W, WIDTH, col
 from layers.fast.simd import (COLUMNS, LANES, ROWS, tile_add, tile_dot_pair, tile_fma,
                               tile_fma_narrow, tile_fold_dots, tile_load, tile_store,
                               tile_zero, vector_copy_part, vector_load, vector_store)
-from layers.fast.operands import check, check_product, unchecked
+from layers.fast.operands import check, check_sizes, unchecked
 from layers.fast.team import scratch, team_worth_sharing
 from parser.errors import ShapeError
 
@@ -482,6 +482,8 @@ def pointwise_conv2d(weight: np.ndarray, x: np.ndarray, bias: np.ndarray | None,
     cols. Shared with the team's helper threads if there is one (the bits are the same
     either way)."""
     weight = weight if weight.ndim == 3 else weight[None]      # (1 or N, C_out, C_in)
+    if not geometry.size:                  # the product takes any shape of x's size
+        check(x, (y.shape[0], weight.shape[2], y.shape[2]), "1x1 product's input")
     product = pointwise_product(weight, bias, y.shape[2], activation, geometry)
     product(x, None if residual is None else residual.reshape(y.shape), y)
 
@@ -490,11 +492,11 @@ def pointwise_product(weight: np.ndarray, bias: np.ndarray | None, length: int,
                       activation: Activation, geometry: np.ndarray = NO_GEOMETRY
                       ) -> Callable[..., None]:
     """pointwise_conv2d by ``weight`` (1 or N, C_out, C_in) into y (N, C_out, length),
-    worked out once: the call ``product(x, residual, y)`` checks the arrays it is given
-    (operands.check; weight, bias and geometry here) and runs the kernel without the
-    per-argument checks. x is (N, C_in, length), or with a ``geometry`` (N, C_in / (kh *
-    kw), size): the phases of gemm.split_planes, whose size gemm._geometry gives (that one
-    is the caller's)."""
+    worked out once: the call ``product(x, residual, y)`` takes arrays of those sizes in any
+    shape (images (N, C, H, W) too), checks them (operands.check_sizes; weight, bias and
+    geometry here) and runs the kernel without the per-argument checks. x is (N, C_in,
+    length), or with a ``geometry`` (N, C_in / (kh * kw), size): the phases of
+    gemm.split_planes, whose size gemm._geometry gives (that one is the caller's)."""
     stack, c_out, c_in = weight.shape
     check(weight, weight.shape, "1x1 weight")
     bias = _zeros(c_out) if bias is None else bias
@@ -513,9 +515,17 @@ def pointwise_product(weight: np.ndarray, bias: np.ndarray | None, length: int,
         images = x.shape[0]
         if stack != 1 and stack != images:
             raise ShapeError(f"1x1 product: {stack} matrices for {images} images")
-        x_shape = (images, x_rows, x.shape[-1] if geometry.size else length)
-        residual = check_product(x, residual, y, x_shape, (images, c_out, length),
-                                 "1x1 product", NO_RESIDUAL)
+        if geometry.size:                          # phases (N, C, size), as they are
+            if x.ndim != 3 or x.shape[1] != x_rows:
+                raise ShapeError(f"1x1 product: phases of {x_rows} planes expected, got "
+                                 f"{x.shape}")
+            x_size = x.size
+        else:
+            x_size = images * c_in * length
+        check_sizes(x, x_size, y, images * c_out * length, residual, "1x1 product")
+        x = x if geometry.size else x.reshape(images, c_in, length)
+        y = y.reshape(images, c_out, length)
+        residual = NO_RESIDUAL if residual is None else residual.reshape(y.shape)
         team = team_worth_sharing(images * work, SHARED_FROM)
         if team is None:
             kernel(weight, x, bias, residual, y, scratch("pointwise", (floats,)), geometry,

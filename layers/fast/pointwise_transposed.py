@@ -39,7 +39,7 @@ from layers.fast.pointwise import (HEADER, K_BLOCK, LINE_FLOATS, NO_RESIDUAL, SH
                                    _zeros, copy_run, forget_band)
 from layers.fast.simd import (COLUMNS, LANES, ROWS, tile_add, tile_fma, tile_fma_short,
                               tile_load, tile_store, tile_zero, transpose_block)
-from layers.fast.operands import check, check_product, unchecked
+from layers.fast.operands import check, check_sizes, unchecked
 from layers.fast.team import scratch, team_worth_sharing
 
 BAND = 40 * ROWS       # pixels of one unit of work at most (its partial sums: BAND x COLUMNS)
@@ -227,9 +227,10 @@ def pointwise_transposed_conv2d(panels: np.ndarray, x: np.ndarray, bias: np.ndar
 
 def transposed_product(panels: np.ndarray, bias: np.ndarray | None, c_in: int, c_out: int,
                        length: int, activation: Activation) -> Callable[..., None]:
-    """pointwise_transposed_conv2d of x (N, c_in, length), worked out once: the call
-    ``product(x, residual, y)`` checks the arrays it is given (operands.check; the panels and
-    bias are checked here) and runs the kernel without the per-argument checks."""
+    """pointwise_transposed_conv2d of x (N, c_in, length) into y (N, c_out, length), worked
+    out once: the call ``product(x, residual, y)`` takes arrays of those sizes in any shape
+    (images (N, C, H, W) too), checks them (operands.check_sizes; the panels and bias are
+    checked here) and runs the kernel without the per-argument checks."""
     panels_shape = (-(-c_out // COLUMNS), c_in, COLUMNS)
     check(panels, panels_shape, "transposed 1x1 panels")
     bias = _zeros(c_out) if bias is None else bias
@@ -241,8 +242,10 @@ def transposed_product(panels: np.ndarray, bias: np.ndarray | None, c_in: int, c
 
     def product(x: np.ndarray, residual: np.ndarray | None, y: np.ndarray) -> None:
         images = x.shape[0]
-        residual = check_product(x, residual, y, (images, c_in, length),
-                                 (images, c_out, length), "transposed 1x1 product", NO_RESIDUAL)
+        check_sizes(x, images * c_in * length, y, images * c_out * length, residual,
+                    "transposed 1x1 product")
+        x, y = x.reshape(images, c_in, length), y.reshape(images, c_out, length)
+        residual = NO_RESIDUAL if residual is None else residual.reshape(y.shape)
         team = team_worth_sharing(images * work, SHARED_FROM)
         if team is None:
             kernel(panels, x, bias, residual, y, scratch("pointwise_transposed", (floats,)),

@@ -72,7 +72,12 @@ class Team:
         self.reals = np.zeros(jobs.REALS_SIZE, np.float64)
         # the job runner without the compiled kernels' argument checks (backend._checked):
         # these three arrays are the team's own, and it runs ~50 times a forward
-        self._work = getattr(jobs._work, "unchecked", jobs._work)
+        self._work = unchecked(jobs._work)
+        # the jobs a caller that checked its arrays runs unchecked (``checked=False``), as
+        # bound now (a job bound since, by another back end, runs as it is)
+        self._trusted = {job: unchecked(job) for job in (
+            jobs._pointwise_job, jobs._pointwise_transposed_job, jobs._depthwise_job,
+            jobs._depthwise_blocks_job)}
         self.in_use = threading.Lock()             # one forward at a time
         self.active = threading.Event()            # set while a forward runs: helpers spin
         self.stopped = False
@@ -121,9 +126,10 @@ class Team:
         else:
             job = jobs._depthwise_blocks_job
             chunks = min(x.shape[0] * weight.shape[0], self.chunks)
-        self._share(job if checked else unchecked(job), chunks, x, weight, bias, y, stride[0],
-                    stride[1], dilation[0], dilation[1], pads[0], pads[2], activation.code,
-                    activation.a, activation.b)
+        if not checked:
+            job = self._trusted.get(job, job)
+        self._share(job, chunks, x, weight, bias, y, stride[0], stride[1], dilation[0],
+                    dilation[1], pads[0], pads[2], activation.code, activation.a, activation.b)
 
     def im2col(self, x: np.ndarray, cols: np.ndarray, kernel, stride, dilation, pads,
                out_hw) -> None:
@@ -158,9 +164,10 @@ class Team:
         bands, packed = pointwise.band_plan(c_in, c_out, y.shape[2], geometry.size > 0)
         chunks = _whole_bands(y.shape[0] * bands, self.threads, self.chunks) if packed \
             else self.chunks                          # x packed band by band, or read in place
-        job = jobs._pointwise_job
-        self._share(job if checked else unchecked(job), chunks, weight, x, bias, residual, y,
-                    space, geometry, activation.code, activation.a, activation.b)
+        job = jobs._pointwise_job if checked else self._trusted.get(jobs._pointwise_job,
+                                                                     jobs._pointwise_job)
+        self._share(job, chunks, weight, x, bias, residual, y, space, geometry,
+                    activation.code, activation.a, activation.b)
 
     def pointwise_transposed(self, panels: np.ndarray, x: np.ndarray, bias: np.ndarray,
                              residual: np.ndarray, y: np.ndarray, space: np.ndarray,
@@ -170,7 +177,7 @@ class Team:
         if checked:
             self._check_space(space, pointwise_transposed.space_size(x.shape[1], x.shape[2]))
         else:
-            job = unchecked(job)
+            job = self._trusted.get(job, job)
         self._share(job, self.chunks, panels, x, bias, residual, y, space, activation.code,
                     activation.a, activation.b)
 

@@ -144,7 +144,8 @@ def test_the_public_functions_refuse_what_their_kernels_would_read_or_write_past
     weight = pack_gemm_weight(rand(8, 8, 1, 1), 1)
     y = np.zeros((1, 8, 10), np.float32)
     for x, out in ((rand(1, 4, 10), y), (rand(1, 8, 5), y),            # too few channels,
-                   (rand(1, 8, 10), np.zeros((1, 8, 20), np.float32))):  # pixels, for y
+                   (rand(1, 8, 10), np.zeros((1, 8, 20), np.float32)),   # pixels, for y,
+                   (rand(1, 4, 20), y)):                  # x's size, but not its shape
         with pytest.raises(ShapeError):
             pointwise_conv2d(weight, x, None, None, IDENTITY, out)
     frozen = np.zeros((1, 8, 10), np.float32)
