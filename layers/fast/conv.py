@@ -23,6 +23,7 @@ from layers.fast import algorithms
 from layers.fast.algorithms import BY_NAME, Call, Pair, Pads
 from layers.fast.epilogue import Activation
 from layers.fast.operands import check
+from parser.errors import ShapeError
 from parser.bin import release_pages
 
 WINOGRAD = ("winograd", "winograd_f2")      # its two variants, one packing each
@@ -108,9 +109,13 @@ class PackedConv2d:
         array of the output's shape to write into (not overlapping x or residual), or None
         for a new one."""
         x = kernel_layout(x)
+        shape = (x.shape[0], self.c_out, *out_hw)
+        if x.ndim != 4 or x.shape[1] != self.c_in or (residual is not None
+                                                      and residual.shape != shape):
+            raise ShapeError(f"convolution of {self.c_in} input channels into {shape}: input "
+                             f"{x.shape}, residual {getattr(residual, 'shape', None)}")
         if residual is not None:
             residual = kernel_layout(residual)
-        shape = (x.shape[0], self.c_out, *out_hw)
         if out is None:
             y = np.empty(shape, np.float32)
         else:                          # the kernels write it as laid out: refuse any other

@@ -409,8 +409,8 @@ def depthwise_product(weight: np.ndarray, bias: np.ndarray | None, c_in: int,
         if x.ndim != 4 or x.shape[1] != c_in:
             raise ShapeError(f"depthwise convolution: an input of {c_in} channels (N, C, H, "
                              f"W) expected, got {x.shape}")
-        check_sizes(x, x.size, y, images * y_size, None, "depthwise convolution")
-        y = y.reshape(images, *y_tail)
+        check_sizes(x, (images, c_in), x.size, y, (images, *y_tail), images * y_size,
+                    "depthwise convolution")
         team = current_team() if shared else None
         if team is None:
             kernel(x, weight, bias, y, *arguments)

@@ -178,7 +178,12 @@ def gemm_conv2d(x: np.ndarray, packed: np.ndarray, bias: np.ndarray | None,
     n, c_in = x.shape[:2]
     groups, group_out, group_k = packed.shape
     (out_h, out_w), length = out_hw, out_hw[0] * out_hw[1]
-    y = np.empty((n, groups * group_out, out_h, out_w), np.float32) if out is None else out
+    if out is None:
+        y = np.empty((n, groups * group_out, out_h, out_w), np.float32)
+    else:                                          # reshaped in place below
+        check(out, (n, groups * group_out, out_h, out_w), "convolution output",
+              writeable=True)
+        y = out
     y_groups = y.reshape(n, groups, group_out, length)
     direct = kernel == (1, 1) and stride == (1, 1) and not any(pads)
     team = current_team()                          # helper threads to share the work with

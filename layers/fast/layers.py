@@ -144,12 +144,12 @@ class FastConv2d(KernelActivation, Conv2d):
     def forward_into(self, inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray]) -> None:
         """The kernels write straight into ``outputs[0]``; any other path computes a new array
         and copies it over. An input shape whose call _forward_fast has made runs it at once
-        (``_direct``: the fewest Python calls a step can make; a step's Python is the larger
-        part of its cold start inside a forward, BENCHMARKS.md)."""
+        (``_direct``: the fewest Python calls a step can make)."""
         x, residual = inputs[0], (inputs[1] if self.fused_residual else None)
         out = outputs[0]
         direct = self._direct.get(x.shape)
         if (direct is not None and out.shape == direct[1] and _kernel_ready(out)
+                and out.flags.writeable
                 and (residual is None or residual.shape == direct[1])):
             direct[0](kernel_layout(x), None if residual is None else kernel_layout(residual),
                       out)
@@ -172,7 +172,8 @@ class FastConv2d(KernelActivation, Conv2d):
         if activation is None or (residual is not None and residual.shape != full):
             # no kernel code for the activation, or a residual that broadcasts: numpy adds it
             return self._finish(self.packed.run(x, pads, out_hw, IDENTITY), residual)
-        if out is None or out.shape != full or not _kernel_ready(out):
+        if out is None or out.shape != full or not (_kernel_ready(out)
+                                                     and out.flags.writeable):
             out = np.empty(full, np.float32)           # (forward_into copies it over)
         call = self._call_for(x.shape, pads, out_hw, activation)
         if direct and pre_pad is None and x.shape not in self._direct:

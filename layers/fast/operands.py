@@ -4,7 +4,7 @@ A compiled function reads its array arguments as the types it was compiled for, 
 end puts a check of every argument in front of it (backend._checked), on every call. A call
 worked out once for one shape (pointwise_transposed.transposed_product and the like) checks
 the arrays it keeps when it is made, and on each call only the arrays it is given
-(``check``), then calls the functions without their checks (``unchecked``): a forward then
+(``check_sizes``), then calls the functions without their checks (``unchecked``): a forward then
 runs a few checks per step instead of one per argument of every kernel it calls.
 """
 
@@ -37,17 +37,24 @@ def check(a: np.ndarray, shape: tuple[int, ...], what: str, writeable: bool = Fa
                          f" array expected (strides {a.strides})")
 
 
-def check_sizes(x: np.ndarray, x_size: int, y: np.ndarray, y_size: int,
-                residual: np.ndarray | None, what: str) -> None:
-    """Refuse a product's x, y (written) and residual (None, or y's size) unless each is a
-    C-contiguous, aligned float32 array of that many values: what the product reshapes (in
-    place: a reshape that copied y would leave it unwritten) and its kernels read or write."""
-    for a, size, role in ((x, x_size, "input"), (y, y_size, "output"),
-                          (residual, y_size, "residual")):
+def check_sizes(x: np.ndarray, x_lead: tuple[int, ...], x_size: int, y: np.ndarray,
+                y_lead: tuple[int, ...], y_size: int, what: str,
+                residual: np.ndarray | None = None) -> None:
+    """Refuse a product's x, y (written) and residual (None, or y's shape) unless each is a
+    C-contiguous, aligned float32 array of that many values whose shape starts with
+    ``x_lead`` / ``y_lead`` (images, channels): what the product reshapes (in place: a
+    reshape that copied y would leave it unwritten) and its kernels read or write."""
+    if residual is not None and getattr(residual, "shape", None) != getattr(y, "shape", ()):
+        raise ShapeError(f"{what}: a residual of the output's shape expected, got "
+                         f"{getattr(residual, 'shape', type(residual).__name__)}")
+    for a, lead, size, role in ((x, x_lead, x_size, "input"), (y, y_lead, y_size, "output"),
+                                (residual, y_lead, y_size, "residual")):
         if a is None:
             continue
-        if not (isinstance(a, np.ndarray) and a.dtype == np.float32 and a.size == size):
-            raise ShapeError(f"{what}: a float32 {role} of {size} values expected, got "
+        if not (isinstance(a, np.ndarray) and a.dtype == np.float32 and a.size == size
+                and a.shape[:len(lead)] == lead):
+            raise ShapeError(f"{what}: a float32 {role} of {size} values, {lead} first, "
+                             f"expected, got "
                              f"{getattr(a, 'dtype', type(a).__name__)} "
                              f"{getattr(a, 'shape', '')}")
         flags = a.flags

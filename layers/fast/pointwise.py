@@ -66,7 +66,8 @@ import numpy as np
 
 from layers.fast.kernel import FLOAT, INT, array, kernel
 from layers.fast.epilogue import CLAMP, NONE, RELU, Activation, activate_block, clamp_bounds
-from layers.fast.phases import (DIL_W, KH, KW, LEFT, OUT_W, STRIDE_W, WIDTH, columns_inside,
+from layers.fast.phases import (DIL_W, GEOMETRY, KH, KW, LEFT, OUT_H, OUT_W, STRIDE_W, WIDTH,
+                                columns_inside,
                                 geometry_layout)
 from layers.fast.simd import (COLUMNS, LANES, ROWS, tile_add, tile_dot_pair, tile_fma,
                               tile_fma_narrow, tile_fold_dots, tile_load, tile_store,
@@ -493,17 +494,19 @@ def pointwise_product(weight: np.ndarray, bias: np.ndarray | None, length: int,
                       ) -> Callable[..., None]:
     """pointwise_conv2d by ``weight`` (1 or N, C_out, C_in) into y (N, C_out, length),
     worked out once: the call ``product(x, residual, y)`` takes arrays of those sizes in any
-    shape (images (N, C, H, W) too), checks them (operands.check_sizes; weight, bias and
-    geometry here) and runs the kernel without the per-argument checks. x is (N, C_in,
-    length), or with a ``geometry`` (N, C_in / (kh * kw), size): the phases of
+    shape that starts (N, C) (images (N, C, H, W) too), checks them (operands.check_sizes;
+    weight, bias and geometry here) and runs the kernel without the per-argument checks. x
+    is (N, C_in, length), or with a ``geometry`` (N, C_in / (kh * kw), size): the phases of
     gemm.split_planes, whose size gemm._geometry gives (that one is the caller's)."""
     stack, c_out, c_in = weight.shape
     check(weight, weight.shape, "1x1 weight")
     bias = _zeros(c_out) if bias is None else bias
     check(bias, (c_out,), "1x1 bias")
-    if geometry.dtype != np.int64 or not geometry.flags.c_contiguous:
-        raise ShapeError(f"1x1 product: a C-contiguous int64 geometry expected, got "
-                         f"{geometry.dtype}")
+    if (geometry.dtype != np.int64 or not geometry.flags.c_contiguous
+            or geometry.shape not in ((0,), (GEOMETRY,))
+            or (geometry.size and geometry[OUT_H] * geometry[OUT_W] != length)):
+        raise ShapeError(f"1x1 product: a C-contiguous int64 geometry of {GEOMETRY} values "
+                         f"for {length} outputs expected, got {geometry.dtype} {geometry}")
     taps = int(geometry[KH] * geometry[KW]) if geometry.size else 1
     if taps <= 0 or c_in % taps:
         raise ShapeError(f"1x1 product: {c_in} rows of cols for {taps} taps")
@@ -522,7 +525,8 @@ def pointwise_product(weight: np.ndarray, bias: np.ndarray | None, length: int,
             x_size = x.size
         else:
             x_size = images * c_in * length
-        check_sizes(x, x_size, y, images * c_out * length, residual, "1x1 product")
+        check_sizes(x, (images, x_rows), x_size, y, (images, c_out), images * c_out * length,
+                    "1x1 product", residual)
         x = x if geometry.size else x.reshape(images, c_in, length)
         y = y.reshape(images, c_out, length)
         residual = NO_RESIDUAL if residual is None else residual.reshape(y.shape)

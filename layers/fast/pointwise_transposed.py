@@ -229,8 +229,8 @@ def transposed_product(panels: np.ndarray, bias: np.ndarray | None, c_in: int, c
                        length: int, activation: Activation) -> Callable[..., None]:
     """pointwise_transposed_conv2d of x (N, c_in, length) into y (N, c_out, length), worked
     out once: the call ``product(x, residual, y)`` takes arrays of those sizes in any shape
-    (images (N, C, H, W) too), checks them (operands.check_sizes; the panels and bias are
-    checked here) and runs the kernel without the per-argument checks."""
+    that starts (N, C) (images (N, C, H, W) too), checks them (operands.check_sizes; the
+    panels and bias here) and runs the kernel without the per-argument checks."""
     panels_shape = (-(-c_out // COLUMNS), c_in, COLUMNS)
     check(panels, panels_shape, "transposed 1x1 panels")
     bias = _zeros(c_out) if bias is None else bias
@@ -242,8 +242,8 @@ def transposed_product(panels: np.ndarray, bias: np.ndarray | None, c_in: int, c
 
     def product(x: np.ndarray, residual: np.ndarray | None, y: np.ndarray) -> None:
         images = x.shape[0]
-        check_sizes(x, images * c_in * length, y, images * c_out * length, residual,
-                    "transposed 1x1 product")
+        check_sizes(x, (images, c_in), images * c_in * length, y, (images, c_out),
+                    images * c_out * length, "transposed 1x1 product", residual)
         x, y = x.reshape(images, c_in, length), y.reshape(images, c_out, length)
         residual = NO_RESIDUAL if residual is None else residual.reshape(y.shape)
         team = team_worth_sharing(images * work, SHARED_FROM)

@@ -84,11 +84,17 @@ def test_a_prepared_call_refuses_wrong_arrays_before_the_kernel_runs(kind):
         "too few input channels": (x[:, 1:].copy(), None, np.zeros(y_shape, np.float32)),
         "a strided output": (x, None, wide[..., ::2]),
         "an output of another shape": (x, None, np.zeros((n + 1, *y_shape[1:]), np.float32)),
+        "an output of its size, not its shape": (x, None, np.zeros((n, y_shape[1] * y_shape[2],
+                                                                   *y_shape[3:]), np.float32)),
     }
     if kind != "depthwise":
         wrong["a residual of another shape"] = (x, np.zeros((n, y_shape[1], 3), np.float32),
                                                 np.zeros(y_shape, np.float32))
         wrong["a strided residual"] = (x, wide[..., ::2], np.zeros(y_shape, np.float32))
+        wrong["a residual of y's size, not its shape"] = (
+            x, np.zeros((n, y_shape[2], y_shape[1]), np.float32), np.zeros(y_shape, np.float32))
+        wrong["an input of its size, not its shape"] = (
+            x.reshape(n, x.shape[2], x.shape[1]), None, np.zeros(y_shape, np.float32))
     for what, (xs, residual, y) in wrong.items():
         with pytest.raises(ShapeError):
             product(xs, residual, y)
@@ -119,6 +125,11 @@ def test_fast_conv_runs_its_direct_call_until_a_fusion_changes_it(kernel_size):
     strided = np.zeros((1, C_OUT, H, 2 * W), np.float32)[..., ::2]
     conv.forward_into([x], [strided])                  # not the kernels': written over
     np.testing.assert_allclose(strided, np.maximum(want, 0), rtol=1e-4, atol=1e-4)
+    frozen = np.zeros((1, C_OUT, H, W), np.float32)
+    frozen.flags.writeable = False
+    with pytest.raises(ValueError):                    # numpy's copy refuses it
+        conv.forward_into([x], [frozen])
+    assert not frozen.any()
 
 
 def test_an_activation_code_reaches_the_prepared_kernel():
@@ -154,6 +165,9 @@ def test_the_public_functions_refuse_what_their_kernels_would_read_or_write_past
         pointwise_conv2d(weight, rand(1, 8, 10), None, None, IDENTITY, frozen)
     assert not y.any()
     packed = PackedConv2d(rand(8, 8, 1, 1), None, (1, 1), (1, 1), 1)
+    for x in (rand(1, 4, 5, 5), rand(1, 16, 5, 5), rand(8, 5, 5)):    # channels, dims
+        with pytest.raises(ShapeError):
+            packed.run(x, (0, 0, 0, 0), (5, 5), IDENTITY)
     for algorithm_size in (2, 7, 30):                  # transposed, upright 1x1
         x = rand(1, 8, algorithm_size, algorithm_size)
         strided = np.zeros((1, 8, algorithm_size, 2 * algorithm_size), np.float32)[..., ::2]
