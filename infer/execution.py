@@ -169,7 +169,6 @@ class Execution:
             if not isinstance(arena, NewArrays):
                 self.memory.give_back(arena)
 
-
     def time_again(self, step: RunStep, xs: list[np.ndarray], ys: list[np.ndarray]) -> float:
         """Seconds of calling the last step's layer again at once, as the loop called it, on
         the same arrays (``step, xs, ys`` of its record): its code and data are now in cache,
@@ -180,7 +179,7 @@ class Execution:
             raise GraphError(f"time_again takes the last step's record, not {step.label}'s")
         inputs = [read_only(x) for x in xs] if self.isolated else xs
         copy = at_least_1d(xs[0].copy()) if self._call == "inplace" else None
-        try:
+        with operator_context(step.op):                         # name the operator
             started = time.perf_counter()
             if copy is not None:
                 step.layer.forward_inplace(copy)
@@ -189,11 +188,6 @@ class Execution:
             else:
                 step.layer.forward(inputs)
             return time.perf_counter() - started
-        except Exception as exc:                                # name the operator
-            error = operator_error(step.op, exc)
-            if error is exc:
-                raise
-            raise error from exc
 
 
 def _all_float32(xs: list[np.ndarray]) -> bool:

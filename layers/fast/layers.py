@@ -148,8 +148,7 @@ class FastConv2d(KernelActivation, Conv2d):
         x, residual = inputs[0], (inputs[1] if self.fused_residual else None)
         out = outputs[0]
         direct = self._direct.get(x.shape)
-        if (direct is not None and out.shape == direct[1] and _kernel_ready(out)
-                and out.flags.writeable
+        if (direct is not None and out.shape == direct[1] and _kernel_ready(out, writeable=True)
                 and (residual is None or residual.shape == direct[1])):
             direct[0](kernel_layout(x), None if residual is None else kernel_layout(residual),
                       out)
@@ -172,8 +171,7 @@ class FastConv2d(KernelActivation, Conv2d):
         if activation is None or (residual is not None and residual.shape != full):
             # no kernel code for the activation, or a residual that broadcasts: numpy adds it
             return self._finish(self.packed.run(x, pads, out_hw, IDENTITY), residual)
-        if out is None or out.shape != full or not (_kernel_ready(out)
-                                                     and out.flags.writeable):
+        if out is None or out.shape != full or not _kernel_ready(out, writeable=True):
             out = np.empty(full, np.float32)           # (forward_into copies it over)
         call = self._call_for(x.shape, pads, out_hw, activation)
         if direct and pre_pad is None and x.shape not in self._direct:
@@ -463,9 +461,12 @@ def shared_linear(x: np.ndarray, weight: np.ndarray, bias: np.ndarray | None) ->
     return y.reshape(*x.shape[:-1], out_features)
 
 
-def _kernel_ready(a: np.ndarray) -> bool:
-    """float32, C-contiguous and aligned: what the shared kernels take as they are."""
-    return a.dtype == np.float32 and a.flags.c_contiguous and a.flags.aligned
+def _kernel_ready(a: np.ndarray, writeable: bool = False) -> bool:
+    """float32, C-contiguous and aligned (and writeable, if ``writeable``): what the shared
+    kernels take as they are."""
+    flags = a.flags
+    return (a.dtype == np.float32 and flags.c_contiguous and flags.aligned
+            and (flags.writeable or not writeable))
 
 
 @register_fast_layer("nn.MaxPool2d", "F.max_pool2d")
@@ -564,7 +565,7 @@ class FastInterpolate(Interpolate):
 
     def forward_into(self, inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray]) -> None:
         factors, (x, out) = self._kernel_factors(inputs), (inputs[0], outputs[0])
-        if factors is None or not (_kernel_ready(out) and out.flags.writeable
+        if factors is None or not (_kernel_ready(out, writeable=True)
                                    and out.shape == _upsampled(x.shape, factors)):
             super().forward_into(inputs, outputs)
             return
@@ -634,7 +635,7 @@ class KernelActivationLayer:
 
     def forward_inplace(self, x: np.ndarray) -> None:
         activation = self.kernel_activation
-        if activation is None or not (_kernel_ready(x) and x.flags.writeable):
+        if activation is None or not _kernel_ready(x, writeable=True):
             super().forward_inplace(x)              # type: ignore[misc]
             return
         if x.size == 0:

@@ -198,20 +198,25 @@ def transposed_units(panels, x, bias, residual, y, space, code, a, b, first, las
             activate_block(y, image, c0, channels, start, stop, code, a, b)
 
 
+def _copy_row(length: int) -> int:
+    """row_of_copy's floats, in Python: ``length`` rounded up to whole cache lines."""
+    return -(-length // LINE_FLOATS) * LINE_FLOATS
+
+
 def copies_x(c_in: int, length: int) -> bool:
     """Whether transposed_units should copy each image's x (N, C_in, L) into its work space,
     in rows padded to whole cache lines, before its tiles read it: for images of fewer than
     COPY_BELOW pixels whose rows are not whole lines already, unless the copy would be more
     than COPY_MOST floats."""
-    row = -(-length // LINE_FLOATS) * LINE_FLOATS                 # row_of_copy's
-    return length < COPY_BELOW and length % LINE_FLOATS != 0 and c_in * row <= COPY_MOST
+    return (length < COPY_BELOW and length % LINE_FLOATS != 0
+            and c_in * _copy_row(length) <= COPY_MOST)
 
 
 def space_size(c_in: int, length: int) -> int:
     """Floats of work space a thread running transposed_units on x (N, C_in, L) needs (its
     row): a header, a band's partial sums, and room for x's copy where ``copies_x`` says."""
-    row = -(-length // LINE_FLOATS) * LINE_FLOATS                 # row_of_copy's
-    return HEADER + BAND * COLUMNS + (c_in * row if copies_x(c_in, length) else 0)
+    return HEADER + BAND * COLUMNS + (c_in * _copy_row(length) if copies_x(c_in, length)
+                                      else 0)
 
 
 def pointwise_transposed_conv2d(panels: np.ndarray, x: np.ndarray, bias: np.ndarray | None,

@@ -126,10 +126,9 @@ class Team:
         else:
             job = jobs._depthwise_blocks_job
             chunks = min(x.shape[0] * weight.shape[0], self.chunks)
-        if not checked:
-            job = self._trusted.get(job, job)
-        self._share(job, chunks, x, weight, bias, y, stride[0], stride[1], dilation[0],
-                    dilation[1], pads[0], pads[2], activation.code, activation.a, activation.b)
+        self._share(self._job(job, checked), chunks, x, weight, bias, y, stride[0], stride[1],
+                    dilation[0], dilation[1], pads[0], pads[2], activation.code, activation.a,
+                    activation.b)
 
     def im2col(self, x: np.ndarray, cols: np.ndarray, kernel, stride, dilation, pads,
                out_hw) -> None:
@@ -164,22 +163,22 @@ class Team:
         bands, packed = pointwise.band_plan(c_in, c_out, y.shape[2], geometry.size > 0)
         chunks = _whole_bands(y.shape[0] * bands, self.threads, self.chunks) if packed \
             else self.chunks                          # x packed band by band, or read in place
-        job = jobs._pointwise_job if checked else self._trusted.get(jobs._pointwise_job,
-                                                                     jobs._pointwise_job)
-        self._share(job, chunks, weight, x, bias, residual, y, space, geometry,
-                    activation.code, activation.a, activation.b)
+        self._share(self._job(jobs._pointwise_job, checked), chunks, weight, x, bias, residual,
+                    y, space, geometry, activation.code, activation.a, activation.b)
 
     def pointwise_transposed(self, panels: np.ndarray, x: np.ndarray, bias: np.ndarray,
                              residual: np.ndarray, y: np.ndarray, space: np.ndarray,
                              activation: Activation, checked: bool = True) -> None:
         """pointwise_transposed._pointwise_transposed, shared (as ``pointwise``)."""
-        job = jobs._pointwise_transposed_job
         if checked:
             self._check_space(space, pointwise_transposed.space_size(x.shape[1], x.shape[2]))
-        else:
-            job = self._trusted.get(job, job)
-        self._share(job, self.chunks, panels, x, bias, residual, y, space, activation.code,
-                    activation.a, activation.b)
+        self._share(self._job(jobs._pointwise_transposed_job, checked), self.chunks, panels,
+                    x, bias, residual, y, space, activation.code, activation.a, activation.b)
+
+    def _job(self, job, checked: bool):
+        """``job``, or its unchecked form (as bound when the team was made) for a caller
+        that checked its arrays."""
+        return job if checked else self._trusted.get(job, job)
 
     def _check_space(self, space: np.ndarray, floats: int) -> None:
         """A job's work space has a row of ``floats`` or more for every thread of the team
