@@ -13,6 +13,7 @@ after a change with (``pip install -e ".[test,notebooks]"``):
 
 from __future__ import annotations
 
+import importlib.util
 import re
 import tempfile
 import time
@@ -22,8 +23,13 @@ import pytest
 
 from support import REPO
 
-nbformat = pytest.importorskip("nbformat")
-nbclient = pytest.importorskip("nbclient")
+if not all(importlib.util.find_spec(name) for name in ("nbformat", "nbclient")):
+    pytest.skip("nbformat and nbclient are not installed (the notebooks extra)",
+                allow_module_level=True)
+
+# one worker runs them: importing nbformat takes seconds (jsonschema builds its grammars),
+# in the worker that reads a notebook only
+pytestmark = pytest.mark.xdist_group("notebooks")
 
 NOTEBOOK_DIR = REPO / "notebooks"
 NOTEBOOKS = sorted(NOTEBOOK_DIR.glob("[0-9][0-9]_*.ipynb"))
@@ -61,6 +67,9 @@ def test_the_notebooks_are_there_in_teaching_order():
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
 def test_notebook_runs_from_a_clean_kernel(path: Path):
+    import nbclient
+    import nbformat
+
     committed = shown(nbformat.read(path, as_version=4))
     notebook = nbformat.read(path, as_version=4)
     client = nbclient.NotebookClient(notebook, timeout=CELL_TIMEOUT, kernel_name="python3",
@@ -84,6 +93,8 @@ def test_notebook_runs_from_a_clean_kernel(path: Path):
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
 def test_notebook_is_committed_with_its_outputs(path: Path):
+    import nbformat
+
     notebook = nbformat.read(path, as_version=4)
     code = [cell for cell in notebook.cells if cell.cell_type == "code"]
     assert code and all(cell.execution_count is not None for cell in code)
