@@ -70,7 +70,8 @@ from layers.fast import workers
 from layers.fast.depthwise import (depthwise_conv2d, depthwise_product, pack_channel_blocks,
                                    uses_channels_last)
 from layers.fast.epilogue import IDENTITY, Activation, bias_residual_activation
-from layers.fast.gemm import gemm_conv2d, gemm_transposed_conv2d, pack_gemm_weight
+from layers.fast.gemm import (gemm_conv2d, gemm_transposed_conv2d, im2col_product,
+                             pack_gemm_weight)
 from layers.fast.pointwise import pointwise_product
 from layers.fast.pointwise_transposed import (lanes_filled, pack_panels,
                                               pointwise_transposed_conv2d, transposed_product,
@@ -376,6 +377,8 @@ def _gemm_call(conv: Convolution, pads: Pads, out_hw: Pair, activation: Activati
     kernel, stride, dilation = conv.kernel, conv.stride, conv.dilation
     if conv.pointwise and not any(pads):          # gemm_conv2d's first case (pointwise_gemm)
         return pointwise_product(weight, bias, out_hw[0] * out_hw[1], activation)
+    if conv.groups == 1:
+        return im2col_product(weight, bias, kernel, stride, pads, dilation, out_hw, activation)
 
     def im2col(x, residual, y):
         gemm_conv2d(x, weight, bias, kernel, stride, pads, dilation, out_hw, activation,

@@ -34,16 +34,18 @@ written.
 from __future__ import annotations
 
 import functools
-from typing import TYPE_CHECKING, Iterator
+from typing import TYPE_CHECKING, Callable, Iterator
 
 import numpy as np
+
+from parser.errors import ShapeError
 
 from layers.fast.kernel import INT, array, kernel
 from layers.fast.epilogue import Activation, bias_residual_activation
 from layers.fast.phases import (HEIGHT, STRIDE_H, STRIDE_W, WIDTH, geometry_layout, geometry_of,
                                 phase_layout, phase_targets, split_plane)
-from layers.fast.pointwise import pointwise_conv2d
-from layers.fast.operands import check
+from layers.fast.pointwise import pointwise_conv2d, pointwise_product
+from layers.fast.operands import check, check_sizes, unchecked
 from layers.fast.pointwise_transposed import transposed_product
 from layers.fast.team import current_team, scratch, team_worth_sharing
 
@@ -196,35 +198,93 @@ def gemm_conv2d(x: np.ndarray, packed: np.ndarray, bias: np.ndarray | None,
             _matmul(team, packed, images[i], y_groups[i])
         _finish(team, y, bias, residual, activation)
         return y
-    if (groups == 1 and kernel != (1, 1) and group_k * length >= BANDS_FROM
-            and length >= BANDS_MIN_PIXELS):       # the 1x1 of cols, made band by band
-        geometry, size = _geometry(kernel, stride, dilation, pads[0], pads[2], x.shape[2:],
-                                   out_hw)
-        planes = x.reshape(n, c_in, x.shape[2] * x.shape[3])
-        outputs = y.reshape(n, group_out, length)
-        step = max(1, PHASES_MOST // max(c_in * size, 1))  # images at a time
-        for i in range(0, n, step):
-            j = min(n, i + step)
-            phases = scratch("phases", (j - i, c_in, size))
-            splitter = team_worth_sharing(phases.size, IM2COL_SHARED_FROM)
-            if splitter is None:
-                _split_planes(planes[i:j], phases, geometry)
-            else:
-                splitter.split_planes(planes[i:j], phases, geometry)
-            pointwise_conv2d(packed, phases, bias,
-                             None if residual is None else residual[i:j], activation,
-                             outputs[i:j], geometry)
+    if groups == 1:
+        im2col_product(packed, bias, kernel, stride, pads, dilation, out_hw,
+                       activation)(x, residual, y)
         return y
     for i, cols in _cols_of_each_image(x, groups * group_k, kernel, stride, pads, dilation,
                                        out_hw):
-        image_residual = None if residual is None else residual[i:i + 1]
-        if groups == 1:                            # cols that stay in cache: one product
-            pointwise_conv2d(packed, cols.reshape(1, group_k, length), bias, image_residual,
-                             activation, y_groups[i].reshape(1, group_out, length))
-            continue
         _matmul(team, packed, cols.reshape(groups, group_k, length), y_groups[i])
-        _finish(team, y[i:i + 1], bias, image_residual, activation)
+        _finish(team, y[i:i + 1], bias, None if residual is None else residual[i:i + 1],
+                activation)
     return y
+
+
+def im2col_product(packed: np.ndarray, bias: np.ndarray | None, kernel: tuple[int, int],
+                   stride: tuple[int, int], pads: tuple[int, int, int, int],
+                   dilation: tuple[int, int], out_hw: tuple[int, int], activation: Activation
+                   ) -> Callable[..., None]:
+    """gemm_conv2d of one group, packed weight (1, C_out, C_in*kh*kw), worked out once: the
+    call ``product(x, residual, y)`` takes x (N, C_in, H, W), y (N, C_out, Ho, Wo) and the
+    residual (y's shape, or None), checks them (operands.check_sizes) and makes the 1x1
+    product of each image's cols, or of its phases band by band (the module docstring says
+    which), without the kernels' per-argument checks."""
+    groups, c_out, rows = packed.shape
+    taps, (out_h, out_w) = kernel[0] * kernel[1], out_hw
+    if groups != 1 or rows % taps:
+        raise ShapeError(f"im2col product: one group of C_in * {taps} columns expected, got "
+                         f"a weight of shape {packed.shape}")
+    c_in, length = rows // taps, out_h * out_w
+    if kernel != (1, 1) and rows * length >= BANDS_FROM and length >= BANDS_MIN_PIXELS:
+        def banded(x: np.ndarray, residual: np.ndarray | None, y: np.ndarray) -> None:
+            _check_images(x, c_in, y, c_out, length, residual)
+            _convolve_in_bands(x, packed, bias, kernel, stride, pads, dilation, out_hw,
+                               activation, residual, y)
+        return banded
+    product = pointwise_product(packed, bias, length, activation)
+    im2col, shared = unchecked(_im2col), rows * length >= IM2COL_SHARED_FROM
+    numbers = (*kernel, *stride, *dilation, pads[0], pads[2], out_h, out_w)
+
+    def im2col_then_product(x: np.ndarray, residual: np.ndarray | None, y: np.ndarray) -> None:
+        images = _check_images(x, c_in, y, c_out, length, residual)
+        cols = scratch("cols", (rows, length))
+        copier = current_team() if shared else None
+        for i in range(images):                    # cols stay small: one image at a time
+            if copier is None:
+                im2col(x[i], cols, *numbers)
+            else:
+                copier.im2col(x[i], cols, kernel, stride, dilation, pads, out_hw)
+            product(cols.reshape(1, rows, length),
+                    None if residual is None else residual[i:i + 1], y[i:i + 1])
+    return im2col_then_product
+
+
+def _check_images(x: np.ndarray, c_in: int, y: np.ndarray, c_out: int, length: int,
+                  residual: np.ndarray | None) -> int:
+    """Refuse x unless (N, C_in, H, W), y unless N * C_out * length values starting (N,
+    C_out), as check_sizes refuses them; the number of images N."""
+    if getattr(x, "ndim", 0) != 4:
+        raise ShapeError(f"im2col product: images (N, {c_in}, H, W) expected, got "
+                         f"{getattr(x, 'shape', type(x).__name__)}")
+    images = x.shape[0]
+    check_sizes(x, (images, c_in), x.size, y, (images, c_out), images * c_out * length,
+                "im2col product", residual)
+    return images
+
+
+def _convolve_in_bands(x: np.ndarray, packed: np.ndarray, bias: np.ndarray | None,
+                       kernel: tuple[int, int], stride: tuple[int, int],
+                       pads: tuple[int, int, int, int], dilation: tuple[int, int],
+                       out_hw: tuple[int, int], activation: Activation,
+                       residual: np.ndarray | None, y: np.ndarray) -> None:
+    """im2col_product's band by band case: each image split into its stride phases, whose
+    1x1 product makes cols band by band (checked arrays)."""
+    n, c_in = x.shape[:2]
+    c_out, length = packed.shape[1], out_hw[0] * out_hw[1]
+    geometry, size = _geometry(kernel, stride, dilation, pads[0], pads[2], x.shape[2:], out_hw)
+    planes = x.reshape(n, c_in, x.shape[2] * x.shape[3])
+    outputs = y.reshape(n, c_out, length)
+    step = max(1, PHASES_MOST // max(c_in * size, 1))     # images at a time
+    for i in range(0, n, step):
+        j = min(n, i + step)
+        phases = scratch("phases", (j - i, c_in, size))
+        splitter = team_worth_sharing(phases.size, IM2COL_SHARED_FROM)
+        if splitter is None:
+            _split_planes(planes[i:j], phases, geometry)
+        else:
+            splitter.split_planes(planes[i:j], phases, geometry)
+        pointwise_conv2d(packed, phases, bias, None if residual is None else residual[i:j],
+                         activation, outputs[i:j], geometry)
 
 
 def pointwise_gemm(x: np.ndarray, packed: np.ndarray, bias: np.ndarray | None,

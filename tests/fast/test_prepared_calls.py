@@ -1,8 +1,8 @@
 """Calls worked out once for a shape (pointwise.pointwise_product, pointwise_transposed.
-transposed_product, depthwise.depthwise_product, and FastConv2d's direct calls, which run
-them): they check the arrays they are given, then run the kernels without the per-argument
-checks, so a wrong array is a ShapeError, never a read or write past one; alone and shared
-with helper threads they give the same bits, torch's values."""
+transposed_product, depthwise.depthwise_product, gemm.im2col_product, and FastConv2d's direct
+calls, which run them): they check the arrays they are given, then run the kernels without
+the per-argument checks, so a wrong array is a ShapeError, never a read or write past one;
+alone and shared with helper threads they give the same bits, torch's values."""
 
 from __future__ import annotations
 
@@ -15,13 +15,14 @@ from helpers import make_layer
 from layers.fast import backend
 from layers.fast.depthwise import depthwise_product, pack_channel_blocks
 from layers.fast.epilogue import IDENTITY, RELU, Activation
-from layers.fast.gemm import pack_gemm_weight
+from layers.fast.gemm import im2col_product, pack_gemm_weight
 from layers.fast.pointwise import pointwise_product
 from layers.fast.pointwise_transposed import pack_panels, transposed_product
 from layers.fast.team import set_current_team
 from parser.errors import ShapeError
 
 C_IN, C_OUT, H, W = 24, 40, 7, 9
+BANDED_HW = (18, 17)           # im2col's cols band by band (gemm.BANDS_FROM, BANDS_MIN_PIXELS)
 
 
 def rand(*shape, seed=0):
@@ -44,6 +45,16 @@ def product_and_reference(kind: str):
         want = F.conv2d(torch.from_numpy(x), torch.from_numpy(weight[:, None]),
                         torch.from_numpy(bias), padding=1, groups=C_IN).numpy()
         return product, x, (2, C_IN, H, W), want
+    if kind.startswith("im2col"):                      # 3x3, padding 1: one group
+        h, w = (H, W) if kind == "im2col" else BANDED_HW
+        weight = rand(C_OUT, C_IN, 3, 3, seed=1)
+        x = rand(2, C_IN, h, w, seed=3)
+        product = im2col_product(pack_gemm_weight(weight, 1), bias, (3, 3), (1, 1),
+                                 (1, 1, 1, 1), (1, 1), (h, w), IDENTITY)
+        assert (product.__name__ == "banded") == (kind == "im2col in bands")
+        want = F.conv2d(torch.from_numpy(x), torch.from_numpy(weight), torch.from_numpy(bias),
+                        padding=1).numpy()
+        return product, x, (2, C_OUT, h, w), want
     weight = rand(C_OUT, C_IN, seed=1)
     x = rand(2, C_IN, H * W, seed=3)
     if kind == "transposed":
@@ -55,7 +66,7 @@ def product_and_reference(kind: str):
     return product, x, (2, C_OUT, H * W), want
 
 
-KINDS = ["pointwise", "transposed", "depthwise"]
+KINDS = ["pointwise", "transposed", "depthwise", "im2col", "im2col in bands"]
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -92,9 +103,14 @@ def test_a_prepared_call_refuses_wrong_arrays_before_the_kernel_runs(kind):
                                                 np.zeros(y_shape, np.float32))
         wrong["a strided residual"] = (x, wide[..., ::2], np.zeros(y_shape, np.float32))
         wrong["a residual of y's size, not its shape"] = (
-            x, np.zeros((n, y_shape[2], y_shape[1]), np.float32), np.zeros(y_shape, np.float32))
+            x, np.zeros((n, y_shape[2], y_shape[1], *y_shape[3:]), np.float32),
+            np.zeros(y_shape, np.float32))
         wrong["an input of its size, not its shape"] = (
-            x.reshape(n, x.shape[2], x.shape[1]), None, np.zeros(y_shape, np.float32))
+            x.reshape(n, x.shape[2], x.shape[1], *x.shape[3:]), None,
+            np.zeros(y_shape, np.float32))
+    if kind.startswith("im2col"):
+        wrong["an input without its rows"] = (x.reshape(n, C_IN, -1), None,
+                                              np.zeros(y_shape, np.float32))
     for what, (xs, residual, y) in wrong.items():
         with pytest.raises(ShapeError):
             product(xs, residual, y)
