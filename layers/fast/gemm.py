@@ -29,6 +29,9 @@ written.
   - one group on small outputs, where the product runs turned around, output channels in
     the vector lanes (``gemm_transposed_conv2d``: layers/fast/pointwise_transposed.py, whose
     ``transposed_pays`` says when), from the weight packed as that kernel's panels.
+
+A convolution layer runs one group through ``im2col_product``: its case and its 1x1 product
+worked out once for an output size, the arrays checked once a call.
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ import numpy as np
 
 from parser.errors import ShapeError
 
+from layers.kernels import window_output_size
 from layers.fast.kernel import INT, array, kernel
 from layers.fast.epilogue import Activation, bias_residual_activation
 from layers.fast.phases import (HEIGHT, STRIDE_H, STRIDE_W, WIDTH, geometry_layout, geometry_of,
@@ -215,51 +219,68 @@ def im2col_product(packed: np.ndarray, bias: np.ndarray | None, kernel: tuple[in
                    dilation: tuple[int, int], out_hw: tuple[int, int], activation: Activation
                    ) -> Callable[..., None]:
     """gemm_conv2d of one group, packed weight (1, C_out, C_in*kh*kw), worked out once: the
-    call ``product(x, residual, y)`` takes x (N, C_in, H, W), y (N, C_out, Ho, Wo) and the
-    residual (y's shape, or None), checks them (operands.check_sizes) and makes the 1x1
-    product of each image's cols, or of its phases band by band (the module docstring says
-    which), without the kernels' per-argument checks."""
+    call ``product(x, residual, y)`` takes x (N, C_in, H, W) of any H, W whose output is
+    out_hw, y (N, C_out, Ho, Wo) and the residual (y's shape, or None), checks them
+    (operands.check_sizes) and makes the 1x1 product of each image's cols, or of its phases
+    band by band (``in_bands``), without the kernels' per-argument checks."""
     groups, c_out, rows = packed.shape
     taps, (out_h, out_w) = kernel[0] * kernel[1], out_hw
     if groups != 1 or rows % taps:
         raise ShapeError(f"im2col product: one group of C_in * {taps} columns expected, got "
                          f"a weight of shape {packed.shape}")
     c_in, length = rows // taps, out_h * out_w
-    if kernel != (1, 1) and rows * length >= BANDS_FROM and length >= BANDS_MIN_PIXELS:
+    y_shape = (c_out, out_h, out_w)
+    fitting: set[tuple[int, ...]] = set()          # input sizes (H, W) whose output is out_hw
+
+    def check_images(x: np.ndarray, residual: np.ndarray | None, y: np.ndarray) -> int:
+        """Refuse what check_sizes refuses, x not (N, C_in, H, W) of such an H, W, and y
+        not (N, C_out, Ho, Wo); the number of images N."""
+        if getattr(x, "ndim", 0) != 4 or getattr(y, "shape", ())[1:] != y_shape:
+            raise ShapeError(f"im2col product: images (N, {c_in}, H, W) into (N, "
+                             f"{', '.join(map(str, y_shape))}) expected, got "
+                             f"{getattr(x, 'shape', type(x).__name__)} into "
+                             f"{getattr(y, 'shape', type(y).__name__)}")
+        images, hw = x.shape[0], x.shape[2:]
+        if hw not in fitting:
+            if tuple(window_output_size(size, k, s, before, after, d) for size, k, s, before,
+                     after, d in zip(hw, kernel, stride, pads[::2], pads[1::2], dilation)
+                     ) != out_hw:
+                raise ShapeError(f"im2col product: an input of {hw[0]}x{hw[1]} has no "
+                                 f"{out_h}x{out_w} output")
+            fitting.add(hw)
+        check_sizes(x, (images, c_in), x.size, y, (images, c_out), images * c_out * length,
+                    "im2col product", residual)
+        return images
+
+    if in_bands(kernel, rows, length):
         def banded(x: np.ndarray, residual: np.ndarray | None, y: np.ndarray) -> None:
-            _check_images(x, c_in, y, c_out, length, residual)
+            check_images(x, residual, y)
             _convolve_in_bands(x, packed, bias, kernel, stride, pads, dilation, out_hw,
                                activation, residual, y)
         return banded
     product = pointwise_product(packed, bias, length, activation)
-    im2col, shared = unchecked(_im2col), rows * length >= IM2COL_SHARED_FROM
-    numbers = (*kernel, *stride, *dilation, pads[0], pads[2], out_h, out_w)
+    im2col = unchecked(_im2col)
+    im2col_args = (*kernel, *stride, *dilation, pads[0], pads[2], out_h, out_w)
 
     def im2col_then_product(x: np.ndarray, residual: np.ndarray | None, y: np.ndarray) -> None:
-        images = _check_images(x, c_in, y, c_out, length, residual)
+        images = check_images(x, residual, y)
         cols = scratch("cols", (rows, length))
-        copier = current_team() if shared else None
+        copier = team_worth_sharing(cols.size, IM2COL_SHARED_FROM)
         for i in range(images):                    # cols stay small: one image at a time
             if copier is None:
-                im2col(x[i], cols, *numbers)
+                im2col(x[i], cols, *im2col_args)
             else:
                 copier.im2col(x[i], cols, kernel, stride, dilation, pads, out_hw)
+            # (the product checks its operands again: cheap beside the product)
             product(cols.reshape(1, rows, length),
                     None if residual is None else residual[i:i + 1], y[i:i + 1])
     return im2col_then_product
 
 
-def _check_images(x: np.ndarray, c_in: int, y: np.ndarray, c_out: int, length: int,
-                  residual: np.ndarray | None) -> int:
-    """Refuse x unless (N, C_in, H, W), y unless N * C_out * length values starting (N,
-    C_out), as check_sizes refuses them; the number of images N."""
-    if getattr(x, "ndim", 0) != 4:
-        raise ShapeError(f"im2col product: images (N, {c_in}, H, W) expected, got "
-                         f"{getattr(x, 'shape', type(x).__name__)}")
-    images = x.shape[0]
-    check_sizes(x, (images, c_in), x.size, y, (images, c_out), images * c_out * length,
-                "im2col product", residual)
-    return images
+def in_bands(kernel: tuple[int, int], rows: int, length: int) -> bool:
+    """Whether the im2col product of ``rows`` rows of cols and ``length`` outputs an image
+    makes its cols band by band from the phases (else whole, an image at a time)."""
+    return kernel != (1, 1) and rows * length >= BANDS_FROM and length >= BANDS_MIN_PIXELS
 
 
 def _convolve_in_bands(x: np.ndarray, packed: np.ndarray, bias: np.ndarray | None,

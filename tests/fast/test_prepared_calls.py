@@ -12,10 +12,10 @@ import torch
 import torch.nn.functional as F
 
 from helpers import make_layer
-from layers.fast import backend
+from layers.fast import backend, gemm
 from layers.fast.depthwise import depthwise_product, pack_channel_blocks
 from layers.fast.epilogue import IDENTITY, RELU, Activation
-from layers.fast.gemm import im2col_product, pack_gemm_weight
+from layers.fast.gemm import im2col_product, in_bands, pack_gemm_weight
 from layers.fast.pointwise import pointwise_product
 from layers.fast.pointwise_transposed import pack_panels, transposed_product
 from layers.fast.team import set_current_team
@@ -51,7 +51,7 @@ def product_and_reference(kind: str):
         x = rand(2, C_IN, h, w, seed=3)
         product = im2col_product(pack_gemm_weight(weight, 1), bias, (3, 3), (1, 1),
                                  (1, 1, 1, 1), (1, 1), (h, w), IDENTITY)
-        assert (product.__name__ == "banded") == (kind == "im2col in bands")
+        assert in_bands((3, 3), 9 * C_IN, h * w) == (kind == "im2col in bands")
         want = F.conv2d(torch.from_numpy(x), torch.from_numpy(weight), torch.from_numpy(bias),
                         padding=1).numpy()
         return product, x, (2, C_OUT, h, w), want
@@ -115,6 +115,41 @@ def test_a_prepared_call_refuses_wrong_arrays_before_the_kernel_runs(kind):
         with pytest.raises(ShapeError):
             product(xs, residual, y)
         assert not y.any() and not wide.any(), f"{what}: written"
+
+
+@pytest.mark.parametrize("kind", ["im2col", "im2col in bands"])
+def test_an_im2col_product_adds_a_residual_and_activates_with_its_copies_shared(
+        kind, forward_with_helpers, monkeypatch):
+    """The cols (or phases) copied by the helpers too (sharing from the first value), a
+    residual added and ReLU applied: torch's values, on strided 3x3s of two input sizes with
+    the same output size."""
+    monkeypatch.setattr(gemm, "IM2COL_SHARED_FROM", 0)
+    h, w = (2 * H, 2 * W) if kind == "im2col" else (2 * BANDED_HW[0], 2 * BANDED_HW[1])
+    weight, bias = rand(C_OUT, C_IN, 3, 3, seed=1), rand(C_OUT, seed=2)
+    product = im2col_product(pack_gemm_weight(weight, 1), bias, (3, 3), (2, 2), (1, 1, 1, 1),
+                             (1, 1), (h // 2, w // 2), Activation(RELU))
+    for size in ((h, w), (h - 1, w - 1)):          # both have (h / 2, w / 2) outputs
+        x, residual = rand(2, C_IN, *size, seed=3), rand(2, C_OUT, h // 2, w // 2, seed=4)
+        y = np.full(residual.shape, np.nan, np.float32)
+        product(x, residual, y)
+        want = F.relu(F.conv2d(torch.from_numpy(x), torch.from_numpy(weight),
+                               torch.from_numpy(bias), stride=2, padding=1)
+                      + torch.from_numpy(residual)).numpy()
+        np.testing.assert_allclose(y, want, rtol=1e-4, atol=1e-4)
+
+
+def test_an_im2col_product_refuses_an_input_size_or_an_output_shape_not_its_own():
+    backend.start()
+    product, x, y_shape, _ = product_and_reference("im2col")
+    n = y_shape[0]
+    wrong = {"an input of another size": (rand(n, C_IN, H + 1, W), np.zeros(y_shape, np.float32)),
+             "an input turned around": (rand(n, C_IN, W, H), np.zeros(y_shape, np.float32)),
+             "an output turned around": (x, np.zeros((n, C_OUT, W, H), np.float32)),
+             "an output of its size, in rows": (x, np.zeros((n, C_OUT, H * W), np.float32))}
+    for what, (xs, y) in wrong.items():
+        with pytest.raises(ShapeError, match="im2col product"):
+            product(xs, None, y)
+        assert not y.any(), f"{what}: written"
 
 
 @pytest.mark.parametrize("kernel_size", [1, 3])
