@@ -15,6 +15,9 @@ from support import REPO
 CAT_CLASSES = {"tabby", "tiger cat", "Persian cat", "Siamese cat", "Egyptian cat"}
 COFFEE_CLASSES = {"espresso", "cup", "coffee mug"}
 
+# one worker runs them: the ResNet-18 export and the torch Lite0 are made once, not per worker
+pytestmark = pytest.mark.xdist_group("whole models")
+
 
 @pytest.fixture(scope="module")
 def resnet(pnnx_export):
