@@ -181,7 +181,7 @@ def gemm_conv2d(x: np.ndarray, packed: np.ndarray, bias: np.ndarray | None,
                 ) -> np.ndarray:
     """x (N, C_in, H, W) float32 C-contiguous, packed weight (G, C_out/G, K/G) ->
     y (N, C_out, Ho, Wo) = activation(conv + bias + residual)."""
-    n, c_in = x.shape[:2]
+    n = x.shape[0]
     groups, group_out, group_k = packed.shape
     (out_h, out_w), length = out_hw, out_hw[0] * out_hw[1]
     if out is None:
@@ -260,17 +260,11 @@ def im2col_product(packed: np.ndarray, bias: np.ndarray | None, kernel: tuple[in
         return banded
     product = pointwise_product(packed, bias, length, activation)
     im2col = unchecked(_im2col)
-    im2col_args = (*kernel, *stride, *dilation, pads[0], pads[2], out_h, out_w)
 
     def im2col_then_product(x: np.ndarray, residual: np.ndarray | None, y: np.ndarray) -> None:
-        images = check_images(x, residual, y)
-        cols = scratch("cols", (rows, length))
-        copier = team_worth_sharing(cols.size, IM2COL_SHARED_FROM)
-        for i in range(images):                    # cols stay small: one image at a time
-            if copier is None:
-                im2col(x[i], cols, *im2col_args)
-            else:
-                copier.im2col(x[i], cols, kernel, stride, dilation, pads, out_hw)
+        check_images(x, residual, y)
+        for i, cols in _cols_of_each_image(x, rows, kernel, stride, pads, dilation, out_hw,
+                                           im2col):
             # (the product checks its operands again: cheap beside the product)
             product(cols.reshape(1, rows, length),
                     None if residual is None else residual[i:i + 1], y[i:i + 1])
@@ -350,18 +344,19 @@ def _geometry(kernel: tuple[int, int], stride: tuple[int, int], dilation: tuple[
 
 def _cols_of_each_image(x: np.ndarray, rows: int, kernel: tuple[int, int],
                         stride: tuple[int, int], pads: tuple[int, int, int, int],
-                        dilation: tuple[int, int], out_hw: tuple[int, int]
+                        dilation: tuple[int, int], out_hw: tuple[int, int],
+                        im2col: Callable[..., None] = _im2col
                         ) -> Iterator[tuple[int, np.ndarray]]:
     """(i, cols (rows, Ho*Wo)) for each image x[i]: its im2col, written into one scratch
     buffer reused from image to image (so cols stay small), shared with the team's helpers
-    when that pays."""
+    when that pays. ``im2col``: _im2col, or its unchecked form for a caller that checked x."""
     out_h, out_w = out_hw
     cols = scratch("cols", (rows, out_h * out_w))
     copier = team_worth_sharing(cols.size, IM2COL_SHARED_FROM)
     for i in range(x.shape[0]):
         if copier is None:
-            _im2col(x[i], cols, kernel[0], kernel[1], stride[0], stride[1], dilation[0],
-                    dilation[1], pads[0], pads[2], out_h, out_w)
+            im2col(x[i], cols, kernel[0], kernel[1], stride[0], stride[1], dilation[0],
+                   dilation[1], pads[0], pads[2], out_h, out_w)
         else:
             copier.im2col(x[i], cols, kernel, stride, dilation, pads, out_hw)
         yield i, cols
