@@ -109,7 +109,7 @@ def clamp_bounds(code, a, b):
     return lo, hi
 
 
-@kernel(inline="always")
+@kernel(nogil=True, fastmath={"contract"})
 def activate_row(row, code, a, b, shift=-0.0):
     """row <- activation ``code`` of (row + shift), in place on a 1-D float32 array, in one
     pass (a bias added in the same loop costs nothing more). No shift is -0.0, which leaves
@@ -118,7 +118,12 @@ def activate_row(row, code, a, b, shift=-0.0):
     vectorises. Each loop stores every value it computes: a loop that left some values as
     they are (``max(v, 0)`` with a constant 0, ``v if v > 0 else ...``) is compiled to
     masked stores of the others, slow on some CPUs (BENCHMARKS.md). With THEN_AFFINE in
-    ``code``, a second loop then takes a * y + b over the row, still in cache."""
+    ``code``, a second loop then takes a * y + b over the row, still in cache.
+
+    A function of its own, called once per row, not inlined: numba inlines by copying a
+    function's IR, and these ten loops copied into every kernel that ends in an epilogue
+    made up more than a third of the kernels' build. Compiled with contract, as its callers
+    are: the smooth activations' polynomials as fused multiply-adds."""
     n = row.shape[0]
     slope, s = np.float32(a), np.float32(shift)
     one, zero = np.float32(1.0), np.float32(0.0)
@@ -175,8 +180,8 @@ def activate_row(row, code, a, b, shift=-0.0):
 def activate_block(y, image, first, count, start, stop, code, a, b):
     """y[image, first:first + count, start:stop] <- activation ``code``, row by row
     (``activate_row``), for pointwise_blocks, transposed_units (every 1x1 product, im2col's
-    and Winograd's included) and dense_units: a kernel of their own, compiled with contract
-    (the smooth activations' polynomials as fused multiply-adds)."""
+    and Winograd's included) and dense_units: a kernel of their own (activation code in a
+    product's kernel slowed its loops: BENCHMARKS.md)."""
     for r in range(first, first + count):
         activate_row(y[image, r, start:stop], code, a, b)
 
@@ -203,9 +208,8 @@ def _bias_residual_activation(y, bias, residual, code, a, b):
 
 @kernel(nogil=True, fastmath={"contract"})
 def finish_rows(y, bias, residual, code, a, b, first, last):
-    """Rows first .. last - 1 of _bias_residual_activation's, counted over (n, c); compiled
-    with contract, as activate_block (the smooth activations' polynomials as fused
-    multiply-adds)."""
+    """Rows first .. last - 1 of _bias_residual_activation's, counted over (n, c): a chunk of
+    the work (layers/fast/jobs.py)."""
     c = y.shape[1]
     has_bias, has_residual = bias.shape[0] > 0, residual.shape[0] > 0
     no_residual = np.empty(0, np.float32)
