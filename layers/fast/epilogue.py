@@ -122,8 +122,8 @@ def activate_row(row, code, a, b, shift=-0.0):
 
     A function of its own, called once per row, not inlined: numba inlines by copying a
     function's IR, and these ten loops copied into every kernel that ends in an epilogue
-    made up more than a third of the kernels' build. Compiled with contract, as its callers
-    are: the smooth activations' polynomials as fused multiply-adds."""
+    made up more than a third of the kernels' build. Compiled with contract (the smooth
+    activations' polynomials as fused multiply-adds), whichever kernel calls it."""
     n = row.shape[0]
     slope, s = np.float32(a), np.float32(shift)
     one, zero = np.float32(1.0), np.float32(0.0)
@@ -176,7 +176,7 @@ def activate_row(row, code, a, b, shift=-0.0):
             row[i] = row[i] + offset
 
 
-@kernel(nogil=True, fastmath={"contract"})
+@kernel(nogil=True)
 def activate_block(y, image, first, count, start, stop, code, a, b):
     """y[image, first:first + count, start:stop] <- activation ``code``, row by row
     (``activate_row``), for pointwise_blocks, transposed_units (every 1x1 product, im2col's
@@ -206,7 +206,7 @@ def _bias_residual_activation(y, bias, residual, code, a, b):
     finish_rows(y, bias, residual, code, a, b, np.int64(0), y.shape[0] * y.shape[1])
 
 
-@kernel(nogil=True, fastmath={"contract"})
+@kernel(nogil=True)
 def finish_rows(y, bias, residual, code, a, b, first, last):
     """Rows first .. last - 1 of _bias_residual_activation's, counted over (n, c): a chunk of
     the work (layers/fast/jobs.py)."""

@@ -220,8 +220,8 @@ def output_planes(m, y, bias, residual, tiles_h, tiles_w, row0, code, a, b, firs
     column pass A^T m (six in, four out per column), then the row pass, which gives output
     (4ty + i, 4tx + j) of every tile in ``out[i, j, u]``. Each output row then gathers its
     four column phases and is finished (bias, residual, activation: ``finish_row``).
-    Compiled with contract: a multiply and the add after it as one fused multiply-add (in
-    A^T, one rounding less; in SiLU, GELU and tanh, their polynomials)."""
+    Compiled with contract: in A^T a multiply and the add after it as one fused multiply-add,
+    one rounding less (the activations are epilogue.activate_row's, compiled with it too)."""
     n, c_out, height, out_w = y.shape
     out_h = min(height - row0, TILE * tiles_h)
     length = tiles_h * tiles_w

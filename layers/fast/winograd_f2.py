@@ -107,7 +107,7 @@ def _output_transform_f2(m, y, bias, residual, tiles_h, tiles_w, row0, code, a, 
                      y.shape[0] * y.shape[1])
 
 
-@kernel(nogil=True, fastmath={"contract"})
+@kernel(nogil=True)
 def output_planes_f2(m, y, bias, residual, tiles_h, tiles_w, row0, code, a, b, first, last):
     """m (16, C_out, T) -> y (N, C_out, Ho, Wo) = A^T m A + bias + residual, activated, on
     the tiles_h rows of tiles from output row ``row0`` on (a strip: run_winograd's).
@@ -115,8 +115,7 @@ def output_planes_f2(m, y, bias, residual, tiles_h, tiles_w, row0, code, a, b, f
     Both passes are long loops over all the tiles u = ty*tiles_w + tx of a plane: A^T m over
     the columns (three values in, two out), then A over the rows, which leaves output
     (2ty + i, 2tx + j) of every tile in ``out[i, j, u]``. Each output row then interleaves its
-    two column phases and is finished (bias, residual, activation: ``finish_row``).
-    Compiled with contract: the smooth activations' polynomials as fused multiply-adds."""
+    two column phases and is finished (bias, residual, activation: ``finish_row``)."""
     n, c_out, height, out_w = y.shape
     out_h = min(height - row0, TILE * tiles_h)
     length = tiles_h * tiles_w
