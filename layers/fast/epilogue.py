@@ -122,7 +122,7 @@ def activate_row(row, code, a, b, shift=-0.0):
 
     A function of its own, called once per row, not inlined: numba inlines by copying a
     function's IR, and these ten loops copied into every kernel that ends in an epilogue
-    made up more than a third of the kernels' build. Compiled with contract (the smooth
+    made the kernels' build much longer (BENCHMARKS.md). Compiled with contract (the smooth
     activations' polynomials as fused multiply-adds), whichever kernel calls it."""
     n = row.shape[0]
     slope, s = np.float32(a), np.float32(shift)
