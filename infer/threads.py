@@ -18,7 +18,10 @@ What it costs. Finding the loaded BLAS libraries means scanning every shared lib
 process (threadpoolctl's ThreadpoolController: about 2 ms, more than a small model's whole
 forward), so it is done once: by set_num_threads (``prepare``), or else the first capped
 forward. Each call then costs a few microseconds, and a pool that already has the wanted size
-is not touched.
+is not touched. An OpenBLAS with threads of its own (not OpenMP's) is read and sized through
+its own two C functions, found once per scan: threadpoolctl's methods around them hand the
+role of sizing it to one Python thread at a time, bookkeeping that costs every forward more
+than the calls themselves, and a role this module would take over anyway (``_set``).
 """
 
 from __future__ import annotations
@@ -30,6 +33,8 @@ import threading
 
 _lock = threading.Lock()
 _pools: list | None = None       # threadpoolctl controllers of the loaded BLAS / OpenMP libraries
+_sizers: list = []               # per pool of _sizers_of: OpenBLAS's own (get, set), or None
+_sizers_of: list | None = None   # the list of pools _sizers was made for
 _running: list[int] = []         # caps of the capped forwards running now, in every thread
 _saved: list[int | None] = []    # each pool's size before the first of them entered
 _current: list[int | None] = []  # each pool's size now, as set here (not asked again)
@@ -45,6 +50,31 @@ def _thread_pools() -> list:
 
         _pools = list(ThreadpoolController().lib_controllers)
     return _pools
+
+
+def _sizer(index: int) -> tuple | None:
+    """Pool ``index``'s own (get, set) functions, or None (found once per list of pools)."""
+    global _sizers, _sizers_of
+    if _sizers_of is not _pools:
+        _sizers, _sizers_of = [_own_sizer(pool) for pool in _pools or ()], _pools
+    return _sizers[index]
+
+
+def _own_sizer(pool) -> tuple | None:
+    """OpenBLAS's openblas_get_num_threads and openblas_set_num_threads, when ``pool`` is an
+    OpenBLAS with threads of its own (with OpenMP's, threadpoolctl sizes it per thread) and
+    threadpoolctl says where they are; else None: the pool's own methods then."""
+    find = getattr(pool, "_get_symbol", None)
+    if (getattr(pool, "internal_api", None) != "openblas" or find is None
+            or getattr(pool, "threading_layer", "openmp") == "openmp"):
+        return None
+    get, set_ = find("openblas_get_num_threads"), find("openblas_set_num_threads")
+    return (get, set_) if get is not None and set_ is not None else None
+
+
+def _get(index: int, pool) -> int | None:
+    sizer = _sizer(index)
+    return sizer[0]() if sizer is not None else pool.get_num_threads()
 
 
 def prepare() -> None:
@@ -133,7 +163,7 @@ def _enter(cap: int) -> None:
     with _lock:
         pools = _thread_pools()
         if not _running:                                # save what the process had
-            _saved[:] = _current[:] = [pool.get_num_threads() for pool in pools]
+            _saved[:] = _current[:] = [_get(index, pool) for index, pool in enumerate(pools)]
         _running.append(cap)
         _resize(pools, min(_running))
 
@@ -147,24 +177,30 @@ def _leave(cap: int) -> None:
         else:                                           # the last one out restores
             for index, (pool, before) in enumerate(zip(pools, _saved)):
                 if before is not None and before != _current[index]:
-                    _set(pool, before)
+                    _set(index, pool, before)
                     _current[index] = before
-            _release_openblas()
 
 
 def _resize(pools: list, size: int) -> None:
     for index, pool in enumerate(pools):
         if _current[index] != size:
-            _set(pool, size)
+            _set(index, pool, size)
             _current[index] = size
 
 
-def _set(pool, size: int) -> None:
-    """threadpoolctl (3.6 on) lets one Python thread at a time size a process-wide (pthreads)
-    OpenBLAS pool and silently ignores the others. Called under _lock, this takes that role
-    over from whichever forward's thread had it, then sets the size."""
+def _set(index: int, pool, size: int) -> None:
+    """Size pool ``index`` (called under _lock). OpenBLAS's own function where found; else
+    the pool's method: threadpoolctl (3.6 on) lets one Python thread at a time size a
+    process-wide (pthreads) OpenBLAS pool and silently ignores the others, so this takes that
+    role over from whichever thread had it, sets the size, and leaves the role free again
+    (for the next forward's thread, or the user's own threadpoolctl calls)."""
+    sizer = _sizer(index)
+    if sizer is not None:
+        sizer[1](size)
+        return
     _release_openblas()
     pool.set_num_threads(size)
+    _release_openblas()
 
 
 def _release_openblas() -> None:

@@ -122,6 +122,29 @@ def test_a_graph_builds_and_plans_with_blas_capped_as_its_forward(tmp_path, monk
     assert pool_sizes() == before
 
 
+def test_openblas_with_threads_of_its_own_is_sized_by_its_own_functions(monkeypatch):
+    """Such a pool is read and capped through OpenBLAS's C functions, not the controller's
+    methods (their bookkeeping cost every forward more than the calls), and still restored."""
+    threads.prepare()
+    own = [pool for pool in threads._thread_pools() if pool.internal_api == "openblas"
+           and pool.threading_layer != "openmp"]
+    if not own:
+        pytest.skip("no OpenBLAS with threads of its own in this process")
+    assert all(threads._own_sizer(pool) is not None for pool in own)
+
+    def refused(*args):
+        raise AssertionError("the controller's method was called")
+
+    for pool in own:
+        monkeypatch.setattr(pool, "get_num_threads", refused)
+        monkeypatch.setattr(pool, "set_num_threads", refused)
+    before = pool_sizes()
+    for _ in range(2):
+        with threads.limit(1):
+            assert set(pool_sizes()) == {1}
+        assert pool_sizes() == before
+
+
 class CountingPool:
     """Stands in for a threadpoolctl library controller, counting the calls it gets."""
 
