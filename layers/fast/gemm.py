@@ -253,10 +253,18 @@ def im2col_product(packed: np.ndarray, bias: np.ndarray | None, kernel: tuple[in
         return images
 
     if in_bands(kernel, rows, length):
+        by_size: dict[tuple[int, ...], tuple[np.ndarray, int, Callable[..., None]]] = {}
+
         def banded(x: np.ndarray, residual: np.ndarray | None, y: np.ndarray) -> None:
             check_images(x, residual, y)
-            _convolve_in_bands(x, packed, bias, kernel, stride, pads, dilation, out_hw,
-                               activation, residual, y)
+            hw = x.shape[2:]
+            prepared = by_size.get(hw)
+            if prepared is None:                   # the phases' geometry and their product
+                geometry, size = _geometry(kernel, stride, dilation, pads[0], pads[2], hw,
+                                           out_hw)
+                prepared = by_size[hw] = (geometry, size, pointwise_product(
+                    packed, bias, length, activation, geometry))
+            _convolve_in_bands(x, *prepared, residual, y)
         return banded
     product = pointwise_product(packed, bias, length, activation)
     im2col = unchecked(_im2col)
@@ -277,18 +285,14 @@ def in_bands(kernel: tuple[int, int], rows: int, length: int) -> bool:
     return kernel != (1, 1) and rows * length >= BANDS_FROM and length >= BANDS_MIN_PIXELS
 
 
-def _convolve_in_bands(x: np.ndarray, packed: np.ndarray, bias: np.ndarray | None,
-                       kernel: tuple[int, int], stride: tuple[int, int],
-                       pads: tuple[int, int, int, int], dilation: tuple[int, int],
-                       out_hw: tuple[int, int], activation: Activation,
-                       residual: np.ndarray | None, y: np.ndarray) -> None:
-    """im2col_product's band by band case: each image split into its stride phases, whose
-    1x1 product makes cols band by band (checked arrays)."""
+def _convolve_in_bands(x: np.ndarray, geometry: np.ndarray, size: int,
+                       product: Callable[..., None], residual: np.ndarray | None,
+                       y: np.ndarray) -> None:
+    """im2col_product's band by band case (checked arrays): each image split into its stride
+    phases (``geometry``: ``size`` floats a plane), whose 1x1 ``product``
+    (pointwise_product with that geometry) makes cols band by band."""
     n, c_in = x.shape[:2]
-    c_out, length = packed.shape[1], out_hw[0] * out_hw[1]
-    geometry, size = _geometry(kernel, stride, dilation, pads[0], pads[2], x.shape[2:], out_hw)
     planes = x.reshape(n, c_in, x.shape[2] * x.shape[3])
-    outputs = y.reshape(n, c_out, length)
     step = max(1, PHASES_MOST // max(c_in * size, 1))     # images at a time
     for i in range(0, n, step):
         j = min(n, i + step)
@@ -298,8 +302,7 @@ def _convolve_in_bands(x: np.ndarray, packed: np.ndarray, bias: np.ndarray | Non
             _split_planes(planes[i:j], phases, geometry)
         else:
             splitter.split_planes(planes[i:j], phases, geometry)
-        pointwise_conv2d(packed, phases, bias, None if residual is None else residual[i:j],
-                         activation, outputs[i:j], geometry)
+        product(phases, None if residual is None else residual[i:j], y[i:j])
 
 
 def pointwise_gemm(x: np.ndarray, packed: np.ndarray, bias: np.ndarray | None,
