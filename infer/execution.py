@@ -194,7 +194,7 @@ def _all_float32(xs: list[np.ndarray]) -> bool:
     """forward_into's contract: float32 inputs (its slots are float32; anything else runs
     forward, which allocates arrays of the dtype it computes)."""
     for x in xs:                  # a loop: all() over a generator costs more, each step
-        if x.dtype != INTO_DTYPE:
+        if x.dtype is not INTO_DTYPE and x.dtype != INTO_DTYPE:     # (is: the usual case)
             return False
     return True
 

@@ -39,7 +39,7 @@ import logging
 import math
 import threading
 from pathlib import Path
-from typing import Callable, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 
@@ -81,6 +81,44 @@ class GraphState(enum.Enum):
     NEED_INIT = "needs init"
     NEED_BUILD = "needs build"
     COMPLETE = "complete"
+
+
+
+class Running:
+    """RuntimeGraph.running's context: the graph counted as running (``_move_to_fast_floor``
+    waits for none), its thread cap (threads.limit) and numpy's warnings off. A class, not a
+    generator: every forward enters one."""
+
+    __slots__ = ("graph", "limit", "quiet")
+
+    def __init__(self, graph: "RuntimeGraph"):
+        self.graph = graph
+        self.limit = threads.limit(graph.num_threads, graph.helpers)
+        self.quiet = np.errstate(all="ignore")
+
+    def __enter__(self) -> None:
+        graph = self.graph
+        with graph._running_lock:
+            graph._running += 1
+        try:
+            self.limit.__enter__()
+        except BaseException:
+            self._counted_out()
+            raise
+        self.quiet.__enter__()
+
+    def __exit__(self, *exc_info: Any) -> None:
+        try:
+            try:
+                self.quiet.__exit__(*exc_info)
+            finally:
+                self.limit.__exit__(*exc_info)
+        finally:
+            self._counted_out()
+
+    def _counted_out(self) -> None:
+        with self.graph._running_lock:
+            self.graph._running -= 1
 
 
 class RuntimeGraph(GraphTools):
@@ -642,19 +680,11 @@ class RuntimeGraph(GraphTools):
         return sum(plan.pooled_bytes for plan in list(self._memory_plans.values())
                    if plan is not memory)
 
-    @contextlib.contextmanager
-    def running(self) -> Iterator[None]:
-        """What a forward pass runs under: this graph's thread cap (and helper threads, on the
-        fast floor), and numpy's floating-point warnings off (NaN and Inf flow through
-        silently, as in torch)."""
-        with self._running_lock:
-            self._running += 1
-        try:
-            with threads.limit(self.num_threads, self.helpers), np.errstate(all="ignore"):
-                yield
-        finally:
-            with self._running_lock:
-                self._running -= 1
+    def running(self) -> "Running":
+        """What a forward pass runs under (``with g.running():``): this graph's thread cap
+        (and helper threads, on the fast floor), and numpy's floating-point warnings off (NaN
+        and Inf flow through silently, as in torch)."""
+        return Running(self)
 
     def _move_to_fast_floor(self) -> None:
         """Once the fast kernels compiled in the background are ready, remake the layers on

@@ -98,20 +98,40 @@ def _workers(helpers: bool):
     return sys.modules.get("layers.fast.workers") if helpers else None
 
 
-@contextlib.contextmanager
-def limit(num_threads: int | None, helpers: bool = True):
+class limit:
     """Run the body with at most ``num_threads`` threads (None: no cap). With two or more,
     and ``helpers``, the fast kernels share their work with helper threads
     (layers/fast/workers.py), which run the matrix products too: BLAS's own pool is then
-    capped at one thread."""
-    workers = _workers(helpers)
-    if workers is None:
-        with _capped(num_threads, num_threads):
-            yield
-        return
-    with workers.sharing(num_threads) as team:
-        with _capped(num_threads, 1 if team is not None else num_threads):
-            yield
+    capped at one thread. A class rather than a generator: every forward enters one, and
+    a ``with`` over a plain object costs a fraction of nested generator-based managers."""
+
+    __slots__ = ("num_threads", "workers", "team", "joined", "numba_before")
+
+    def __init__(self, num_threads: int | None, helpers: bool = True):
+        self.num_threads, self.workers = num_threads, _workers(helpers)
+        self.team, self.joined = None, False
+
+    def __enter__(self) -> None:
+        num_threads, workers = self.num_threads, self.workers
+        if workers is not None:
+            self.team, self.joined = workers.join(num_threads)
+        try:
+            self.numba_before = _cap(num_threads, 1 if self.team is not None else num_threads)
+        except BaseException:
+            self._leave_team()
+            raise
+
+    def __exit__(self, *exc_info: object) -> None:
+        try:
+            _uncap(self.num_threads, 1 if self.team is not None else self.num_threads,
+                   self.numba_before)
+        finally:
+            self._leave_team()
+
+    def _leave_team(self) -> None:
+        if self.joined:
+            self.joined = False
+            self.workers.leave(self.team)
 
 
 def start_helpers(num_threads: int | None, helpers: bool = True) -> None:
@@ -141,22 +161,40 @@ def setup(num_threads: int | None, helpers: bool = True):
 def _capped(num_threads: int | None, blas_threads: int | None):
     """At most ``num_threads`` numba threads and ``blas_threads`` BLAS threads in the body
     (None: no cap)."""
-    numba = sys.modules.get("numba")                   # not imported: nothing to cap
-    numba_before = numba_wanted = 0
-    if numba is not None and num_threads is not None:
-        numba_before = numba.get_num_threads()         # this Python thread's own setting
-        numba_wanted = min(num_threads, numba.config.NUMBA_NUM_THREADS)
-        if numba_before != numba_wanted:
-            numba.set_num_threads(numba_wanted)
-    if blas_threads is not None:
-        _enter(blas_threads)
+    numba_before = _cap(num_threads, blas_threads)
     try:
         yield
     finally:
+        _uncap(num_threads, blas_threads, numba_before)
+
+
+def _cap(num_threads: int | None, blas_threads: int | None) -> int:
+    """_capped's entry: the caps set; what _uncap needs back (numba's count before, 0 if
+    numba was left alone)."""
+    numba = sys.modules.get("numba")                   # not imported: nothing to cap
+    numba_before = 0
+    if numba is not None and num_threads is not None:
+        numba_wanted = min(num_threads, numba.config.NUMBA_NUM_THREADS)
+        if numba.get_num_threads() != numba_wanted:    # this Python thread's own setting
+            numba_before = numba.get_num_threads()
+            numba.set_num_threads(numba_wanted)
+    if blas_threads is not None:
+        try:
+            _enter(blas_threads)
+        except BaseException:
+            _uncap(num_threads, None, numba_before)
+            raise
+    return numba_before
+
+
+def _uncap(num_threads: int | None, blas_threads: int | None, numba_before: int) -> None:
+    """_capped's exit: the caps _cap set taken back."""
+    try:
         if blas_threads is not None:
             _leave(blas_threads)
-        if numba_before != numba_wanted:
-            numba.set_num_threads(numba_before)
+    finally:
+        if numba_before:
+            sys.modules["numba"].set_num_threads(numba_before)
 
 
 def _enter(cap: int) -> None:

@@ -42,6 +42,7 @@ import numpy as np
 from layers import activation as act
 from layers.registry import is_built_in
 from layers.fast.kernel import FLOAT, INT, array, kernel
+from layers.fast.operands import unchecked
 from layers.fast.vexp import exp32, tanh32
 
 NONE, RELU, CLAMP, LEAKY, SIGMOID, SILU, HARDSWISH, HARDSIGMOID, TANH, GELU = range(10)
@@ -240,10 +241,11 @@ def epilogue_operands(y: np.ndarray, bias: np.ndarray | None, residual: np.ndarr
 
 
 def activate(rows: np.ndarray, activation: Activation) -> None:
-    """In place on C-contiguous float32 ``rows`` (N, C, L): rows = activation(rows)
-    (bias_residual_activation without the bias and residual to look for)."""
-    _bias_residual_activation(rows, NO_ARRAY, NO_RESIDUAL, activation.code, activation.a,
-                              activation.b)
+    """In place on ``rows`` (N, C, L) that the caller has checked (float32, C-contiguous,
+    aligned, writeable): rows = activation(rows) (bias_residual_activation without the bias
+    and residual to look for, and without the kernel's per-argument checks)."""
+    unchecked(_bias_residual_activation)(rows, NO_ARRAY, NO_RESIDUAL, activation.code,
+                                         activation.a, activation.b)
 
 
 def bias_residual_activation(y: np.ndarray, bias: np.ndarray | None,

@@ -263,19 +263,22 @@ def im2col_product(packed: np.ndarray, bias: np.ndarray | None, kernel: tuple[in
                 geometry, size = _geometry(kernel, stride, dilation, pads[0], pads[2], hw,
                                            out_hw)
                 prepared = by_size[hw] = (geometry, size, pointwise_product(
-                    packed, bias, length, activation, geometry))
+                    packed, bias, length, activation, geometry).unchecked)
             _convolve_in_bands(x, *prepared, residual, y)
         return banded
-    product = pointwise_product(packed, bias, length, activation)
+    product = pointwise_product(packed, bias, length, activation).unchecked
     im2col = unchecked(_im2col)
 
     def im2col_then_product(x: np.ndarray, residual: np.ndarray | None, y: np.ndarray) -> None:
-        check_images(x, residual, y)
+        images = check_images(x, residual, y)
         for i, cols in _cols_of_each_image(x, rows, kernel, stride, pads, dilation, out_hw,
                                            im2col):
-            # (the product checks its operands again: cheap beside the product)
-            product(cols.reshape(1, rows, length),
-                    None if residual is None else residual[i:i + 1], y[i:i + 1])
+            # cols are this thread's own, y and residual checked: the product need not check
+            if images == 1:
+                product(cols.reshape(1, rows, length), residual, y)
+            else:
+                product(cols.reshape(1, rows, length),
+                        None if residual is None else residual[i:i + 1], y[i:i + 1])
     return im2col_then_product
 
 
@@ -290,7 +293,7 @@ def _convolve_in_bands(x: np.ndarray, geometry: np.ndarray, size: int,
                        y: np.ndarray) -> None:
     """im2col_product's band by band case (checked arrays): each image split into its stride
     phases (``geometry``: ``size`` floats a plane), whose 1x1 ``product``
-    (pointwise_product with that geometry) makes cols band by band."""
+    (pointwise_product with that geometry, unchecked) makes cols band by band."""
     n, c_in = x.shape[:2]
     planes = x.reshape(n, c_in, x.shape[2] * x.shape[3])
     step = max(1, PHASES_MOST // max(c_in * size, 1))     # images at a time

@@ -623,8 +623,9 @@ class FastExpression(ExpressionLayer):
         self.support_forward_into = self.operands is not None
 
     def forward_into(self, inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray]) -> None:
-        a, b = (inputs[o] if isinstance(o, int) else o for o in self.operands or ())
-        self.ufunc(a, b, out=outputs[0])
+        first, second = self.operands or ()
+        self.ufunc(inputs[first] if type(first) is int else first,
+                   inputs[second] if type(second) is int else second, out=outputs[0])
 
 
 class KernelActivationLayer:
@@ -640,12 +641,12 @@ class KernelActivationLayer:
             return
         if x.size == 0:
             return
-        rows = x.reshape(1, -1, x.shape[-1]) if x.ndim >= 2 else x.reshape(1, 1, x.size)
         team = team_worth_sharing(x.size, SHARED_FROM)
-        if team is not None:
-            team.finish(rows, None, None, activation)
-        else:
-            activate(rows, activation)
+        if team is not None:                    # rows to share out
+            team.finish(x.reshape(1, -1, x.shape[-1]) if x.ndim >= 2
+                        else x.reshape(1, 1, x.size), None, None, activation)
+        else:                                   # one row: nothing differs per channel
+            activate(x.reshape(1, 1, x.size), activation)
 
     @functools.cached_property
     def kernel_activation(self) -> Activation | None:

@@ -16,6 +16,8 @@ import numpy as np
 
 from parser.errors import ShapeError
 
+FLOAT32 = np.dtype(np.float32)
+
 
 def unchecked(function: Callable) -> Callable:
     """``function`` without the back end's per-call argument checks, where it has them (the
@@ -44,6 +46,10 @@ def check_sizes(x: np.ndarray, x_lead: tuple[int, ...], x_size: int, y: np.ndarr
     C-contiguous, aligned float32 array of that many values whose shape starts with
     ``x_lead`` / ``y_lead`` (images, channels): what the product reshapes (in place: a
     reshape that copied y would leave it unwritten) and its kernels read or write."""
+    if (_plain(x, x_lead, x_size) and _plain(y, y_lead, y_size)
+            and (residual is None or (_plain(residual, y_lead, y_size)
+                                      and residual.shape == y.shape))):
+        return                                   # the usual case: a few attribute reads
     if residual is not None and getattr(residual, "shape", None) != getattr(y, "shape", ()):
         raise ShapeError(f"{what}: a residual of the output's shape expected, got "
                          f"{getattr(residual, 'shape', type(residual).__name__)}")
@@ -61,3 +67,11 @@ def check_sizes(x: np.ndarray, x_lead: tuple[int, ...], x_size: int, y: np.ndarr
         if not (flags.c_contiguous and flags.aligned and (flags.writeable or a is not y)):
             raise ShapeError(f"{what}: a C-contiguous, aligned{', writeable' if a is y else ''} "
                              f"{role} expected (strides {a.strides})")
+
+
+def _plain(a: object, lead: tuple[int, ...], size: int) -> bool:
+    """``a`` is what check_sizes asks for, and writeable: a plain float32 ndarray, C-contiguous
+    and aligned (``carray``), of ``size`` values and a shape starting with ``lead``. False
+    says only "look closer" (a read-only input, a subclass may still do)."""
+    return (type(a) is np.ndarray and a.dtype is FLOAT32 and a.flags.carray
+            and a.size == size and a.shape[:len(lead)] == lead)

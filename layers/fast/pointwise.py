@@ -497,7 +497,9 @@ def pointwise_product(weight: np.ndarray, bias: np.ndarray | None, length: int,
     shape that starts (N, C) (images (N, C, H, W) too), checks them (operands.check_sizes;
     weight, bias and geometry here) and runs the kernel without the per-argument checks. x
     is (N, C_in, length), or with a ``geometry`` (N, C_in / (kh * kw), size): the phases of
-    gemm.split_planes, whose size gemm._geometry gives (that one is the caller's)."""
+    gemm.split_planes, whose size gemm._geometry gives (that one is the caller's).
+    ``product.unchecked`` is the same call without the checks, for a caller that has made
+    x itself and checked y and residual (gemm.im2col_product)."""
     stack, c_out, c_in = weight.shape
     check(weight, weight.shape, "1x1 weight")
     bias = _zeros(c_out) if bias is None else bias
@@ -527,6 +529,10 @@ def pointwise_product(weight: np.ndarray, bias: np.ndarray | None, length: int,
             x_size = images * c_in * length
         check_sizes(x, (images, x_rows), x_size, y, (images, c_out), images * c_out * length,
                     "1x1 product", residual)
+        run(x, residual, y)
+
+    def run(x: np.ndarray, residual: np.ndarray | None, y: np.ndarray) -> None:
+        images = x.shape[0]
         x = x if geometry.size else x.reshape(images, c_in, length)
         y = y.reshape(images, c_out, length)
         residual = NO_RESIDUAL if residual is None else residual.reshape(y.shape)
@@ -538,4 +544,5 @@ def pointwise_product(weight: np.ndarray, bias: np.ndarray | None, length: int,
             team.pointwise(weight, x, bias, residual, y,
                            scratch("pointwise", (team.threads, floats)), geometry, activation,
                            checked=False)
+    product.unchecked = run        # type: ignore[attr-defined]
     return product

@@ -49,7 +49,9 @@ def scratch(name: str, shape: tuple[int, ...]) -> np.ndarray:
     """A float32 work array of ``shape`` (contents undefined), from a buffer that this thread
     keeps under ``name`` and grows when needed: the kernels allocate nothing per call. The
     same shape gets the same array object again (a forward asks for the same few)."""
-    arrays = _local.__dict__.setdefault("arrays", {})   # (name, shape) -> array
+    arrays = getattr(_local, "arrays", None)          # (name, shape) -> array
+    if arrays is None:
+        arrays = _local.arrays = {}
     array = arrays.get((name, shape))
     if array is not None:
         return array

@@ -319,21 +319,34 @@ def sharing(num_threads: int | None):
     """Share the kernels called in the body over ``num_threads`` threads (None: every usable
     core), this one and helpers; yields the Team, or None when the work stays on this
     thread (one thread wanted, no team here, or another forward has the team)."""
-    if current() is not None:
-        yield current()
-        return
-    team = team_for(num_threads)
-    if team is None or not team.in_use.acquire(blocking=False):
-        yield None
-        return
-    set_current_team(team)
-    team.active.set()
+    team, joined = join(num_threads)
     try:
         yield team
     finally:
-        team.active.clear()
-        set_current_team(None)
-        team.in_use.release()
+        if joined:
+            leave(team)
+
+
+def join(num_threads: int | None) -> tuple[Team | None, bool]:
+    """``sharing``'s entry, for a caller that enters and leaves without a ``with``: the team
+    (or None, as sharing yields it), and whether this call took it, in which case
+    ``leave(team)`` must follow. A thread sharing a team already keeps it (not taken)."""
+    team = current()
+    if team is not None:
+        return team, False
+    team = team_for(num_threads)
+    if team is None or not team.in_use.acquire(blocking=False):
+        return None, False
+    set_current_team(team)
+    team.active.set()
+    return team, True
+
+
+def leave(team: Team) -> None:
+    """Give back a team ``join`` took: its helpers may sleep, another forward may take it."""
+    team.active.clear()
+    set_current_team(None)
+    team.in_use.release()
 
 
 def team_for(num_threads: int | None) -> Team | None:

@@ -194,3 +194,60 @@ def test_threads_running_at_once_restore_the_sizes_at_the_end(counting_pools):
     assert seen == [[1, 1]] * 4
     assert [pool.size for pool in counting_pools] == [2, 4]
     assert [pool.sets for pool in counting_pools] == [2, 2]   # one cap, one restore each
+
+
+def test_an_error_inside_or_on_entry_undoes_the_caps_and_gives_the_team_back(
+        counting_pools, monkeypatch):
+    """threads.limit is entered and left by every forward (a plain class): an exception in
+    the body, or in capping BLAS on entry, leaves the pool sizes and numba's count as they
+    were and the helper team free for the next forward."""
+    monkeypatch.delenv("PNNX_INFER_HELPERS")
+    monkeypatch.setattr(workers, "usable_cores", lambda: 2)
+    numba_before = numba.get_num_threads()
+    with pytest.raises(ZeroDivisionError):
+        with threads.limit(2):
+            assert workers.current() is not None
+            assert [pool.size for pool in counting_pools] == [1, 1]   # the team's products
+            1 / 0
+    assert [pool.size for pool in counting_pools] == [2, 4]
+    assert workers.current() is None and numba.get_num_threads() == numba_before
+
+    def failing(cap):
+        raise OSError("no BLAS today")
+
+    monkeypatch.setattr(threads, "_enter", failing)
+    with pytest.raises(OSError, match="no BLAS today"):
+        with threads.limit(2):
+            pass
+    assert workers.current() is None and numba.get_num_threads() == numba_before
+    monkeypatch.undo()
+    team, joined = workers.join(2)         # not left taken by the failed entry
+    assert joined
+    workers.leave(team)
+
+
+def test_a_forward_that_fails_is_no_longer_counted_as_running(tmp_path):
+    """RuntimeGraph.running counts the passes under it (the move to the fast floor waits for
+    none): a pass whose layer raises is counted out."""
+    graph = RuntimeGraph(*write_pnnx(tmp_path, """
+    7767517
+    3 2
+    pnnx.Input   in0  0 1 a
+    my.Failing   f    1 1 a b
+    pnnx.Output  out0 1 0 b
+    """))
+    graph.register_custom_layer("my.Failing", Failing)
+    graph.build()
+    with pytest.raises(Exception, match="failing on purpose"):
+        graph.forward(np.ones((2, 3), np.float32))
+    assert graph._running == 0
+    with graph.running():
+        assert graph._running == 1
+    assert graph._running == 0
+
+
+class Failing(Layer):
+    one_blob_only = True
+
+    def forward_one(self, x: np.ndarray) -> np.ndarray:
+        raise ValueError("failing on purpose")
