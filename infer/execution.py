@@ -82,6 +82,7 @@ class Execution:
         self.position = 0
         self._befores = [h.before for h in hooks if h.before is not None]
         self._afters = [h.after for h in hooks if h.after is not None]
+        self._stepwise = True               # yield a record per step (run_all: none)
         self._loop = self._run()
 
     def __iter__(self) -> Iterator[Record]:
@@ -100,7 +101,9 @@ class Execution:
 
     def run_all(self) -> "Execution":
         """Run the remaining steps, holding no record: an array held one step too long would
-        outlive its last consumer (and keep its arena buffer from being reused)."""
+        outlive its last consumer (and keep its arena buffer from being reused). The loop
+        then runs to the end in one resumption, yielding no record per step."""
+        self._stepwise = False
         collections.deque(self._loop, maxlen=0)
         return self
 
@@ -164,7 +167,8 @@ class Execution:
                     for name in step.free:                      # last consumer has run
                         del values[name]
                 self.position += 1
-                yield step, xs, ys, seconds
+                if self._stepwise:
+                    yield step, xs, ys, seconds
         finally:
             if not isinstance(arena, NewArrays):
                 self.memory.give_back(arena)

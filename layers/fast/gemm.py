@@ -268,11 +268,19 @@ def im2col_product(packed: np.ndarray, bias: np.ndarray | None, kernel: tuple[in
         return banded
     product = pointwise_product(packed, bias, length, activation).unchecked
     im2col = unchecked(_im2col)
+    im2col_sizes = (*kernel, *stride, *dilation, pads[0], pads[2], out_h, out_w)
 
     def im2col_then_product(x: np.ndarray, residual: np.ndarray | None, y: np.ndarray) -> None:
+        # (_cols_of_each_image's loop, written out: one image, the usual call, then makes
+        # no generator and no per-image views)
         images = check_images(x, residual, y)
-        for i, cols in _cols_of_each_image(x, rows, kernel, stride, pads, dilation, out_hw,
-                                           im2col):
+        cols = scratch("cols", (rows, length))
+        copier = team_worth_sharing(cols.size, IM2COL_SHARED_FROM)
+        for i in range(images):
+            if copier is None:
+                im2col(x[i], cols, *im2col_sizes)
+            else:
+                copier.im2col(x[i], cols, kernel, stride, dilation, pads, out_hw)
             # cols are this thread's own, y and residual checked: the product need not check
             if images == 1:
                 product(cols.reshape(1, rows, length), residual, y)

@@ -123,6 +123,22 @@ def test_a_hooks_replacement_is_not_overwritten_by_an_in_place_step(chain):
     assert (mine == -1).all()                                 # r1 rectified a copy
 
 
+def test_run_all_after_some_steps_runs_each_remaining_step_once(chain):
+    """A pass stepped with next, then drained by run_all (which yields no more records):
+    every step runs once, the outputs are forward's and the pass is done."""
+    g, x = chain
+    want = g.forward(x)[0]
+    with g.running():
+        run = g.execute(x)
+        CALLS.clear()
+        step, *_ = next(run)
+        assert step.op.name == "d1" and run.position == 1
+        run.run_all()
+        assert dict(CALLS) == FORWARD_CALLS
+        assert run.done and run.position == 3 and list(run) == []
+        np.testing.assert_array_equal(run.outputs()[0], want)
+
+
 def test_records_name_the_step_and_its_arrays(chain):
     g, x = chain
     run = g.execute(x, keep_all=True)
