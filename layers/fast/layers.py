@@ -64,6 +64,7 @@ from layers.linear import Linear
 from layers.normalization import LayerNorm
 from layers.pooling import AdaptiveAvgPool2d, AtenMaxPool2d, MaxPool1d, MaxPool2d
 from layers.resize import Interpolate, UpsampleNearest, whole_factors
+from layers.shape import Flatten, FlattenModule, Squeeze, Unsqueeze, read_only_alias
 from layers.registry import register_fast_layer
 from parser.expression import Call, Constant, OperandRef
 
@@ -598,6 +599,45 @@ class FastUpsampleNearest(FastInterpolate, UpsampleNearest):
 # own ufuncs for them (layers/expression.py's ELEMENTWISE)
 UFUNCS = {name: ELEMENTWISE[name][0]
           for name in ("add", "sub", "mul", "div", "max", "maximum", "min", "minimum")}
+
+
+class ShapeWorkedOutOnce:
+    """For the layers that only give their input another shape (flatten, squeeze,
+    unsqueeze): the output's shape worked out once per input shape, then a reshape. Inside
+    a forward each line of Python a step runs costs several times what it costs in a loop
+    (its code and objects come back from memory after the kernels: BENCHMARKS.md, "Where
+    the time goes (AVX2)", stop 55), and these steps are nothing but Python."""
+
+    def forward_one(self, x: np.ndarray) -> np.ndarray:
+        shape = self._out_shapes.get(x.shape)
+        if shape is None:
+            shape = remember(self._out_shapes, x.shape,
+                             self.infer_shape(x.shape))  # type: ignore[attr-defined]
+        return read_only_alias(x.reshape(shape), x)
+
+    @functools.cached_property
+    def _out_shapes(self) -> dict[Shape, Shape]:
+        return {}
+
+
+@register_fast_layer("torch.flatten", "Tensor.flatten")
+class FastFlatten(ShapeWorkedOutOnce, Flatten):
+    pass
+
+
+@register_fast_layer("nn.Flatten")
+class FastFlattenModule(ShapeWorkedOutOnce, FlattenModule):
+    pass
+
+
+@register_fast_layer("torch.squeeze", "Tensor.squeeze")
+class FastSqueeze(ShapeWorkedOutOnce, Squeeze):
+    pass
+
+
+@register_fast_layer("torch.unsqueeze", "Tensor.unsqueeze")
+class FastUnsqueeze(ShapeWorkedOutOnce, Unsqueeze):
+    pass
 
 
 @register_fast_layer("pnnx.Expression")
