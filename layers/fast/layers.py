@@ -516,6 +516,10 @@ class FastAdaptiveAvgPool2d(AdaptiveAvgPool2d):
         return (x.ndim in (3, 4) and x.dtype == np.float32
                 and kernels.adaptive_output_size(x.shape, output_size) == (1, 1))
 
+    @functools.cached_property
+    def _global_by_shape(self) -> dict[Shape, bool]:
+        return {}
+
     def _pool(self, x: np.ndarray, output_size: Sequence[int | None]) -> list[np.ndarray]:
         if self._global(x, output_size):
             y = pool.global_average_pool(x.reshape(-1, *x.shape[-3:]))
@@ -524,7 +528,14 @@ class FastAdaptiveAvgPool2d(AdaptiveAvgPool2d):
 
     def forward_into(self, inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray]) -> None:
         x, out = inputs[0], outputs[0]
-        if self._global(x, self._output_size(inputs)) and out.flags.c_contiguous:
+        if len(inputs) == 1 and x.dtype == np.float32:     # output_size a parameter:
+            pooled = self._global_by_shape.get(x.shape)     # decided once per input shape
+            if pooled is None:
+                pooled = remember(self._global_by_shape, x.shape,
+                                  self._global(x, self._output_size(inputs)))
+        else:
+            pooled = self._global(x, self._output_size(inputs))
+        if pooled and out.flags.c_contiguous:
             pool.global_average_pool(x.reshape(-1, *x.shape[-3:]),
                                      out.reshape(-1, x.shape[-3], 1, 1))
         else:

@@ -100,6 +100,31 @@ def test_forward_into_writes_the_planned_buffer():
     np.testing.assert_array_equal(sized, AdaptiveAvgPool2d(output_size=(2, 1)).forward([x])[0])
 
 
+def test_forward_into_decides_once_per_input_shape():
+    """The pooling decides per input shape whether the kernel pools it (kept): sizes in
+    turn, one seen again, a float64 input, and an output size that is not 1 x 1."""
+    rng = np.random.default_rng(7)
+    pooled = layer(1)
+    for shape in [(1, 6, 7, 7), (2, 3, 4, 5), (1, 6, 7, 7), (1, 1, 1, 9)]:
+        x = rng.standard_normal(shape, dtype=np.float32)
+        out = np.full((shape[0], shape[1], 1, 1), 7.0, np.float32)
+        pooled.forward_into([x], [out])
+        np.testing.assert_allclose(out, x.astype(np.float64).mean(axis=(2, 3), keepdims=True),
+                                   rtol=1e-6, atol=1e-7)
+    assert pooled._global_by_shape == dict.fromkeys([(1, 6, 7, 7), (2, 3, 4, 5),
+                                                     (1, 1, 1, 9)], True)
+    x64 = rng.standard_normal((1, 6, 7, 7))
+    out = np.empty((1, 6, 1, 1), np.float32)
+    pooled.forward_into([x64], [out])                 # the reference, cast into the buffer
+    np.testing.assert_allclose(out, x64.mean(axis=(2, 3), keepdims=True), rtol=1e-6)
+    two = layer(2)
+    x = rng.standard_normal((1, 6, 7, 7), dtype=np.float32)
+    out = np.empty((1, 6, 2, 2), np.float32)
+    two.forward_into([x], [out])
+    np.testing.assert_array_equal(out, AdaptiveAvgPool2d(output_size=2).forward([x])[0])
+    assert two._global_by_shape == {(1, 6, 7, 7): False}
+
+
 def test_the_kernel_writes_into_a_given_buffer_of_the_right_shape():
     x = np.random.default_rng(4).standard_normal((2, 3, 4, 5), dtype=np.float32)
     out = np.full((2, 3, 1, 1), 7.0, np.float32)
