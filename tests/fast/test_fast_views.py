@@ -21,7 +21,8 @@ CASES = [
 SHAPES = [(2, 3, 1, 5), (1, 4, 1, 1), (2, 3, 1, 5), (3, 1, 2, 1), (1, 4, 1, 1)]
 
 
-@pytest.mark.parametrize("type_name, params, torch_fn", CASES, ids=lambda c: str(c)[:30])
+@pytest.mark.parametrize("type_name, params, torch_fn", CASES,
+                         ids=[f"{name}{params or ''}" for name, params, _ in CASES])
 def test_fast_views_give_torchs_result_for_each_shape_in_turn(type_name, params, torch_fn):
     layer = make_layer(type_name, params, fast=True)
     assert isinstance(layer, ShapeWorkedOutOnce)
