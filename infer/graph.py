@@ -83,21 +83,24 @@ class GraphState(enum.Enum):
     COMPLETE = "complete"
 
 
-
 class Running:
     """RuntimeGraph.running's context: the graph counted as running (``_move_to_fast_floor``
-    waits for none), its thread cap (threads.limit) and numpy's warnings off. A class, not a
-    generator: every forward enters one."""
+    leaves a graph alone while a pass runs), its thread cap (threads.limit, with the graph's
+    thread count and floor when entered) and numpy's warnings off. Entered once."""
 
     __slots__ = ("graph", "limit", "quiet")
 
-    def __init__(self, graph: "RuntimeGraph"):
+    def __init__(self, graph: RuntimeGraph):
         self.graph = graph
-        self.limit = threads.limit(graph.num_threads, graph.helpers)
-        self.quiet = np.errstate(all="ignore")
+        self.limit: threads.limit | None = None
+        self.quiet: np.errstate | None = None
 
     def __enter__(self) -> None:
+        if self.limit is not None:
+            raise RuntimeError("a RuntimeGraph.running() context is entered once: "
+                               "call running() again for another pass")
         graph = self.graph
+        self.limit = threads.limit(graph.num_threads, graph.helpers)
         with graph._running_lock:
             graph._running += 1
         try:
@@ -105,9 +108,16 @@ class Running:
         except BaseException:
             self._counted_out()
             raise
-        self.quiet.__enter__()
+        try:
+            self.quiet = np.errstate(all="ignore")
+            self.quiet.__enter__()
+        except BaseException:
+            self.limit.__exit__(None, None, None)
+            self._counted_out()
+            raise
 
     def __exit__(self, *exc_info: Any) -> None:
+        assert self.limit is not None and self.quiet is not None
         try:
             try:
                 self.quiet.__exit__(*exc_info)
@@ -680,7 +690,7 @@ class RuntimeGraph(GraphTools):
         return sum(plan.pooled_bytes for plan in list(self._memory_plans.values())
                    if plan is not memory)
 
-    def running(self) -> "Running":
+    def running(self) -> Running:
         """What a forward pass runs under (``with g.running():``): this graph's thread cap
         (and helper threads, on the fast floor), and numpy's floating-point warnings off (NaN
         and Inf flow through silently, as in torch)."""

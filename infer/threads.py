@@ -102,31 +102,38 @@ class limit:
     """Run the body with at most ``num_threads`` threads (None: no cap). With two or more,
     and ``helpers``, the fast kernels share their work with helper threads
     (layers/fast/workers.py), which run the matrix products too: BLAS's own pool is then
-    capped at one thread. A class rather than a generator: every forward enters one, and
-    a ``with`` over a plain object costs a fraction of nested generator-based managers."""
+    capped at one thread. A plain class rather than a generator (every forward enters one);
+    each is entered once (``with threads.limit(n):``)."""
 
-    __slots__ = ("num_threads", "workers", "team", "joined", "numba_before")
+    __slots__ = ("num_threads", "workers", "entered", "team", "joined", "numba_before")
 
     def __init__(self, num_threads: int | None, helpers: bool = True):
         self.num_threads, self.workers = num_threads, _workers(helpers)
-        self.team, self.joined = None, False
+        self.entered, self.team, self.joined, self.numba_before = False, None, False, 0
 
     def __enter__(self) -> None:
+        if self.entered:
+            raise RuntimeError("a threads.limit is entered once: make another for another "
+                               "body")
+        self.entered = True
         num_threads, workers = self.num_threads, self.workers
         if workers is not None:
             self.team, self.joined = workers.join(num_threads)
         try:
-            self.numba_before = _cap(num_threads, 1 if self.team is not None else num_threads)
+            self.numba_before = _cap(num_threads, self._blas_threads())
         except BaseException:
             self._leave_team()
             raise
 
     def __exit__(self, *exc_info: object) -> None:
         try:
-            _uncap(self.num_threads, 1 if self.team is not None else self.num_threads,
-                   self.numba_before)
+            _uncap(self.num_threads, self._blas_threads(), self.numba_before)
         finally:
             self._leave_team()
+
+    def _blas_threads(self) -> int | None:
+        """BLAS's cap: one thread where the team runs the products, else the body's cap."""
+        return 1 if self.team is not None else self.num_threads
 
     def _leave_team(self) -> None:
         if self.joined:
@@ -169,8 +176,8 @@ def _capped(num_threads: int | None, blas_threads: int | None):
 
 
 def _cap(num_threads: int | None, blas_threads: int | None) -> int:
-    """_capped's entry: the caps set; what _uncap needs back (numba's count before, 0 if
-    numba was left alone)."""
+    """Set the caps (_capped's and limit's entry); returns what _uncap needs back: numba's
+    count before, 0 if numba was left alone."""
     numba = sys.modules.get("numba")                   # not imported: nothing to cap
     numba_before = 0
     if numba is not None and num_threads is not None:
@@ -188,7 +195,7 @@ def _cap(num_threads: int | None, blas_threads: int | None) -> int:
 
 
 def _uncap(num_threads: int | None, blas_threads: int | None, numba_before: int) -> None:
-    """_capped's exit: the caps _cap set taken back."""
+    """Take back the caps _cap set (_capped's and limit's exit)."""
     try:
         if blas_threads is not None:
             _leave(blas_threads)

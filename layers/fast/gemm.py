@@ -268,19 +268,15 @@ def im2col_product(packed: np.ndarray, bias: np.ndarray | None, kernel: tuple[in
         return banded
     product = pointwise_product(packed, bias, length, activation).unchecked
     im2col = unchecked(_im2col)
-    im2col_sizes = (*kernel, *stride, *dilation, pads[0], pads[2], out_h, out_w)
 
     def im2col_then_product(x: np.ndarray, residual: np.ndarray | None, y: np.ndarray) -> None:
-        # (_cols_of_each_image's loop, written out: one image, the usual call, then makes
-        # no generator and no per-image views)
+        # (_cols_of_each_image's loop without its generator; one image, the usual call, takes
+        # no slices of y and the residual)
         images = check_images(x, residual, y)
         cols = scratch("cols", (rows, length))
         copier = team_worth_sharing(cols.size, IM2COL_SHARED_FROM)
         for i in range(images):
-            if copier is None:
-                im2col(x[i], cols, *im2col_sizes)
-            else:
-                copier.im2col(x[i], cols, kernel, stride, dilation, pads, out_hw)
+            _image_cols(x[i], cols, copier, im2col, kernel, stride, pads, dilation, out_hw)
             # cols are this thread's own, y and residual checked: the product need not check
             if images == 1:
                 product(cols.reshape(1, rows, length), residual, y)
@@ -358,22 +354,30 @@ def _geometry(kernel: tuple[int, int], stride: tuple[int, int], dilation: tuple[
 
 def _cols_of_each_image(x: np.ndarray, rows: int, kernel: tuple[int, int],
                         stride: tuple[int, int], pads: tuple[int, int, int, int],
-                        dilation: tuple[int, int], out_hw: tuple[int, int],
-                        im2col: Callable[..., None] = _im2col
+                        dilation: tuple[int, int], out_hw: tuple[int, int]
                         ) -> Iterator[tuple[int, np.ndarray]]:
     """(i, cols (rows, Ho*Wo)) for each image x[i]: its im2col, written into one scratch
     buffer reused from image to image (so cols stay small), shared with the team's helpers
-    when that pays. ``im2col``: _im2col, or its unchecked form for a caller that checked x."""
-    out_h, out_w = out_hw
-    cols = scratch("cols", (rows, out_h * out_w))
+    when that pays."""
+    cols = scratch("cols", (rows, out_hw[0] * out_hw[1]))
     copier = team_worth_sharing(cols.size, IM2COL_SHARED_FROM)
     for i in range(x.shape[0]):
-        if copier is None:
-            im2col(x[i], cols, kernel[0], kernel[1], stride[0], stride[1], dilation[0],
-                   dilation[1], pads[0], pads[2], out_h, out_w)
-        else:
-            copier.im2col(x[i], cols, kernel, stride, dilation, pads, out_hw)
+        _image_cols(x[i], cols, copier, _im2col, kernel, stride, pads, dilation, out_hw)
         yield i, cols
+
+
+def _image_cols(image: np.ndarray, cols: np.ndarray, copier: Team | None,
+                im2col: Callable[..., None], kernel: tuple[int, int], stride: tuple[int, int],
+                pads: tuple[int, int, int, int], dilation: tuple[int, int],
+                out_hw: tuple[int, int]) -> None:
+    """cols (rows, Ho*Wo) <- the im2col of one image (C, H, W): by the team ``copier``, or
+    by ``im2col`` on this thread (_im2col, or its unchecked form for a caller that checked
+    the image) when it is None."""
+    if copier is None:
+        im2col(image, cols, kernel[0], kernel[1], stride[0], stride[1], dilation[0],
+               dilation[1], pads[0], pads[2], out_hw[0], out_hw[1])
+    else:
+        copier.im2col(image, cols, kernel, stride, dilation, pads, out_hw)
 
 
 def _matmul(team: Team | None, a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:

@@ -516,6 +516,10 @@ class FastAdaptiveAvgPool2d(AdaptiveAvgPool2d):
         return (x.ndim in (3, 4) and x.dtype == np.float32
                 and kernels.adaptive_output_size(x.shape, output_size) == (1, 1))
 
+    def check_params(self) -> None:
+        super().check_params()
+        self.__dict__.pop("_global_by_shape", None)  # decided with the old output size
+
     @functools.cached_property
     def _global_by_shape(self) -> dict[Shape, bool]:
         return {}
@@ -614,10 +618,12 @@ UFUNCS = {name: ELEMENTWISE[name][0]
 
 class ShapeWorkedOutOnce:
     """For the layers that only give their input another shape (flatten, squeeze,
-    unsqueeze): the output's shape worked out once per input shape, then a reshape. Inside
-    a forward each line of Python a step runs costs several times what it costs in a loop
-    (its code and objects come back from memory after the kernels: BENCHMARKS.md, "Where
-    the time goes (AVX2)", stop 55), and these steps are nothing but Python."""
+    unsqueeze): the output's shape worked out once per input shape (kept until the
+    parameters change), then a reshape: a step of nothing but Python."""
+
+    def check_params(self) -> None:
+        super().check_params()                       # type: ignore[misc]
+        self.__dict__.pop("_out_shapes", None)       # worked out with the old parameters
 
     def forward_one(self, x: np.ndarray) -> np.ndarray:
         shape = self._out_shapes.get(x.shape)

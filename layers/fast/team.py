@@ -6,9 +6,10 @@
 
 The kernel modules (gemm, pointwise, pointwise_transposed, winograd) read these to share
 their work and to allocate nothing per call; workers.py makes the teams and sets this
-thread's (``set_current_team``, inside ``workers.sharing``). A kernel only calls the team's
-methods (workers.Team's), so this module imports nothing of layers.fast, and the kernels
-do not import workers.py (which imports them, through jobs.py).
+thread's (``set_current_team``, inside ``workers.sharing`` or between ``workers.join`` and
+``leave``). A kernel only calls the team's methods (workers.Team's), so this module imports
+nothing of layers.fast, and the kernels do not import workers.py (which imports them,
+through jobs.py).
 """
 
 from __future__ import annotations
@@ -29,7 +30,8 @@ _local = threading.local()
 
 
 def current_team() -> Team | None:
-    """The team sharing this thread's kernels now (inside ``workers.sharing``), or None."""
+    """The team sharing this thread's kernels now (workers.sharing, or join to leave), or
+    None."""
     return getattr(_local, "team", None)
 
 
@@ -41,7 +43,8 @@ def team_worth_sharing(work: int, shared_from: int) -> Team | None:
 
 
 def set_current_team(team: Team | None) -> None:
-    """Make ``team`` the one sharing this thread's kernels (None: none); workers.sharing's."""
+    """Make ``team`` the one sharing this thread's kernels (None: none); workers.join's and
+    leave's."""
     _local.team = team
 
 

@@ -123,6 +123,11 @@ def test_forward_into_decides_once_per_input_shape():
     two.forward_into([x], [out])
     np.testing.assert_array_equal(out, AdaptiveAvgPool2d(output_size=2).forward([x])[0])
     assert two._global_by_shape == {(1, 6, 7, 7): False}
+    two.load_param({"output_size": 1})                # a new output size: decided again
+    out = np.empty((1, 6, 1, 1), np.float32)
+    two.forward_into([x], [out])
+    np.testing.assert_allclose(out, x.astype(np.float64).mean(axis=(2, 3), keepdims=True),
+                               rtol=1e-6, atol=1e-7)
 
 
 def test_the_kernel_writes_into_a_given_buffer_of_the_right_shape():

@@ -44,3 +44,11 @@ def test_the_fast_floor_serves_these_views():
     for type_name in ("torch.flatten", "Tensor.flatten", "nn.Flatten", "torch.squeeze",
                       "Tensor.squeeze", "torch.unsqueeze", "Tensor.unsqueeze"):
         assert issubclass(registry.layer_class(type_name, fast=True), ShapeWorkedOutOnce)
+
+
+def test_new_parameters_forget_the_shapes_worked_out():
+    layer = make_layer("torch.flatten", {}, fast=True)
+    x = np.zeros((2, 3, 4, 5), np.float32)
+    assert layer.forward([x])[0].shape == (120,)
+    layer.load_param({"start_dim": 1})
+    assert layer.forward([x])[0].shape == (2, 60)

@@ -203,32 +203,69 @@ def test_an_error_inside_or_on_entry_undoes_the_caps_and_gives_the_team_back(
     were and the helper team free for the next forward."""
     monkeypatch.delenv("PNNX_INFER_HELPERS")
     monkeypatch.setattr(workers, "usable_cores", lambda: 2)
+    if workers.team_for(2) is None:
+        pytest.skip("no helper team here (numpy's BLAS not found)")
     numba_before = numba.get_num_threads()
-    with pytest.raises(KeyError):
-        with threads.limit(2):
-            assert workers.current() is not None
-            assert [pool.size for pool in counting_pools] == [1, 1]   # the team's products
-            raise KeyError("inside")
-    assert [pool.size for pool in counting_pools] == [2, 4]
-    assert workers.current() is None and numba.get_num_threads() == numba_before
+    numba.set_num_threads(1)                         # so that a cap of 2 changes it
+    try:
+        with pytest.raises(KeyError):
+            with threads.limit(2):
+                team = workers.current()
+                assert team is not None and team.in_use.locked()
+                assert [pool.size for pool in counting_pools] == [1, 1]   # the team's
+                assert numba.get_num_threads() == min(2, numba.config.NUMBA_NUM_THREADS)
+                raise KeyError("inside")
+        assert [pool.size for pool in counting_pools] == [2, 4]
+        assert workers.current() is None and not team.in_use.locked()
+        assert numba.get_num_threads() == 1
 
-    def failing(cap):
-        raise OSError("no BLAS today")
+        def failing(cap):
+            raise OSError("no BLAS today")
 
-    monkeypatch.setattr(threads, "_enter", failing)
-    with pytest.raises(OSError, match="no BLAS today"):
-        with threads.limit(2):
+        with monkeypatch.context() as patched:
+            patched.setattr(threads, "_enter", failing)
+            with pytest.raises(OSError, match="no BLAS today"):
+                with threads.limit(2):
+                    pass
+        assert workers.current() is None and not team.in_use.locked()
+        assert numba.get_num_threads() == 1
+    finally:
+        numba.set_num_threads(numba_before)
+
+
+def test_a_limit_or_a_running_context_is_entered_once(tmp_path):
+    """Entering the same object twice (nested, or again after) is refused before it changes
+    anything: caps, team and the graph's count stay as they were."""
+    cap = threads.limit(1)
+    with cap:
+        with pytest.raises(RuntimeError, match="entered once"):
+            with cap:
+                pass
+    with pytest.raises(RuntimeError, match="entered once"):
+        with cap:
             pass
-    assert workers.current() is None and numba.get_num_threads() == numba_before
-    monkeypatch.undo()
-    team, joined = workers.join(2)         # not left taken by the failed entry
-    assert joined
-    workers.leave(team)
+    assert threads._running == []
+    graph = RuntimeGraph(*write_pnnx(tmp_path, """
+    7767517
+    3 2
+    pnnx.Input   in0  0 1 a
+    my.Failing   f    1 1 a b
+    pnnx.Output  out0 1 0 b
+    """))
+    graph.register_custom_layer("my.Failing", Failing)
+    graph.build()
+    running = graph.running()
+    with running:
+        assert graph._running == 1
+    with pytest.raises(RuntimeError, match="entered once"):
+        with running:
+            pass
+    assert graph._running == 0 and threads._running == []
 
 
 def test_a_forward_that_fails_is_no_longer_counted_as_running(tmp_path):
-    """RuntimeGraph.running counts the passes under it (the move to the fast floor waits for
-    none): a pass whose layer raises is counted out."""
+    """RuntimeGraph.running counts the passes under it (the move to the fast floor leaves a
+    graph alone while one runs): a pass whose layer raises is counted out."""
     graph = RuntimeGraph(*write_pnnx(tmp_path, """
     7767517
     3 2
