@@ -245,15 +245,7 @@ def test_a_limit_or_a_running_context_is_entered_once(tmp_path):
         with cap:
             pass
     assert threads._running == []
-    graph = RuntimeGraph(*write_pnnx(tmp_path, """
-    7767517
-    3 2
-    pnnx.Input   in0  0 1 a
-    my.Failing   f    1 1 a b
-    pnnx.Output  out0 1 0 b
-    """))
-    graph.register_custom_layer("my.Failing", Failing)
-    graph.build()
+    graph = failing_graph(tmp_path)
     running = graph.running()
     with running:
         assert graph._running == 1
@@ -266,7 +258,18 @@ def test_a_limit_or_a_running_context_is_entered_once(tmp_path):
 def test_a_forward_that_fails_is_no_longer_counted_as_running(tmp_path):
     """RuntimeGraph.running counts the passes under it (the move to the fast floor leaves a
     graph alone while one runs): a pass whose layer raises is counted out."""
-    graph = RuntimeGraph(*write_pnnx(tmp_path, """
+    graph = failing_graph(tmp_path)
+    with pytest.raises(Exception, match="failing on purpose"):
+        graph.forward(np.ones((2, 3), np.float32))
+    assert graph._running == 0
+    with graph.running():
+        assert graph._running == 1
+    assert graph._running == 0
+
+
+def failing_graph(folder) -> RuntimeGraph:
+    """A built graph of one my.Failing step."""
+    graph = RuntimeGraph(*write_pnnx(folder, """
     7767517
     3 2
     pnnx.Input   in0  0 1 a
@@ -274,13 +277,7 @@ def test_a_forward_that_fails_is_no_longer_counted_as_running(tmp_path):
     pnnx.Output  out0 1 0 b
     """))
     graph.register_custom_layer("my.Failing", Failing)
-    graph.build()
-    with pytest.raises(Exception, match="failing on purpose"):
-        graph.forward(np.ones((2, 3), np.float32))
-    assert graph._running == 0
-    with graph.running():
-        assert graph._running == 1
-    assert graph._running == 0
+    return graph.build()
 
 
 class Failing(Layer):
