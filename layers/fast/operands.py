@@ -46,10 +46,15 @@ def check_sizes(x: np.ndarray, x_lead: tuple[int, ...], x_size: int, y: np.ndarr
     C-contiguous, aligned float32 array of that many values whose shape starts with
     ``x_lead`` / ``y_lead`` (images, channels): what the product reshapes (in place: a
     reshape that copied y would leave it unwritten) and its kernels read or write."""
-    if (_plain(x, x_lead, x_size) and _plain(y, y_lead, y_size)
+    # the usual case first, in one expression (no call per array): plain, writeable,
+    # C-contiguous float32 ndarrays of the sizes and leading dims (_plain's test, written out)
+    if (type(x) is np.ndarray and x.dtype is FLOAT32 and x.flags.carray and x.size == x_size
+            and x.shape[:len(x_lead)] == x_lead
+            and type(y) is np.ndarray and y.dtype is FLOAT32 and y.flags.carray
+            and y.size == y_size and y.shape[:len(y_lead)] == y_lead
             and (residual is None or (_plain(residual, y_lead, y_size)
                                       and residual.shape == y.shape))):
-        return                                   # the usual case: a few attribute reads
+        return
     if residual is not None and getattr(residual, "shape", None) != getattr(y, "shape", ()):
         raise ShapeError(f"{what}: a residual of the output's shape expected, got "
                          f"{getattr(residual, 'shape', type(residual).__name__)}")
