@@ -182,8 +182,9 @@ def _cap(num_threads: int | None, blas_threads: int | None) -> int:
     numba_before = 0
     if numba is not None and num_threads is not None:
         numba_wanted = min(num_threads, numba.config.NUMBA_NUM_THREADS)
-        if numba.get_num_threads() != numba_wanted:    # this Python thread's own setting
-            numba_before = numba.get_num_threads()
+        current = numba.get_num_threads()              # this Python thread's own setting
+        if current != numba_wanted:
+            numba_before = current
             numba.set_num_threads(numba_wanted)
     if blas_threads is not None:
         try:
