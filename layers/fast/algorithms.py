@@ -87,8 +87,9 @@ Pads = tuple[int, int, int, int]                   # (top, bottom, left, right)
 Call = Callable[[np.ndarray, "np.ndarray | None", np.ndarray], None]   # (x, residual, y)
 
 WINOGRAD_MIN_CHANNELS = 16               # F(4x4): this many input channels at least ...
-WINOGRAD_MAX_CHANNELS = 512              # ... and at most (its error against float64,
-                                         # measured up to here)
+WINOGRAD_MAX_CHANNELS = 256              # ... and at most: its error against float64
+                                         # passes 4x torch's beyond (384 and 512 channels,
+                                         # where torch's AVX-512 kernels err less)
 WINOGRAD_MIN_TILES = 16                  # F(4x4): at least this many 4x4 tiles (all images)
 WINOGRAD_MAX_PACKED = 16 * 2 ** 20       # F(4x4): at most this many bytes of packed weights
 WINOGRAD_F2_MIN_CHANNELS = 16            # F(2x2): this many input channels at least (fewer:

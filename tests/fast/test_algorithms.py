@@ -107,7 +107,7 @@ RESNET18 = [   # c_in, c_out, k, stride, out size at 224x224; batch 1, batch 8
     (64, 64, 3, 1, 56, "winograd", "winograd"),
     (64, 128, 3, 2, 28, "gemm", "gemm"),                        # strided
     (64, 128, 1, 2, 28, "gemm", "gemm"),                        # downsample
-    (128, 128, 3, 1, 28, "winograd", "winograd"),               # F(4x4): up to 512 channels
+    (128, 128, 3, 1, 28, "winograd", "winograd"),               # F(4x4): up to 256 channels
     (128, 256, 3, 2, 14, *["gemm_transposed"] * 2),             # 196 pixels: rows of 6 fill
     (128, 256, 1, 2, 14, *[DOWNSAMPLE_14] * 2),
     (256, 512, 1, 2, 7, *["gemm_transposed"] * 2),              # more lanes than 32 wide
@@ -176,7 +176,7 @@ def test_the_candidates_are_every_algorithm_some_size_may_choose():
 
 
 def test_what_is_packed_at_build_for_sizes_known_late():
-    """F(4x4) where it runs (16 to 512 channels, a packing within WINOGRAD_MAX_PACKED); else
+    """F(4x4) where it runs (16 to 256 channels, a packing within WINOGRAD_MAX_PACKED); else
     F(2x2) if that packing is not large and it fits (not with fewer than 16 channels: im2col
     runs those); a 1x1's transposed panels where C_out fills their lanes; both packings of a
     depthwise layer's few filters."""

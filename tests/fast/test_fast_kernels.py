@@ -271,7 +271,7 @@ def test_winograd_matrices_compute_a_3x3_correlation(variant, seed):
 
 
 WINOGRAD = {   # (N, C_in, H, W), C_out, (top, bottom, left, right); each >= 16 tiles, F(4x4)'s
-    "56x56 pad 1": ((1, 16, 56, 56), 16, (1, 1, 1, 1)),       # 16 to 512 input channels
+    "56x56 pad 1": ((1, 16, 56, 56), 16, (1, 1, 1, 1)),       # 16 to 256 input channels
     "ragged tiles": ((4, 17, 11, 10), 7, (1, 1, 1, 1)),
     "no padding": ((2, 24, 18, 17), 4, (0, 0, 0, 0)),
     "asymmetric": ((2, 19, 15, 16), 6, (0, 2, 1, 0)),
@@ -486,7 +486,7 @@ def test_a_convolution_loads_the_kernels_it_may_run_when_it_is_loaded(monkeypatc
     make_layer("nn.Conv2d", dict(in_channels=600, out_channels=4, kernel_size=(3, 3),
                                  bias=True), {"weight": rand(4, 600, 3, 3), "bias": rand(4)},
                fast=True)
-    assert sorted(loaded) == ["gemm", "gemm_transposed", "winograd_f2"]   # F(4x4): to 512
+    assert sorted(loaded) == ["gemm", "gemm_transposed", "winograd_f2"]   # F(4x4): to 256
     loaded.clear()
     make_layer("nn.Conv2d", dict(in_channels=4, out_channels=4, kernel_size=(3, 3), bias=True),
                {"weight": rand(4, 4, 3, 3), "bias": rand(4)}, fast=True)
