@@ -44,7 +44,7 @@ from typing import Any, Callable, Iterator, Sequence
 import numpy as np
 
 import layers  # noqa: F401  (registers the built-in layers)
-from layers.base import Layer
+from layers.base import Layer, at_build
 from layers.registry import LayerRegisterer, unsupported_message
 from parser.bin import DTYPES, PnnxBin
 from parser.errors import (GraphError, LayerError, MemoryBudgetError, ShapeError,
@@ -356,7 +356,8 @@ class RuntimeGraph(GraphTools):
         self._memory_plans.clear()
         traced = self._traced_input_shapes()
         if traced is not None:
-            self._shape_plan(traced, annotated=True)
+            with at_build():
+                self._shape_plan(traced, annotated=True)
             self._memory_plan(tuple(tuple(shape) for shape in traced))   # the first forward's
         else:                                   # sizes known only at run time
             for op in self.operators:

@@ -24,14 +24,34 @@ layer (layers/registry.py); nothing here knows that it exists.
 
 from __future__ import annotations
 
-from typing import (TYPE_CHECKING, Any, Callable, ClassVar, Generic, Literal, Sequence, TypeVar,
-                    overload)
+import contextlib
+import contextvars
+from typing import (TYPE_CHECKING, Any, Callable, ClassVar, Generic, Iterator, Literal,
+                    Sequence, TypeVar, overload)
 
 import numpy as np
 
 from parser.errors import LayerError, ShapeError
 
 Shape = tuple[int, ...]
+_BUILDING: contextvars.ContextVar[bool] = contextvars.ContextVar("building", default=False)
+
+
+@contextlib.contextmanager
+def at_build() -> Iterator[None]:
+    """Within it, the graph is being built: ``building()`` is True for the layers' ``prepare``
+    (the time for slow work, before any inference waits for it)."""
+    token = _BUILDING.set(True)
+    try:
+        yield
+    finally:
+        _BUILDING.reset(token)
+
+
+def building() -> bool:
+    """Whether ``prepare`` is called while the graph is built (``at_build``), rather than
+    for a size first met in a forward."""
+    return _BUILDING.get()
 
 T = TypeVar("T")
 
@@ -170,8 +190,10 @@ class Layer:
         """Hook: get ready to run on inputs of these shapes (a fast layer packs its weights
         and loads its kernels here), called by the graph after it has planned the shapes,
         so that the work is done at build rather than in the first inference. ``None``:
-        the shapes are known only when the graph runs (a dynamic export). The reference
-        layers need nothing."""
+        the shapes are known only when the graph runs (a dynamic export); then a new size
+        is prepared inside the forward that first meets it, where ``building()`` is False
+        (a layer may leave its slowest work for later). The reference layers need
+        nothing."""
 
     # ----- shapes ---------------------------------------------------------------------------
     def infer_shapes(self, input_shapes: Sequence[Shape]) -> list[Shape]:

@@ -32,10 +32,11 @@ packing and each call. The rules, in order:
                              from WINOGRAD_F2_MIN_TILES 2x2 tiles (WINOGRAD_F2_LARGE_MIN_TILES
                              if it packs more than WINOGRAD_F2_LARGE bytes)
     gemm_transposed          groups 1, not a 1x1 of stride 1 (those padded run im2col and
-                             this product from pointwise_transposed's panels), a weight of
-                             at most GEMM_TRANSPOSED_MAX_PACKED bytes: im2col, then the
-                             transposed 1x1's product where it pays (as above, with
-                             C_in * kh * kw channels)
+                             this product from pointwise_transposed's panels): im2col, then
+                             the transposed 1x1's product where it pays (as above, with
+                             C_in * kh * kw channels); panels of more than PACKED_IN_FORWARD
+                             bytes are packed in the background, im2col's upright product
+                             running the first call at a size (``_transposed_once_packed``)
     gemm                     any convolution: 1x1 in register tiles; larger kernels with
                              one group on cols made band by band (large images); strided
                              or padded 1x1, small cols and grouped ones through im2col
@@ -46,8 +47,9 @@ torch's (layers/fast/winograd.py, tests/fast/test_precision.py): its output tran
 amplifies the rounding of each product's sum, which dominates with few channels (a handful of
 products, torch's error a few ulps: up to 3x torch's at 64 channels); with more channels
 torch's own error grows faster than F(4x4)'s chains of 16 to 64 (pointwise.stack_chain:
-0.3-0.8x torch's from 128 to 512 channels). Past 512 it is not measured. F(2x2)'s stays
-within it at any count.
+0.3-0.8x torch's from 128 to 512 channels on AMD machines). Where torch errs less (its
+AVX-512 kernels on an Intel Xeon: 6.8e-5 at 512 channels) F(4x4) reaches 3.9x torch's at 256
+channels and 4.2-5x at 384 and 512, so it stops at 256. F(2x2)'s stays within it at any count.
 
 Winograd's transforms add and subtract a whole tile's inputs, so an Inf or NaN would spread
 over the tile (inf - inf) where torch keeps it in the windows that read it: an input that is
@@ -62,6 +64,8 @@ share what their caller shares (layers/fast/team.py).
 from __future__ import annotations
 
 import functools
+import logging
+from concurrent.futures import Future
 from typing import Callable, NamedTuple, Protocol
 
 import numpy as np
@@ -82,6 +86,8 @@ from layers.fast.winograd_f2 import TAPS as TAPS_F2
 from layers.fast.winograd_f2 import TILE as TILE_F2
 from layers.fast.winograd_f2 import pack_winograd_f2_weight, winograd_f2_conv2d
 
+log = logging.getLogger(__name__)
+
 Pair = tuple[int, int]
 Pads = tuple[int, int, int, int]                   # (top, bottom, left, right)
 Call = Callable[[np.ndarray, "np.ndarray | None", np.ndarray], None]   # (x, residual, y)
@@ -98,8 +104,9 @@ WINOGRAD_F2_MIN_TILES = 16               # F(2x2): at least this many 2x2 tiles
 WINOGRAD_F2_LARGE = 8 * 2 ** 20          # F(2x2) packings of more bytes than this ...
 WINOGRAD_F2_LARGE_MIN_TILES = 64         # ... need this many tiles (4 images of 7x7)
 ONE_UNIT_PLANES_FROM = 32 * 32          # outputs: one block of one image goes by plane
-GEMM_TRANSPOSED_MAX_PACKED = 2 * 2 ** 20   # bytes of panels at most (a copy of the weight,
-                                           # made in the first inference at a size)
+PACKED_IN_FORWARD = 2 * 2 ** 20   # bytes of weight whose gemm_transposed panels (a copy: the
+                                  # weight stays too unless mapped from the bin file) are
+                                  # packed inside a forward at most; more in the background
 PANELS_AT_BUILD_FILL = 0.9              # transposed 1x1: panels packed at build from this
 
 
@@ -120,6 +127,10 @@ class Convolution(Protocol):
 
     def packed(self, algorithm: str) -> np.ndarray: ...
 
+    def packing(self, algorithm: str) -> Future[np.ndarray]: ...
+
+    def has_packed(self, algorithm: str) -> bool: ...
+
 
 class Algorithm(NamedTuple):
     """One way to compute a convolution (the module docstring lists the parts)."""
@@ -132,6 +143,7 @@ class Algorithm(NamedTuple):
     pays: Callable[[Convolution, int, Pair], bool] | None = None
     releases_weight: bool = False        # packing gives back the pages of the mapped weight
     pack_at_build: Callable[[Convolution], bool] | None = None   # for shapes known late
+    packs_later: Callable[[Convolution], bool] | None = None     # after the first call
 
     def applies(self, conv: Convolution, batch: int, out_hw: Pair) -> bool:
         """Whether ``conv`` runs this algorithm on ``batch`` images of ``out_hw`` outputs,
@@ -247,16 +259,14 @@ def _transposed_call(conv: Convolution, pads: Pads, out_hw: Pair,
 
 
 def _one_group_im2col(conv: Convolution) -> bool:
-    """One group, not a 1x1 of stride 1, and panels of at most GEMM_TRANSPOSED_MAX_PACKED
-    bytes: larger weights would double their memory and lengthen the first inference by
-    more than their products gain."""
-    return (conv.groups == 1 and not conv.pointwise
-            and conv.weight.size * 4 <= GEMM_TRANSPOSED_MAX_PACKED)
+    return conv.groups == 1 and not conv.pointwise
 
 
 def _im2col_transposed_call(conv: Convolution, pads: Pads, out_hw: Pair,
                             activation: Activation, packing: str = "gemm_transposed") -> Call:
     """im2col, then the transposed product, with the panels of algorithm ``packing``."""
+    if packing == "gemm_transposed" and _large_panels(conv) and not conv.has_packed(packing):
+        return _transposed_once_packed(conv, pads, out_hw, activation)
     panels, bias = conv.packed(packing), conv.bias
     kernel, stride, dilation = conv.kernel, conv.stride, conv.dilation
 
@@ -264,6 +274,52 @@ def _im2col_transposed_call(conv: Convolution, pads: Pads, out_hw: Pair,
         gemm_transposed_conv2d(x, panels, bias, kernel, stride, pads, dilation, activation,
                                residual, y)
     return im2col_transposed
+
+
+def _large_panels(conv: Convolution) -> bool:
+    """gemm_transposed's panels are packed in the background (unless at build): a weight of
+    more than PACKED_IN_FORWARD bytes."""
+    return conv.weight.size * 4 > PACKED_IN_FORWARD
+
+
+def _transposed_once_packed(conv: Convolution, pads: Pads, out_hw: Pair,
+                            activation: Activation) -> Call:
+    """gemm_transposed of a weight whose panels are not packed yet (9 MiB for a 512-channel
+    3x3: more than a forward should wait for): the first call at a size runs im2col's
+    upright product, then has the panels packed in the background (``conv.packing``), away
+    from the layers before it; the next calls run the transposed product, waiting for the
+    panels if they are not packed yet. Both products give the same values (the same sums;
+    the last bits may differ where the upright one takes a narrow tail as dot products). If
+    the packing fails (no memory), the upright product goes on, with a warning."""
+    upright = _gemm_call(conv, pads, out_hw, activation)
+    run, asked, settled = upright, False, False
+
+    def transposed_once_packed(x, residual, y):
+        nonlocal run, asked, settled
+        if asked and not settled:
+            run, settled = _transposed_or_upright(conv, pads, out_hw, activation, upright), True
+        run(x, residual, y)
+        if not asked:
+            asked = True
+            try:
+                conv.packing("gemm_transposed")   # started
+            except RuntimeError as exc:           # no new thread at interpreter exit
+                log.warning("gemm_transposed panels not packed (%s): im2col goes on", exc)
+                settled = True
+    return transposed_once_packed
+
+
+def _transposed_or_upright(conv: Convolution, pads: Pads, out_hw: Pair,
+                           activation: Activation, upright: Call) -> Call:
+    """The transposed product once its panels are packed (waiting for them), or the upright
+    one for good if packing them failed."""
+    try:
+        conv.packing("gemm_transposed").result()
+    except Exception as exc:                      # MemoryError, most likely
+        log.warning("gemm_transposed panels of a %s weight not packed (%s): im2col goes on",
+                    "x".join(map(str, conv.weight.shape)), exc)
+        return upright
+    return _im2col_transposed_call(conv, pads, out_hw, activation)
 
 
 def _warm_gemm_transposed() -> None:
@@ -427,7 +483,7 @@ ALGORITHMS: tuple[Algorithm, ...] = (
               releases_weight=True, pack_at_build=_f2_at_build),
     Algorithm("gemm_transposed", fits=_one_group_im2col, pays=_lanes_fill_better,
               pack=_panels, make_call=_im2col_transposed_call, warm=_warm_gemm_transposed,
-              releases_weight=True),
+              releases_weight=True, packs_later=_large_panels),
     Algorithm("gemm", fits=_any, pack=_gemm_weight, make_call=_gemm_call, warm=_warm_gemm),
 )
 BY_NAME = {algorithm.name: algorithm for algorithm in ALGORITHMS}

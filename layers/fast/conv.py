@@ -6,7 +6,8 @@
 Which algorithm runs depends on the convolution and on its input's size: the first entry of
 the table in layers/fast/algorithms.py that fits and pays (the rules are listed there).
 Each packing is made the first time it is needed (at build, when the graph plans its
-shapes) and kept; a packing that replaces the weight gives back the pages of the
+shapes; a large one that a size first met in a forward needs, by a background thread:
+``packing``) and kept; a packing that replaces the weight gives back the pages of the
 memory-mapped weight it was made from. Each call (the algorithm, its packed weight and the
 kernel's arguments) is worked out once per input shape and kept too, for at most MAX_SIZES
 shapes (layers.base's ``remember``): a process fed ever new sizes does not grow without end.
@@ -14,11 +15,15 @@ shapes (layers.base's ``remember``): a process fed ever new sizes does not grow 
 
 from __future__ import annotations
 
+import functools
+import os
 import threading
+import weakref
+from concurrent.futures import Future, ThreadPoolExecutor
 
 import numpy as np
 
-from layers.base import remember
+from layers.base import building, remember
 from layers.fast import algorithms
 from layers.fast.algorithms import BY_NAME, Call, Pair, Pads
 from layers.fast.epilogue import Activation
@@ -43,6 +48,8 @@ class PackedConv2d:
         self.winograd_ok = winograd and (self.kernel == (3, 3) and stride == (1, 1)
                             and dilation == (1, 1) and groups == 1)
         self._packs: dict[str, np.ndarray] = {}
+        self._packing: dict[str, Future[np.ndarray]] = {}   # packed in the background
+        self._pack_locks: dict[str, threading.Lock] = {}
         self._guessed: list[str] = []            # Winograd packed at build for any size
         self._calls: dict[tuple, Call] = {}      # call_for's, by input shape and geometry
         self._chosen: dict[tuple[int, Pair], str] = {}   # algorithm's, by batch and out_hw
@@ -59,10 +66,13 @@ class PackedConv2d:
         return name
 
     def packed(self, algorithm: str) -> np.ndarray:
-        """The weight packed for ``algorithm``, made on first use."""
+        """The weight packed for ``algorithm``, made on first use (one lock per algorithm: a
+        packing made in the background holds up no other)."""
         pack = self._packs.get(algorithm)
         if pack is None:
             with self._lock:
+                lock = self._pack_locks.setdefault(algorithm, threading.Lock())
+            with lock:
                 pack = self._packs.get(algorithm)
                 if pack is None:
                     entry = BY_NAME[algorithm]
@@ -70,6 +80,33 @@ class PackedConv2d:
                     if entry.releases_weight:
                         release_pages(self.weight)   # read again only if im2col runs it
         return pack
+
+    def has_packed(self, algorithm: str) -> bool:
+        """Whether the weight is packed for ``algorithm`` (``packed`` would not pack it)."""
+        return algorithm in self._packs
+
+    def packing(self, algorithm: str) -> Future[np.ndarray]:
+        """The weight packed for ``algorithm``, as a future: done if it is packed, else
+        packed by a background thread (one for the process), asked once (again in a forked
+        child, which has not the parent's thread: ``_forget_packings_after_fork``)."""
+        with self._lock:
+            future = self._packing.get(algorithm)
+            if future is None:
+                if algorithm in self._packs:
+                    future = Future()
+                    future.set_result(self._packs[algorithm])
+                else:
+                    future = _packer().submit(self.packed, algorithm)
+                    _PACKING.add(self)
+                self._packing[algorithm] = future
+        return future
+
+    def _forget_packings(self) -> None:
+        """In a forked child: the parent's futures are dropped unread (their locks may be
+        held by its thread), so what it had not packed is asked again; the locks are new."""
+        self._lock = threading.Lock()
+        self._pack_locks = {}
+        self._packing = {}
 
     def load_candidate_kernels(self) -> None:
         """Load the compiled kernels of every algorithm this convolution may run (which one
@@ -91,7 +128,10 @@ class PackedConv2d:
         and load its compiled kernels. The first size planned lets go of the Winograd
         packing made at build for any size if it takes the other one (F(4x4)'s is 4x the
         weights): before it packs its own, so the two are never held together; a later size
-        that needs it packs it again."""
+        that needs it packs it again. A packing the table makes later (``packs_later``:
+        large gemm_transposed panels) is made here only at build (``layers.base.building``);
+        a size met first in a forward leaves it to the call, which has it made in the
+        background after its first run."""
         algorithm = self.algorithm(batch, out_hw)
         with self._lock:
             if algorithm in WINOGRAD:
@@ -99,7 +139,9 @@ class PackedConv2d:
                     if name != algorithm:
                         del self._packs[name]
             self._guessed = []
-        self.packed(algorithm)
+        later = BY_NAME[algorithm].packs_later
+        if later is None or not later(self) or building():
+            self.packed(algorithm)
         load_kernels(algorithm)
 
     def run(self, x: np.ndarray, pads: Pads, out_hw: Pair, activation: Activation,
@@ -137,6 +179,27 @@ class PackedConv2d:
 
     def _make_call(self, batch: int, pads: Pads, out_hw: Pair, activation: Activation) -> Call:
         return BY_NAME[self.algorithm(batch, out_hw)].make_call(self, pads, out_hw, activation)
+
+
+@functools.cache
+def _packer() -> ThreadPoolExecutor:
+    """The thread that packs weights in the background (PackedConv2d.packing)."""
+    return ThreadPoolExecutor(1, thread_name_prefix="pnnx-infer-pack")
+
+
+_PACKING: weakref.WeakSet[PackedConv2d] = weakref.WeakSet()   # convs that asked it
+
+
+def _forget_packings_after_fork() -> None:
+    """A forked child has not the parent's packing thread: it starts its own, and asks again
+    for what the parent's had not packed (as workers.py forgets the parent's teams)."""
+    _packer.cache_clear()
+    for conv in list(_PACKING):
+        conv._forget_packings()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_packings_after_fork)
 
 
 def kernel_layout(x: np.ndarray, writeable: bool = True) -> np.ndarray:

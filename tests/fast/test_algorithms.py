@@ -5,21 +5,27 @@ may choose, and packs at build what the rules pack at build."""
 from __future__ import annotations
 
 import itertools
+import os
+import signal
 import subprocess
 import sys
+import threading
+import time
 
 import numpy as np
 import pytest
 
 from layers.fast import algorithms, jobs
-from layers.fast.algorithms import (GEMM_TRANSPOSED_MAX_PACKED, ONE_UNIT_PLANES_FROM,
+from layers.fast.algorithms import (ONE_UNIT_PLANES_FROM,
                                     WINOGRAD_F2_LARGE,
                                     WINOGRAD_F2_LARGE_MIN_TILES,
                                     WINOGRAD_F2_MIN_CHANNELS, WINOGRAD_F2_MIN_TILES,
                                     WINOGRAD_MAX_CHANNELS, WINOGRAD_MAX_PACKED,
                                     WINOGRAD_MIN_CHANNELS, WINOGRAD_MIN_TILES)
+from layers.base import at_build
 from layers.fast.conv import PackedConv2d, kernel_layout
 from layers.fast.depthwise import uses_channels_last
+from layers.fast.epilogue import IDENTITY
 from layers.fast.simd import COLUMNS, LANES
 from layers.fast.pointwise_transposed import transposed_pays
 from support import REPO
@@ -49,8 +55,7 @@ def documented_rule(c_in, c_out, k, stride, dilation, groups, winograd, batch, o
     length = out_hw[0] * out_hw[1]
     if k == 1 and stride == 1 and groups == 1 and transposed_pays(length, c_in, c_out):
         return "pointwise_transposed"
-    one_group_im2col = (groups == 1 and not (k == 1 and stride == 1)
-                        and c_out * c_in * k * k * 4 <= GEMM_TRANSPOSED_MAX_PACKED)
+    one_group_im2col = groups == 1 and not (k == 1 and stride == 1)
     im2col = ("gemm_transposed" if one_group_im2col and transposed_pays(length, c_in * k * k,
                                                                        c_out) else "gemm")
     if not (winograd and k == 3 and stride == 1 and dilation == 1 and groups == 1):
@@ -112,8 +117,8 @@ RESNET18 = [   # c_in, c_out, k, stride, out size at 224x224; batch 1, batch 8
     (128, 256, 1, 2, 14, *[DOWNSAMPLE_14] * 2),
     (256, 512, 1, 2, 7, *["gemm_transposed"] * 2),              # more lanes than 32 wide
     (256, 256, 3, 1, 14, "winograd", "winograd"),               # F(4x4) packs 9 MiB
-    (256, 512, 3, 2, 7, "gemm", "gemm"),                        # panels: 4.5 MiB
-    (512, 512, 3, 1, 7, "gemm", "winograd_f2"),                 # F(2x2) packs 16 MiB
+    (256, 512, 3, 2, 7, *["gemm_transposed"] * 2),              # panels: 4.5 MiB
+    (512, 512, 3, 1, 7, "gemm_transposed", "winograd_f2"),      # F(2x2) packs 16 MiB
 ]
 EFFICIENTNET_LITE0 = [   # c_in, c_out, k, stride, groups, out size at 224x224; batch 1, 8
     (3, 32, 3, 2, 1, 112, "gemm", "gemm"),                      # the stem
@@ -166,9 +171,7 @@ def test_the_candidates_are_every_algorithm_some_size_may_choose():
         else:
             assert candidates[-1] == "gemm"
             assert ("pointwise_transposed" in candidates) == packed.pointwise
-            assert ("gemm_transposed" in candidates) == (
-                groups == 1 and not packed.pointwise
-                and packed.weight.size * 4 <= GEMM_TRANSPOSED_MAX_PACKED)
+            assert ("gemm_transposed" in candidates) == (groups == 1 and not packed.pointwise)
             assert ("winograd_f2" in candidates) == (packed.winograd_ok
                                                      and c_in >= WINOGRAD_F2_MIN_CHANNELS)
             assert ("winograd" in candidates) == (packed.winograd_ok and WINOGRAD_MIN_CHANNELS
@@ -215,6 +218,112 @@ def test_the_first_size_lets_go_of_the_winograd_packing_it_does_not_take():
     traced.prepare(1, (10, 10))
     traced.prepare(1, (28, 28))
     assert sorted(traced._packs) == ["winograd", "winograd_f2"]
+
+
+def held_panels(monkeypatch, release=None, fail=False):
+    """gemm_transposed for any weight size packed in the background, its packing held until
+    ``release`` is set (or failing with MemoryError); a 64-channel 3x3 on 7x7 that takes it,
+    its input, torch's output and a count of the transposed product's calls."""
+    monkeypatch.setattr(algorithms, "PACKED_IN_FORWARD", 0)
+    entry = algorithms.BY_NAME["gemm_transposed"]
+
+    def held_pack(conv):
+        if fail:
+            raise MemoryError("no room for the panels")
+        assert release is None or release.wait(30)
+        return entry.pack(conv)
+    monkeypatch.setitem(algorithms.BY_NAME, "gemm_transposed", entry._replace(pack=held_pack))
+    calls = []                                      # (not the tiny ones of ``warm``)
+    transposed = algorithms.gemm_transposed_conv2d
+    rng = np.random.default_rng(5)
+    weight = rng.standard_normal((2 * COLUMNS, 48, 3, 3), dtype=np.float32) / 20
+    x = rng.standard_normal((1, 48, 7, 7), dtype=np.float32)
+    monkeypatch.setattr(algorithms, "gemm_transposed_conv2d", lambda *args: (
+        calls.append(1) if args[0].shape == x.shape else None, transposed(*args)))
+    packed = PackedConv2d(weight, None, (1, 1), (1, 1), 1, winograd=False)
+    assert packed.algorithm(1, (7, 7)) == "gemm_transposed"
+    torch = pytest.importorskip("torch")
+    want = torch.nn.functional.conv2d(torch.from_numpy(x), torch.from_numpy(weight),
+                                      padding=1).numpy()
+    return packed, x, want, calls
+
+
+def run_7x7(packed, x):
+    return packed.run(x, (1, 1, 1, 1), (7, 7), IDENTITY)
+
+
+def test_large_transposed_panels_are_packed_in_the_background(monkeypatch):
+    """A size first met in a forward: panels larger than PACKED_IN_FORWARD are not packed
+    when it is planned; its first call runs im2col's upright product without waiting for
+    them (here their packing is held until that call has returned), then has them packed by
+    a background thread; the next call waits for them and runs the transposed product."""
+    release = threading.Event()
+    packed, x, want, calls = held_panels(monkeypatch, release)
+    try:
+        packed.prepare(1, (7, 7))                   # planned in a forward: not packed
+        assert not packed.has_packed("gemm_transposed")
+        first = run_7x7(packed, x)                  # the packing is held
+        assert not calls and not packed.packing("gemm_transposed").done()
+    finally:
+        release.set()
+    second = run_7x7(packed, x)
+    assert calls == [1] and packed.has_packed("gemm_transposed")
+    np.testing.assert_allclose(first, want, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(second, want, rtol=1e-5, atol=1e-5)
+
+
+def test_large_transposed_panels_are_packed_at_build(monkeypatch):
+    """At build (``layers.base.at_build``: shapes known before any forward) the same panels
+    are packed at once, and the first call runs the transposed product."""
+    packed, x, want, calls = held_panels(monkeypatch)
+    with at_build():
+        packed.prepare(1, (7, 7))
+    assert packed.has_packed("gemm_transposed")
+    np.testing.assert_allclose(run_7x7(packed, x), want, rtol=1e-5, atol=1e-5)
+    assert calls == [1]
+
+
+def test_panels_that_cannot_be_packed_leave_the_upright_product(monkeypatch, caplog):
+    """A packing that fails in the background (no memory) is said once; the upright product
+    goes on giving the right answer."""
+    packed, x, want, calls = held_panels(monkeypatch, fail=True)
+    for _ in range(3):
+        np.testing.assert_allclose(run_7x7(packed, x), want, rtol=1e-5, atol=1e-5)
+    assert not calls and not packed.has_packed("gemm_transposed")
+    assert caplog.text.count("no room for the panels") == 1
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork on this system")
+def test_a_forked_child_packs_again_what_the_parents_thread_had_not(monkeypatch):
+    """A child forked while the parent's packing thread is busy has no such thread: it asks
+    again for the panels the parent had not packed, and its next call does not hang."""
+    release = threading.Event()
+    unheld = algorithms.BY_NAME["gemm_transposed"]
+    packed, x, want, calls = held_panels(monkeypatch, release)
+    try:
+        first = run_7x7(packed, x)                  # the parent's packing is held
+        child = os.fork()
+        if child == 0:                              # the child: exit 0 if it works
+            ok = False
+            try:
+                algorithms.BY_NAME["gemm_transposed"] = unheld   # (the Event is the parent's)
+                second = run_7x7(packed, x)
+                ok = packed.has_packed("gemm_transposed") and np.allclose(
+                    second, want, rtol=1e-5, atol=1e-5)
+            finally:
+                os._exit(0 if ok else 1)
+    finally:
+        release.set()
+    deadline = time.monotonic() + 60
+    while (done := os.waitpid(child, os.WNOHANG))[0] == 0 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    if done[0] == 0:
+        os.kill(child, signal.SIGKILL)
+        os.waitpid(child, 0)
+        pytest.fail("the forked child hung on a packing of the parent's thread")
+    assert os.waitstatus_to_exitcode(done[1]) == 0
+    np.testing.assert_allclose(first, want, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(run_7x7(packed, x), want, rtol=1e-5, atol=1e-5)
 
 
 def test_every_algorithm_is_declared_once_with_every_part():

@@ -514,9 +514,9 @@ def test_the_winograd_variant_follows_the_tiles_and_the_weights():
     big = PackedConv2d(rand(512, 512, 3, 3), None, (1, 1), (1, 1), 1)
     assert big.algorithm(8, (7, 7)) == "winograd_f2"
     assert big.algorithm(64, (56, 56)) == "winograd_f2"
-    assert big.algorithm(1, (7, 7)) == "gemm"                # F(2x2) packs 16 MiB: 64 tiles
+    assert big.algorithm(1, (7, 7)) == "gemm_transposed"     # F(2x2) packs 16 MiB: 64 tiles
     assert big.algorithm(4, (7, 7)) == "winograd_f2"
-    assert big.algorithm(1, (14, 14)) == "gemm"              # 49 of 2x2
+    assert big.algorithm(1, (14, 14)) == "gemm_transposed"   # 49 of 2x2
     assert big.algorithm(1, (16, 16)) == "winograd_f2"        # 64
     middle = PackedConv2d(rand(256, 512, 3, 3), None, (1, 1), (1, 1), 1)
     assert middle.algorithm(1, (7, 7)) == "winograd_f2"       # F(2x2) packs 8 MiB
