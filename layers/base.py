@@ -192,8 +192,9 @@ class Layer:
         so that the work is done at build rather than in the first inference. ``None``:
         the shapes are known only when the graph runs (a dynamic export); then a new size
         is prepared inside the forward that first meets it, where ``building()`` is False
-        (a layer may leave its slowest work for later). The reference layers need
-        nothing."""
+        (a layer may leave its slowest work for later; it is True while the graph makes its
+        layers, at build or when it moves them to the fast floor between two forwards). The
+        reference layers need nothing."""
 
     # ----- shapes ---------------------------------------------------------------------------
     def infer_shapes(self, input_shapes: Sequence[Shape]) -> list[Shape]:

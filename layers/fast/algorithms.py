@@ -131,6 +131,8 @@ class Convolution(Protocol):
 
     def has_packed(self, algorithm: str) -> bool: ...
 
+    def packing_failed(self, algorithm: str) -> bool: ...
+
 
 class Algorithm(NamedTuple):
     """One way to compute a convolution (the module docstring lists the parts)."""
@@ -266,6 +268,8 @@ def _im2col_transposed_call(conv: Convolution, pads: Pads, out_hw: Pair,
                             activation: Activation, packing: str = "gemm_transposed") -> Call:
     """im2col, then the transposed product, with the panels of algorithm ``packing``."""
     if packing == "gemm_transposed" and _large_panels(conv) and not conv.has_packed(packing):
+        if conv.packing_failed(packing):          # said once already: im2col goes on
+            return _gemm_call(conv, pads, out_hw, activation)
         return _transposed_once_packed(conv, pads, out_hw, activation)
     panels, bias = conv.packed(packing), conv.bias
     kernel, stride, dilation = conv.kernel, conv.stride, conv.dilation

@@ -15,7 +15,6 @@ shapes (layers.base's ``remember``): a process fed ever new sizes does not grow 
 
 from __future__ import annotations
 
-import functools
 import os
 import threading
 import weakref
@@ -54,6 +53,7 @@ class PackedConv2d:
         self._calls: dict[tuple, Call] = {}      # call_for's, by input shape and geometry
         self._chosen: dict[tuple[int, Pair], str] = {}   # algorithm's, by batch and out_hw
         self._lock = threading.Lock()
+        _EVERY.add(self)                          # its locks are new in a forked child
 
     def algorithm(self, batch: int, out_hw: Pair) -> str:
         """The name of the algorithm that runs this many images of this output size
@@ -85,6 +85,11 @@ class PackedConv2d:
         """Whether the weight is packed for ``algorithm`` (``packed`` would not pack it)."""
         return algorithm in self._packs
 
+    def packing_failed(self, algorithm: str) -> bool:
+        """Whether packing it in the background (``packing``) was asked and failed."""
+        future = self._packing.get(algorithm)
+        return future is not None and future.done() and future.exception() is not None
+
     def packing(self, algorithm: str) -> Future[np.ndarray]:
         """The weight packed for ``algorithm``, as a future: done if it is packed, else
         packed by a background thread (one for the process), asked once (again in a forked
@@ -97,13 +102,13 @@ class PackedConv2d:
                     future.set_result(self._packs[algorithm])
                 else:
                     future = _packer().submit(self.packed, algorithm)
-                    _PACKING.add(self)
                 self._packing[algorithm] = future
         return future
 
     def _forget_packings(self) -> None:
         """In a forked child: the parent's futures are dropped unread (their locks may be
-        held by its thread), so what it had not packed is asked again; the locks are new."""
+        held by its thread), so what it had not packed is asked again; the locks (which
+        another of the parent's threads may have held) are new."""
         self._lock = threading.Lock()
         self._pack_locks = {}
         self._packing = {}
@@ -181,20 +186,27 @@ class PackedConv2d:
         return BY_NAME[self.algorithm(batch, out_hw)].make_call(self, pads, out_hw, activation)
 
 
-@functools.cache
+_EVERY: weakref.WeakSet[PackedConv2d] = weakref.WeakSet()   # every PackedConv2d
+_PACKER: list[ThreadPoolExecutor] = []       # the packing thread, once made
+_PACKER_MADE = threading.Lock()
+
+
 def _packer() -> ThreadPoolExecutor:
-    """The thread that packs weights in the background (PackedConv2d.packing)."""
-    return ThreadPoolExecutor(1, thread_name_prefix="pnnx-infer-pack")
-
-
-_PACKING: weakref.WeakSet[PackedConv2d] = weakref.WeakSet()   # convs that asked it
+    """The thread that packs weights in the background (PackedConv2d.packing): one for the
+    process, made on first use."""
+    with _PACKER_MADE:
+        if not _PACKER:
+            _PACKER.append(ThreadPoolExecutor(1, thread_name_prefix="pnnx-infer-pack"))
+        return _PACKER[0]
 
 
 def _forget_packings_after_fork() -> None:
     """A forked child has not the parent's packing thread: it starts its own, and asks again
     for what the parent's had not packed (as workers.py forgets the parent's teams)."""
-    _packer.cache_clear()
-    for conv in list(_PACKING):
+    global _PACKER_MADE
+    _PACKER_MADE = threading.Lock()
+    _PACKER.clear()
+    for conv in list(_EVERY):
         conv._forget_packings()
 
 

@@ -222,8 +222,9 @@ def test_the_first_size_lets_go_of_the_winograd_packing_it_does_not_take():
 
 def held_panels(monkeypatch, release=None, fail=False):
     """gemm_transposed for any weight size packed in the background, its packing held until
-    ``release`` is set (or failing with MemoryError); a 64-channel 3x3 on 7x7 that takes it,
-    its input, torch's output and a count of the transposed product's calls."""
+    ``release`` is set (or failing with MemoryError); a 3x3 of 48 -> 2 * COLUMNS channels on
+    7x7 that takes it, its input, torch's output and a count of the transposed product's
+    calls."""
     monkeypatch.setattr(algorithms, "PACKED_IN_FORWARD", 0)
     entry = algorithms.BY_NAME["gemm_transposed"]
 
@@ -284,11 +285,13 @@ def test_large_transposed_panels_are_packed_at_build(monkeypatch):
 
 
 def test_panels_that_cannot_be_packed_leave_the_upright_product(monkeypatch, caplog):
-    """A packing that fails in the background (no memory) is said once; the upright product
-    goes on giving the right answer."""
+    """A packing that fails in the background (no memory) is said once, not again for
+    another size; the upright product goes on giving the right answer."""
     packed, x, want, calls = held_panels(monkeypatch, fail=True)
     for _ in range(3):
         np.testing.assert_allclose(run_7x7(packed, x), want, rtol=1e-5, atol=1e-5)
+    for _ in range(2):                                              # another size
+        packed.run(x[:, :, :6, :6], (1, 1, 1, 1), (6, 6), IDENTITY)
     assert not calls and not packed.has_packed("gemm_transposed")
     assert caplog.text.count("no room for the panels") == 1
 

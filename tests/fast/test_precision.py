@@ -100,6 +100,7 @@ def conv_case(name: str, c_in: int, inputs: str, anywhere: bool = False
     entry = BY_NAME[algorithm]
     assert anywhere or entry.fits(packed), (name, c_in)
     got = np.empty((1, c_out, *out_hw), np.float32)
+    packed.packed(algorithm)               # packed now: a large one would run im2col at first
     entry.make_call(packed, (pad,) * 4, out_hw, IDENTITY)(x, None, got)
 
     def torch_conv(dtype: torch.dtype) -> np.ndarray:
