@@ -17,6 +17,12 @@ of fewer than COPY_BELOW pixels whose rows are not whole cache lines (7x7's 49 f
 copied, once per image by each thread, into the work space in rows padded to whole lines
 (``copies_x``); the tiles then read x from there (BENCHMARKS.md says why).
 
+The panels are the operand that streams: a band of 49 pixels reads each of a panel's
+values 9 times from the level-1 cache, but reads the panel in from memory once, two lines
+per k, faster than memory answers. So while a slice's tiles run, the weights the next slice
+reads (or the next panel's) are asked for ahead, a line every other k (simd.py's
+``prefetch``), and arrive while the tiles multiply.
+
 A finished tile is stored into a small work space (a band of at most BAND pixels by COLUMNS
 channels). The epilogue writes the band into y (C_out, L) transposed, LANES x LANES blocks at
 a time (simd.py's ``transpose_block``), then adds bias and residual and applies the
@@ -37,8 +43,8 @@ from layers.fast.kernel import FLOAT, INT, array, kernel
 from layers.fast.epilogue import CLAMP, NONE, RELU, Activation, activate_block, clamp_bounds
 from layers.fast.pointwise import (HEADER, K_BLOCK, LINE_FLOATS, NO_RESIDUAL, SHARED_FROM,
                                    _zeros, copy_run, forget_band)
-from layers.fast.simd import (COLUMNS, LANES, ROWS, tile_add, tile_fma, tile_fma_short,
-                              tile_load, tile_store, tile_zero, transpose_block)
+from layers.fast.simd import (COLUMNS, LANES, ROWS, prefetch, tile_add, tile_fma,
+                              tile_fma_short, tile_load, tile_store, tile_zero, transpose_block)
 from layers.fast.operands import check, check_sizes, unchecked
 from layers.fast.team import scratch, team_worth_sharing
 
@@ -156,6 +162,8 @@ def transposed_units(panels, x, bias, residual, y, space, code, a, b, first, las
         full_end = stop - short_tiles(stop - start) * (ROWS - 1)
         for k0 in range(0, max(c_in, 1), K_BLOCK):   # a slice of the sum over k
             k1 = min(c_in, k0 + K_BLOCK)
+            ahead = w0 + k1 * COLUMNS                 # the weights read next: the next
+            ahead_end = min(ws.size, ahead + K_BLOCK * COLUMNS)   # slice's, or panel's
             p0 = start
             while p0 < stop:                          # tile[r, j]: pixel p0 + r, channel c0 + j
                 at = (p0 - start) * COLUMNS
@@ -165,11 +173,17 @@ def transposed_units(panels, x, bias, residual, y, space, code, a, b, first, las
                     for k in range(k0, k1):
                         part = tile_fma(part, source, base + k * step + p0, 1, rows, ws,
                                         w0 + k * COLUMNS, COLUMNS)
+                        if k & 1 == 0 and ahead < ahead_end:   # a line of them
+                            prefetch(ws, ahead)                 # on its way
+                            ahead += LINE_FLOATS
                 else:
                     rows = ROWS - 1
                     for k in range(k0, k1):
                         part = tile_fma_short(part, source, base + k * step + p0, 1, rows, ws,
                                               w0 + k * COLUMNS, COLUMNS)
+                        if k & 1 == 0 and ahead < ahead_end:
+                            prefetch(ws, ahead)
+                            ahead += LINE_FLOATS
                 # carried on from the slices before, read after the chain (as pointwise.py)
                 tile = part if k0 == 0 else tile_add(tile_load(sums, at, COLUMNS, rows,
                                                                COLUMNS), part)

@@ -35,11 +35,12 @@ CPU has, since aot.py compiles for the host CPU (and its key includes LANES).
 
 Single vectors serve the channels-last depthwise kernel (depthwise.py), where LANES channels
 share one: ``vector_load``, ``vector_fma``, ``vector_store``, ``vector_copy_part`` (the
-first lanes of a vector, masked), and ``transpose_block`` (a
-LANES x LANES block, between planes and channels last; pointwise_transposed.py's epilogue
-and the vector copies of pointwise.py use them too). A vector load that crosses a cache
-line costs about twice one that does not: ``aligned_empty`` (in Python) and
-``aligned_array`` (in a kernel) give arrays that start on a vector's boundary.
+first lanes of a vector, masked), and ``transpose_block`` (a LANES x LANES block, between
+planes and channels last; pointwise_transposed.py's epilogue and the vector copies of
+pointwise.py use them too). ``prefetch`` asks for a cache line ahead of the loads that read
+it (pointwise_transposed.py's weights). A vector load that crosses a cache line costs about
+twice one that does not: ``aligned_empty`` (in Python) and ``aligned_array`` (in a kernel)
+give arrays that start on a vector's boundary.
 
 This module declares intrinsics (kernel.py) and reads the CPU (cpu.py); it imports no other
 module of layers.fast.
@@ -593,6 +594,30 @@ def vector_fma():
             return _Emit(context, builder, signature, args).fma(*args)
         return _vector_type()(a, b, c), codegen
     return vector_fma
+
+
+@intrinsic
+def prefetch():
+    from numba import types
+    from numba.extending import intrinsic as numba_intrinsic
+
+    @numba_intrinsic
+    def prefetch(typingctx, a, first):
+        """Ask the CPU to bring the cache line holding a[first] into its level-2 cache, ahead
+        of the loads that need it (1-D float32; a hint: it changes no value, and an address
+        past the array's end does not fault)."""
+        def codegen(context, builder, signature, args):
+            emit = _Emit(context, builder, signature, args)
+            ir = emit.ir
+            byte_pointer = ir.IntType(8).as_pointer()
+            f = emit._function("llvm.prefetch.p0i8", ir.VoidType(),
+                               [byte_pointer, emit.i32, emit.i32, emit.i32])
+            address = builder.bitcast(emit.pointer(0, emit.int(1)), byte_pointer)
+            read, level_2, data = (ir.Constant(emit.i32, v) for v in (0, 2, 1))
+            builder.call(f, [address, read, level_2, data])
+            return context.get_dummy_value()
+        return types.void(a, first), codegen
+    return prefetch
 
 
 @intrinsic
