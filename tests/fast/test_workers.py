@@ -261,7 +261,7 @@ def test_a_job_runs_in_four_chunks_per_thread_with_a_row_of_space_per_thread(tea
     x = rng.standard_normal((2, 290, 1500), dtype=np.float32)
     y = np.empty((2, 300, 1500), np.float32)
     space = np.zeros((team.threads, pointwise.space_size(290)), np.float32)
-    assert pointwise.band_count(290, 1500) == 6
+    assert pointwise.band_count(290, 300, 1500) == 6
     team.pointwise(weight, x, np.zeros(300, np.float32), no_residual, y, space,
                    pointwise.NO_GEOMETRY, IDENTITY)
     np.testing.assert_allclose(y, weight[0] @ x, rtol=1e-3, atol=1e-3)
@@ -294,7 +294,7 @@ def test_band_plan_is_the_kernels(c_in, c_out, length):
     works with: bands of block_width pixels, as many as cover the pixels, and packs_x."""
     for cols in (False, True):
         bands, packed = pointwise.band_plan(c_in, c_out, length, cols)
-        assert bands == -(-length // pointwise.block_width(c_in, length))
+        assert bands == -(-length // pointwise.block_width(c_in, c_out, length))
         assert pointwise.block_count(c_in, c_out, 3, length) == 3 * -(-c_out // ROWS) * bands
         assert packed == pointwise.packs_x(c_in, c_out, length, cols)
         assert packed or not cols
@@ -304,10 +304,10 @@ def test_band_plan_is_the_kernels(c_in, c_out, length):
 TEAM_CUTS = [
     pytest.param((1, 300, 256), (1, 256, 1536), (3, 6, 6), id="widening, six bands"),
     pytest.param((6, 64, 64), (6, 64, 196), (3, 6, 6), id="a stack of six, a band each"),
-    pytest.param((1, 96, 256), (6, 256, 196), (3, 6, 6),
-                 id="narrowing on rows of 196 pixels: packed, six bands"),
-    pytest.param((1, 32, 256), (3, 256, 1024), (4, 6, 12),
-                 id="narrowing on 32x32 planes: packed, twelve bands"),
+    pytest.param((1, 96, 256), (6, 256, 196), (3, 7, 7),
+                 id="narrowing on rows of 196 pixels: packed, 6 x 7 bands"),
+    pytest.param((1, 32, 256), (3, 256, 1024), (4, 8, 12),
+                 id="narrowing on 32x32 planes: packed, 3 x 8 bands"),
     pytest.param((1, 64, 128), (3, 128, 784), (4, 8, 12), id="narrowing, read in place")]
 
 
