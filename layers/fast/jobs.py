@@ -580,7 +580,8 @@ def _pointwise_job(record, reals, weight, x, bias, residual, y, space, geometry,
     row of work space per thread of the team)."""
     _pointwise_record(record, reals, units_address(_pointwise_units),
                       pointwise.block_count(weight.shape[2], weight.shape[1], y.shape[0],
-                                            y.shape[2]),
+                                            y.shape[2], geometry.shape[0] > 0,
+                                            weight.shape[0] > 1),
                       weight, x, bias, residual, y, space, code, act_a, act_b)
     record[PW_GEOMETRY_SIZE] = geometry.shape[0]
     _put_ints(record, PW_GEOMETRY, geometry)

@@ -37,9 +37,9 @@ chunks of whole bands where its bands allow: workers.py). A narrowing one reads 
 unless more than one block of ROWS channels reads rows that are not whole cache lines (7x7
 and 14x14 images: vectors across two lines), or rows whose length has so large a power of
 two (64x64 images: 4096 floats) that a strip's vectors, one per row, share a few cache sets
-and evict each other before the next block reads them (``packs_x``). Its pixels are cut into
-NARROWING_BANDS bands at least (of one strip or more): x is its larger operand, and one band
-would have every thread sharing the product pack all of it.
+and evict each other before the next block reads them (``packs_x``); packed, a small image
+is cut into several bands (``least_bands``), so that the threads sharing the product pack
+one each rather than all of it each.
 
 The rows of x may also be the cols of a k x k convolution (layers/fast/gemm.py), made band by
 band straight into the work space (``cols_band``, from the stride phases of its image and
@@ -80,7 +80,7 @@ from parser.errors import ShapeError
 
 X_BLOCK = 1 << 16      # floats of x a band of pixels reads (256 KiB)
 K_BLOCK = 256          # input channels summed per pass over the output (when C_in is more)
-NARROWING_BANDS = 8    # bands a narrowing product's pixels are cut into at least (block_width)
+NARROWING_BANDS = 8    # bands of a narrowing product that packs x, over all images, at least
 SHARED_FROM = 1 << 18  # multiply-adds: a smaller product runs faster alone than shared
 STACK_CHAIN = 16       # channels per chain of a stack's sums (Winograd's products) ...
 LONG_CHAINS_FROM = 128 # ... twice as many from this many input channels on, four times as
@@ -100,7 +100,8 @@ def _pointwise(weight, x, bias, residual, y, space, geometry, code, a, b):
     residual[n]), every block (``pointwise_blocks``; ``space``: space_size(C_in) floats)."""
     forget_band(space)
     pointwise_blocks(weight, x, bias, residual, y, space, geometry, code, a, b, np.int64(0),
-                     block_count(weight.shape[2], weight.shape[1], y.shape[0], y.shape[2]))
+                     block_count(weight.shape[2], weight.shape[1], y.shape[0], y.shape[2],
+                                 geometry.shape[0] > 0, weight.shape[0] > 1))
 
 
 @kernel(nogil=True, inline="always")
@@ -123,26 +124,38 @@ def forget_band(space):
 
 
 @kernel(nogil=True)
-def block_width(c_in, c_out, length):
+def block_width(c_in, length, least):
     """Pixels per band of work: the fewest equal bands (in whole strips of COLUMNS) whose
     rows of x in one slice of K_BLOCK channels fit in X_BLOCK floats (a band of x stays in
-    cache while each 6 channels' rows of y are written); for a narrowing product (C_out <
-    C_in), at least NARROWING_BANDS where there are that many strips: its x is the larger
-    operand, which each thread sharing the product packs band by band, so it should not be
-    one band that every thread packs whole (14x14: 7 bands of one strip, not one of 7)."""
+    cache while each 6 channels' rows of y are written), and at least ``least`` bands where
+    there are that many strips (else bands of one strip: ``least_bands``)."""
     most = max(1, X_BLOCK // max(min(c_in, K_BLOCK) * COLUMNS, 1)) * COLUMNS
     bands = (length + most - 1) // most
-    if c_out < c_in:
-        bands = max(bands, min(NARROWING_BANDS, (length + COLUMNS - 1) // COLUMNS))
     width = (length + bands - 1) // max(bands, 1)
-    return (width + COLUMNS - 1) // COLUMNS * COLUMNS
+    width = (width + COLUMNS - 1) // COLUMNS * COLUMNS
+    if least > 1:
+        strips = (length + COLUMNS - 1) // COLUMNS
+        width = min(width, max(1, strips // least) * COLUMNS)
+    return width
 
 
 @kernel(nogil=True)
-def band_count(c_in, c_out, length):
+def band_count(c_in, length, least):
     """How many bands of block_width pixels cut ``length`` pixels."""
-    width = max(block_width(c_in, c_out, length), 1)
+    width = max(block_width(c_in, length, least), 1)
     return (length + width - 1) // width
+
+
+@kernel(nogil=True)
+def least_bands(c_in, c_out, images, length, cols, stacked):
+    """Bands each image's pixels are cut into at least (``block_width``): for a narrowing
+    product of one matrix whose x is packed (``packs_x``), enough for NARROWING_BANDS over
+    all images; else 1. The helper threads take such a product in chunks of whole bands,
+    each packing its own (workers.py), where one band an image would have each of them
+    pack every image's whole x: one image of 14x14 makes a band a strip, not one band."""
+    if c_out < c_in and not cols and not stacked and packs_x(c_in, c_out, length, cols):
+        return (NARROWING_BANDS + images - 1) // images
+    return 1
 
 
 @kernel(nogil=True)
@@ -163,17 +176,19 @@ def packs_x(c_in, c_out, length, cols):
                              or min(c_in, K_BLOCK) > CACHE_WAYS * sets)
 
 
-@kernel(nogil=True, exported=(INT, INT, INT, INT, array(1, INT)))
-def _band_plan(c_in, c_out, length, cols, plan):
+@kernel(nogil=True, exported=(INT, INT, INT, INT, INT, INT, array(1, INT)))
+def _band_plan(c_in, c_out, images, length, cols, stacked, plan):
     """plan[0] = band_count, plan[1] = packs_x (1 or 0): for the Python side (``band_plan``)."""
-    plan[0] = band_count(c_in, c_out, length)
+    least = least_bands(c_in, c_out, images, length, cols != 0, stacked != 0)
+    plan[0] = band_count(c_in, length, least)
     plan[1] = 1 if packs_x(c_in, c_out, length, cols != 0) else 0
 
 
 @kernel(nogil=True)
-def block_count(c_in, c_out, images, length):
+def block_count(c_in, c_out, images, length, cols, stacked):
     """How many blocks of work (ROWS channels by block_width pixels) make y (N, C_out, L)."""
-    return images * ((c_out + ROWS - 1) // ROWS) * band_count(c_in, c_out, length)
+    least = least_bands(c_in, c_out, images, length, cols, stacked)
+    return images * ((c_out + ROWS - 1) // ROWS) * band_count(c_in, length, least)
 
 
 @kernel(nogil=True, inline="always")
@@ -324,8 +339,9 @@ def pointwise_blocks(weight, x, bias, residual, y, space, geometry, code, a, b, 
     row_len, tap_start = cols_layout(geometry)
     stacked = weight.shape[0] > 1                     # a matrix per image
     panels = (c_out + ROWS - 1) // ROWS               # blocks of channels
-    width = max(block_width(c_in, c_out, length), 1)
-    bands = band_count(c_in, c_out, length)           # bands of pixels
+    least = least_bands(c_in, c_out, y.shape[0], length, cols, stacked)
+    width = max(block_width(c_in, length, least), 1)
+    bands = band_count(c_in, length, least)           # bands of pixels
     open_lo, open_hi = np.float32(-np.inf), np.float32(np.inf)   # no clamp
     lo, hi = clamp_bounds(code, a, b)                 # clamped in the block: ReLU, ReLU6
     w, ys = weight.reshape(weight.size), y.reshape(y.size)
@@ -440,11 +456,12 @@ NO_GEOMETRY = np.zeros(0, np.int64)       # x's rows are x's own (not a convolut
 
 
 @functools.lru_cache(maxsize=1024)
-def band_plan(c_in: int, c_out: int, length: int, cols: bool) -> tuple[int, bool]:
+def band_plan(c_in: int, c_out: int, images: int, length: int, cols: bool,
+              stacked: bool) -> tuple[int, bool]:
     """(band_count, packs_x) of a product, as pointwise_blocks works them out (cached: a
     forward asks about the same few products every time)."""
     plan = np.zeros(2, np.int64)
-    _band_plan(c_in, c_out, length, int(cols), plan)
+    _band_plan(c_in, c_out, images, length, int(cols), int(stacked), plan)
     return int(plan[0]), bool(plan[1])
 
 

@@ -18,10 +18,11 @@ copied, once per image by each thread, into the work space in rows padded to who
 (``copies_x``); the tiles then read x from there (BENCHMARKS.md says why).
 
 The panels are the operand that streams: a band of 49 pixels reads each of a panel's
-values 9 times from the level-1 cache, but reads the panel in from memory once, two lines
-per k, faster than memory answers. So while a slice's tiles run, the weights the next slice
-reads (or the next panel's) are asked for ahead, a line every other k (simd.py's
-``prefetch``), and arrive while the tiles multiply.
+values 9 times from the level-1 cache, but reads the panel in from memory once, COLUMNS
+floats a k. With 16-float vectors (two lines a k) the weights the next slice reads (or the
+next panel's) are asked for while a slice's tiles run, a line every other k (simd.py's
+``prefetch``: PREFETCH_PANELS); with 8 (one line a k) they are not (BENCHMARKS.md has the
+measurements of both).
 
 A finished tile is stored into a small work space (a band of at most BAND pixels by COLUMNS
 channels). The epilogue writes the band into y (C_out, L) transposed, LANES x LANES blocks at
@@ -51,6 +52,7 @@ from layers.fast.team import scratch, team_worth_sharing
 BAND = 40 * ROWS       # pixels of one unit of work at most (its partial sums: BAND x COLUMNS)
 COPY_BELOW = 4 * LINE_FLOATS   # images of fewer pixels have their x copied into whole lines
 COPY_MOST = 1 << 17    # floats of such a copy at most (512 KiB); a larger x is read in place
+PREFETCH_PANELS = LANES == 16   # the next slice's panels asked for ahead (module docstring)
 EPILOGUE_CHANNELS = 13  # what the epilogue's transposition of y costs per output value, in
                         # input channels of the product: measured with 16-float vectors only
 
@@ -162,8 +164,9 @@ def transposed_units(panels, x, bias, residual, y, space, code, a, b, first, las
         full_end = stop - short_tiles(stop - start) * (ROWS - 1)
         for k0 in range(0, max(c_in, 1), K_BLOCK):   # a slice of the sum over k
             k1 = min(c_in, k0 + K_BLOCK)
-            ahead = w0 + k1 * COLUMNS                 # the weights read next: the next
-            ahead_end = min(ws.size, ahead + K_BLOCK * COLUMNS)   # slice's, or panel's
+            ahead = ahead_end = w0 + k1 * COLUMNS     # the weights read next: the next
+            if PREFETCH_PANELS:                       # slice's, or the next panel's
+                ahead_end = min(ws.size, ahead + min(c_in, K_BLOCK) * COLUMNS)
             p0 = start
             while p0 < stop:                          # tile[r, j]: pixel p0 + r, channel c0 + j
                 at = (p0 - start) * COLUMNS

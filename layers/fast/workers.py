@@ -160,7 +160,8 @@ class Team:
         c_out, c_in = weight.shape[1:]
         if checked:
             self._check_space(space, pointwise.space_size(c_in))
-        bands, packed = pointwise.band_plan(c_in, c_out, y.shape[2], geometry.size > 0)
+        bands, packed = pointwise.band_plan(c_in, c_out, y.shape[0], y.shape[2],
+                                            geometry.size > 0, weight.shape[0] > 1)
         chunks = _whole_bands(y.shape[0] * bands, self.threads, self.chunks) if packed \
             else self.chunks                          # x packed band by band, or read in place
         self._share(self._job(jobs._pointwise_job, checked), chunks, weight, x, bias, residual,
@@ -271,11 +272,12 @@ class Team:
 def _whole_bands(bands: int, threads: int, most: int) -> int:
     """Chunks of a product whose x is packed band by band: the most, up to ``most``, that
     hold whole bands each (a divisor of ``bands``), so that no two threads pack the same
-    band; ``most`` if no divisor lies in [2 * threads, most]."""
+    band; if no divisor lies in [2 * threads, most], a band each where there are at most
+    twice ``most`` of them, else ``most``."""
     for chunks in range(min(bands, most), 2 * threads - 1, -1):
         if bands % chunks == 0:
             return chunks
-    return most
+    return bands if 2 * threads <= bands <= 2 * most else most
 
 
 @functools.lru_cache(maxsize=4096)

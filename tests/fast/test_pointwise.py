@@ -64,7 +64,7 @@ ACTIVATIONS = {                               # the kernel's, and torch's
 def dot_tail(c_in: int, c_out: int, length: int) -> np.ndarray:
     """Which of ``length`` pixels the upright kernel sums as dot products (pointwise.tail_dots:
     the last strip of a band, if it has at most LANES pixels and x is packed in strips)."""
-    bands, packs = pointwise.band_plan(c_in, c_out, length, False)
+    bands, packs = pointwise.band_plan(c_in, c_out, 1, length, False, False)
     per_band = -(-length // bands)                                  # block_width's
     width = -(-per_band // COLUMNS) * COLUMNS
     tail = np.zeros(length, bool)
@@ -388,36 +388,12 @@ def test_bands_fit_the_work_space():
     a time) into its thread's row of work space: space_size must hold it for any size."""
     backend.start()
     for c_in in (1, 3, 16, 17, 100, 2047, 2048, 5000):
-        for c_out in (1, c_in, c_in + 1):
+        for least in (1, 2, pointwise.NARROWING_BANDS):
             for length in (1, 31, 32, 33, 49, 196, 3136, 12544, 100_000):
-                width = pointwise.block_width(c_in, c_out, length)
+                width = pointwise.block_width(c_in, length, least)
                 assert width % COLUMNS == 0 and width >= min(length, COLUMNS)
                 assert (pointwise.HEADER + min(c_in, pointwise.K_BLOCK) * width
                         <= pointwise.space_size(c_in))
-
-
-def narrowing_bands(length: int) -> int:
-    """Bands of a narrowing product on a small image: min(NARROWING_BANDS, strips) equal
-    ones, each rounded up to whole strips of COLUMNS pixels (block_width's rule)."""
-    strips = -(-length // COLUMNS)
-    per_band = -(-length // min(pointwise.NARROWING_BANDS, strips))
-    width = -(-per_band // COLUMNS) * COLUMNS
-    return -(-length // width)
-
-
-@pytest.mark.parametrize("c_in, c_out, length, bands", [
-    (480, 80, 196, narrowing_bands(196)), (672, 112, 196, narrowing_bands(196)),
-    (480, 80, 20, narrowing_bands(20)), (80, 480, 196, 1), (96, 96, 196, 1),
-    (576, 128, 784, narrowing_bands(784))])
-def test_a_narrowing_product_is_cut_into_bands_its_threads_pack_apart(c_in, c_out, length,
-                                                                      bands):
-    """A narrowing product's x (the larger operand) on a small image is cut into
-    NARROWING_BANDS bands at least (one strip each where it has fewer), so that the threads
-    sharing it pack different bands instead of each packing all of it; a widening or square
-    one keeps the fewest bands that fit X_BLOCK."""
-    backend.start()
-    assert pointwise.band_count(c_in, c_out, length) == bands
-    assert pointwise.band_plan(c_in, c_out, length, False)[0] == bands
 
 
 @pytest.mark.parametrize("images, c_in, c_out, length", [(16, 40, 13, 16), (3, 300, 7, 49),

@@ -261,7 +261,7 @@ def test_a_job_runs_in_four_chunks_per_thread_with_a_row_of_space_per_thread(tea
     x = rng.standard_normal((2, 290, 1500), dtype=np.float32)
     y = np.empty((2, 300, 1500), np.float32)
     space = np.zeros((team.threads, pointwise.space_size(290)), np.float32)
-    assert pointwise.band_count(290, 300, 1500) == 6
+    assert pointwise.band_count(290, 1500, 1) == 6
     team.pointwise(weight, x, np.zeros(300, np.float32), no_residual, y, space,
                    pointwise.NO_GEOMETRY, IDENTITY)
     np.testing.assert_allclose(y, weight[0] @ x, rtol=1e-3, atol=1e-3)
@@ -276,26 +276,32 @@ def test_a_job_runs_in_four_chunks_per_thread_with_a_row_of_space_per_thread(tea
 
 @pytest.mark.parametrize("bands, threads, most, chunks", [
     (30, 2, 8, 6), (36, 2, 8, 6), (4, 2, 8, 4), (7, 2, 8, 7), (8, 2, 8, 8), (72, 2, 8, 8),
-    (13, 2, 8, 8), (3, 2, 8, 8), (1, 2, 8, 8), (12, 3, 12, 12), (10, 3, 12, 10)])
+    (13, 2, 8, 13), (17, 2, 8, 8), (3, 2, 8, 8), (1, 2, 8, 8), (12, 3, 12, 12),
+    (10, 3, 12, 10)])
 def test_products_packed_band_by_band_run_in_chunks_of_whole_bands(bands, threads, most,
                                                                    chunks):
     """A product whose x is packed band by band is cut into chunks of whole bands (the most
     up to ``most`` that divide the bands), so that no two threads pack the same band; where
-    no such cut gives every thread two chunks, into ``most`` chunks as any job."""
+    no such cut gives every thread two chunks, a band a chunk (up to twice ``most``), else
+    ``most`` chunks as any job."""
     assert workers._whole_bands(bands, threads, most) == chunks
 
 
 @pytest.mark.parametrize("c_in, c_out, length", [(1, 1, 1), (3, 64, 12544), (27, 32, 12544),
                                                  (147, 64, 12544), (576, 128, 784),
                                                  (4608, 512, 49), (64, 64, 196),
-                                                 (290, 300, 1500), (256, 96, 4096)])
-def test_band_plan_is_the_kernels(c_in, c_out, length):
+                                                 (290, 300, 1500), (256, 96, 4096),
+                                                 (480, 80, 196), (672, 112, 196)])
+@pytest.mark.parametrize("images", [1, 3, 8])
+def test_band_plan_is_the_kernels(c_in, c_out, length, images):
     """band_plan (for the team's chunks) gives the bands and the packing pointwise_blocks
     works with: bands of block_width pixels, as many as cover the pixels, and packs_x."""
-    for cols in (False, True):
-        bands, packed = pointwise.band_plan(c_in, c_out, length, cols)
-        assert bands == -(-length // pointwise.block_width(c_in, c_out, length))
-        assert pointwise.block_count(c_in, c_out, 3, length) == 3 * -(-c_out // ROWS) * bands
+    for cols, stacked in ((False, False), (True, False), (False, True)):
+        bands, packed = pointwise.band_plan(c_in, c_out, images, length, cols, stacked)
+        least = pointwise.least_bands(c_in, c_out, images, length, cols, stacked)
+        assert bands == -(-length // pointwise.block_width(c_in, length, least))
+        assert (pointwise.block_count(c_in, c_out, images, length, cols, stacked)
+                == images * -(-c_out // ROWS) * bands)
         assert packed == pointwise.packs_x(c_in, c_out, length, cols)
         assert packed or not cols
 
@@ -304,10 +310,10 @@ def test_band_plan_is_the_kernels(c_in, c_out, length):
 TEAM_CUTS = [
     pytest.param((1, 300, 256), (1, 256, 1536), (3, 6, 6), id="widening, six bands"),
     pytest.param((6, 64, 64), (6, 64, 196), (3, 6, 6), id="a stack of six, a band each"),
-    pytest.param((1, 96, 256), (6, 256, 196), (3, 7, 7),
-                 id="narrowing on rows of 196 pixels: packed, 6 x 7 bands"),
-    pytest.param((1, 32, 256), (3, 256, 1024), (4, 8, 12),
-                 id="narrowing on 32x32 planes: packed, 3 x 8 bands"),
+    pytest.param((1, 96, 256), (6, 256, 196), (3, 6, 9),
+                 id="narrowing on rows of 196 pixels: packed, 6 x 3 bands"),
+    pytest.param((1, 32, 256), (3, 256, 1024), (4, 6, 12),
+                 id="narrowing on 32x32 planes: packed, twelve bands"),
     pytest.param((1, 64, 128), (3, 128, 784), (4, 8, 12), id="narrowing, read in place")]
 
 
@@ -335,6 +341,37 @@ def test_the_team_cuts_packed_products_into_whole_bands(weight_shape, x_shape,
     np.testing.assert_allclose(y, weight @ x if stacked else weight[0] @ x,
                                rtol=1e-3, atol=1e-3)
     assert calls == [chunks_by_threads[team.threads - 1]]
+
+
+@pytest.mark.parametrize("c_in, c_out, length", [(480, 80, 196), (672, 112, 196),
+                                                 (300, 40, 289), (256, 32, 1024)])
+def test_one_image_narrowing_is_shared_in_whole_bands_with_the_same_bits(c_in, c_out, length,
+                                                                          team, monkeypatch):
+    """One image of a narrowing product that packs x: cut into NARROWING_BANDS bands or one
+    a strip, which the team takes in chunks of whole bands (no band packed by two threads),
+    with the bits of one thread's run."""
+    calls = []
+    share = team._share
+    monkeypatch.setattr(team, "_share", lambda job, chunks, *args: (calls.append(chunks),
+                                                                    share(job, chunks, *args)))
+    rng = np.random.default_rng(3)
+    weight = rng.standard_normal((1, c_out, c_in), dtype=np.float32)
+    x = rng.standard_normal((1, c_in, length), dtype=np.float32)
+    bias = rng.standard_normal(c_out, dtype=np.float32)
+    no_residual = np.zeros((0, 0, 0), np.float32)
+    bands, packed = pointwise.band_plan(c_in, c_out, 1, length, False, False)
+    strips = -(-length // pointwise.COLUMNS)
+    assert packed and bands >= min(pointwise.NARROWING_BANDS, strips)
+    y = np.empty((1, c_out, length), np.float32)
+    space = np.zeros((team.threads, pointwise.space_size(c_in)), np.float32)
+    team.pointwise(weight, x, bias, no_residual, y, space, pointwise.NO_GEOMETRY, IDENTITY)
+    alone = np.empty_like(y)
+    pointwise._pointwise(weight, x, bias, no_residual, alone, space[0], pointwise.NO_GEOMETRY,
+                         IDENTITY.code, IDENTITY.a, IDENTITY.b)
+    np.testing.assert_array_equal(y, alone)
+    np.testing.assert_allclose(y[0], weight[0] @ x[0] + bias[:, None], rtol=1e-4, atol=1e-4)
+    if team.threads > 1:
+        assert bands % calls[0] == 0                  # chunks of whole bands
 
 
 def test_forwards_in_two_threads_at_once_share_one_team(shared):
