@@ -37,9 +37,9 @@ chunks of whole bands where its bands allow: workers.py). A narrowing one reads 
 unless more than one block of ROWS channels reads rows that are not whole cache lines (7x7
 and 14x14 images: vectors across two lines), or rows whose length has so large a power of
 two (64x64 images: 4096 floats) that a strip's vectors, one per row, share a few cache sets
-and evict each other before the next block reads them (``packs_x``); packed, a small image
-is cut into several bands (``least_bands``), so that the threads sharing the product pack
-one each rather than all of it each.
+and evict each other before the next block reads them (``packs_x``); packed, its pixels are
+cut into NARROWING_BANDS bands at least over all images (``least_bands``), so that the
+threads sharing the product pack a band each rather than all of x each.
 
 The rows of x may also be the cols of a k x k convolution (layers/fast/gemm.py), made band by
 band straight into the work space (``cols_band``, from the stride phases of its image and
@@ -80,7 +80,8 @@ from parser.errors import ShapeError
 
 X_BLOCK = 1 << 16      # floats of x a band of pixels reads (256 KiB)
 K_BLOCK = 256          # input channels summed per pass over the output (when C_in is more)
-NARROWING_BANDS = 8    # bands of a narrowing product that packs x, over all images, at least
+NARROWING_BANDS = 8    # bands of a narrowing product that packs x, over all images (where it
+                       # has that many strips): whole bands a chunk for teams of 2-4 threads
 SHARED_FROM = 1 << 18  # multiply-adds: a smaller product runs faster alone than shared
 STACK_CHAIN = 16       # channels per chain of a stack's sums (Winograd's products) ...
 LONG_CHAINS_FROM = 128 # ... twice as many from this many input channels on, four times as
@@ -154,7 +155,7 @@ def least_bands(c_in, c_out, images, length, cols, stacked):
     each packing its own (workers.py), where one band an image would have each of them
     pack every image's whole x: one image of 14x14 makes a band a strip, not one band."""
     if c_out < c_in and not cols and not stacked and packs_x(c_in, c_out, length, cols):
-        return (NARROWING_BANDS + images - 1) // images
+        return (NARROWING_BANDS + images - 1) // max(images, 1)
     return 1
 
 

@@ -176,15 +176,15 @@ def transposed_units(panels, x, bias, residual, y, space, code, a, b, first, las
                     for k in range(k0, k1):
                         part = tile_fma(part, source, base + k * step + p0, 1, rows, ws,
                                         w0 + k * COLUMNS, COLUMNS)
-                        if k & 1 == 0 and ahead < ahead_end:   # a line of them
-                            prefetch(ws, ahead)                 # on its way
+                        if PREFETCH_PANELS and k & 1 == 0 and ahead < ahead_end:
+                            prefetch(ws, ahead)       # a line of them on its way
                             ahead += LINE_FLOATS
                 else:
                     rows = ROWS - 1
                     for k in range(k0, k1):
                         part = tile_fma_short(part, source, base + k * step + p0, 1, rows, ws,
                                               w0 + k * COLUMNS, COLUMNS)
-                        if k & 1 == 0 and ahead < ahead_end:
+                        if PREFETCH_PANELS and k & 1 == 0 and ahead < ahead_end:
                             prefetch(ws, ahead)
                             ahead += LINE_FLOATS
                 # carried on from the slices before, read after the chain (as pointwise.py)

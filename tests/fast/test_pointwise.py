@@ -65,7 +65,7 @@ def dot_tail(c_in: int, c_out: int, length: int) -> np.ndarray:
     """Which of ``length`` pixels the upright kernel sums as dot products (pointwise.tail_dots:
     the last strip of a band, if it has at most LANES pixels and x is packed in strips)."""
     bands, packs = pointwise.band_plan(c_in, c_out, 1, length, False, False)
-    per_band = -(-length // bands)                                  # block_width's
+    per_band = -(-length // bands)          # any whole strips: only the last can be partial
     width = -(-per_band // COLUMNS) * COLUMNS
     tail = np.zeros(length, bool)
     for start in range(0, length, width):

@@ -370,6 +370,7 @@ def test_one_image_narrowing_is_shared_in_whole_bands_with_the_same_bits(c_in, c
                          IDENTITY.code, IDENTITY.a, IDENTITY.b)
     np.testing.assert_array_equal(y, alone)
     np.testing.assert_allclose(y[0], weight[0] @ x[0] + bias[:, None], rtol=1e-4, atol=1e-4)
+    assert space[0, 0] == bands             # the kernel packed band number `bands` - 1 last
     if team.threads > 1:
         assert bands % calls[0] == 0                  # chunks of whole bands
 
