@@ -116,6 +116,16 @@ def short_tiles(pixels):
     return short if short * (ROWS - 1) <= pixels else 0
 
 
+@kernel(nogil=True, inline="always")
+def panel_ahead(ws, ahead, ahead_end, k):
+    """Ask for the panels' line at ``ahead`` (every other k, up to ``ahead_end``, with
+    PREFETCH_PANELS) and return where the next one is."""
+    if PREFETCH_PANELS and k & 1 == 0 and ahead < ahead_end:
+        prefetch(ws, ahead)
+        return ahead + LINE_FLOATS
+    return ahead
+
+
 @kernel(nogil=True)
 def unit_count(images, panel_count, length):
     """Units of work: every image's bands of at most BAND pixels, by panels of channels."""
@@ -176,17 +186,13 @@ def transposed_units(panels, x, bias, residual, y, space, code, a, b, first, las
                     for k in range(k0, k1):
                         part = tile_fma(part, source, base + k * step + p0, 1, rows, ws,
                                         w0 + k * COLUMNS, COLUMNS)
-                        if PREFETCH_PANELS and k & 1 == 0 and ahead < ahead_end:
-                            prefetch(ws, ahead)       # a line of them on its way
-                            ahead += LINE_FLOATS
+                        ahead = panel_ahead(ws, ahead, ahead_end, k)
                 else:
                     rows = ROWS - 1
                     for k in range(k0, k1):
                         part = tile_fma_short(part, source, base + k * step + p0, 1, rows, ws,
                                               w0 + k * COLUMNS, COLUMNS)
-                        if PREFETCH_PANELS and k & 1 == 0 and ahead < ahead_end:
-                            prefetch(ws, ahead)
-                            ahead += LINE_FLOATS
+                        ahead = panel_ahead(ws, ahead, ahead_end, k)
                 # carried on from the slices before, read after the chain (as pointwise.py)
                 tile = part if k0 == 0 else tile_add(tile_load(sums, at, COLUMNS, rows,
                                                                COLUMNS), part)

@@ -306,6 +306,15 @@ def test_band_plan_is_the_kernels(c_in, c_out, length, images):
         assert packed or not cols
 
 
+def chunks_of_each_job(team, monkeypatch) -> list[int]:
+    """A list that gets the chunk count of each job the team shares from now on."""
+    calls: list[int] = []
+    share = team._share
+    monkeypatch.setattr(team, "_share", lambda job, chunks, *args: (calls.append(chunks),
+                                                                    share(job, chunks, *args)))
+    return calls
+
+
 # chunks for a team of 1, 2, 3 threads (4 per thread, or whole bands where x is packed)
 TEAM_CUTS = [
     pytest.param((1, 300, 256), (1, 256, 1536), (3, 6, 6), id="widening, six bands"),
@@ -325,10 +334,7 @@ def test_the_team_cuts_packed_products_into_whole_bands(weight_shape, x_shape,
     narrowing where packs_x says so) chunks that begin on band boundaries (blocks run image
     by image, band by band), and a product read in place its usual CHUNKS per thread; the
     product is numpy's either way."""
-    calls = []
-    share = team._share
-    monkeypatch.setattr(team, "_share", lambda job, chunks, *args: (calls.append(chunks),
-                                                                    share(job, chunks, *args)))
+    calls = chunks_of_each_job(team, monkeypatch)
     rng = np.random.default_rng(9)
     weight = rng.standard_normal(weight_shape, dtype=np.float32)
     x = rng.standard_normal(x_shape, dtype=np.float32)
@@ -350,10 +356,7 @@ def test_one_image_narrowing_is_shared_in_whole_bands_with_the_same_bits(c_in, c
     """One image of a narrowing product that packs x: cut into NARROWING_BANDS bands or one
     a strip, which the team takes in chunks of whole bands (no band packed by two threads),
     with the bits of one thread's run."""
-    calls = []
-    share = team._share
-    monkeypatch.setattr(team, "_share", lambda job, chunks, *args: (calls.append(chunks),
-                                                                    share(job, chunks, *args)))
+    calls = chunks_of_each_job(team, monkeypatch)
     rng = np.random.default_rng(3)
     weight = rng.standard_normal((1, c_out, c_in), dtype=np.float32)
     x = rng.standard_normal((1, c_in, length), dtype=np.float32)
