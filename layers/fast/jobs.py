@@ -104,8 +104,9 @@ ALIGN = 16                                       # row and column cuts: multiple
 # pointwise_transposed.transposed_units; dense (_dense_units): dense.dense_units (no
 # residual; a work space of no rows where the weight is panels)
 PW_WEIGHT, PW_X, PW_BIAS, PW_RESIDUAL, PW_Y, PW_SPACE = array_fields(6)
-PW_CODE, PW_GEOMETRY_SIZE, PW_GEOMETRY, *_ = int_fields(2 + GEOMETRY)   # then the
-                                                  # geometry's values (pointwise.cols_band)
+PW_CODE, PW_BAND, PW_GEOMETRY_SIZE, PW_GEOMETRY, *_ = int_fields(3 + GEOMETRY)   # then
+                                # the geometry's values (pointwise.cols_band); PW_BAND: the
+                                # transposed product's band (pointwise_transposed.band_pixels)
 
 # im2col (_im2col_units): gemm.im2col_channels
 IC_X, IC_COLS = array_fields(2)
@@ -313,8 +314,8 @@ def _pointwise_transposed_units(record, reals, slot, first, last):
     pointwise_transposed.transposed_units(
         _get3(record, a[PW_WEIGHT]), _get3(record, a[PW_X]), _get1(record, a[PW_BIAS]),
         _get3(record, a[PW_RESIDUAL]), _get3(record, a[PW_Y]),
-        _get2(record, a[PW_SPACE])[slot], record[PW_CODE], reals[ACT_A], reals[ACT_B], first,
-        last)
+        _get2(record, a[PW_SPACE])[slot], record[PW_CODE], reals[ACT_A], reals[ACT_B],
+        record[PW_BAND], first, last)
 
 
 @kernel(nogil=True)
@@ -594,11 +595,14 @@ def _pointwise_job(record, reals, weight, x, bias, residual, y, space, geometry,
 def _pointwise_transposed_job(record, reals, panels, x, bias, residual, y, space, code, act_a,
                               act_b):
     """A 1x1 convolution turned around, as pointwise_transposed._pointwise_transposed (units:
-    bands of pixels by panels of channels; ``space``: a row of work space per thread of the
-    team)."""
+    bands of pixels by panels of channels, bands for as many threads as ``space`` has rows:
+    band_pixels; ``space``: a row of work space per thread of the team)."""
+    band = pointwise_transposed.band_pixels(x.shape[0], x.shape[2], y.shape[1], space.shape[0])
     _pointwise_record(record, reals, units_address(_pointwise_transposed_units),
-                      pointwise_transposed.unit_count(x.shape[0], panels.shape[0], x.shape[2]),
+                      pointwise_transposed.unit_count(x.shape[0], panels.shape[0], x.shape[2],
+                                                      band),
                       panels, x, bias, residual, y, space, code, act_a, act_b)
+    record[PW_BAND] = band
     for row in range(space.shape[0]):                 # no thread holds a copy of this x yet
         pointwise.forget_band(space[row])
 

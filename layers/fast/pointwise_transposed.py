@@ -36,6 +36,7 @@ two kernels give the same bits, on any number of threads.
 
 from __future__ import annotations
 
+import functools
 from typing import Callable
 
 import numpy as np
@@ -97,8 +98,9 @@ def _pointwise_transposed(panels, x, bias, residual, y, space, code, a, b):
     residual[n]) from the weight's ``panels``, every unit (``transposed_units``; ``space``:
     space_size(C_in, L) floats)."""
     forget_band(space)
-    transposed_units(panels, x, bias, residual, y, space, code, a, b, np.int64(0),
-                     unit_count(x.shape[0], panels.shape[0], x.shape[2]))
+    band = band_pixels(x.shape[0], x.shape[2], y.shape[1], 1)
+    transposed_units(panels, x, bias, residual, y, space, code, a, b, band, np.int64(0),
+                     unit_count(x.shape[0], panels.shape[0], x.shape[2], band))
 
 
 @kernel(nogil=True, inline="always")
@@ -127,15 +129,36 @@ def panel_ahead(ws, ahead, ahead_end, k):
 
 
 @kernel(nogil=True)
-def unit_count(images, panel_count, length):
-    """Units of work: every image's bands of at most BAND pixels, by panels of channels."""
-    return images * ((length + BAND - 1) // BAND) * panel_count
+def band_pixels(images, length, c_out, parts):
+    """Pixels of a band of an image of ``length`` pixels (a unit's), for a product shared by
+    ``parts`` threads: BAND at most, and a band per thread where there are fewer images than
+    threads and an image has more pixels than output channels. Its x is then the larger
+    operand (C_in x L against the weight's C_in x C_out), and each thread reads only its
+    band's part of it (whole bands a chunk: workers.py), where cut by panels each would read
+    all of it; uneven counts of panels (96 channels: 3) no longer leave a thread idle."""
+    bands = (length + BAND - 1) // BAND
+    if images < parts and length > c_out:
+        bands = max(bands, (parts + images - 1) // images)
+    return max((length + bands - 1) // max(bands, 1), 1)
+
+
+@kernel(nogil=True, exported=(INT, INT, INT, INT, array(1, INT)))
+def _band_pixels(images, length, c_out, parts, out):
+    """out[0] = band_pixels: for the Python side (``band_of``)."""
+    out[0] = band_pixels(images, length, c_out, parts)
 
 
 @kernel(nogil=True)
-def transposed_units(panels, x, bias, residual, y, space, code, a, b, first, last):
+def unit_count(images, panel_count, length, band):
+    """Units of work: every image's bands of ``band`` pixels, by panels of channels."""
+    return images * ((length + band - 1) // band) * panel_count
+
+
+@kernel(nogil=True)
+def transposed_units(panels, x, bias, residual, y, space, code, a, b, band, first, last):
     """Units first .. last - 1 of _pointwise_transposed's y. A unit is one image's band of
-    pixels by one panel of COLUMNS channels; consecutive units share the band (the panel
+    ``band`` pixels (at most BAND: ``band_pixels``) by one panel of COLUMNS channels;
+    consecutive units share the band (the panel
     changes fastest), so the band of x stays in cache, or in the work space: each image's x
     is copied there (rows of ``row_of_copy``) when the space has room for it after the
     band's sums (``space_size`` gives that room where ``copies_x`` says).
@@ -147,7 +170,7 @@ def transposed_units(panels, x, bias, residual, y, space, code, a, b, first, las
     read."""
     images, c_in, length = x.shape
     c_out, panel_count = y.shape[1], panels.shape[0]
-    bands = (length + BAND - 1) // BAND
+    bands = (length + band - 1) // band
     open_lo, open_hi = np.float32(-np.inf), np.float32(np.inf)
     lo, hi = clamp_bounds(code, a, b)                 # clamped in the epilogue: ReLU, ReLU6
     has_residual = residual.size > 0
@@ -160,9 +183,9 @@ def transposed_units(panels, x, bias, residual, y, space, code, a, b, first, las
     keep = images < (1 << 24)                         # image numbers exact as float32
     for unit in range(first, last):
         image, index = unit // (bands * panel_count), unit % (bands * panel_count)
-        band, panel = index // panel_count, index % panel_count
-        start = band * BAND
-        stop = min(length, start + BAND)
+        start = index // panel_count * band
+        panel = index % panel_count
+        stop = min(length, start + band)
         c0 = panel * COLUMNS
         w0 = panel * c_in * COLUMNS                    # panels[panel, 0, 0]
         x0 = image * c_in * length                     # x[image, 0, 0]
@@ -233,6 +256,14 @@ def copies_x(c_in: int, length: int) -> bool:
     than COPY_MOST floats."""
     return (length < COPY_BELOW and length % LINE_FLOATS != 0
             and c_in * _copy_row(length) <= COPY_MOST)
+
+
+@functools.lru_cache(maxsize=1024)
+def band_of(images: int, length: int, c_out: int, parts: int) -> int:
+    """band_pixels, from Python (cached: a forward asks about the same few products)."""
+    out = np.zeros(1, np.int64)
+    _band_pixels(images, length, c_out, parts, out)
+    return int(out[0])
 
 
 def space_size(c_in: int, length: int) -> int:

@@ -173,7 +173,11 @@ class Team:
         """pointwise_transposed._pointwise_transposed, shared (as ``pointwise``)."""
         if checked:
             self._check_space(space, pointwise_transposed.space_size(x.shape[1], x.shape[2]))
-        self._share(self._job(jobs._pointwise_transposed_job, checked), self.chunks, panels,
+        images, length, c_out = x.shape[0], x.shape[2], y.shape[1]
+        band = pointwise_transposed.band_of(images, length, c_out, space.shape[0])
+        cut = band < pointwise_transposed.band_of(images, length, c_out, 1)
+        chunks = images * -(-length // band) if cut else self.chunks   # whole bands a chunk
+        self._share(self._job(jobs._pointwise_transposed_job, checked), chunks, panels,
                     x, bias, residual, y, space, activation.code, activation.a, activation.b)
 
     def _job(self, job, checked: bool):

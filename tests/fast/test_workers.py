@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from layers import kernels
-from layers.fast import backend, jobs, pointwise, workers
+from layers.fast import backend, jobs, pointwise, pointwise_transposed, workers
 from layers.fast.conv import PackedConv2d
 from layers.fast.epilogue import CLAMP, IDENTITY, Activation
 from layers.fast.simd import ROWS
@@ -376,6 +376,42 @@ def test_one_image_narrowing_is_shared_in_whole_bands_with_the_same_bits(c_in, c
     assert space[0, 0] == bands             # the kernel packed band number `bands` - 1 last
     if team.threads > 1:
         assert bands % calls[0] == 0                  # chunks of whole bands
+
+
+@pytest.mark.parametrize("images, c_in, c_out, length", [
+    (1, 576, 96, 196), (1, 384, 64, 196), (1, 64, 40, 49), (1, 960, 160, 49),
+    (2, 576, 96, 196), (3, 96, 32, 100)])
+def test_transposed_products_are_cut_into_a_band_per_thread_with_the_same_bits(
+        images, c_in, c_out, length, team, monkeypatch):
+    """The transposed 1x1 product of fewer images than threads, on images of more pixels
+    than output channels, gives each thread a band of pixels (all its panels, in one chunk
+    each) rather than panels of all pixels; the same bits as one thread's run, which takes
+    the image in one band, and numpy's product."""
+    calls = chunks_of_each_job(team, monkeypatch)
+    rng = np.random.default_rng(c_in)
+    weight = rng.standard_normal((c_out, c_in), dtype=np.float32)
+    x = rng.standard_normal((images, c_in, length), dtype=np.float32)
+    bias = rng.standard_normal(c_out, dtype=np.float32)
+    residual = rng.standard_normal((images, c_out, length), dtype=np.float32)
+    panels = pointwise_transposed.pack_panels(weight)
+    floats = pointwise_transposed.space_size(c_in, length)
+    y, alone = (np.empty((images, c_out, length), np.float32) for _ in range(2))
+    team.pointwise_transposed(panels, x, bias, residual, y,
+                              np.zeros((team.threads, floats), np.float32), IDENTITY)
+    pointwise_transposed._pointwise_transposed(panels, x, bias, residual, alone,
+                                               np.zeros(floats, np.float32), IDENTITY.code,
+                                               IDENTITY.a, IDENTITY.b)
+    np.testing.assert_array_equal(y, alone)
+    np.testing.assert_allclose(y, weight @ x + bias[:, None] + residual, rtol=1e-4, atol=1e-3)
+    band = pointwise_transposed.band_of(images, length, c_out, team.threads)
+    one_band = pointwise_transposed.band_of(images, length, c_out, 1)
+    assert one_band == min(length, pointwise_transposed.BAND)
+    if images < team.threads and length > c_out:
+        bands = -(-team.threads // images)                 # an image's
+        assert band == -(-length // bands)
+        assert calls == [images * bands]                   # a chunk a band
+    else:
+        assert band == one_band
 
 
 def test_forwards_in_two_threads_at_once_share_one_team(shared):
