@@ -360,6 +360,10 @@ def pointwise_blocks(weight, x, bias, residual, y, space, geometry, code, a, b, 
     packed, xs = space[HEADER:HEADER + min(c_in, K_BLOCK) * width], x.reshape(x.size)
     source = packed if pack else xs
     no_bias, no_residual = np.zeros(ROWS, np.float32), rs[:0]     # for partial sums
+    # rows_known: a stack's whole panel (rows == ROWS) passes the constant ROWS, so that its
+    # ROWS weights of a k sit at fixed offsets from one pointer; with ``rows`` known only at
+    # run time (the last row repeated past it: simd.py) each row keeps a pointer of its own
+    # that every k moves on, 6 more instructions beside 12 multiply-adds
     for k0 in range(0, max(c_in, 1), K_BLOCK):       # a slice of the sum over k ...
         k1 = min(c_in, k0 + K_BLOCK)
         whole = k1 == c_in                            # ... the last one: finish y
@@ -403,7 +407,11 @@ def pointwise_blocks(weight, x, bias, residual, y, space, geometry, code, a, b, 
                     # then added to zero or to the slices before it, read only now (a
                     # second tile held while a chain runs, 24 vectors, spills on AVX2)
                     tile = tile_zero()
-                    if stacked:                       # weights in panels (pack_stack)
+                    if stacked and rows == ROWS:      # weights in panels (pack_stack), a
+                        for k in range(k0, k1):       # whole one: see ``rows_known``
+                            tile = tile_fma(tile, w, w0 + k * ROWS, 1, ROWS, source,
+                                            x0 + k * step, COLUMNS)
+                    elif stacked:
                         for k in range(k0, k1):
                             tile = tile_fma(tile, w, w0 + k * rows, 1, rows, source,
                                             x0 + k * step, COLUMNS)
@@ -427,6 +435,10 @@ def pointwise_blocks(weight, x, bias, residual, y, space, geometry, code, a, b, 
                             for k in range(h0, h1):
                                 part = tile_fma_narrow(part, w, w0 + k * k_step, row_step,
                                                        rows, source, x0 + k * step, LANES)
+                        elif inside and stacked and rows == ROWS:   # rows_known
+                            for k in range(h0, h1):
+                                part = tile_fma(part, w, w0 + k * ROWS, 1, ROWS, source,
+                                                x0 + k * step, COLUMNS)
                         elif inside:
                             for k in range(h0, h1):
                                 part = tile_fma(part, w, w0 + k * k_step, row_step, rows,
