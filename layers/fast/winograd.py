@@ -141,15 +141,38 @@ def split_into_streams(plane, streams, padded_row, rows, cols, top, left, tiles_
         for k in range(cols):
             inner[k] = line[k]
         p, at = (top + r) % tile, (top + r) // tile * tiles_w
-        for j in range(tile):                    # columns tile*tx + j of this tile
-            stream = streams[p, j, at:]
+        if tile == 4 and taps == 6:              # F(4x4): all six streams in one loop
+            six_streams(streams[p], padded_row, at, tiles_w)
+        elif tile == 2 and taps == 4:            # F(2x2): all four
+            four_streams(streams[p], padded_row, at, tiles_w)
+        else:
             for tx in range(tiles_w):
-                stream[tx] = padded_row[tile * tx + j]
-        for j in range(tile, taps):              # the columns after: the next tile's first
-            stream, first = streams[p, j, at:], streams[p, j - tile, at:]
-            for tx in range(tiles_w - 1):
-                stream[tx] = first[tx + 1]
-            stream[tiles_w - 1] = padded_row[tile * tiles_w + j - tile]
+                for j in range(taps):
+                    streams[p, j, at + tx] = padded_row[tile * tx + j]
+
+
+@kernel(nogil=True, inline="always")
+def six_streams(row_streams, padded_row, at, tiles_w):
+    """row_streams[j, at + tx] = padded_row[4 tx + j], j < 6: F(4x4)'s streams of a row, in
+    one loop (one stream a loop reads every fourth value of the row, one at a time; six
+    together read it as a whole, which the compiler turns into shuffles of vectors)."""
+    s0, s1, s2 = row_streams[0, at:], row_streams[1, at:], row_streams[2, at:]
+    s3, s4, s5 = row_streams[3, at:], row_streams[4, at:], row_streams[5, at:]
+    for tx in range(tiles_w):
+        q = 4 * tx
+        s0[tx], s1[tx], s2[tx] = padded_row[q], padded_row[q + 1], padded_row[q + 2]
+        s3[tx], s4[tx], s5[tx] = padded_row[q + 3], padded_row[q + 4], padded_row[q + 5]
+
+
+@kernel(nogil=True, inline="always")
+def four_streams(row_streams, padded_row, at, tiles_w):
+    """row_streams[j, at + tx] = padded_row[2 tx + j], j < 4: F(2x2)'s (``six_streams``)."""
+    s0, s1, s2, s3 = (row_streams[0, at:], row_streams[1, at:], row_streams[2, at:],
+                      row_streams[3, at:])
+    for tx in range(tiles_w):
+        q = 2 * tx
+        s0[tx], s1[tx] = padded_row[q], padded_row[q + 1]
+        s2[tx], s3[tx] = padded_row[q + 2], padded_row[q + 3]
 
 
 @kernel(nogil=True, exported=(array(4), array(3), *[INT] * 5))
