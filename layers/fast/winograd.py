@@ -33,7 +33,7 @@ from __future__ import annotations
 import numpy as np
 
 from layers.fast.kernel import FLOAT, INT, array, kernel
-from layers.fast.epilogue import IDENTITY, Activation, NO_ARRAY, finish_row
+from layers.fast.epilogue import IDENTITY, Activation, NO_ARRAY, activate_row, finish_row
 from layers.fast.pointwise import in_panels, pointwise_conv2d
 from layers.fast.team import current_team, scratch
 
@@ -242,7 +242,9 @@ def output_planes(m, y, bias, residual, tiles_h, tiles_w, row0, code, a, b, firs
     Both passes are long loops over all the tiles u = ty*tiles_w + tx of a plane: the
     column pass A^T m (six in, four out per column), then the row pass, which gives output
     (4ty + i, 4tx + j) of every tile in ``out[i, j, u]``. Each output row then gathers its
-    four column phases and is finished (bias, residual, activation: ``finish_row``).
+    four column phases and is finished (bias, residual, activation: ``finish_row``);
+    without a residual, bias and activation are taken on all the plane's tiles at once,
+    before (the same operations on each value, in one long loop, not one short one a row).
     Compiled with contract: in A^T a multiply and the add after it as one fused multiply-add,
     one rounding less (the activations are epilogue.activate_row's, compiled with it too)."""
     n, c_out, height, out_w = y.shape
@@ -252,7 +254,6 @@ def output_planes(m, y, bias, residual, tiles_h, tiles_w, row0, code, a, b, firs
     cols_t = np.empty((TILE, TAPS, length), np.float32)   # (row i of A^T m, column s, tile)
     out = np.empty((TILE, TILE, length), np.float32)      # (tile row i, tile column j, tile)
     full = out_w // TILE                                  # tiles whose 4 columns are all in y
-    no_residual = np.empty(0, np.float32)
     for plane in range(first, last):
         i_n, o = plane // c_out, plane % c_out
         base = i_n * length
@@ -270,6 +271,8 @@ def output_planes(m, y, bias, residual, tiles_h, tiles_w, row0, code, a, b, firs
             for u in range(length):
                 o0[u], o1[u], o2[u], o3[u] = _at(q0[u], q1[u], q2[u], q3[u], q4[u], q5[u])
         shift = bias[o] if has_bias else np.float32(0.0)
+        if not has_residual:                                 # finished here, in one pass
+            activate_row(out.reshape(out.size), code, a, b, shift)
         dst = y[i_n, o, row0:]
         for oh in range(out_h):
             ty, i = oh // TILE, oh % TILE
@@ -281,9 +284,8 @@ def output_planes(m, y, bias, residual, tiles_h, tiles_w, row0, code, a, b, firs
                 row[k], row[k + 1], row[k + 2], row[k + 3] = p0[tx], p1[tx], p2[tx], p3[tx]
             for ow in range(full * TILE, out_w):             # the last, partial tile
                 row[ow] = out[i, ow % TILE, ty * tiles_w + full]
-            finish_row(row, shift,
-                       residual[i_n, o, row0 + oh] if has_residual else no_residual, code,
-                       a, b)
+            if has_residual:
+                finish_row(row, shift, residual[i_n, o, row0 + oh], code, a, b)
 
 
 def winograd_conv2d(x: np.ndarray, packed: np.ndarray, bias: np.ndarray | None,

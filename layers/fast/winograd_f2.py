@@ -28,7 +28,7 @@ from __future__ import annotations
 import numpy as np
 
 from layers.fast.kernel import FLOAT, INT, array, kernel
-from layers.fast.epilogue import Activation, finish_row
+from layers.fast.epilogue import Activation, activate_row, finish_row
 from layers.fast.winograd import (run_winograd, split_into_streams, stream_buffers,
                                   transform_filters)
 
@@ -115,7 +115,8 @@ def output_planes_f2(m, y, bias, residual, tiles_h, tiles_w, row0, code, a, b, f
     Both passes are long loops over all the tiles u = ty*tiles_w + tx of a plane: A^T m over
     the columns (three values in, two out), then A over the rows, which leaves output
     (2ty + i, 2tx + j) of every tile in ``out[i, j, u]``. Each output row then interleaves its
-    two column phases and is finished (bias, residual, activation: ``finish_row``)."""
+    two column phases and is finished (bias, residual, activation: ``finish_row``; without
+    a residual, on all the plane's tiles at once before: winograd.output_planes)."""
     n, c_out, height, out_w = y.shape
     out_h = min(height - row0, TILE * tiles_h)
     length = tiles_h * tiles_w
@@ -123,7 +124,6 @@ def output_planes_f2(m, y, bias, residual, tiles_h, tiles_w, row0, code, a, b, f
     cols_t = np.empty((TILE, TAPS, length), np.float32)   # (row i of A^T m, column j, tile)
     out = np.empty((TILE, TILE, length), np.float32)      # (tile row i, tile column j, tile)
     full = out_w // TILE                                  # tiles whose 2 columns are both in y
-    no_residual = np.empty(0, np.float32)
     for plane in range(first, last):
         i_n, o = plane // c_out, plane % c_out
         base = i_n * length
@@ -141,6 +141,8 @@ def output_planes_f2(m, y, bias, residual, tiles_h, tiles_w, row0, code, a, b, f
                 o0[u] = q0[u] + q1[u] + q2[u]
                 o1[u] = q1[u] - q2[u] - q3[u]
         shift = bias[o] if has_bias else np.float32(0.0)
+        if not has_residual:                                 # finished here, in one pass
+            activate_row(out.reshape(out.size), code, a, b, shift)
         dst = y[i_n, o, row0:]
         for oh in range(out_h):
             ty, i = oh // TILE, oh % TILE
@@ -150,9 +152,8 @@ def output_planes_f2(m, y, bias, residual, tiles_h, tiles_w, row0, code, a, b, f
                 row[TILE * tx], row[TILE * tx + 1] = p0[tx], p1[tx]
             if out_w % TILE:                                 # the last, half tile
                 row[out_w - 1] = p0[full]
-            finish_row(row, shift,
-                       residual[i_n, o, row0 + oh] if has_residual else no_residual, code,
-                       a, b)
+            if has_residual:
+                finish_row(row, shift, residual[i_n, o, row0 + oh], code, a, b)
 
 
 def winograd_f2_conv2d(x: np.ndarray, packed: np.ndarray, bias: np.ndarray | None,
