@@ -242,9 +242,10 @@ def output_planes(m, y, bias, residual, tiles_h, tiles_w, row0, code, a, b, firs
     Both passes are long loops over all the tiles u = ty*tiles_w + tx of a plane: the
     column pass A^T m (six in, four out per column), then the row pass, which gives output
     (4ty + i, 4tx + j) of every tile in ``out[i, j, u]``. Each output row then gathers its
-    four column phases and is finished (bias, residual, activation: ``finish_row``);
-    without a residual, bias and activation are taken on all the plane's tiles at once,
-    before (the same operations on each value, in one long loop, not one short one a row).
+    four column phases; then bias, residual and activation (``finish_row``) finish the
+    plane's rows at once (one long loop, not a short one a row), or, without a residual,
+    bias and activation its tiles before they are gathered. The same operations on each
+    value either way.
     Compiled with contract: in A^T a multiply and the add after it as one fused multiply-add,
     one rounding less (the activations are epilogue.activate_row's, compiled with it too)."""
     n, c_out, height, out_w = y.shape
@@ -254,6 +255,7 @@ def output_planes(m, y, bias, residual, tiles_h, tiles_w, row0, code, a, b, firs
     cols_t = np.empty((TILE, TAPS, length), np.float32)   # (row i of A^T m, column s, tile)
     out = np.empty((TILE, TILE, length), np.float32)      # (tile row i, tile column j, tile)
     full = out_w // TILE                                  # tiles whose 4 columns are all in y
+    ys, rs = y.reshape(y.size), residual.reshape(residual.size)
     for plane in range(first, last):
         i_n, o = plane // c_out, plane % c_out
         base = i_n * length
@@ -284,8 +286,10 @@ def output_planes(m, y, bias, residual, tiles_h, tiles_w, row0, code, a, b, firs
                 row[k], row[k + 1], row[k + 2], row[k + 3] = p0[tx], p1[tx], p2[tx], p3[tx]
             for ow in range(full * TILE, out_w):             # the last, partial tile
                 row[ow] = out[i, ow % TILE, ty * tiles_w + full]
-            if has_residual:
-                finish_row(row, shift, residual[i_n, o, row0 + oh], code, a, b)
+        if has_residual:                                     # the plane's rows at once
+            at = ((i_n * c_out + o) * height + row0) * out_w
+            finish_row(ys[at:at + out_h * out_w], shift, rs[at:at + out_h * out_w], code,
+                       a, b)
 
 
 def winograd_conv2d(x: np.ndarray, packed: np.ndarray, bias: np.ndarray | None,

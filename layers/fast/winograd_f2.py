@@ -115,8 +115,8 @@ def output_planes_f2(m, y, bias, residual, tiles_h, tiles_w, row0, code, a, b, f
     Both passes are long loops over all the tiles u = ty*tiles_w + tx of a plane: A^T m over
     the columns (three values in, two out), then A over the rows, which leaves output
     (2ty + i, 2tx + j) of every tile in ``out[i, j, u]``. Each output row then interleaves its
-    two column phases and is finished (bias, residual, activation: ``finish_row``; without
-    a residual, on all the plane's tiles at once before: winograd.output_planes)."""
+    two column phases, and the plane is finished (bias, residual, activation: as
+    winograd.output_planes)."""
     n, c_out, height, out_w = y.shape
     out_h = min(height - row0, TILE * tiles_h)
     length = tiles_h * tiles_w
@@ -124,6 +124,7 @@ def output_planes_f2(m, y, bias, residual, tiles_h, tiles_w, row0, code, a, b, f
     cols_t = np.empty((TILE, TAPS, length), np.float32)   # (row i of A^T m, column j, tile)
     out = np.empty((TILE, TILE, length), np.float32)      # (tile row i, tile column j, tile)
     full = out_w // TILE                                  # tiles whose 2 columns are both in y
+    ys, rs = y.reshape(y.size), residual.reshape(residual.size)
     for plane in range(first, last):
         i_n, o = plane // c_out, plane % c_out
         base = i_n * length
@@ -152,8 +153,10 @@ def output_planes_f2(m, y, bias, residual, tiles_h, tiles_w, row0, code, a, b, f
                 row[TILE * tx], row[TILE * tx + 1] = p0[tx], p1[tx]
             if out_w % TILE:                                 # the last, half tile
                 row[out_w - 1] = p0[full]
-            if has_residual:
-                finish_row(row, shift, residual[i_n, o, row0 + oh], code, a, b)
+        if has_residual:                                     # the plane's rows at once
+            at = ((i_n * c_out + o) * height + row0) * out_w
+            finish_row(ys[at:at + out_h * out_w], shift, rs[at:at + out_h * out_w], code,
+                       a, b)
 
 
 def winograd_f2_conv2d(x: np.ndarray, packed: np.ndarray, bias: np.ndarray | None,
