@@ -591,13 +591,13 @@ def _pointwise_job(record, reals, weight, x, bias, residual, y, space, geometry,
 
 
 @kernel(nogil=True, exported=(RECORD, REALS, array(3), array(3), array(1), array(3),
-                              array(3), array(2), INT, FLOAT, FLOAT))
+                              array(3), array(2), INT, FLOAT, FLOAT, INT))
 def _pointwise_transposed_job(record, reals, panels, x, bias, residual, y, space, code, act_a,
-                              act_b):
+                              act_b, threads):
     """A 1x1 convolution turned around, as pointwise_transposed._pointwise_transposed (units:
-    bands of pixels by panels of channels, bands for as many threads as ``space`` has rows:
-    band_pixels; ``space``: a row of work space per thread of the team)."""
-    band = pointwise_transposed.band_pixels(x.shape[0], x.shape[2], y.shape[1], space.shape[0])
+    bands of pixels, band_pixels's for a team of ``threads``, by panels of channels;
+    ``space``: a row of work space per thread of the team)."""
+    band = pointwise_transposed.band_pixels(x.shape[0], x.shape[2], y.shape[1], threads)
     _pointwise_record(record, reals, units_address(_pointwise_transposed_units),
                       pointwise_transposed.unit_count(x.shape[0], panels.shape[0], x.shape[2],
                                                       band),

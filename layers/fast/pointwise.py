@@ -360,10 +360,6 @@ def pointwise_blocks(weight, x, bias, residual, y, space, geometry, code, a, b, 
     packed, xs = space[HEADER:HEADER + min(c_in, K_BLOCK) * width], x.reshape(x.size)
     source = packed if pack else xs
     no_bias, no_residual = np.zeros(ROWS, np.float32), rs[:0]     # for partial sums
-    # rows_known: a stack's whole panel (rows == ROWS) passes the constant ROWS, so that its
-    # ROWS weights of a k sit at fixed offsets from one pointer; with ``rows`` known only at
-    # run time (the last row repeated past it: simd.py) each row keeps a pointer of its own
-    # that every k moves on, 6 more instructions beside 12 multiply-adds
     for k0 in range(0, max(c_in, 1), K_BLOCK):       # a slice of the sum over k ...
         k1 = min(c_in, k0 + K_BLOCK)
         whole = k1 == c_in                            # ... the last one: finish y
@@ -407,8 +403,12 @@ def pointwise_blocks(weight, x, bias, residual, y, space, geometry, code, a, b, 
                     # then added to zero or to the slices before it, read only now (a
                     # second tile held while a chain runs, 24 vectors, spills on AVX2)
                     tile = tile_zero()
-                    if stacked and rows == ROWS:      # weights in panels (pack_stack), a
-                        for k in range(k0, k1):       # whole one: see ``rows_known``
+                    # a stack's whole panel (pack_stack) passes the constant ROWS: its rows'
+                    # weights of a k then sit at fixed offsets from one pointer, where with
+                    # ``rows`` known at run time only (simd.py repeats the last row past
+                    # it) each row keeps a pointer of its own, which every k moves on
+                    if stacked and rows == ROWS:
+                        for k in range(k0, k1):
                             tile = tile_fma(tile, w, w0 + k * ROWS, 1, ROWS, source,
                                             x0 + k * step, COLUMNS)
                     elif stacked:
@@ -435,7 +435,7 @@ def pointwise_blocks(weight, x, bias, residual, y, space, geometry, code, a, b, 
                             for k in range(h0, h1):
                                 part = tile_fma_narrow(part, w, w0 + k * k_step, row_step,
                                                        rows, source, x0 + k * step, LANES)
-                        elif inside and stacked and rows == ROWS:   # rows_known
+                        elif inside and stacked and rows == ROWS:   # (as above)
                             for k in range(h0, h1):
                                 part = tile_fma(part, w, w0 + k * ROWS, 1, ROWS, source,
                                                 x0 + k * step, COLUMNS)

@@ -129,23 +129,35 @@ def panel_ahead(ws, ahead, ahead_end, k):
 
 
 @kernel(nogil=True)
+def bands_for_threads(images, length, c_out, parts):
+    """Bands each image is cut into for a product shared by ``parts`` threads, or 0 for
+    BAND's: where there are fewer images than threads and each image, read in place (of
+    COPY_BELOW pixels or more), has more pixels than output channels. Its x is then the
+    larger operand (C_in x L against the weight's C_in x C_out): a thread that takes a band
+    (whole bands a chunk: workers.py) reads that band of x only. As many bands an image as
+    make the images' bands a multiple of ``parts``: an even share each."""
+    if not (0 < images < parts and length >= COPY_BELOW and length > c_out):
+        return 0
+    common, other = images, parts                     # their greatest common divisor
+    while other > 0:
+        common, other = other, common % other
+    return max(parts // common, (length + BAND - 1) // BAND)
+
+
+@kernel(nogil=True)
 def band_pixels(images, length, c_out, parts):
-    """Pixels of a band of an image of ``length`` pixels (a unit's), for a product shared by
-    ``parts`` threads: BAND at most, and a band per thread where there are fewer images than
-    threads and an image has more pixels than output channels. Its x is then the larger
-    operand (C_in x L against the weight's C_in x C_out), and each thread reads only its
-    band's part of it (whole bands a chunk: workers.py), where cut by panels each would read
-    all of it; uneven counts of panels (96 channels: 3) no longer leave a thread idle."""
-    bands = (length + BAND - 1) // BAND
-    if images < parts and length > c_out:
-        bands = max(bands, (parts + images - 1) // images)
-    return max((length + bands - 1) // max(bands, 1), 1)
+    """Pixels of a band (a unit's) of an image of ``length`` pixels for a product shared by
+    ``parts`` threads: BAND, or an even cut (``bands_for_threads``)."""
+    bands = bands_for_threads(images, length, c_out, parts)
+    return BAND if bands == 0 else (length + bands - 1) // bands
 
 
 @kernel(nogil=True, exported=(INT, INT, INT, INT, array(1, INT)))
-def _band_pixels(images, length, c_out, parts, out):
-    """out[0] = band_pixels: for the Python side (``band_of``)."""
-    out[0] = band_pixels(images, length, c_out, parts)
+def _transposed_bands(images, length, c_out, parts, plan):
+    """plan[0] = band_pixels, plan[1] = bands_for_threads: for the Python side
+    (``band_plan``)."""
+    plan[0] = band_pixels(images, length, c_out, parts)
+    plan[1] = bands_for_threads(images, length, c_out, parts)
 
 
 @kernel(nogil=True)
@@ -158,8 +170,8 @@ def unit_count(images, panel_count, length, band):
 def transposed_units(panels, x, bias, residual, y, space, code, a, b, band, first, last):
     """Units first .. last - 1 of _pointwise_transposed's y. A unit is one image's band of
     ``band`` pixels (at most BAND: ``band_pixels``) by one panel of COLUMNS channels;
-    consecutive units share the band (the panel
-    changes fastest), so the band of x stays in cache, or in the work space: each image's x
+    consecutive units share the band (the panel changes fastest), so the band of x stays in
+    cache, or in the work space: each image's x
     is copied there (rows of ``row_of_copy``) when the space has room for it after the
     band's sums (``space_size`` gives that room where ``copies_x`` says).
     Tiles of ROWS pixels, then ``short_tiles`` of ROWS - 1, cover a band. ``bias`` has C_out
@@ -259,11 +271,12 @@ def copies_x(c_in: int, length: int) -> bool:
 
 
 @functools.lru_cache(maxsize=1024)
-def band_of(images: int, length: int, c_out: int, parts: int) -> int:
-    """band_pixels, from Python (cached: a forward asks about the same few products)."""
-    out = np.zeros(1, np.int64)
-    _band_pixels(images, length, c_out, parts, out)
-    return int(out[0])
+def band_plan(images: int, length: int, c_out: int, parts: int) -> tuple[int, int]:
+    """(band_pixels, bands_for_threads) of a product, from Python (cached: a forward asks
+    about the same few products every time)."""
+    plan = np.zeros(2, np.int64)
+    _transposed_bands(images, length, c_out, parts, plan)
+    return int(plan[0]), int(plan[1])
 
 
 def space_size(c_in: int, length: int) -> int:

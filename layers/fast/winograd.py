@@ -130,25 +130,22 @@ def stream_buffers(tile, taps, tiles_h, tiles_w, height, width, top, left):
 
 @kernel(nogil=True, inline="always")
 def split_into_streams(plane, streams, padded_row, rows, cols, top, left, tiles_w):
-    """Write an image plane into the streams of a Winograd input transform (this module's
-    and winograd_f2.py's): streams (tile, taps, (tiles_h + 1) * tiles_w), where stream
-    (p, j) holds, for every padded row tile*ty' + p, the padded column tile*tx + j of each
-    tile tx (tile = outputs per tile side, taps = inputs). Each of the first ``rows`` image
-    rows goes through ``padded_row``, whose zeros around the image's columns stay."""
-    tile, taps = streams.shape[0], streams.shape[1]
+    """Write an image plane into the streams of a Winograd input transform (this module's,
+    tile 4 and taps 6, and winograd_f2.py's, 2 and 4): streams (tile, taps, (tiles_h + 1) *
+    tiles_w), where stream (p, j) holds, for every padded row tile*ty' + p, the padded
+    column tile*tx + j of each tile tx (tile = outputs per tile side, taps = inputs). Each of
+    the first ``rows`` image rows goes through ``padded_row``, whose zeros around the
+    image's columns stay."""
+    tile = streams.shape[0]
     for r in range(rows):
         line, inner = plane[r], padded_row[left:]
         for k in range(cols):
             inner[k] = line[k]
         p, at = (top + r) % tile, (top + r) // tile * tiles_w
-        if tile == 4 and taps == 6:              # F(4x4): all six streams in one loop
+        if tile == 4:                            # F(4x4): all six streams in one loop
             six_streams(streams[p], padded_row, at, tiles_w)
-        elif tile == 2 and taps == 4:            # F(2x2): all four
+        else:                                    # F(2x2): all four
             four_streams(streams[p], padded_row, at, tiles_w)
-        else:
-            for tx in range(tiles_w):
-                for j in range(taps):
-                    streams[p, j, at + tx] = padded_row[tile * tx + j]
 
 
 @kernel(nogil=True, inline="always")

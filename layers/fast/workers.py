@@ -170,15 +170,16 @@ class Team:
     def pointwise_transposed(self, panels: np.ndarray, x: np.ndarray, bias: np.ndarray,
                              residual: np.ndarray, y: np.ndarray, space: np.ndarray,
                              activation: Activation, checked: bool = True) -> None:
-        """pointwise_transposed._pointwise_transposed, shared (as ``pointwise``)."""
+        """pointwise_transposed._pointwise_transposed, shared: in CHUNKS per thread, or in
+        whole bands where the images are cut into bands for the threads
+        (pointwise_transposed.bands_for_threads)."""
         if checked:
             self._check_space(space, pointwise_transposed.space_size(x.shape[1], x.shape[2]))
-        images, length, c_out = x.shape[0], x.shape[2], y.shape[1]
-        band = pointwise_transposed.band_of(images, length, c_out, space.shape[0])
-        cut = band < pointwise_transposed.band_of(images, length, c_out, 1)
-        chunks = images * -(-length // band) if cut else self.chunks   # whole bands a chunk
-        self._share(self._job(jobs._pointwise_transposed_job, checked), chunks, panels,
-                    x, bias, residual, y, space, activation.code, activation.a, activation.b)
+        images = x.shape[0]
+        _, bands = pointwise_transposed.band_plan(images, x.shape[2], y.shape[1], self.threads)
+        self._share(self._job(jobs._pointwise_transposed_job, checked),
+                    images * bands if bands else self.chunks, panels, x, bias, residual, y,
+                    space, activation.code, activation.a, activation.b, self.threads)
 
     def _job(self, job, checked: bool):
         """``job``, or its unchecked form (as bound when the team was made) for a caller

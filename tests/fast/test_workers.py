@@ -12,7 +12,7 @@ import pytest
 from layers import kernels
 from layers.fast import backend, jobs, pointwise, pointwise_transposed, workers
 from layers.fast.conv import PackedConv2d
-from layers.fast.epilogue import CLAMP, IDENTITY, Activation
+from layers.fast.epilogue import CLAMP, GELU, IDENTITY, SIGMOID, THEN_AFFINE, Activation
 from layers.fast.simd import ROWS
 from layers.fast.winograd import pack_winograd_weight
 from layers.fast.winograd_f2 import pack_winograd_f2_weight
@@ -378,18 +378,23 @@ def test_one_image_narrowing_is_shared_in_whole_bands_with_the_same_bits(c_in, c
         assert bands % calls[0] == 0                  # chunks of whole bands
 
 
-@pytest.mark.parametrize("images, c_in, c_out, length", [
-    (1, 576, 96, 196), (1, 384, 64, 196), (1, 64, 40, 49), (1, 960, 160, 49),
-    (2, 576, 96, 196), (3, 96, 32, 100)])
-def test_transposed_products_are_cut_into_a_band_per_thread_with_the_same_bits(
-        images, c_in, c_out, length, team, monkeypatch):
-    """The transposed 1x1 product of fewer images than threads, on images of more pixels
-    than output channels, gives each thread a band of pixels (all its panels, in one chunk
-    each) rather than panels of all pixels; the same bits as one thread's run, which takes
-    the image in one band, and numpy's product."""
+@pytest.mark.parametrize("activation", [IDENTITY, Activation(SIGMOID),
+                                        Activation(GELU + THEN_AFFINE, 0.5, -1.0)],
+                         ids=["none", "sigmoid", "gelu then affine"])
+@pytest.mark.parametrize("images, c_in, c_out, length, cut_by_threads", [
+    (1, 576, 96, 196, (0, 2, 3)), (1, 384, 64, 196, (0, 2, 3)),
+    (2, 576, 96, 196, (0, 0, 3)), (1, 64, 40, 49, (0, 0, 0)),       # x copied: not cut
+    (1, 960, 256, 196, (0, 0, 0)), (3, 96, 32, 100, (0, 0, 0))])    # more channels; images
+def test_transposed_products_are_cut_into_even_bands_with_the_same_bits(
+        images, c_in, c_out, length, cut_by_threads, activation, team, monkeypatch):
+    """The transposed 1x1 product of fewer images than threads, on images read in place
+    that have more pixels than output channels, is cut into bands, an image's as many as
+    make them a multiple of the threads (2 images on 3 threads: 3 each), one chunk a band;
+    with the same bits as one thread's run, which takes BAND pixels a band, and numpy's
+    product."""
     calls = chunks_of_each_job(team, monkeypatch)
     rng = np.random.default_rng(c_in)
-    weight = rng.standard_normal((c_out, c_in), dtype=np.float32)
+    weight = rng.standard_normal((c_out, c_in), dtype=np.float32) / np.sqrt(c_in)
     x = rng.standard_normal((images, c_in, length), dtype=np.float32)
     bias = rng.standard_normal(c_out, dtype=np.float32)
     residual = rng.standard_normal((images, c_out, length), dtype=np.float32)
@@ -397,21 +402,21 @@ def test_transposed_products_are_cut_into_a_band_per_thread_with_the_same_bits(
     floats = pointwise_transposed.space_size(c_in, length)
     y, alone = (np.empty((images, c_out, length), np.float32) for _ in range(2))
     team.pointwise_transposed(panels, x, bias, residual, y,
-                              np.zeros((team.threads, floats), np.float32), IDENTITY)
+                              np.zeros((team.threads, floats), np.float32), activation)
     pointwise_transposed._pointwise_transposed(panels, x, bias, residual, alone,
-                                               np.zeros(floats, np.float32), IDENTITY.code,
-                                               IDENTITY.a, IDENTITY.b)
+                                               np.zeros(floats, np.float32), activation.code,
+                                               activation.a, activation.b)
     np.testing.assert_array_equal(y, alone)
-    np.testing.assert_allclose(y, weight @ x + bias[:, None] + residual, rtol=1e-4, atol=1e-3)
-    band = pointwise_transposed.band_of(images, length, c_out, team.threads)
-    one_band = pointwise_transposed.band_of(images, length, c_out, 1)
-    assert one_band == min(length, pointwise_transposed.BAND)
-    if images < team.threads and length > c_out:
-        bands = -(-team.threads // images)                 # an image's
-        assert band == -(-length // bands)
-        assert calls == [images * bands]                   # a chunk a band
-    else:
-        assert band == one_band
+    if activation == IDENTITY:
+        np.testing.assert_allclose(y, weight @ x + bias[:, None] + residual, rtol=1e-4,
+                                   atol=1e-4)
+    bands = cut_by_threads[team.threads - 1]
+    band, planned = pointwise_transposed.band_plan(images, length, c_out, team.threads)
+    assert planned == bands
+    assert band == (-(-length // bands) if bands else pointwise_transposed.BAND)
+    if bands:
+        assert calls == [images * bands]                      # a chunk a band
+        assert images * bands % team.threads == 0
 
 
 def test_forwards_in_two_threads_at_once_share_one_team(shared):
