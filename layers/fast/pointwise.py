@@ -431,7 +431,11 @@ def pointwise_blocks(weight, x, bias, residual, y, space, geometry, code, a, b, 
                     for h0 in range(k0, k1, chain):   # tile += a chain, from zero
                         part = tile_zero()
                         h1 = min(k1, h0 + chain)
-                        if inside and narrow:         # weight[c0:, k] x[k, p0:], whole vectors
+                        if inside and narrow and stacked and rows == ROWS:   # (as above)
+                            for k in range(h0, h1):
+                                part = tile_fma_narrow(part, w, w0 + k * ROWS, 1, ROWS,
+                                                       source, x0 + k * step, LANES)
+                        elif inside and narrow:       # weight[c0:, k] x[k, p0:], whole vectors
                             for k in range(h0, h1):
                                 part = tile_fma_narrow(part, w, w0 + k * k_step, row_step,
                                                        rows, source, x0 + k * step, LANES)
