@@ -81,6 +81,7 @@ from layers.fast.pointwise_transposed import (lanes_filled, pack_panels,
                                               pointwise_transposed_conv2d, transposed_product,
                                               transposed_pays)
 from layers.fast.simd import COLUMNS, LANES
+from layers.fast.team import after_sharing
 from layers.fast.winograd import TAPS, TILE, pack_winograd_weight, winograd_conv2d
 from layers.fast.winograd_f2 import TAPS as TAPS_F2
 from layers.fast.winograd_f2 import TILE as TILE_F2
@@ -290,13 +291,22 @@ def _transposed_once_packed(conv: Convolution, pads: Pads, out_hw: Pair,
                             activation: Activation) -> Call:
     """gemm_transposed of a weight whose panels are not packed yet (9 MiB for a 512-channel
     3x3: more than a forward should wait for): the first call at a size runs im2col's
-    upright product, then has the panels packed in the background (``conv.packing``), away
-    from the layers before it; the next calls run the transposed product, waiting for the
+    upright product, then has the panels packed in the background (``conv.packing``) once
+    its forward has given back its helper threads (team.after_sharing: the packing thread
+    would take a core from them); the next calls run the transposed product, waiting for the
     panels if they are not packed yet. Both products give the same values (the same sums;
     the last bits may differ where the upright one takes a narrow tail as dot products). If
     the packing fails (no memory), the upright product goes on, with a warning."""
     upright = _gemm_call(conv, pads, out_hw, activation)
     run, asked, settled = upright, False, False
+
+    def start_packing() -> None:
+        nonlocal settled
+        try:
+            conv.packing("gemm_transposed")       # started
+        except RuntimeError as exc:               # no new thread at interpreter exit
+            log.warning("gemm_transposed panels not packed (%s): im2col goes on", exc)
+            settled = True
 
     def transposed_once_packed(x, residual, y):
         nonlocal run, asked, settled
@@ -305,11 +315,7 @@ def _transposed_once_packed(conv: Convolution, pads: Pads, out_hw: Pair,
         run(x, residual, y)
         if not asked:
             asked = True
-            try:
-                conv.packing("gemm_transposed")   # started
-            except RuntimeError as exc:           # no new thread at interpreter exit
-                log.warning("gemm_transposed panels not packed (%s): im2col goes on", exc)
-                settled = True
+            after_sharing(start_packing)
     return transposed_once_packed
 
 

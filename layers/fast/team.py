@@ -3,6 +3,7 @@
     team = current_team()                    # this thread's sharing Team, or None
     team = team_worth_sharing(work, least)   # the same, or None below ``least`` work
     buffer = scratch(name, shape)            # a float32 work array kept by this thread
+    after_sharing(action)                    # run once this thread gives its team back
 
 The kernel modules (gemm, pointwise, pointwise_transposed, winograd) read these to share
 their work and to allocate nothing per call; workers.py makes the teams and sets this
@@ -17,7 +18,7 @@ from __future__ import annotations
 import math
 import os
 import threading
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 
@@ -46,6 +47,26 @@ def set_current_team(team: Team | None) -> None:
     """Make ``team`` the one sharing this thread's kernels (None: none); workers.join's and
     leave's."""
     _local.team = team
+
+
+def after_sharing(action: Callable[[], None]) -> None:
+    """Run ``action`` when this thread gives back the team sharing its forward
+    (workers.leave: ``actions_after_sharing``), or now if it has none: work handed to another
+    thread (a background packing) that would take a core from the forward's helpers."""
+    if current_team() is None:
+        action()
+        return
+    pending = getattr(_local, "after", None)
+    if pending is None:
+        pending = _local.after = []
+    pending.append(action)
+
+
+def actions_after_sharing() -> list[Callable[[], None]]:
+    """The actions ``after_sharing`` kept for this thread, handed over (and forgotten)."""
+    pending = getattr(_local, "after", None) or []
+    _local.after = []
+    return pending
 
 
 def scratch(name: str, shape: tuple[int, ...]) -> np.ndarray:

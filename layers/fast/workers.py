@@ -44,7 +44,7 @@ from layers.fast.epilogue import Activation, epilogue_operands, nothing_to_finis
 from layers.fast.operands import unchecked
 from layers.fast.team import current_team as current  # workers.current(), as before
 from layers.fast.team import scratch as scratch  # workers.scratch, as before
-from layers.fast.team import set_current_team
+from layers.fast.team import actions_after_sharing, set_current_team
 
 log = logging.getLogger(__name__)
 
@@ -350,10 +350,13 @@ def join(num_threads: int | None) -> tuple[Team | None, bool]:
 
 
 def leave(team: Team) -> None:
-    """Give back a team ``join`` took: its helpers may sleep, another forward may take it."""
+    """Give back a team ``join`` took: its helpers may sleep, another forward may take it;
+    then run what the forward left for after it (team.after_sharing)."""
     team.active.clear()
     set_current_team(None)
     team.in_use.release()
+    for action in actions_after_sharing():
+        action()
 
 
 def team_for(num_threads: int | None) -> Team | None:

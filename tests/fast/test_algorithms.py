@@ -15,7 +15,7 @@ import time
 import numpy as np
 import pytest
 
-from layers.fast import algorithms, jobs
+from layers.fast import algorithms, jobs, workers
 from layers.fast.algorithms import (ONE_UNIT_PLANES_FROM,
                                     WINOGRAD_F2_LARGE,
                                     WINOGRAD_F2_LARGE_MIN_TILES,
@@ -267,6 +267,29 @@ def test_large_transposed_panels_are_packed_in_the_background(monkeypatch):
         assert not calls and not packed.packing("gemm_transposed").done()
     finally:
         release.set()
+    second = run_7x7(packed, x)
+    assert calls == [1] and packed.has_packed("gemm_transposed")
+    np.testing.assert_allclose(first, want, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(second, want, rtol=1e-5, atol=1e-5)
+
+
+def test_large_panels_asked_in_a_shared_forward_are_packed_after_it(monkeypatch):
+    """Asked during a forward whose kernels a team of helper threads shares, the background
+    packing starts only once the forward gives its team back (team.after_sharing), not
+    beside its later layers; the next call then waits for it and runs transposed."""
+    monkeypatch.setattr(workers, "usable_cores", lambda: 2)
+    monkeypatch.delenv("PNNX_INFER_HELPERS", raising=False)
+    packed, x, want, calls = held_panels(monkeypatch)
+    started = threading.Event()
+    entry = algorithms.BY_NAME["gemm_transposed"]
+    monkeypatch.setitem(algorithms.BY_NAME, "gemm_transposed", entry._replace(
+        pack=lambda conv: (started.set(), entry.pack(conv))[1]))
+    with workers.sharing(2) as team:
+        if team is None:
+            pytest.skip("no team of helper threads here (numpy's OpenBLAS not found)")
+        first = run_7x7(packed, x)                  # upright; the packing is asked for
+        assert not started.wait(0.3)                # ... but not started in the forward
+    assert started.wait(30)                         # started once the team is given back
     second = run_7x7(packed, x)
     assert calls == [1] and packed.has_packed("gemm_transposed")
     np.testing.assert_allclose(first, want, rtol=1e-5, atol=1e-5)
