@@ -293,24 +293,26 @@ def _transposed_once_packed(conv: Convolution, pads: Pads, out_hw: Pair,
     3x3: more than a forward should wait for): the first call at a size runs im2col's
     upright product, then has the panels packed in the background (``conv.packing``) once
     its forward has given back its helper threads (team.after_sharing: the packing thread
-    would take a core from them); the next calls run the transposed product, waiting for the
-    panels if they are not packed yet. Both products give the same values (the same sums;
+    would take a core from them); the next calls run the upright product until the panels
+    are packed, then the transposed one. Both products give the same values (the same sums;
     the last bits may differ where the upright one takes a narrow tail as dot products). If
     the packing fails (no memory), the upright product goes on, with a warning."""
     upright = _gemm_call(conv, pads, out_hw, activation)
-    run, asked, settled = upright, False, False
+    run, asked, started, settled = upright, False, False, False
 
     def start_packing() -> None:
-        nonlocal settled
+        nonlocal started, settled
         try:
             conv.packing("gemm_transposed")       # started
+            started = True
         except RuntimeError as exc:               # no new thread at interpreter exit
             log.warning("gemm_transposed panels not packed (%s): im2col goes on", exc)
             settled = True
 
     def transposed_once_packed(x, residual, y):
         nonlocal run, asked, settled
-        if asked and not settled:
+        # (conv.packing: the future, asked again in a forked child, where it was the parent's)
+        if started and not settled and conv.packing("gemm_transposed").done():
             run, settled = _transposed_or_upright(conv, pads, out_hw, activation, upright), True
         run(x, residual, y)
         if not asked:
@@ -321,8 +323,8 @@ def _transposed_once_packed(conv: Convolution, pads: Pads, out_hw: Pair,
 
 def _transposed_or_upright(conv: Convolution, pads: Pads, out_hw: Pair,
                            activation: Activation, upright: Call) -> Call:
-    """The transposed product once its panels are packed (waiting for them), or the upright
-    one for good if packing them failed."""
+    """The transposed product once its panels are packed, or the upright one for good if
+    packing them failed."""
     try:
         conv.packing("gemm_transposed").result()
     except Exception as exc:                      # MemoryError, most likely
