@@ -36,7 +36,8 @@ packing and each call. The rules, in order:
                              the transposed 1x1's product where it pays (as above, with
                              C_in * kh * kw channels); panels of more than PACKED_IN_FORWARD
                              bytes are packed in the background, im2col's upright product
-                             running the first call at a size (``_transposed_once_packed``)
+                             running the calls at a size until they are
+                             (``_transposed_once_packed``)
     gemm                     any convolution: 1x1 in register tiles; larger kernels with
                              one group on cols made band by band (large images); strided
                              or padded 1x1, small cols and grouped ones through im2col
@@ -65,6 +66,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import os
 from concurrent.futures import Future
 from typing import Callable, NamedTuple, Protocol
 
@@ -269,7 +271,7 @@ def _im2col_transposed_call(conv: Convolution, pads: Pads, out_hw: Pair,
                             activation: Activation, packing: str = "gemm_transposed") -> Call:
     """im2col, then the transposed product, with the panels of algorithm ``packing``."""
     if packing == "gemm_transposed" and _large_panels(conv) and not conv.has_packed(packing):
-        if conv.packing_failed(packing):          # said once already: im2col goes on
+        if conv.packing_failed(packing):          # said when it failed: im2col goes on
             return _gemm_call(conv, pads, out_hw, activation)
         return _transposed_once_packed(conv, pads, out_hw, activation)
     panels, bias = conv.packed(packing), conv.bias
@@ -291,45 +293,52 @@ def _transposed_once_packed(conv: Convolution, pads: Pads, out_hw: Pair,
                             activation: Activation) -> Call:
     """gemm_transposed of a weight whose panels are not packed yet (9 MiB for a 512-channel
     3x3: more than a forward should wait for): the first call at a size runs im2col's
-    upright product, then has the panels packed in the background (``conv.packing``) once
-    its forward has given back its helper threads (team.after_sharing: the packing thread
-    would take a core from them); the next calls run the upright product until the panels
-    are packed, then the transposed one. Both products give the same values (the same sums;
+    upright product and has the panels packed in the background (``conv.packing``) once its
+    forward has given back its helper threads (team.after_sharing: the packing thread would
+    take a core from them); the next calls run the upright product until the panels are
+    packed, then the transposed one. Both products give the same values (the same sums;
     the last bits may differ where the upright one takes a narrow tail as dot products). If
-    the packing fails (no memory), the upright product goes on, with a warning."""
+    the packing fails (no memory), it is said once, and the upright product goes on."""
     upright = _gemm_call(conv, pads, out_hw, activation)
-    run, asked, started, settled = upright, False, False, False
+    run, settled = upright, False
+    queued, asked = 0, False            # the process that queued the packing; asked for it
 
-    def start_packing() -> None:
-        nonlocal started, settled
+    def ask_for_packing() -> None:
+        nonlocal asked, settled
         try:
-            conv.packing("gemm_transposed")       # started
-            started = True
+            conv.packing("gemm_transposed").add_done_callback(_said_if_failed(conv))
+            asked = True
         except RuntimeError as exc:               # no new thread at interpreter exit
             log.warning("gemm_transposed panels not packed (%s): im2col goes on", exc)
             settled = True
 
     def transposed_once_packed(x, residual, y):
-        nonlocal run, asked, settled
+        nonlocal run, settled, queued
         # (conv.packing: the future, asked again in a forked child, where it was the parent's)
-        if started and not settled and conv.packing("gemm_transposed").done():
+        if asked and not settled and conv.packing("gemm_transposed").done():
             run, settled = _transposed_or_upright(conv, pads, out_hw, activation, upright), True
         run(x, residual, y)
-        if not asked:
-            asked = True
-            after_sharing(start_packing)
+        if not settled and queued != os.getpid():  # not yet, or in a forked child that
+            queued = os.getpid()                   # never ran the parent's queued action
+            after_sharing(ask_for_packing)
     return transposed_once_packed
+
+
+def _said_if_failed(conv: Convolution) -> Callable[[Future], None]:
+    """A done callback for a packing of gemm_transposed's panels: a warning if it failed."""
+    def said(future: Future) -> None:
+        exc = future.exception()
+        if exc is not None:                       # MemoryError, most likely
+            log.warning("gemm_transposed panels of a %s weight not packed (%s): im2col goes "
+                        "on", "x".join(map(str, conv.weight.shape)), exc)
+    return said
 
 
 def _transposed_or_upright(conv: Convolution, pads: Pads, out_hw: Pair,
                            activation: Activation, upright: Call) -> Call:
     """The transposed product once its panels are packed, or the upright one for good if
-    packing them failed."""
-    try:
-        conv.packing("gemm_transposed").result()
-    except Exception as exc:                      # MemoryError, most likely
-        log.warning("gemm_transposed panels of a %s weight not packed (%s): im2col goes on",
-                    "x".join(map(str, conv.weight.shape)), exc)
+    packing them failed (``_said_if_failed`` said so)."""
+    if conv.packing_failed("gemm_transposed"):
         return upright
     return _im2col_transposed_call(conv, pads, out_hw, activation)
 

@@ -269,7 +269,7 @@ def output_planes(m, y, bias, residual, tiles_h, tiles_w, row0, code, a, b, firs
             o0, o1, o2, o3 = out[i, 0], out[i, 1], out[i, 2], out[i, 3]
             for u in range(length):
                 o0[u], o1[u], o2[u], o3[u] = _at(q0[u], q1[u], q2[u], q3[u], q4[u], q5[u])
-        shift = bias[o] if has_bias else np.float32(0.0)
+        shift = bias[o] if has_bias else np.float32(-0.0)      # -0.0: no shift
         if not has_residual:                                 # finished here, in one pass
             activate_row(out.reshape(out.size), code, a, b, shift)
         dst = y[i_n, o, row0:]

@@ -141,7 +141,7 @@ def output_planes_f2(m, y, bias, residual, tiles_h, tiles_w, row0, code, a, b, f
             for u in range(length):
                 o0[u] = q0[u] + q1[u] + q2[u]
                 o1[u] = q1[u] - q2[u] - q3[u]
-        shift = bias[o] if has_bias else np.float32(0.0)
+        shift = bias[o] if has_bias else np.float32(-0.0)      # -0.0: no shift
         if not has_residual:                                 # finished here, in one pass
             activate_row(out.reshape(out.size), code, a, b, shift)
         dst = y[i_n, o, row0:]

@@ -355,8 +355,11 @@ def leave(team: Team) -> None:
     team.active.clear()
     set_current_team(None)
     team.in_use.release()
-    for action in actions_after_sharing():
-        action()
+    for action in actions_after_sharing():        # each on its own: one that fails does
+        try:                                      # not fail the forward, nor the others
+            action()
+        except Exception:
+            log.exception("an action left for after a forward failed")
 
 
 def team_for(num_threads: int | None) -> Team | None:

@@ -11,6 +11,7 @@ import subprocess
 import sys
 import threading
 import time
+from concurrent.futures import wait
 
 import numpy as np
 import pytest
@@ -282,16 +283,15 @@ def test_large_panels_asked_in_a_shared_forward_are_packed_after_it(monkeypatch)
     monkeypatch.setattr(workers, "usable_cores", lambda: 2)
     monkeypatch.delenv("PNNX_INFER_HELPERS", raising=False)
     packed, x, want, calls = held_panels(monkeypatch)
-    started = threading.Event()
-    entry = algorithms.BY_NAME["gemm_transposed"]
-    monkeypatch.setitem(algorithms.BY_NAME, "gemm_transposed", entry._replace(
-        pack=lambda conv: (started.set(), entry.pack(conv))[1]))
+    asked: list[str] = []
+    packing = packed.packing
+    monkeypatch.setattr(packed, "packing", lambda name: (asked.append(name), packing(name))[1])
     with workers.sharing(2) as team:
         if team is None:
             pytest.skip("no team of helper threads here (numpy's OpenBLAS not found)")
-        first = run_7x7(packed, x)                  # upright; the packing is asked for
-        assert not started.wait(0.3)                # ... but not started in the forward
-    assert started.wait(30)                         # started once the team is given back
+        first = run_7x7(packed, x)                  # upright, the packing queued
+        assert not asked                            # ... not asked for in the forward
+    assert asked == ["gemm_transposed"]             # asked once the team is given back
     packed.packing("gemm_transposed").result(timeout=30)
     second = run_7x7(packed, x)
     assert calls == [1] and packed.has_packed("gemm_transposed")
@@ -314,7 +314,12 @@ def test_panels_that_cannot_be_packed_leave_the_upright_product(monkeypatch, cap
     """A packing that fails in the background (no memory) is said once, not again for
     another size; the upright product goes on giving the right answer."""
     packed, x, want, calls = held_panels(monkeypatch, fail=True)
-    for _ in range(3):
+    np.testing.assert_allclose(run_7x7(packed, x), want, rtol=1e-5, atol=1e-5)
+    wait([packed.packing("gemm_transposed")], timeout=30)          # failed, and said by
+    deadline = time.monotonic() + 30                                # its done callback
+    while "no room for the panels" not in caplog.text and time.monotonic() < deadline:
+        time.sleep(0.01)
+    for _ in range(2):
         np.testing.assert_allclose(run_7x7(packed, x), want, rtol=1e-5, atol=1e-5)
     for _ in range(2):                                              # another size
         packed.run(x[:, :, :6, :6], (1, 1, 1, 1), (6, 6), IDENTITY)

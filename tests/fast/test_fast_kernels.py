@@ -358,21 +358,23 @@ def test_winograd_in_chunks_of_images_gives_the_same_bits(monkeypatch, algorithm
 @pytest.mark.parametrize("padding", [(1, 1, 1, 1), (0, 2, 1, 0), (3, 0, 2, 2)],
                          ids=["same", "bottom", "tall top"])
 @pytest.mark.parametrize("num_threads", [1, 2])
+@pytest.mark.parametrize("finish", ["relu after a residual", "gelu, no residual"])
 def test_winograd_in_strips_of_rows_gives_the_same_bits(monkeypatch, algorithm, strip_rows,
-                                                         padding, num_threads):
+                                                         padding, num_threads, finish):
     """An image whose V and M alone would pass CHUNK_BYTES runs a strip of its rows of tiles
     at a time, each strip reading its rows of x (and the padding above the first) and writing
-    its rows of y: the same bits as in one piece, residual and activation included, strips
-    whose heights differ by one at most, for any padding, on one thread or shared with a
-    helper."""
-    from layers.fast.epilogue import RELU, Activation
+    its rows of y: the same bits as in one piece, with a residual (rows finished as a plane)
+    or without (the tiles finished before they are gathered), strips whose heights differ
+    by one at most, for any padding, on one thread or shared with a helper."""
+    from layers.fast.epilogue import GELU, RELU, Activation
 
     top, bottom, left, right = padding
     x = rand(2, 16, 21, 11)
     out_hw = (21 + top + bottom - 2, 11 + left + right - 2)
     residual, weight, bias = rand(2, 24, *out_hw), rand(24, 16, 3, 3), rand(24)
-    args = dict(padding=padding, activation=Activation(RELU), residual=residual,
-                algorithm=algorithm)
+    with_residual = finish == "relu after a residual"
+    args = dict(padding=padding, activation=Activation(RELU if with_residual else GELU),
+                residual=residual if with_residual else None, algorithm=algorithm)
     tile, products = (4, 36) if algorithm == "winograd" else (2, 16)
     tiles_h, tiles_w = -(-out_hw[0] // tile), -(-out_hw[1] // tile)
     with threads.limit(num_threads):
@@ -388,8 +390,13 @@ def test_winograd_in_strips_of_rows_gives_the_same_bits(monkeypatch, algorithm, 
         assert rows[0][0] == 0 and rows[-1][1] == tiles_h
         assert all(a[1] == b[0] for a, b in zip(rows, rows[1:]))
     np.testing.assert_array_equal(strips, whole)
-    want = torch_conv(x, weight, bias, (1, 1), padding, (1, 1), 1) + residual
-    np.testing.assert_allclose(whole, np.maximum(want, 0), atol=1e-4, rtol=1e-4)
+    want = torch_conv(x, weight, bias, (1, 1), padding, (1, 1), 1)
+    if with_residual:
+        want = np.maximum(want + residual, 0)
+    else:
+        import torch
+        want = torch.nn.functional.gelu(torch.from_numpy(want)).numpy()
+    np.testing.assert_allclose(whole, want, atol=1e-4, rtol=1e-4)
 
 
 def test_winograd_refuses_a_residual_of_another_shape():

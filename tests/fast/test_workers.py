@@ -419,6 +419,32 @@ def test_transposed_products_are_cut_into_even_bands_with_the_same_bits(
         assert images * bands % team.threads == 0
 
 
+def test_actions_after_sharing_run_when_the_outermost_forward_gives_its_team_back(
+        shared, caplog):
+    """team.after_sharing: at once on a thread without a team; kept while the thread shares
+    one (a nested join does not give it back), run in order by the leave that does, each on
+    its own (one that raises is logged; the others run; the forward is not failed)."""
+    from layers.fast.team import after_sharing
+
+    done: list[str] = []
+    after_sharing(lambda: done.append("no team"))
+    assert done == ["no team"]
+
+    def fails() -> None:
+        raise ValueError("this action fails")
+
+    with shared() as team:
+        after_sharing(lambda: done.append("first"))
+        inner, joined = workers.join(2)                 # the thread's own team: not taken
+        assert inner is team and not joined
+        after_sharing(fails)
+        after_sharing(lambda: done.append("second"))
+        assert done == ["no team"]
+    assert done == ["no team", "first", "second"]
+    assert "an action left for after a forward failed" in caplog.text
+    assert "this action fails" in caplog.text
+
+
 def test_forwards_in_two_threads_at_once_share_one_team(shared):
     """One forward at a time has the team; another thread's forward meanwhile runs on its
     own thread, and both give the one-thread result."""
