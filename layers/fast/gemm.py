@@ -60,6 +60,8 @@ IM2COL_SHARED_FROM = 1 << 15   # values of cols: fewer are copied faster alone t
 PHASES_MOST = 1 << 22          # floats of phases at a time (16 MiB): larger batches go in parts
 BANDS_FROM = 1 << 16           # values of cols an image: fewer stay in cache, made at once
 BANDS_MIN_PIXELS = 256         # outputs an image: fewer are one band, made by every thread
+BATCHED_COLS_MOST = 1 << 19    # values of cols made for several images at once (2 MiB), and
+                               # their product taken at once (a strided 1x1's, at batch 8)
 
 
 @kernel(nogil=True, exported=(array(3), array(2), *[INT] * 10))
@@ -270,19 +272,16 @@ def im2col_product(packed: np.ndarray, bias: np.ndarray | None, kernel: tuple[in
     im2col = unchecked(_im2col)
 
     def im2col_then_product(x: np.ndarray, residual: np.ndarray | None, y: np.ndarray) -> None:
-        # (_cols_of_each_image's loop without its generator; one image, the usual call, takes
-        # no slices of y and the residual)
         images = check_images(x, residual, y)
-        cols = scratch("cols", (rows, length))
-        copier = team_worth_sharing(cols.size, IM2COL_SHARED_FROM)
-        for i in range(images):
-            _image_cols(x[i], cols, copier, im2col, kernel, stride, pads, dilation, out_hw)
-            # cols are this thread's own, y and residual checked: the product need not check
-            if images == 1:
-                product(cols.reshape(1, rows, length), residual, y)
-            else:
-                product(cols.reshape(1, rows, length),
-                        None if residual is None else residual[i:i + 1], y[i:i + 1])
+        if images == 1:                            # the usual call: no slices of y, residual
+            cols = scratch("cols", (1, rows, length))
+            _image_cols(x[0], cols[0], team_worth_sharing(cols.size, IM2COL_SHARED_FROM),
+                        im2col, kernel, stride, pads, dilation, out_hw)
+            product(cols, residual, y)             # (this thread's cols; y, residual checked)
+            return
+        for i, j, cols in _cols_in_batches(x, rows, kernel, stride, pads, dilation, out_hw,
+                                           im2col):
+            product(cols, None if residual is None else residual[i:j], y[i:j])
     return im2col_then_product
 
 
@@ -334,10 +333,10 @@ def gemm_transposed_conv2d(x: np.ndarray, panels: np.ndarray, bias: np.ndarray |
     rows, length = panels.shape[1], out_h * out_w
     check(y, y.shape, "im2col convolution's output", writeable=True)   # reshaped in place
     product = transposed_product(panels, bias, rows, c_out, length, activation)
-    for i, cols in _cols_of_each_image(x, rows, kernel, stride, pads, dilation, (out_h, out_w)):
-        product(cols.reshape(1, rows, length),
-                None if residual is None else residual[i:i + 1].reshape(1, c_out, length),
-                y[i:i + 1].reshape(1, c_out, length))
+    for i, j, cols in _cols_in_batches(x, rows, kernel, stride, pads, dilation, (out_h, out_w),
+                                       _im2col):
+        product(cols, None if residual is None else residual[i:j].reshape(j - i, c_out, length),
+                y[i:j].reshape(j - i, c_out, length))
 
 
 @functools.lru_cache(maxsize=1024)
@@ -364,6 +363,27 @@ def _cols_of_each_image(x: np.ndarray, rows: int, kernel: tuple[int, int],
     for i in range(x.shape[0]):
         _image_cols(x[i], cols, copier, _im2col, kernel, stride, pads, dilation, out_hw)
         yield i, cols
+
+
+def _cols_in_batches(x: np.ndarray, rows: int, kernel: tuple[int, int],
+                     stride: tuple[int, int], pads: tuple[int, int, int, int],
+                     dilation: tuple[int, int], out_hw: tuple[int, int],
+                     im2col: Callable[..., None]) -> Iterator[tuple[int, int, np.ndarray]]:
+    """(i, j, cols (j - i, rows, Ho*Wo)): the im2col of images i .. j - 1, as many at once as
+    keep their cols within BATCHED_COLS_MOST values (one at least), so that their product
+    runs at once (small cols: a strided 1x1's), in one scratch buffer reused from batch to
+    batch; each image's shared with the team's helpers when that pays. ``im2col``: _im2col
+    or its unchecked form, for a caller that checked x."""
+    length = out_hw[0] * out_hw[1]
+    step = max(1, min(x.shape[0], BATCHED_COLS_MOST // max(rows * length, 1)))
+    batch = scratch("cols", (step, rows, length))
+    copier = team_worth_sharing(rows * length, IM2COL_SHARED_FROM)
+    for i in range(0, x.shape[0], step):
+        j = min(x.shape[0], i + step)
+        for k in range(i, j):
+            _image_cols(x[k], batch[k - i], copier, im2col, kernel, stride, pads, dilation,
+                        out_hw)
+        yield i, j, batch[:j - i]
 
 
 def _image_cols(image: np.ndarray, cols: np.ndarray, copier: Team | None,
