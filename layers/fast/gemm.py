@@ -21,7 +21,8 @@ written.
   to memory whole and read back.
 * The others take cols from a numba kernel (the masked stride phases of each channel, so
   every row of cols is one unit-stride masked copy) that writes them into a scratch buffer
-  reused from call to call (``team.scratch``), one image at a time so it stays small:
+  reused from call to call (``team.scratch``), an image at a time, or several where their
+  cols are small (BATCHED_COLS_MOST), so that one product takes them:
   - a strided or padded 1x1, whose cols are its pixels (fewer than its phases), and cols
     that are small or one band, which stay in cache;
   - a grouped convolution: one BLAS product per group (``np.matmul`` on the stack), then
@@ -223,8 +224,8 @@ def im2col_product(packed: np.ndarray, bias: np.ndarray | None, kernel: tuple[in
     """gemm_conv2d of one group, packed weight (1, C_out, C_in*kh*kw), worked out once: the
     call ``product(x, residual, y)`` takes x (N, C_in, H, W) of any H, W whose output is
     out_hw, y (N, C_out, Ho, Wo) and the residual (y's shape, or None), checks them
-    (operands.check_sizes) and makes the 1x1 product of each image's cols, or of its phases
-    band by band (``in_bands``), without the kernels' per-argument checks."""
+    (operands.check_sizes) and makes the 1x1 product of the images' cols (``_cols_in_batches``),
+    or of their phases band by band (``in_bands``), without the kernels' per-argument checks."""
     groups, c_out, rows = packed.shape
     taps, (out_h, out_w) = kernel[0] * kernel[1], out_hw
     if groups != 1 or rows % taps:
@@ -327,8 +328,8 @@ def gemm_transposed_conv2d(x: np.ndarray, panels: np.ndarray, bias: np.ndarray |
                            activation: Activation, residual: np.ndarray | None,
                            y: np.ndarray) -> None:
     """gemm_conv2d of one group into y (N, C_out, Ho, Wo), the weight given as the panels of
-    its (C_out, K) matrix (pointwise_transposed.pack_panels): each image's cols times the
-    panels, output channels in the vector lanes."""
+    its (C_out, K) matrix (pointwise_transposed.pack_panels): the images' cols
+    (``_cols_in_batches``) times the panels, output channels in the vector lanes."""
     c_out, out_h, out_w = y.shape[1:]
     rows, length = panels.shape[1], out_h * out_w
     check(y, y.shape, "im2col convolution's output", writeable=True)   # reshaped in place
@@ -372,8 +373,9 @@ def _cols_in_batches(x: np.ndarray, rows: int, kernel: tuple[int, int],
     """(i, j, cols (j - i, rows, Ho*Wo)): the im2col of images i .. j - 1, as many at once as
     keep their cols within BATCHED_COLS_MOST values (one at least), so that their product
     runs at once (small cols: a strided 1x1's), in one scratch buffer reused from batch to
-    batch; each image's shared with the team's helpers when that pays. ``im2col``: _im2col
-    or its unchecked form, for a caller that checked x."""
+    batch (each batch's cols are overwritten by the next: use them before asking for it);
+    each image's shared with the team's helpers when that pays. ``im2col``: _im2col or its
+    unchecked form, for a caller that checked x."""
     length = out_hw[0] * out_hw[1]
     step = max(1, min(x.shape[0], BATCHED_COLS_MOST // max(rows * length, 1)))
     batch = scratch("cols", (step, rows, length))

@@ -337,6 +337,46 @@ def test_cols_made_band_by_band_are_im2cols(case, team, monkeypatch):
     np.testing.assert_allclose(alone, want, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("turned", [False, True], ids=["upright", "transposed"])
+def test_small_cols_of_a_batch_go_several_images_at_once_with_the_same_bits(monkeypatch,
+                                                                         turned):
+    """The cols of at most gemm.BATCHED_COLS_MOST values at a time: a batch whose small cols
+    pass that goes in parts (here two images, then one), each with its residual and its
+    rows of y, with the bits of one image at a time; the upright product and the transposed
+    one (gemm_transposed_conv2d) alike."""
+    from layers.fast import gemm, pointwise_transposed
+
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((3, 8, 12, 10), dtype=np.float32)
+    weight = rng.standard_normal((40, 8, 1, 1), dtype=np.float32)
+    residual = rng.standard_normal((3, 40, 6, 5), dtype=np.float32)
+    relu, rows, length = Activation(RELU), 8, 30
+
+    def convolve():
+        if turned:
+            y = np.empty((3, 40, 6, 5), np.float32)
+            panels = pointwise_transposed.pack_panels(weight.reshape(40, 8))
+            gemm.gemm_transposed_conv2d(x, panels, None, (1, 1), (2, 2), (0, 0, 0, 0), (1, 1),
+                                        relu, residual, y)
+            return y
+        return gemm.gemm_conv2d(x, gemm.pack_gemm_weight(weight, 1), None, (1, 1), (2, 2),
+                                (0, 0, 0, 0), (1, 1), (6, 5), relu, residual)
+    batches = []
+    cols_in_batches = gemm._cols_in_batches
+    monkeypatch.setattr(gemm, "_cols_in_batches", lambda *args: (
+        (batches.append(j - i), (i, j, cols))[1] for i, j, cols in cols_in_batches(*args)))
+    monkeypatch.setattr(gemm, "BATCHED_COLS_MOST", rows * length)         # one image
+    alone = convolve()
+    assert batches == [1, 1, 1]
+    batches.clear()
+    monkeypatch.setattr(gemm, "BATCHED_COLS_MOST", 2 * rows * length)     # two images
+    np.testing.assert_array_equal(convolve(), alone)
+    assert batches == [2, 1]
+    want = F.relu(F.conv2d(torch.from_numpy(x), torch.from_numpy(weight), None, 2)
+                  + torch.from_numpy(residual)).numpy()
+    np.testing.assert_allclose(alone, want, rtol=1e-5, atol=1e-5)
+
+
 def test_a_large_batch_goes_in_parts_with_the_same_bits(monkeypatch):
     """Phases of at most gemm.PHASES_MOST floats at a time: a batch whose phases pass that
     goes in parts of fewer images (here one, then two at a time), each with its residual."""
