@@ -49,7 +49,8 @@ back.
 A band's last tile is usually partial. One of at most LANES columns runs one vector a row
 (``tile_fma_narrow``, half the multiply-adds: 196 pixels in 16-float vectors are 13 of
 them, not 14); its rows of x are still read as whole vectors where the array goes on (those
-lanes are summed and never stored); only at the very end of x does a masked load read less.
+lanes are summed and never stored; in the work space they are zeros, not what it held
+before); only at the very end of x does a masked load read less.
 Where x is packed in strips (not for a stack or a convolution's cols), that last strip is
 laid out along k instead and its columns are dot products, k in the lanes (``tail_dots``):
 a broadcast weight per multiply-add would cost a load for every useful product (with
@@ -214,10 +215,13 @@ def cols_band(phases, image, geometry, row_len, tap_start, k0, k1, start, stop, 
 
     or zero where the tap's column lies outside the image (a zero written, never a product
     with one: an Inf next to the window stays out of it; the padding rows are zeros of
-    the phases)."""
+    the phases). A row's lanes past ``stop`` up to a whole strip of COLUMNS are zeroed
+    (``pack_strips`` says why)."""
     kh, kw, out_w = geometry[KH], geometry[KW], geometry[OUT_W]
     zero = np.float32(0.0)
+    filled = (stop - start + COLUMNS - 1) // COLUMNS * COLUMNS   # the strips tiles read
     for k in range(k0, k1):
+        packed[(k - k0) * width + stop - start:(k - k0) * width + filled] = zero
         c, tap = k // (kh * kw), k % (kh * kw)
         i, j = tap // kw, tap % kw
         plane, at = phases[image, c], tap_start[i, j]
@@ -257,21 +261,26 @@ def pack_strips(xs, first, length, k0, k1, start, stop, packed, tail_along_k):
 
     so that a tile reads one run of memory, strip after strip, rather than a vector from
     each of k1 - k0 rows (rows a multiple of 4 KiB apart, as on 32x32 images, all fall in
-    the same few sets of the L1 cache). Lanes past ``stop`` in the last strip keep what they
-    held: they are summed and never stored. With ``tail_along_k``, a last strip of at most
-    LANES pixels (a narrow tile's: ``tail_dots``) is laid out along k instead, pixel after
-    pixel::
+    the same few sets of the L1 cache). Lanes past ``stop`` in the last strip are zeroed:
+    they are summed and never stored, but what the work space held there may be subnormal
+    (any small integer's bits are), and a multiply-add on a subnormal takes the CPU's slow
+    path (a microcode assist of some hundred cycles). With ``tail_along_k``, a last strip
+    of at most LANES pixels (a narrow tile's: ``tail_dots``) is laid out along k instead,
+    pixel after pixel::
 
         packed[(p - start) // COLUMNS * (k1 - k0) * COLUMNS + (p - p_tail) * (k1 - k0)
                + k - k0] = x[k, p]"""
     depth, rows_k = (k1 - k0) * COLUMNS, k1 - k0
     tail = start + (stop - start - 1) // COLUMNS * COLUMNS      # the last strip's first pixel
     whole = tail if tail_along_k and stop - tail <= LANES else stop   # strips as they lie
+    past = (tail - start) // COLUMNS * depth + stop - tail    # the last strip's lanes past stop
     for k in range(k0, k1):
         row, target = first + k * length, (k - k0) * COLUMNS
         for p in range(start, whole, COLUMNS):
             copy_run(xs, row + p, packed, target + (p - start) // COLUMNS * depth,
                      min(COLUMNS, stop - p))
+        if whole == stop:
+            packed[target + past:target + past + COLUMNS - (stop - tail)] = np.float32(0.0)
     if whole == tail:
         at = (tail - start) // COLUMNS * depth
         for k in range(k0, k1):

@@ -436,6 +436,43 @@ def test_bands_fit_the_work_space():
                         <= pointwise.space_size(c_in))
 
 
+@pytest.mark.parametrize("c_in, c_out, cols", [(192, 1152, False), (20, 14, False),
+                                                (3, 16, True)],
+                         ids=["EfficientNet's 7x7 widening", "narrowing, packed", "cols"])
+def test_a_band_is_packed_with_zeros_past_its_last_pixel(c_in, c_out, cols):
+    """The lanes past a band's last pixel in the work space are summed and never stored:
+    they are zeroed, not left as the space held them (a subnormal there would make every
+    multiply-add that reads it a slow microcode assist: here NaN stands for it). The space
+    holds the last band at the end: its last strip's LANES + 1 pixels, then zeros."""
+    backend.start()
+    length = COLUMNS + LANES + 1               # a last strip of LANES + 1 pixels, as a strip
+    rng = np.random.default_rng(2)
+    y = np.empty((1, c_out, length), np.float32)
+    space = np.full(pointwise.space_size(c_in * (9 if cols else 1)), np.nan, np.float32)
+    if cols:                                   # a 3x3 convolution of a 1 x length image
+        from layers.fast import gemm
+
+        geometry, size = gemm._geometry((3, 3), (1, 1), (1, 1), 1, 1, (1, length),
+                                        (1, length))
+        x = np.empty((1, c_in, size), np.float32)
+        gemm._split_planes(rng.standard_normal((1, c_in, length), dtype=np.float32), x,
+                           geometry)
+        c_in *= 9                              # the rows of its cols
+    else:
+        x, geometry = rng.standard_normal((1, c_in, length), dtype=np.float32), \
+            pointwise.NO_GEOMETRY
+    assert pointwise.packs_x(c_in, c_out, length, cols)
+    width = pointwise.block_width(c_in, length, pointwise.least_bands(
+        c_in, c_out, 1, length, cols, False))
+    assert c_in <= pointwise.K_BLOCK and width % COLUMNS == 0   # one slice of the sum
+    weight = rng.standard_normal((1, c_out, c_in), dtype=np.float32)
+    pointwise._pointwise(weight, x, np.zeros(c_out, np.float32), pointwise.NO_RESIDUAL, y,
+                         space, geometry, NONE, 0.0, 0.0)
+    band = space[pointwise.HEADER:pointwise.HEADER + c_in * width]
+    assert np.isfinite(band).all()
+    assert (band.reshape(-1, COLUMNS)[:, LANES + 1:] == 0).sum() >= c_in * (COLUMNS - LANES - 1)
+
+
 @pytest.mark.parametrize("images, c_in, c_out, length", [(16, 40, 13, 16), (3, 300, 7, 49),
                                                          (2, 5, 30, 1)])
 def test_a_matrix_per_image(images, c_in, c_out, length):
