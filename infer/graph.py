@@ -53,7 +53,8 @@ from parser.param import NULL_DTYPE, OperatorRecord, read_param
 from infer.runtime import RuntimeAttribute, RuntimeOperand, RuntimeOperator, RuntimeParameter
 from infer import budget, fusion, threads
 from infer.execution import Execution, RunStep, operator_context
-from infer.memory import MemoryPlan, counted_itemsize, keep_freed_memory, plan_memory
+from infer.memory import (ArenaPool, MemoryPlan, counted_itemsize, keep_freed_memory,
+                          plan_memory)
 from infer.rewrite import rewrite_graph
 from infer.tools import GraphTools
 
@@ -171,6 +172,7 @@ class RuntimeGraph(GraphTools):
         self._steps: list[RunStep] = []                   # the run list (run_list)
         self._shape_plans: dict[tuple[Shape, ...], dict[str, Shape]] = {}
         self._memory_plans: dict[tuple[Shape, ...], MemoryPlan] = {}
+        self._arenas = ArenaPool()      # the forward calls' buffers, for every input size
         self._plan_lock = threading.Lock()
         self._build_lock = threading.RLock()
 
@@ -354,6 +356,7 @@ class RuntimeGraph(GraphTools):
         self._steps = self._run_list()
         self._shape_plans.clear()
         self._memory_plans.clear()
+        self._arenas.drop()
         traced = self._traced_input_shapes()
         if traced is not None:
             with at_build():
@@ -634,6 +637,7 @@ class RuntimeGraph(GraphTools):
             dtypes = {name: operand.dtype for name, operand in self.operands.items()}
             inputs = [op.outputs[0].name for op in self.input_operators]
             plan = plan_memory(self._steps, shapes, dtypes, keep, constants, inputs)
+            plan.arenas = self._arenas
             with self._plan_lock:
                 if len(self._memory_plans) >= MAX_SHAPE_PLANS:
                     self._memory_plans.pop(next(iter(self._memory_plans)))
@@ -671,13 +675,13 @@ class RuntimeGraph(GraphTools):
     def _check_budget(self, memory: MemoryPlan, arrays: list[np.ndarray], keep_all: bool
                       ) -> None:
         """Refuse a pass whose arrays would exceed the memory budget: the plan's peak (or all
-        its operands, when ``keep_all`` keeps them), or its arena if that is larger. Arenas
-        that other input sizes' plans keep for reuse count too, and are let go first when
-        they are what makes the difference."""
+        its operands, when ``keep_all`` keeps them), or its arena if that is larger. The idle
+        arenas kept for later calls count too, but for the bytes of the one this pass would
+        reuse, and are let go first when they are what makes the difference."""
         needed = memory.total_bytes if keep_all else max(memory.peak_bytes, memory.arena_bytes)
-        if needed + self._pooled_bytes(memory) > self.memory_budget:
-            for plan in list(self._memory_plans.values()):
-                plan.drop_arenas()
+        reused = 0 if keep_all else self._arenas.reusable_bytes(memory.written_sizes)
+        if needed + self._arenas.idle_bytes() - min(needed, reused) > self.memory_budget:
+            self._arenas.drop()
         if needed > self.memory_budget:
             shapes = ", ".join(_short(a.shape) for a in arrays)
             what = ("keeping every operand" if keep_all
@@ -685,11 +689,6 @@ class RuntimeGraph(GraphTools):
             raise MemoryBudgetError(budget.over_budget(
                 f"a forward pass on input shapes {shapes} ({what})", needed,
                 self.memory_budget), operator=None if keep_all else memory.peak_step)
-
-    def _pooled_bytes(self, memory: MemoryPlan) -> int:
-        """Bytes of the arenas the other plans keep for their next forward."""
-        return sum(plan.pooled_bytes for plan in list(self._memory_plans.values())
-                   if plan is not memory)
 
     def running(self) -> Running:
         """What a forward pass runs under (``with g.running():``): this graph's thread cap
@@ -811,6 +810,7 @@ class RuntimeGraph(GraphTools):
         self._steps = []
         self._shape_plans.clear()
         self._memory_plans.clear()
+        self._arenas.drop()
         self._kernels_missing = None
         self.state = GraphState.NEED_INIT
 

@@ -18,15 +18,21 @@ Planning (``plan_memory``)
     free, a new one opens. After the step, every buffer whose operands are all dead is free.
     A step's outputs never take its inputs' buffers: the inputs are read while it writes.
 
-Running (``Arena``)
+Running (``Arena``, ``ArenaPool``)
   A forward call takes an arena, one set of buffers, for itself alone (calls from several
-  threads never share one) and gives it back to the plan's pool at the end. Only layers that
+  threads never share one) and gives it back to its graph's pool at the end. Only layers that
   can write into given arrays (``Layer.forward_into``) use it; a buffer is allocated the first
   time such a layer needs it, in fresh pages (parser/pages.py), so buffers reserved for layers
   that allocate their own outputs cost nothing. numpy counts the owners of every array, so a
   buffer still seen from outside the arena - through a view that outlived its operand (a
   reshape of it), or an output the caller kept - is not handed out again while it is: the
   step gets a fresh array instead.
+  The pool's arenas serve every input size: a call at a new size takes an idle arena made
+  for another and fits it to its plan (``Arena.fit``), keeping each buffer that is big
+  enough. Buffer i of one size's plan is mostly buffer i of another's, scaled, so after a
+  few sizes each buffer has its largest size and a new size maps no fresh pages: a graph fed
+  images of many sizes (a text detector, a folder of photos) holds one arena per concurrent
+  call, not one per size.
 
 Arrays outside the plan
   Layers that return new arrays allocate the same sizes in every forward; glibc would map
@@ -40,6 +46,7 @@ import functools
 import math
 import os
 import sys
+import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, NamedTuple, Sequence
 
@@ -54,7 +61,9 @@ if TYPE_CHECKING:
 
 Shape = tuple[int, ...]
 
-MAX_POOLED_ARENAS = 4        # arenas a plan keeps between calls (one per concurrent caller)
+MAX_POOLED_ARENAS = 4        # idle arenas a graph keeps between calls (one per concurrent
+                             # caller), whatever input sizes they were last used for
+MAX_ARENA_ARRAYS = 1024      # slot arrays an arena keeps made (slots of many sizes' plans)
 INTO, IN_PLACE, OWN = "into", "in place", "layer"   # how a step fills an operand's memory
 # what forward_into writes: layers that write into given arrays compute in float32 (the
 # execution loop calls forward_into only when the inputs are float32 too)
@@ -109,7 +118,9 @@ class MemoryPlan:
         # the most bytes alive at once in a forward pass, the step where that happens, and
         # the bytes of every operand together (what a pass that keeps them all holds)
         self.peak_bytes, self.peak_step, self.total_bytes = live
-        self._pool: list[Arena] = []
+        # where its forward calls take their arenas: its graph's pool (shared by the plans of
+        # every input size), or one of its own
+        self.arenas = ArenaPool()
 
     @property
     def arena_bytes(self) -> int:
@@ -124,24 +135,18 @@ class MemoryPlan:
 
     # ----- the arenas of forward calls ----------------------------------------------------------
     def take_arena(self) -> "Arena":
-        """An arena for one forward call (from the pool, or a new one)."""
-        try:
-            return self._pool.pop()             # list.pop / append are atomic: no lock needed
-        except IndexError:
-            return Arena(self.written_sizes)
+        """An arena for one forward call, fitted to this plan (from the pool, or a new one)."""
+        arena = self.arenas.take(self.written_sizes)
+        arena.fitted_for = self
+        return arena
 
     def give_back(self, arena: "Arena") -> None:
-        if len(self._pool) < MAX_POOLED_ARENAS:
-            self._pool.append(arena)
+        self.arenas.give_back(arena)
 
     @property
     def pooled_bytes(self) -> int:
-        """Bytes held by the arenas kept for the next calls."""
-        return sum(arena.allocated_bytes for arena in list(self._pool))
-
-    def drop_arenas(self) -> None:
-        """Let the kept arenas go (their memory returns when no call uses them)."""
-        self._pool = []
+        """Bytes held by the idle arenas last fitted to this plan."""
+        return self.arenas.idle_bytes(self)
 
     # ----- display -------------------------------------------------------------------------------
     HEADER = ("operand", "shape", "dtype", "bytes", "buffer", "live (steps)", "filled",
@@ -189,17 +194,43 @@ ALIGNMENT = 64       # bytes: every buffer starts on a cache line, so that a vec
 
 
 class Arena:
-    """The buffers of one forward call at a time (see the module docstring)."""
+    """The buffers of one forward call at a time (see the module docstring): ``sizes`` are
+    the bytes its plan writes into each (``MemoryPlan.written_sizes``)."""
 
-    def __init__(self, sizes: Sequence[int]):
-        self.sizes = list(sizes)
-        self.buffers: list[np.ndarray | None] = [None] * len(self.sizes)
+    def __init__(self, sizes: Sequence[int] = ()):
+        self.sizes: list[int] = []
+        self.buffers: list[np.ndarray | None] = []
         # each slot's array over its buffer, made at its first use: every later call hands
         # out a view of it (one numpy call, where slicing, viewing and reshaping are three)
         self._arrays: dict[Slot, np.ndarray] = {}
         # what sys.getrefcount says of a buffer nobody outside the arena reads: the list
         # above, the argument, and one per array of _arrays over it
-        self._idle_refs = [0] * len(self.sizes)
+        self._idle_refs: list[int] = []
+        self.fitted_for: MemoryPlan | None = None      # the plan it last served (pooled_bytes)
+        self.fit(sizes)
+
+    def fit(self, sizes: Sequence[int]) -> None:
+        """Serve a plan whose buffers take ``sizes`` bytes: a buffer the arena has that is big
+        enough stays, with the arrays made over it; a smaller one is let go (and made at the
+        new size when first used)."""
+        self.sizes = list(sizes)
+        missing = len(self.sizes) - len(self.buffers)
+        if missing > 0:
+            self.buffers += [None] * missing
+            self._idle_refs += [0] * missing
+        for i, size in enumerate(self.sizes):
+            buffer = self.buffers[i]
+            if buffer is not None and buffer.nbytes < size + ALIGNMENT:
+                self.buffers[i] = None
+                self._arrays = {slot: a for slot, a in self._arrays.items() if slot.buffer != i}
+
+    def holds(self, sizes: Sequence[int]) -> bool:
+        """Whether every buffer of ``sizes`` is already here, big enough."""
+        for i, size in enumerate(sizes):
+            buffer = self.buffers[i] if i < len(self.buffers) else None
+            if size and (buffer is None or buffer.nbytes < size + ALIGNMENT):
+                return False
+        return True
 
     def array(self, slot: Slot) -> np.ndarray:
         """An array of ``slot``'s shape and dtype over its buffer, or a fresh one if the
@@ -208,6 +239,10 @@ class Arena:
             return np.empty(slot.shape, slot.dtype)
         made = self._arrays.get(slot)
         if made is None:
+            if len(self._arrays) >= MAX_ARENA_ARRAYS:      # slots of plans long gone
+                self._arrays.clear()
+                self._idle_refs = [0 if self.buffers[i] is None else _own_refs(self.buffers, i)
+                                   for i in range(len(self.buffers))]
             made = self._arrays[slot] = self._make(slot)
         if sys.getrefcount(self.buffers[slot.buffer]) > self._idle_refs[slot.buffer]:
             return np.empty(slot.shape, slot.dtype)       # someone still reads this memory
@@ -217,7 +252,7 @@ class Arena:
         """``slot``'s array over its buffer (allocated now if it is the buffer's first)."""
         if self.buffers[slot.buffer] is None:   # ALIGNMENT bytes more, to start on a boundary
             self.buffers[slot.buffer] = fresh_pages(self.sizes[slot.buffer] + ALIGNMENT)
-            self._idle_refs[slot.buffer] = sys.getrefcount(self.buffers[slot.buffer])
+            self._idle_refs[slot.buffer] = _own_refs(self.buffers, slot.buffer)
         buffer = self.buffers[slot.buffer]
         assert buffer is not None
         start = -buffer.ctypes.data % ALIGNMENT
@@ -229,6 +264,69 @@ class Arena:
     @property
     def allocated_bytes(self) -> int:
         return sum(b.nbytes for b in self.buffers if b is not None)
+
+
+def _own_refs(buffers: list[np.ndarray | None], i: int) -> int:
+    """What sys.getrefcount says of buffers[i] while the list alone holds it: the list and
+    the argument (``Arena.array`` asks in the same way)."""
+    return sys.getrefcount(buffers[i])
+
+
+class ArenaPool:
+    """The idle arenas of one graph's forward calls (see the module docstring): ``take``
+    one fitted to a plan's buffer sizes, ``give_back`` it after the call; the pool keeps the
+    MAX_POOLED_ARENAS given back last."""
+
+    def __init__(self) -> None:
+        self._idle: list[Arena] = []
+        self._lock = threading.Lock()
+
+    def take(self, sizes: Sequence[int]) -> Arena:
+        """The idle arena given back last among those that hold ``sizes`` already, else the
+        one given back last, fitted to ``sizes``; a new arena if none is idle."""
+        with self._lock:
+            arena = self._choose(sizes, remove=True)
+        if arena is None:
+            return Arena(sizes)
+        arena.fit(sizes)
+        return arena
+
+    def _choose(self, sizes: Sequence[int], remove: bool) -> Arena | None:
+        for i in range(len(self._idle) - 1, -1, -1):
+            if self._idle[i].holds(sizes):
+                return self._idle.pop(i) if remove else self._idle[i]
+        if not self._idle:
+            return None
+        return self._idle.pop() if remove else self._idle[-1]
+
+    def give_back(self, arena: Arena) -> None:
+        with self._lock:
+            self._idle.append(arena)
+            if len(self._idle) > MAX_POOLED_ARENAS:
+                del self._idle[0]
+
+    @property
+    def idle(self) -> list[Arena]:
+        """The idle arenas, the one given back last at the end."""
+        with self._lock:
+            return list(self._idle)
+
+    def drop(self) -> None:
+        """Let the idle arenas go (their memory returns when no call uses them)."""
+        with self._lock:
+            self._idle = []
+
+    def idle_bytes(self, plan: "MemoryPlan | None" = None) -> int:
+        """Bytes of the idle arenas (those last fitted to ``plan``, if given)."""
+        with self._lock:
+            return sum(a.allocated_bytes for a in self._idle
+                       if plan is None or a.fitted_for is plan)
+
+    def reusable_bytes(self, sizes: Sequence[int]) -> int:
+        """Bytes of the arena ``take(sizes)`` would hand out now (0: it would make one)."""
+        with self._lock:
+            arena = self._choose(sizes, remove=False)
+            return 0 if arena is None else arena.allocated_bytes
 
 
 # ----- planning ---------------------------------------------------------------------------------

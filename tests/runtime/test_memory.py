@@ -131,8 +131,93 @@ def test_forward_into_steps_match_torch(tmp_path, shape):
     for _ in range(3):                                  # the arena is reused from call to call
         (got,) = graph.forward(x)
         np.testing.assert_allclose(got, diamond_torch(torch.from_numpy(x)).numpy(), rtol=1e-6)
-    arena = graph.memory_plan(shape)._pool[0]
+    arena = graph.memory_plan(shape).arenas.idle[-1]
     assert arena.allocated_bytes > 0                   # the layers did write into it
+
+
+SIZES = [(1, 3, 9, 11), (2, 3, 4, 5), (1, 3, 16, 16), (3, 3, 2, 7), (1, 3, 12, 4)]
+
+
+def test_one_arena_serves_every_input_size(tmp_path):
+    """A forward at a new input size fits the arena the last call gave back, whatever size
+    that was for: the graph holds one idle arena, each buffer as large as the largest
+    size needed it, and every answer is torch's."""
+    graph = build(tmp_path, DIAMOND.replace("(2,3,4,5)", "(?,3,?,?)"))
+    rng = np.random.default_rng(1)
+    for shape in SIZES + SIZES[::-1]:
+        x = rng.standard_normal(shape, dtype=np.float32)
+        (got,) = graph.forward(x)
+        np.testing.assert_allclose(got, diamond_torch(torch.from_numpy(x)).numpy(), rtol=1e-6)
+    plans = [graph.memory_plan(shape) for shape in SIZES]
+    pool = plans[0].arenas
+    assert all(plan.arenas is pool for plan in plans)          # one pool for every size
+    (arena,) = pool.idle
+    largest = [max(sizes) for sizes in zip(*(plan.written_sizes for plan in plans))]
+    assert arena.allocated_bytes == sum(size + 64 for size in largest)
+    assert sum(plan.pooled_bytes for plan in plans) == arena.allocated_bytes
+
+
+def test_sizes_met_again_map_no_new_buffers(tmp_path):
+    """Two sizes in turn: once the arena's buffers have grown to the larger, neither size
+    makes a buffer again."""
+    graph = build(tmp_path, DIAMOND.replace("(2,3,4,5)", "(?,3,?,?)"))
+    small = np.ones((1, 3, 4, 4), np.float32)
+    large = np.ones((2, 3, 8, 8), np.float32)
+    addresses = []
+    for _ in range(3):
+        for x in (small, large):
+            (got,) = graph.forward(x)
+            np.testing.assert_array_equal(got, 24 * x)          # 4 * (relu(4x) + 2x), x > 0
+            (arena,) = graph.memory_plan(x.shape).arenas.idle
+            addresses.append([b.ctypes.data for b in arena.buffers if b is not None])
+    assert addresses[1:] == [addresses[1]] * (len(addresses) - 1)
+
+
+def test_a_fitted_arena_hands_out_held_memory_to_nobody():
+    """Arena.fit keeps a buffer big enough for the new sizes and lets a smaller one go; an
+    array still held over either is never handed out again (its slots get fresh memory),
+    and a grown buffer is new memory."""
+    f32 = np.dtype(np.float32)
+    arena = Arena([64])
+    held = arena.array(Slot(0, (16,), f32))
+    held[:] = 7.0
+    arena.fit([32])                                      # smaller: the buffer stays
+    other = arena.array(Slot(0, (8,), f32))
+    assert not np.shares_memory(other, held)             # held: a fresh array instead
+    del other
+    arena.fit([256])                                     # larger: a new buffer
+    grown = arena.array(Slot(0, (64,), f32))
+    assert not np.shares_memory(grown, held) and (held == 7.0).all()
+    assert arena.buffers[0].nbytes == 256 + 64
+    assert arena.holds([256, 0]) and not arena.holds([257]) and not arena.holds([8, 8])
+
+
+def test_threads_at_different_sizes_each_get_an_arena(tmp_path):
+    """Calls from several threads at different sizes at once: each takes an arena of its
+    own from the pool (or a new one), and the pool keeps at most MAX_POOLED_ARENAS."""
+    from infer.memory import MAX_POOLED_ARENAS
+
+    graph = build(tmp_path, DIAMOND.replace("(2,3,4,5)", "(?,3,?,?)"))
+    errors = []
+
+    def worker(i):
+        rng = np.random.default_rng(i)
+        try:
+            for j in range(30):
+                x = rng.standard_normal(SIZES[(i + j) % len(SIZES)], dtype=np.float32)
+                (got,) = graph.forward(x)
+                np.testing.assert_allclose(got, diamond_torch(torch.from_numpy(x)).numpy(),
+                                           rtol=1e-6)
+        except Exception as exc:                         # noqa: BLE001 (reported below)
+            errors.append(exc)
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not errors
+    assert 1 <= len(graph.memory_plan(SIZES[0]).arenas.idle) <= MAX_POOLED_ARENAS
 
 
 def test_arenas_take_only_what_the_layers_write_into_them(tmp_path):
@@ -159,7 +244,7 @@ def test_arenas_take_only_what_the_layers_write_into_them(tmp_path):
     for _ in range(2):
         (got,) = graph.forward(x)
         np.testing.assert_allclose(got, 4 * np.stack([x, x], axis=1)[..., ::-1])
-    arena = plan._pool[0]
+    arena = plan.arenas.idle[-1]
     assert 0 < arena.allocated_bytes <= sum(plan.written_sizes) + 64 * len(plan.written_sizes)
     assert sum(plan.written_sizes) < plan.arena_bytes
 
@@ -389,7 +474,7 @@ def test_arena_buffers_are_fresh_pages(tmp_path):
     for _ in range(2):
         (got,) = graph.forward(x)
         np.testing.assert_allclose(got, diamond_torch(torch.from_numpy(x)).numpy(), rtol=1e-6)
-    arena = graph.memory_plan(x.shape)._pool[0]
+    arena = graph.memory_plan(x.shape).arenas.idle[-1]
     buffers = [b for b in arena.buffers if b is not None]
     assert arena.allocated_bytes >= 6 << 20 and buffers
     flags = _mapping_flags(buffers[0].ctypes.data)
