@@ -676,11 +676,14 @@ class RuntimeGraph(GraphTools):
                       ) -> None:
         """Refuse a pass whose arrays would exceed the memory budget: the plan's peak (or all
         its operands, when ``keep_all`` keeps them), or its arena if that is larger. The idle
-        arenas kept for later calls count too, but for the bytes of the one this pass would
-        reuse, and are let go first when they are what makes the difference."""
+        arenas kept for later calls count too (all of each: the one this pass reuses stays
+        as large as it is), less what this pass writes into the one it would reuse (counted
+        in its peak already), and are let go first when they are what makes the
+        difference."""
         needed = memory.total_bytes if keep_all else max(memory.peak_bytes, memory.arena_bytes)
-        reused = 0 if keep_all else self._arenas.reusable_bytes(memory.written_sizes)
-        if needed + self._arenas.idle_bytes() - min(needed, reused) > self.memory_budget:
+        reused = 0 if keep_all else min(self._arenas.reusable_bytes(memory.written_sizes),
+                                         sum(memory.written_sizes))
+        if needed + self._arenas.idle_bytes() - reused > self.memory_budget:
             self._arenas.drop()
         if needed > self.memory_budget:
             shapes = ", ".join(_short(a.shape) for a in arrays)

@@ -204,7 +204,9 @@ class Arena:
         # out a view of it (one numpy call, where slicing, viewing and reshaping are three)
         self._arrays: dict[Slot, np.ndarray] = {}
         # what sys.getrefcount says of a buffer nobody outside the arena reads: the list
-        # above, the argument, and one per array of _arrays over it
+        # above and the argument (``_own_refs``, counted when the buffer is made), and one
+        # per array of _arrays over it
+        self._own_refs: list[int] = []
         self._idle_refs: list[int] = []
         self.fitted_for: MemoryPlan | None = None      # the plan it last served (pooled_bytes)
         self.fit(sizes)
@@ -217,6 +219,7 @@ class Arena:
         missing = len(self.sizes) - len(self.buffers)
         if missing > 0:
             self.buffers += [None] * missing
+            self._own_refs += [0] * missing
             self._idle_refs += [0] * missing
         for i, size in enumerate(self.sizes):
             buffer = self.buffers[i]
@@ -240,9 +243,8 @@ class Arena:
         made = self._arrays.get(slot)
         if made is None:
             if len(self._arrays) >= MAX_ARENA_ARRAYS:      # slots of plans long gone
-                self._arrays.clear()
-                self._idle_refs = [0 if self.buffers[i] is None else _own_refs(self.buffers, i)
-                                   for i in range(len(self.buffers))]
+                self._arrays.clear()             # (an array still held outside counts on)
+                self._idle_refs = list(self._own_refs)
             made = self._arrays[slot] = self._make(slot)
         if sys.getrefcount(self.buffers[slot.buffer]) > self._idle_refs[slot.buffer]:
             return np.empty(slot.shape, slot.dtype)       # someone still reads this memory
@@ -252,7 +254,8 @@ class Arena:
         """``slot``'s array over its buffer (allocated now if it is the buffer's first)."""
         if self.buffers[slot.buffer] is None:   # ALIGNMENT bytes more, to start on a boundary
             self.buffers[slot.buffer] = fresh_pages(self.sizes[slot.buffer] + ALIGNMENT)
-            self._idle_refs[slot.buffer] = _own_refs(self.buffers, slot.buffer)
+            self._own_refs[slot.buffer] = sys.getrefcount(self.buffers[slot.buffer])
+            self._idle_refs[slot.buffer] = self._own_refs[slot.buffer]
         buffer = self.buffers[slot.buffer]
         assert buffer is not None
         start = -buffer.ctypes.data % ALIGNMENT
@@ -264,12 +267,6 @@ class Arena:
     @property
     def allocated_bytes(self) -> int:
         return sum(b.nbytes for b in self.buffers if b is not None)
-
-
-def _own_refs(buffers: list[np.ndarray | None], i: int) -> int:
-    """What sys.getrefcount says of buffers[i] while the list alone holds it: the list and
-    the argument (``Arena.array`` asks in the same way)."""
-    return sys.getrefcount(buffers[i])
 
 
 class ArenaPool:
@@ -323,7 +320,8 @@ class ArenaPool:
                        if plan is None or a.fitted_for is plan)
 
     def reusable_bytes(self, sizes: Sequence[int]) -> int:
-        """Bytes of the arena ``take(sizes)`` would hand out now (0: it would make one)."""
+        """Bytes of the arena ``take(sizes)`` would hand out now (0: it would make one; the
+        pool may change before the call takes it)."""
         with self._lock:
             arena = self._choose(sizes, remove=False)
             return 0 if arena is None else arena.allocated_bytes

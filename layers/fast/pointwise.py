@@ -49,8 +49,8 @@ back.
 A band's last tile is usually partial. One of at most LANES columns runs one vector a row
 (``tile_fma_narrow``, half the multiply-adds: 196 pixels in 16-float vectors are 13 of
 them, not 14); its rows of x are still read as whole vectors where the array goes on (those
-lanes are summed and never stored; in the work space they are zeros, not what it held
-before); only at the very end of x does a masked load read less.
+lanes are summed and never stored; a work space's are zeros: ``pack_strips``); only at
+the very end of x does a masked load read less.
 Where x is packed in strips (not for a stack or a convolution's cols), that last strip is
 laid out along k instead and its columns are dot products, k in the lanes (``tail_dots``):
 a broadcast weight per multiply-add would cost a load for every useful product (with
@@ -264,9 +264,9 @@ def pack_strips(xs, first, length, k0, k1, start, stop, packed, tail_along_k):
     the same few sets of the L1 cache). Lanes past ``stop`` in the last strip are zeroed:
     they are summed and never stored, but what the work space held there may be subnormal
     (any small integer's bits are), and a multiply-add on a subnormal takes the CPU's slow
-    path (a microcode assist of some hundred cycles). With ``tail_along_k``, a last strip
-    of at most LANES pixels (a narrow tile's: ``tail_dots``) is laid out along k instead,
-    pixel after pixel::
+    path (a microcode assist). With ``tail_along_k``, a last strip of at most LANES pixels
+    (a narrow tile's: ``tail_dots``, which reads only its pixels, so nothing is zeroed) is
+    laid out along k instead, pixel after pixel::
 
         packed[(p - start) // COLUMNS * (k1 - k0) * COLUMNS + (p - p_tail) * (k1 - k0)
                + k - k0] = x[k, p]"""

@@ -218,8 +218,8 @@ def test_keeping_every_operand_counts_them_all(tmp_path):
 
 
 def test_arenas_kept_for_other_input_sizes_stay_within_the_budget(tmp_path):
-    """Each input size's plan keeps its arena for the next call; over many sizes those arenas
-    are let go before they would take the graph past its budget."""
+    """The graph keeps an idle arena for the next call, fitted to each new size; over many
+    sizes the arenas are let go before they would take the graph past its budget."""
     graph = build(tmp_path, "pnnx.Input in0 0 1 0 #0=(1,?,32,32)f32", "nn.ReLU r 1 1 0 1",
                   "nn.Sigmoid s 1 1 1 2", "pnnx.Output out0 1 0 2", memory_budget="6M")
     for channels in range(200, 260, 5):                 # 12 sizes of about 1 MiB

@@ -56,7 +56,15 @@ class Broken(Double):
         raise ValueError("no luck")
 
 
-CUSTOM = {"my.Double": Double, "my.Add": Add, "my.Flip": Flip, "my.Broken": Broken}
+class Triple(Layer):
+    """y = 3 x, in an array of its own (no forward_into: the plan's OWN operands)."""
+
+    def forward_one(self, x):
+        return x * np.float32(3)
+
+
+CUSTOM = {"my.Double": Double, "my.Add": Add, "my.Flip": Flip, "my.Broken": Broken,
+          "my.Triple": Triple}
 
 
 def build(tmp_path, text, name="model"):
@@ -190,6 +198,58 @@ def test_a_fitted_arena_hands_out_held_memory_to_nobody():
     assert not np.shares_memory(grown, held) and (held == 7.0).all()
     assert arena.buffers[0].nbytes == 256 + 64
     assert arena.holds([256, 0]) and not arena.holds([257]) and not arena.holds([8, 8])
+
+
+def test_arrays_let_go_at_the_cap_keep_held_memory_out_of_reach(monkeypatch):
+    """An arena lets go of the arrays it made once MAX_ARENA_ARRAYS slots (of many sizes'
+    plans) have asked; an array still held outside then still keeps its memory from being
+    handed out."""
+    from infer import memory
+
+    monkeypatch.setattr(memory, "MAX_ARENA_ARRAYS", 2)
+    f32 = np.dtype(np.float32)
+    arena = Arena([256, 256])
+    held = arena.array(Slot(0, (16,), f32))
+    held[:] = 7.0
+    arena.array(Slot(1, (4,), f32))                    # the cap
+    again = arena.array(Slot(0, (16,), f32))           # lets go of both, makes one
+    assert not np.shares_memory(again, held)
+    del held
+    assert np.shares_memory(arena.array(Slot(0, (16,), f32)), arena.buffers[0])
+
+
+TWO_PATHS = """
+7767517
+8 6
+pnnx.Input   in0   0 1 a #a=(?)f32
+pnnx.Input   in1   0 1 b #b=(?)f32
+my.Double    d1    1 1 a a1 #a1=(?)f32
+my.Double    d2    1 1 a1 a2 #a2=(?)f32
+my.Triple    t1    1 1 b b1 #b1=(?)f32
+my.Triple    t2    1 1 b1 b2 #b2=(?)f32
+pnnx.Output  out0  1 0 a2
+pnnx.Output  out1  1 0 b2
+"""
+
+
+def test_an_idle_arena_larger_than_a_pass_writes_counts_in_the_budget(tmp_path):
+    """A pass that writes little into the arena it would reuse holds all of it anyway: the
+    budget counts the whole arena, and lets it go where it would take the pass over."""
+    graph = build(tmp_path, TWO_PATHS)
+    mib = 1 << 20
+    graph.memory_budget = 6 * mib
+    big, tiny = np.ones(mib // 4, np.float32), np.ones(4, np.float32)
+    graph.forward(big, tiny)                           # a1 in the arena: 1 MiB
+    pool = graph.memory_plan((mib // 4,), (4,)).arenas
+    assert pool.idle_bytes() >= mib
+    second = graph.memory_plan((4,), (mib // 4,))      # b1, its own array: 1 MiB
+    needed = max(second.peak_bytes, second.arena_bytes)
+    graph.memory_budget = needed + mib // 2            # room for the pass, not the arena
+    assert needed + pool.idle_bytes() - sum(second.written_sizes) > graph.memory_budget
+    a2, b2 = graph.forward(tiny, big)
+    np.testing.assert_array_equal(a2, 4 * tiny)
+    np.testing.assert_array_equal(b2, 9 * big)
+    assert pool.idle_bytes() < mib                     # the 1 MiB arena was let go first
 
 
 def test_threads_at_different_sizes_each_get_an_arena(tmp_path):
