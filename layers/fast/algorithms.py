@@ -30,14 +30,14 @@ packing and each call. The rules, in order:
     winograd_f2              3x3, stride 1, dilation 1, groups 1, from WINOGRAD_F2_MIN_CHANNELS
                              input channels: F(2x2, 3x3),
                              from WINOGRAD_F2_MIN_TILES 2x2 tiles (WINOGRAD_F2_LARGE_MIN_TILES
-                             if it packs more than WINOGRAD_F2_LARGE bytes)
+                             if it packs more than WINOGRAD_F2_LARGE bytes; such a packing is
+                             made in the background, as below)
     gemm_transposed          groups 1, not a 1x1 of stride 1 (those padded run im2col and
                              this product from pointwise_transposed's panels): im2col, then
                              the transposed 1x1's product where it pays (as above, with
                              C_in * kh * kw channels); panels of more than PACKED_IN_FORWARD
                              bytes are packed in the background, im2col's upright product
-                             running the calls at a size until they are
-                             (``_transposed_once_packed``)
+                             running the calls at a size until they are (``_once_packed``)
     gemm                     any convolution: 1x1 in register tiles; larger kernels with
                              one group on cols made band by band (large images); strided
                              or padded 1x1, small cols and grouped ones through im2col
@@ -271,9 +271,7 @@ def _im2col_transposed_call(conv: Convolution, pads: Pads, out_hw: Pair,
                             activation: Activation, packing: str = "gemm_transposed") -> Call:
     """im2col, then the transposed product, with the panels of algorithm ``packing``."""
     if packing == "gemm_transposed" and _large_panels(conv) and not conv.has_packed(packing):
-        if conv.packing_failed(packing):          # said when it failed: im2col goes on
-            return _gemm_call(conv, pads, out_hw, activation)
-        return _transposed_once_packed(conv, pads, out_hw, activation)
+        return _once_packed(conv, packing, pads, out_hw, activation, _im2col_transposed_call)
     panels, bias = conv.packed(packing), conv.bias
     kernel, stride, dilation = conv.kernel, conv.stride, conv.dilation
 
@@ -289,58 +287,54 @@ def _large_panels(conv: Convolution) -> bool:
     return conv.weight.size * 4 > PACKED_IN_FORWARD
 
 
-def _transposed_once_packed(conv: Convolution, pads: Pads, out_hw: Pair,
-                            activation: Activation) -> Call:
-    """gemm_transposed of a weight whose panels are not packed yet (9 MiB for a 512-channel
-    3x3: more than a forward should wait for): the first call at a size runs im2col's
-    upright product and has the panels packed in the background (``conv.packing``) once its
-    forward has given back its helper threads (team.after_sharing: the packing thread would
-    take a core from them); the next calls run the upright product until the panels are
-    packed, then the transposed one. Both products give the same values (the same sums;
-    the last bits may differ where the upright one takes a narrow tail as dot products). If
-    the packing fails (no memory), it is said once, and the upright product goes on."""
+def _once_packed(conv: Convolution, name: str, pads: Pads, out_hw: Pair,
+                 activation: Activation, packed_call: Callable[..., Call]) -> Call:
+    """Algorithm ``name`` for a weight whose packing for it is not made yet, and larger than
+    a forward should wait for (``packs_later``: 9 MiB of gemm_transposed panels, 16 MiB of
+    F(2x2) products for a 512-channel 3x3): the first call at a size runs im2col's upright
+    product and has the packing made in the background (``conv.packing``) once its forward
+    has given back its helper threads (team.after_sharing: the packing thread would take a
+    core from them); the next calls run the upright product until the weight is packed,
+    then ``packed_call(conv, pads, out_hw, activation)``'s. Both give the same values (the
+    same sums, but for the last bits). If the packing fails (no memory), it is said once,
+    and the upright product goes on, for this size and any other."""
     upright = _gemm_call(conv, pads, out_hw, activation)
+    if conv.packing_failed(name):                 # said when it failed: im2col goes on
+        return upright
     run, settled = upright, False
     queued, asked = 0, False            # the process that queued the packing; asked for it
 
     def ask_for_packing() -> None:
         nonlocal asked, settled
         try:
-            conv.packing("gemm_transposed").add_done_callback(_said_if_failed(conv))
+            conv.packing(name).add_done_callback(_said_if_failed(conv, name))
             asked = True
         except RuntimeError as exc:               # no new thread at interpreter exit
-            log.warning("gemm_transposed panels not packed (%s): im2col goes on", exc)
+            log.warning("%s packing not made (%s): im2col goes on", name, exc)
             settled = True
 
-    def transposed_once_packed(x, residual, y):
+    def once_packed(x, residual, y):
         nonlocal run, settled, queued
         # (conv.packing: the future, asked again in a forked child, where it was the parent's)
-        if asked and not settled and conv.packing("gemm_transposed").done():
-            run, settled = _transposed_or_upright(conv, pads, out_hw, activation, upright), True
+        if asked and not settled and conv.packing(name).done():
+            run = upright if conv.packing_failed(name) else packed_call(conv, pads, out_hw,
+                                                                        activation)
+            settled = True
         run(x, residual, y)
         if not settled and queued != os.getpid():  # not yet, or in a forked child that
             queued = os.getpid()                   # never ran the parent's queued action
             after_sharing(ask_for_packing)
-    return transposed_once_packed
+    return once_packed
 
 
-def _said_if_failed(conv: Convolution) -> Callable[[Future], None]:
-    """A done callback for a packing of gemm_transposed's panels: a warning if it failed."""
+def _said_if_failed(conv: Convolution, name: str) -> Callable[[Future], None]:
+    """A done callback for a packing made in the background: a warning if it failed."""
     def said(future: Future) -> None:
         exc = future.exception()
         if exc is not None:                       # MemoryError, most likely
-            log.warning("gemm_transposed panels of a %s weight not packed (%s): im2col goes "
-                        "on", "x".join(map(str, conv.weight.shape)), exc)
+            log.warning("%s packing of a %s weight not made (%s): im2col goes on", name,
+                        "x".join(map(str, conv.weight.shape)), exc)
     return said
-
-
-def _transposed_or_upright(conv: Convolution, pads: Pads, out_hw: Pair,
-                           activation: Activation, upright: Call) -> Call:
-    """The transposed product once its panels are packed, or the upright one for good if
-    packing them failed (``_said_if_failed`` said so)."""
-    if conv.packing_failed("gemm_transposed"):
-        return upright
-    return _im2col_transposed_call(conv, pads, out_hw, activation)
 
 
 def _warm_gemm_transposed() -> None:
@@ -422,6 +416,9 @@ def _on_every_core(pack: Callable) -> Callable[[Convolution], np.ndarray]:
 
 def _winograd_call(name: str, convolve: Callable) -> Callable[..., Call]:
     def make_call(conv: Convolution, pads: Pads, out_hw: Pair, activation: Activation) -> Call:
+        later = BY_NAME[name].packs_later
+        if later is not None and later(conv) and not conv.has_packed(name):
+            return _once_packed(conv, name, pads, out_hw, activation, make_call)
         weight, bias = conv.packed(name), conv.bias
 
         def winograd(x, residual, y):
@@ -501,7 +498,7 @@ ALGORITHMS: tuple[Algorithm, ...] = (
               pack=_on_every_core(pack_winograd_f2_weight),
               make_call=_winograd_call("winograd_f2", winograd_f2_conv2d),
               warm=_warm_winograd(pack_winograd_f2_weight, winograd_f2_conv2d),
-              releases_weight=True, pack_at_build=_f2_at_build),
+              releases_weight=True, pack_at_build=_f2_at_build, packs_later=_f2_large),
     Algorithm("gemm_transposed", fits=_one_group_im2col, pays=_lanes_fill_better,
               pack=_panels, make_call=_im2col_transposed_call, warm=_warm_gemm_transposed,
               releases_weight=True, packs_later=_large_panels),

@@ -134,7 +134,8 @@ class PackedConv2d:
         packing made at build for any size if it takes the other one (F(4x4)'s is 4x the
         weights): before it packs its own, so the two are never held together; a later size
         that needs it packs it again. A packing the table makes later (``packs_later``:
-        large gemm_transposed panels) is made here only at build (``layers.base.building``);
+        large gemm_transposed panels and F(2x2) products) is made here only at build
+        (``layers.base.building``);
         a size met first in a forward leaves it to the call, which has it made in the
         background after its first run."""
         algorithm = self.algorithm(batch, out_hw)

@@ -30,17 +30,22 @@ nothing outside the output.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from layers.fast.kernel import FLOAT, INT, array, kernel
 from layers.fast.epilogue import IDENTITY, Activation, NO_ARRAY, activate_row, finish_row
 from layers.fast.pointwise import in_panels, pointwise_conv2d
+from layers.fast.simd import COLUMNS, ROWS
 from layers.fast.team import current_team, scratch
 
 NO_RESIDUAL = np.zeros((0, 0, 0, 0), np.float32)
 CHUNK_BYTES = 8 * 2 ** 20              # bytes of V and M per chunk of a batch (images, or
                                        # strips of an image's rows of tiles: ``chunks``)
 TILE, TAPS = 4, 6                      # outputs per tile side, inputs per tile side (4 + 3 - 1)
+TRANSFORM_WHOLE_MOST = 12 * 2 ** 20    # bytes of transformed filters made in one product
+TRANSFORM_PART = 2 * 2 ** 20           # ... and in each part of a larger packing, at most
 R2 = np.sqrt(2.0)
 QUARTER, HALF, TWO, FIVE_HALVES, SQRT2 = (np.float32(v) for v in (0.25, 0.5, 2, 2.5, R2))
 
@@ -84,14 +89,39 @@ def transform_filters(weight: np.ndarray, gg_t: np.ndarray) -> np.ndarray:
     (P, 9) @ (9, O*C) runs in register tiles (pointwise.py), shared with the helper threads
     if the caller shares (algorithms.py packs inside workers.sharing, at build as in a
     forward), with the same bits either way (BLAS cut into bands may round differently, as
-    OpenBLAS picks its kernel by the size)."""
+    OpenBLAS picks its kernel by the size).
+
+    A packing of more than TRANSFORM_WHOLE_MOST bytes (F(2x2)'s of 512 channels, made in
+    the background while forwards run: algorithms._once_packed) is made a part of the output
+    channels at a time, at most TRANSFORM_PART bytes, so that its copies of the filters and
+    its part of the products stay small beside the packing; a smaller one (those made at
+    build) in one product, without the copy of each part into place. Parts of whole panels
+    whose entries fill whole strips of COLUMNS give each entry the sum it has in one
+    product (pointwise.py: a sum does not depend on where its tile falls, only on whether
+    it is the product's narrow tail, which stays the last part's)."""
     c_out, c_in = weight.shape[:2]
-    # (9, O*C), the filters in the panels' order: the product's rows come out in panels
-    filters = np.ascontiguousarray(in_panels(weight.reshape(1, c_out, c_in, 9))[0].T)
     taps = gg_t.shape[1]
-    packed = np.empty((1, taps, c_out * c_in), np.float32)
-    pointwise_conv2d(np.ascontiguousarray(gg_t.T), filters[None], None, None, IDENTITY, packed)
+    matrix = np.ascontiguousarray(gg_t.T)
+    unit = math.lcm(ROWS, COLUMNS // math.gcd(c_in, COLUMNS))   # channels a part is made of
+    part = max(unit, TRANSFORM_PART // (taps * c_in * 4) // unit * unit)
+    if part >= c_out or taps * c_out * c_in * 4 <= TRANSFORM_WHOLE_MOST:
+        return _transformed(weight, matrix).reshape(taps, c_out, c_in)
+    packed = np.empty((taps, c_out * c_in), np.float32)
+    for first in range(0, c_out, part):
+        last = min(c_out, first + part)
+        packed[:, first * c_in:last * c_in] = _transformed(weight[first:last], matrix)[0]
     return packed.reshape(taps, c_out, c_in)
+
+
+
+def _transformed(weight: np.ndarray, matrix: np.ndarray) -> np.ndarray:
+    """(1, P, O*C): ``matrix`` (P, 9) times the filters of ``weight`` (O, C, 3, 3), taken
+    in the panels' order (so that the product's rows come out in panels)."""
+    c_out, c_in = weight.shape[:2]
+    filters = np.ascontiguousarray(in_panels(weight.reshape(1, c_out, c_in, 9))[0].T)
+    out = np.empty((1, matrix.shape[0], c_out * c_in), np.float32)
+    pointwise_conv2d(matrix, filters[None], None, None, IDENTITY, out)
+    return out
 
 
 @kernel(inline="always")

@@ -327,6 +327,53 @@ def test_panels_that_cannot_be_packed_leave_the_upright_product(monkeypatch, cap
     assert caplog.text.count("no room for the panels") == 1
 
 
+def test_a_large_f2_packing_is_made_in_the_background(monkeypatch):
+    """F(2x2) products of more than WINOGRAD_F2_LARGE bytes (here any), at a size first met
+    in a forward: not packed when the size is planned; the calls run im2col's upright
+    product until a background thread has packed them (here held), then F(2x2). At build
+    they are packed at once."""
+    from layers.fast import winograd_f2
+
+    monkeypatch.setattr(algorithms, "WINOGRAD_F2_LARGE", 0)
+    entry = algorithms.BY_NAME["winograd_f2"]
+    release = threading.Event()
+
+    def held_pack(conv):
+        assert release.wait(30)
+        return entry.pack(conv)
+    monkeypatch.setitem(algorithms.BY_NAME, "winograd_f2", entry._replace(pack=held_pack))
+    calls = []
+    run_winograd = winograd_f2.run_winograd
+    monkeypatch.setattr(winograd_f2, "run_winograd", lambda *args: (
+        calls.append(1), run_winograd(*args))[1])
+    c_in = WINOGRAD_MAX_CHANNELS + 4                 # too many for F(4x4)
+    rng = np.random.default_rng(6)
+    weight = rng.standard_normal((8, c_in, 3, 3), dtype=np.float32) / 40
+    x = rng.standard_normal((1, c_in, 16, 16), dtype=np.float32)
+    torch = pytest.importorskip("torch")
+    want = torch.nn.functional.conv2d(torch.from_numpy(x), torch.from_numpy(weight),
+                                      padding=1).numpy()
+    packed = PackedConv2d(weight, None, (1, 1), (1, 1), 1)
+    assert packed.algorithm(1, (16, 16)) == "winograd_f2"
+    try:
+        packed.prepare(1, (16, 16))                  # planned in a forward: not packed
+        assert not packed.has_packed("winograd_f2")
+        first = packed.run(x, (1, 1, 1, 1), (16, 16), IDENTITY)
+        second = packed.run(x, (1, 1, 1, 1), (16, 16), IDENTITY)
+        assert not calls and not packed.packing("winograd_f2").done()
+    finally:
+        release.set()
+    packed.packing("winograd_f2").result(timeout=30)
+    third = packed.run(x, (1, 1, 1, 1), (16, 16), IDENTITY)
+    assert calls == [1] and packed.has_packed("winograd_f2")
+    for y in (first, second, third):
+        np.testing.assert_allclose(y, want, rtol=1e-4, atol=1e-4)
+    built = PackedConv2d(weight, None, (1, 1), (1, 1), 1)
+    with at_build():
+        built.prepare(1, (16, 16))
+    assert built.has_packed("winograd_f2")
+
+
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork on this system")
 def test_a_forked_child_packs_again_what_the_parents_thread_had_not(monkeypatch):
     """A child forked while the parent's packing thread is busy has no such thread: it asks

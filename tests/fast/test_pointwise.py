@@ -522,6 +522,19 @@ def test_the_filter_transform_gives_its_stack_in_panels(module, c_out, c_in):
                                rtol=1e-6, atol=1e-6 * np.abs(exact).max())
 
 
+@pytest.mark.parametrize("module", [winograd, winograd_f2])
+@pytest.mark.parametrize("c_out, c_in", [(13, 5), (50, 48), (40, 512), (31, 100)])
+def test_a_filter_transform_made_in_parts_has_the_bits_of_one(monkeypatch, module, c_out,
+                                                              c_in):
+    """transform_filters made a few output channels at a time (TRANSFORM_PART of one byte:
+    the fewest channels a part may hold) gives the bits it gives in one product."""
+    weight = np.random.default_rng(7).standard_normal((c_out, c_in, 3, 3)).astype(np.float32)
+    whole = module.transform_filters(weight, module.GG_T_32)
+    monkeypatch.setattr(winograd, "TRANSFORM_WHOLE_MOST", 0)
+    monkeypatch.setattr(winograd, "TRANSFORM_PART", 1)
+    np.testing.assert_array_equal(module.transform_filters(weight, module.GG_T_32), whole)
+
+
 def test_small_images_run_transposed():
     """Transposed where it fills more of the tiles' lanes: 7 x 7 images (49 pixels in 6-pixel
     tiles, not 16-pixel ones) with input channels enough to pay for the transposed epilogue;
