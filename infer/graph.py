@@ -677,12 +677,11 @@ class RuntimeGraph(GraphTools):
         """Refuse a pass whose arrays would exceed the memory budget: the plan's peak (or all
         its operands, when ``keep_all`` keeps them), or its arena if that is larger. The idle
         arenas kept for later calls count too (all of each: the one this pass reuses stays
-        as large as it is), less what this pass writes into the one it would reuse (counted
-        in its peak already), and are let go first when they are what makes the
-        difference."""
+        as large as it is), less the memory of the one it would reuse that it writes into,
+        buffer by buffer (counted in its peak already), and are let go first when they are
+        what makes the difference."""
         needed = memory.total_bytes if keep_all else max(memory.peak_bytes, memory.arena_bytes)
-        reused = 0 if keep_all else min(self._arenas.reusable_bytes(memory.written_sizes),
-                                         sum(memory.written_sizes))
+        reused = 0 if keep_all else self._arenas.reusable_bytes(memory.written_sizes)
         if needed + self._arenas.idle_bytes() - reused > self.memory_budget:
             self._arenas.drop()
         if needed > self.memory_budget:

@@ -320,11 +320,15 @@ class ArenaPool:
                        if plan is None or a.fitted_for is plan)
 
     def reusable_bytes(self, sizes: Sequence[int]) -> int:
-        """Bytes of the arena ``take(sizes)`` would hand out now (0: it would make one; the
-        pool may change before the call takes it)."""
+        """Bytes of the arena ``take(sizes)`` would hand out now that a call writing
+        ``sizes`` would write into, buffer by buffer (0: it would make one; the pool may
+        change before the call takes it)."""
         with self._lock:
             arena = self._choose(sizes, remove=False)
-            return 0 if arena is None else arena.allocated_bytes
+            if arena is None:
+                return 0
+            return sum(min(buffer.nbytes, size) for buffer, size in zip(arena.buffers, sizes)
+                       if buffer is not None)
 
 
 # ----- planning ---------------------------------------------------------------------------------

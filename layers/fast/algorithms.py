@@ -31,13 +31,14 @@ packing and each call. The rules, in order:
                              input channels: F(2x2, 3x3),
                              from WINOGRAD_F2_MIN_TILES 2x2 tiles (WINOGRAD_F2_LARGE_MIN_TILES
                              if it packs more than WINOGRAD_F2_LARGE bytes; such a packing is
-                             made in the background, as below)
+                             made in the background, as below, unless at build)
     gemm_transposed          groups 1, not a 1x1 of stride 1 (those padded run im2col and
                              this product from pointwise_transposed's panels): im2col, then
                              the transposed 1x1's product where it pays (as above, with
                              C_in * kh * kw channels); panels of more than PACKED_IN_FORWARD
-                             bytes are packed in the background, im2col's upright product
-                             running the calls at a size until they are (``_once_packed``)
+                             bytes are packed in the background unless at build, im2col's
+                             upright product running the calls at a size until they are
+                             (``_once_packed``)
     gemm                     any convolution: 1x1 in register tiles; larger kernels with
                              one group on cols made band by band (large images); strided
                              or padded 1x1, small cols and grouped ones through im2col
@@ -58,7 +59,8 @@ not all finite (its dot product with itself is not finite, which also catches va
 squares overflow) runs im2col instead. A padded 1x1 convolution runs im2col too.
 
 Winograd's packings (a product per filter) are shared with the helper threads
-(``workers.sharing``), at build as in a forward: the kernel modules below this one only
+(``workers.sharing``), at build as in a forward, but not by the thread that packs in the
+background, which works alone (team.work_alone): the kernel modules below this one only
 share what their caller shares (layers/fast/team.py).
 """
 
@@ -295,9 +297,10 @@ def _once_packed(conv: Convolution, name: str, pads: Pads, out_hw: Pair,
     product and has the packing made in the background (``conv.packing``) once its forward
     has given back its helper threads (team.after_sharing: the packing thread would take a
     core from them); the next calls run the upright product until the weight is packed,
-    then ``packed_call(conv, pads, out_hw, activation)``'s. Both give the same values (the
-    same sums, but for the last bits). If the packing fails (no memory), it is said once,
-    and the upright product goes on, for this size and any other."""
+    then ``packed_call(conv, pads, out_hw, activation)``'s. Both give torch's values to
+    float32's rounding (im2col's and the transposed product's sums differ only in their
+    last bits; Winograd's are other sums). If the packing fails (no memory), it is said
+    once, and the upright product goes on, for this size and any other."""
     upright = _gemm_call(conv, pads, out_hw, activation)
     if conv.packing_failed(name):                 # said when it failed: im2col goes on
         return upright
@@ -401,13 +404,15 @@ def _panels_at_build(conv: Convolution) -> bool:
 def _f2_at_build(conv: Convolution) -> bool:
     """Any size of 16 or more 2x2 tiles runs F(2x2) when F(4x4) never runs (too many or too
     few channels, or a packing that does not fit): pack it at build, unless that packing is
-    large too (then a batch that needs it packs it)."""
+    large too (then the first forward at a size that takes it has it made in the background,
+    ``_once_packed``, and a graph whose shapes are known at build packs it then)."""
     return not (_f4_accurate(conv) and _f4_fits(conv)) and not _f2_large(conv)
 
 
 def _on_every_core(pack: Callable) -> Callable[[Convolution], np.ndarray]:
     """A Winograd packing of conv's weight (a product per filter, winograd.transform_filters)
-    shared with the helper threads, at build too: on every core (the same bits)."""
+    shared with the helper threads, at build too: on every core (the same bits), but for the
+    background packing thread, which works alone."""
     def pack_shared(conv: Convolution) -> np.ndarray:
         with workers.sharing(None):
             return pack(conv.weight)

@@ -27,6 +27,7 @@ from layers.fast import algorithms
 from layers.fast.algorithms import BY_NAME, Call, Pair, Pads
 from layers.fast.epilogue import Activation
 from layers.fast.operands import check
+from layers.fast.team import work_alone
 from parser.errors import ShapeError
 from parser.bin import release_pages
 
@@ -135,9 +136,8 @@ class PackedConv2d:
         weights): before it packs its own, so the two are never held together; a later size
         that needs it packs it again. A packing the table makes later (``packs_later``:
         large gemm_transposed panels and F(2x2) products) is made here only at build
-        (``layers.base.building``);
-        a size met first in a forward leaves it to the call, which has it made in the
-        background after its first run."""
+        (``layers.base.building``); a size met first in a forward leaves it to the call,
+        which has it made in the background after its first run."""
         algorithm = self.algorithm(batch, out_hw)
         with self._lock:
             if algorithm in WINOGRAD:
@@ -194,10 +194,11 @@ _PACKER_MADE = threading.Lock()
 
 def _packer() -> ThreadPoolExecutor:
     """The thread that packs weights in the background (PackedConv2d.packing): one for the
-    process, made on first use."""
+    process, made on first use; it works alone (team.work_alone), beside the forwards."""
     with _PACKER_MADE:
         if not _PACKER:
-            _PACKER.append(ThreadPoolExecutor(1, thread_name_prefix="pnnx-infer-pack"))
+            _PACKER.append(ThreadPoolExecutor(1, thread_name_prefix="pnnx-infer-pack",
+                                              initializer=work_alone))
         return _PACKER[0]
 
 

@@ -36,6 +36,19 @@ def current_team() -> Team | None:
     return getattr(_local, "team", None)
 
 
+def work_alone() -> None:
+    """Mark this thread as one that never shares its kernels with a team (the thread that
+    packs weights in the background, layers/fast/conv.py): a team it took would be every
+    core's whatever the graphs' caps, and a forward starting meanwhile would find it taken
+    and run without its helpers."""
+    _local.alone = True
+
+
+def works_alone() -> bool:
+    """Whether ``work_alone`` marked this thread."""
+    return getattr(_local, "alone", False)
+
+
 def team_worth_sharing(work: int, shared_from: int) -> Team | None:
     """``current_team()``, or None for a call of less than ``shared_from`` units of work
     (multiply-adds, values copied: the caller's measure): handing half of so little to a

@@ -45,7 +45,7 @@ CHUNK_BYTES = 8 * 2 ** 20              # bytes of V and M per chunk of a batch (
                                        # strips of an image's rows of tiles: ``chunks``)
 TILE, TAPS = 4, 6                      # outputs per tile side, inputs per tile side (4 + 3 - 1)
 TRANSFORM_WHOLE_MOST = 12 * 2 ** 20    # bytes of transformed filters made in one product
-TRANSFORM_PART = 2 * 2 ** 20           # ... and in each part of a larger packing, at most
+TRANSFORM_PART = 2 * 2 ** 20           # ... and in each part of a larger packing (about)
 R2 = np.sqrt(2.0)
 QUARTER, HALF, TWO, FIVE_HALVES, SQRT2 = (np.float32(v) for v in (0.25, 0.5, 2, 2.5, R2))
 
@@ -91,14 +91,15 @@ def transform_filters(weight: np.ndarray, gg_t: np.ndarray) -> np.ndarray:
     forward), with the same bits either way (BLAS cut into bands may round differently, as
     OpenBLAS picks its kernel by the size).
 
-    A packing of more than TRANSFORM_WHOLE_MOST bytes (F(2x2)'s of 512 channels, made in
-    the background while forwards run: algorithms._once_packed) is made a part of the output
-    channels at a time, at most TRANSFORM_PART bytes, so that its copies of the filters and
-    its part of the products stay small beside the packing; a smaller one (those made at
-    build) in one product, without the copy of each part into place. Parts of whole panels
-    whose entries fill whole strips of COLUMNS give each entry the sum it has in one
-    product (pointwise.py: a sum does not depend on where its tile falls, only on whether
-    it is the product's narrow tail, which stays the last part's)."""
+    A packing of more than TRANSFORM_WHOLE_MOST bytes (F(2x2)'s of 512 channels, which the
+    packing thread makes while forwards run: algorithms._once_packed) is made a part of the
+    output channels at a time, about TRANSFORM_PART bytes (a part holds at least the
+    channels of whole panels that fill whole strips), so that its copies of the filters and
+    its part of the products stay small beside the packing; a smaller one (F(4x4)'s made at
+    build, mostly) in one product, without the copy of each part into place. Such parts give
+    each entry the sum it has in one product (pointwise.py: a sum does not depend on where
+    its tile falls, only on whether it is the product's narrow tail, which stays the last
+    part's)."""
     c_out, c_in = weight.shape[:2]
     taps = gg_t.shape[1]
     matrix = np.ascontiguousarray(gg_t.T)
@@ -111,7 +112,6 @@ def transform_filters(weight: np.ndarray, gg_t: np.ndarray) -> np.ndarray:
         last = min(c_out, first + part)
         packed[:, first * c_in:last * c_in] = _transformed(weight[first:last], matrix)[0]
     return packed.reshape(taps, c_out, c_in)
-
 
 
 def _transformed(weight: np.ndarray, matrix: np.ndarray) -> np.ndarray:

@@ -330,8 +330,9 @@ def test_panels_that_cannot_be_packed_leave_the_upright_product(monkeypatch, cap
 def test_a_large_f2_packing_is_made_in_the_background(monkeypatch):
     """F(2x2) products of more than WINOGRAD_F2_LARGE bytes (here any), at a size first met
     in a forward: not packed when the size is planned; the calls run im2col's upright
-    product until a background thread has packed them (here held), then F(2x2). At build
-    they are packed at once."""
+    product until a background thread has packed them (here held), alone (a team it took
+    would be every core's and keep the next forward from its helpers), then F(2x2). At
+    build they are packed at once."""
     from layers.fast import winograd_f2
 
     monkeypatch.setattr(algorithms, "WINOGRAD_F2_LARGE", 0)
@@ -344,8 +345,8 @@ def test_a_large_f2_packing_is_made_in_the_background(monkeypatch):
     monkeypatch.setitem(algorithms.BY_NAME, "winograd_f2", entry._replace(pack=held_pack))
     calls = []
     run_winograd = winograd_f2.run_winograd
-    monkeypatch.setattr(winograd_f2, "run_winograd", lambda *args: (
-        calls.append(1), run_winograd(*args))[1])
+    monkeypatch.setattr(winograd_f2, "run_winograd", lambda *args: (   # (not ``warm``'s)
+        calls.append(1) if args[3].shape[1] == c_in else None, run_winograd(*args))[1])
     c_in = WINOGRAD_MAX_CHANNELS + 4                 # too many for F(4x4)
     rng = np.random.default_rng(6)
     weight = rng.standard_normal((8, c_in, 3, 3), dtype=np.float32) / 40
@@ -355,6 +356,14 @@ def test_a_large_f2_packing_is_made_in_the_background(monkeypatch):
                                       padding=1).numpy()
     packed = PackedConv2d(weight, None, (1, 1), (1, 1), 1)
     assert packed.algorithm(1, (16, 16)) == "winograd_f2"
+    teams = []                                       # (thread, team it was given)
+    join = workers.join
+
+    def spied_join(num_threads):
+        given = join(num_threads)
+        teams.append((threading.current_thread().name, given[0]))
+        return given
+    monkeypatch.setattr(workers, "join", spied_join)
     try:
         packed.prepare(1, (16, 16))                  # planned in a forward: not packed
         assert not packed.has_packed("winograd_f2")
@@ -364,6 +373,8 @@ def test_a_large_f2_packing_is_made_in_the_background(monkeypatch):
     finally:
         release.set()
     packed.packing("winograd_f2").result(timeout=30)
+    packer = [team for name, team in teams if name.startswith("pnnx-infer-pack")]
+    assert packer == [None]                          # it packed alone: no team taken
     third = packed.run(x, (1, 1, 1, 1), (16, 16), IDENTITY)
     assert calls == [1] and packed.has_packed("winograd_f2")
     for y in (first, second, third):

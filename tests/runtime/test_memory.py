@@ -252,6 +252,35 @@ def test_an_idle_arena_larger_than_a_pass_writes_counts_in_the_budget(tmp_path):
     assert pool.idle_bytes() < mib                     # the 1 MiB arena was let go first
 
 
+CROSSED = """
+7767517
+6 5
+pnnx.Input   in0   0 1 a #a=(?)f32
+pnnx.Input   in1   0 1 b #b=(?)f32
+my.Double    d1    1 1 a a1 #a1=(?)f32
+my.Double    d2    1 1 b b1 #b1=(?)f32
+my.Add       add   2 1 a1 b1 c #c=(?)f32
+pnnx.Output  out0  1 0 c
+"""
+
+
+def test_an_idle_arena_whose_large_buffer_a_pass_barely_writes_counts_whole(tmp_path):
+    """A pass whose large operand falls in another buffer than the one the reused arena has
+    large keeps that buffer and makes another: the budget counts the arena but for what
+    the pass writes into each of its buffers, and lets it go where that would pass it."""
+    graph = build(tmp_path, CROSSED)
+    mib = 1 << 20
+    big, tiny = np.ones(mib // 4, np.float32), np.ones(1, np.float32)
+    graph.forward(big, tiny)                           # a1 (1 MiB) in one buffer
+    pool = graph.memory_plan((mib // 4,), (1,)).arenas
+    assert mib <= pool.idle_bytes() < 2 * mib
+    second = graph.memory_plan((1,), (mib // 4,))      # b1 (1 MiB) in the other
+    graph.memory_budget = max(second.peak_bytes, second.arena_bytes) + mib // 2
+    (got,) = graph.forward(tiny, big)
+    np.testing.assert_array_equal(got, 2 * tiny + 2 * big)
+    assert pool.idle_bytes() < 2 * mib                 # not both buffers of 1 MiB kept
+
+
 def test_threads_at_different_sizes_each_get_an_arena(tmp_path):
     """Calls from several threads at different sizes at once: each takes an arena of its
     own from the pool (or a new one), and the pool keeps at most MAX_POOLED_ARENAS."""
