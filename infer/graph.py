@@ -667,21 +667,23 @@ class RuntimeGraph(GraphTools):
         self._require_complete()
         arrays = self.check_inputs(*inputs)
         memory = self._memory_plan(tuple(a.shape for a in arrays))
-        self._check_budget(memory, arrays, keep_all)
+        hooked = self._hooks if hooks else ()
+        self._check_budget(memory, arrays, keep_all, isolated=keep_all or bool(hooked))
         given = {op.outputs[0].name: x for op, x in zip(self.input_operators, arrays)}
         return Execution(self._steps, memory, given, [o.name for o in self.output_operands],
-                         keep_all=keep_all, hooks=self._hooks if hooks else (), timed=timed)
+                         keep_all=keep_all, hooks=hooked, timed=timed)
 
-    def _check_budget(self, memory: MemoryPlan, arrays: list[np.ndarray], keep_all: bool
-                      ) -> None:
+    def _check_budget(self, memory: MemoryPlan, arrays: list[np.ndarray], keep_all: bool,
+                      isolated: bool = False) -> None:
         """Refuse a pass whose arrays would exceed the memory budget: the plan's peak (or all
         its operands, when ``keep_all`` keeps them), or its arena if that is larger. The idle
         arenas kept for later calls count too (all of each: the one this pass reuses stays
         as large as it is), less the memory of the one it would reuse that it writes into,
-        buffer by buffer (counted in its peak already), and are let go first when they are
-        what makes the difference."""
+        buffer by buffer (its plan's arena counted already), and are let go first when they
+        are what makes the difference. An ``isolated`` pass (every operand kept, or hooks
+        run) takes no arena: it reuses none."""
         needed = memory.total_bytes if keep_all else max(memory.peak_bytes, memory.arena_bytes)
-        reused = 0 if keep_all else self._arenas.reusable_bytes(memory.written_sizes)
+        reused = 0 if isolated else self._arenas.reusable_bytes(memory.written_sizes)
         if needed + self._arenas.idle_bytes() - reused > self.memory_budget:
             self._arenas.drop()
         if needed > self.memory_budget:

@@ -320,8 +320,8 @@ class ArenaPool:
                        if plan is None or a.fitted_for is plan)
 
     def reusable_bytes(self, sizes: Sequence[int]) -> int:
-        """Bytes of the arena ``take(sizes)`` would hand out now that a call writing
-        ``sizes`` would write into, buffer by buffer (0: it would make one; the pool may
+        """Of the arena ``take(sizes)`` would hand out, the bytes a call that writes
+        ``sizes`` would write into, buffer by buffer (0 if it would make one; the pool may
         change before the call takes it)."""
         with self._lock:
             arena = self._choose(sizes, remove=False)

@@ -105,11 +105,16 @@ class limit:
     capped at one thread. A plain class rather than a generator (every forward enters one);
     each is entered once (``with threads.limit(n):``)."""
 
-    __slots__ = ("num_threads", "workers", "entered", "team", "joined", "numba_before")
+    __slots__ = ("num_threads", "workers", "entered", "team", "joined", "numba_before",
+                 "team_module", "cap_before")
 
     def __init__(self, num_threads: int | None, helpers: bool = True):
         self.num_threads, self.workers = num_threads, _workers(helpers)
         self.entered, self.team, self.joined, self.numba_before = False, None, False, 0
+        # the cap on the teams the body's kernels may take (team.thread_cap), if any
+        self.team_module = (sys.modules.get("layers.fast.team") if num_threads is not None
+                            else None)
+        self.cap_before: int | None = None
 
     def __enter__(self) -> None:
         if self.entered:
@@ -117,9 +122,11 @@ class limit:
                                "body")
         self.entered = True
         num_threads, workers = self.num_threads, self.workers
-        if workers is not None:
-            self.team, self.joined = workers.join(num_threads)
+        if self.team_module is not None:
+            self.cap_before = self.team_module.set_thread_cap(num_threads)
         try:
+            if workers is not None:
+                self.team, self.joined = workers.join(num_threads)
             self.numba_before = _cap(num_threads, self._blas_threads())
         except BaseException:
             self._leave_team()
@@ -136,9 +143,13 @@ class limit:
         return 1 if self.team is not None else self.num_threads
 
     def _leave_team(self) -> None:
-        if self.joined:
-            self.joined = False
-            self.workers.leave(self.team)
+        try:
+            if self.joined:
+                self.joined = False
+                self.workers.leave(self.team)
+        finally:
+            if self.team_module is not None:
+                self.team_module.set_thread_cap(self.cap_before)
 
 
 def start_helpers(num_threads: int | None, helpers: bool = True) -> None:
@@ -160,8 +171,23 @@ def setup(num_threads: int | None, helpers: bool = True):
     (BENCHMARKS.md has the figures)."""
     workers = _workers(helpers)
     wanted = workers.threads_wanted(num_threads) if workers is not None else 1
-    with _capped(num_threads, 1 if wanted >= 2 else num_threads):
+    with _capped(num_threads, 1 if wanted >= 2 else num_threads), _team_cap(num_threads):
         yield
+
+
+@contextlib.contextmanager
+def _team_cap(num_threads: int | None):
+    """The body's cap (``num_threads``, None: none) on the teams its kernels may take
+    (layers/fast/team.py's thread_cap), where the fast backend is loaded."""
+    team = sys.modules.get("layers.fast.team")
+    if team is None or num_threads is None:
+        yield
+        return
+    before = team.set_thread_cap(num_threads)
+    try:
+        yield
+    finally:
+        team.set_thread_cap(before)
 
 
 @contextlib.contextmanager

@@ -4,6 +4,8 @@
     team = team_worth_sharing(work, least)   # the same, or None below ``least`` work
     buffer = scratch(name, shape)            # a float32 work array kept by this thread
     after_sharing(action)                    # run once this thread gives its team back
+    set_thread_cap(n), thread_cap()          # the threads a team taken here may have
+    work_alone(), works_alone()              # this thread never takes a team
 
 The kernel modules (gemm, pointwise, pointwise_transposed, winograd) read these to share
 their work and to allocate nothing per call; workers.py makes the teams and sets this
@@ -36,11 +38,26 @@ def current_team() -> Team | None:
     return getattr(_local, "team", None)
 
 
+def thread_cap() -> int | None:
+    """The most threads a team taken on this thread may have: the cap of the forward or the
+    planning running on it (infer/threads.py's ``limit`` and ``setup``), None for none. A
+    packing that asks for every core's team (workers.sharing(None)) inside a forward capped
+    at 1 then takes none."""
+    return getattr(_local, "cap", None)
+
+
+def set_thread_cap(cap: int | None) -> int | None:
+    """Set this thread's ``thread_cap``; returns the one before, to set back."""
+    before = getattr(_local, "cap", None)
+    _local.cap = cap
+    return before
+
+
 def work_alone() -> None:
     """Mark this thread as one that never shares its kernels with a team (the thread that
     packs weights in the background, layers/fast/conv.py): a team it took would be every
-    core's whatever the graphs' caps, and a forward starting meanwhile would find it taken
-    and run without its helpers."""
+    core's whatever the graphs' caps, its helpers spinning beside the forwards (one with
+    the same cap would find it taken and run without helpers)."""
     _local.alone = True
 
 

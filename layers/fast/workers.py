@@ -44,7 +44,8 @@ from layers.fast.epilogue import Activation, epilogue_operands, nothing_to_finis
 from layers.fast.operands import unchecked
 from layers.fast.team import current_team as current  # workers.current(), as before
 from layers.fast.team import scratch as scratch  # workers.scratch, as before
-from layers.fast.team import actions_after_sharing, set_current_team, works_alone
+from layers.fast.team import (actions_after_sharing, set_current_team, thread_cap,
+                              works_alone)
 
 log = logging.getLogger(__name__)
 
@@ -338,12 +339,16 @@ def join(num_threads: int | None) -> tuple[Team | None, bool]:
     """``sharing``'s entry, for a caller that enters and leaves without a ``with``: the team
     (or None, as sharing yields it), and whether this call took it, in which case
     ``leave(team)`` must follow. A thread sharing a team already keeps it (not taken); a
-    thread that works alone (team.work_alone) takes none."""
+    thread that works alone (team.work_alone) takes none; a thread with a cap
+    (team.thread_cap) takes none wider."""
     team = current()
     if team is not None:
         return team, False
     if works_alone():
         return None, False
+    cap = thread_cap()
+    if cap is not None:
+        num_threads = cap if num_threads is None else min(num_threads, cap)
     team = team_for(num_threads)
     if team is None or not team.in_use.acquire(blocking=False):
         return None, False

@@ -504,3 +504,26 @@ def test_a_model_gives_the_same_logits_with_or_without_helpers(batch, shared):
         together = graph.forward(x)[0]
         assert team.control[jobs.TICKET] >> 40 >= before + 40     # the convolutions shared
     np.testing.assert_array_equal(together, alone)
+
+
+def test_a_team_asked_for_inside_a_capped_body_is_no_wider_than_its_cap(monkeypatch):
+    """Inside threads.limit(1) or threads.setup(1) (a forward or a planning capped at one
+    thread), a kernel that asks for every core's team (a Winograd packing for a size first
+    met in a forward) takes none; under a cap of 2 it shares with one helper; the cap goes
+    when the body ends."""
+    from infer import threads
+    from layers.fast.team import thread_cap
+
+    monkeypatch.setattr(workers, "usable_cores", lambda: 2)
+    monkeypatch.delenv("PNNX_INFER_HELPERS", raising=False)
+    if workers.team_for(2) is None:
+        pytest.skip("no team of helper threads here (numpy's OpenBLAS not found)")
+    for body in (threads.limit, threads.setup):
+        with body(1):
+            assert thread_cap() == 1
+            with workers.sharing(None) as team:
+                assert team is None
+        assert thread_cap() is None
+    with threads.setup(2):
+        with workers.sharing(None) as team:
+            assert team is not None and team.threads == 2

@@ -252,6 +252,23 @@ def test_an_idle_arena_larger_than_a_pass_writes_counts_in_the_budget(tmp_path):
     assert pool.idle_bytes() < mib                     # the 1 MiB arena was let go first
 
 
+def test_a_pass_with_hooks_reuses_no_arena_and_counts_the_idle_one(tmp_path):
+    """A pass that runs hooks is isolated: it makes every array anew and takes no arena, so
+    the idle one counts whole beside it and goes first where both would pass the budget."""
+    graph = build(tmp_path, TWO_PATHS)
+    mib = 1 << 20
+    big, tiny = np.ones(mib // 4, np.float32), np.ones(4, np.float32)
+    graph.forward(big, tiny)                           # a1 in the arena: 1 MiB
+    plan = graph.memory_plan((mib // 4,), (4,))
+    assert plan.arenas.idle_bytes() >= mib
+    graph.memory_budget = max(plan.peak_bytes, plan.arena_bytes) + mib // 2
+    seen = []
+    graph.add_hook(after=lambda op, xs, ys: seen.append(op.name))
+    a2, b2 = graph.forward(big, tiny)
+    np.testing.assert_array_equal(a2, 4 * big)
+    assert seen and plan.arenas.idle_bytes() == 0      # let go first
+
+
 CROSSED = """
 7767517
 6 5
