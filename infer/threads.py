@@ -106,15 +106,15 @@ class limit:
     each is entered once (``with threads.limit(n):``)."""
 
     __slots__ = ("num_threads", "workers", "entered", "team", "joined", "numba_before",
-                 "team_module", "cap_before")
+                 "team_module", "cap")
 
     def __init__(self, num_threads: int | None, helpers: bool = True):
         self.num_threads, self.workers = num_threads, _workers(helpers)
         self.entered, self.team, self.joined, self.numba_before = False, None, False, 0
-        # the cap on the teams the body's kernels may take (team.thread_cap), if any
-        self.team_module = (sys.modules.get("layers.fast.team") if num_threads is not None
-                            else None)
-        self.cap_before: int | None = None
+        # the body's cap on the teams its kernels may take (team.thread_cap): the fast
+        # backend's, where it is loaded
+        self.team_module = sys.modules.get("layers.fast.team")
+        self.cap: list | None = None
 
     def __enter__(self) -> None:
         if self.entered:
@@ -123,7 +123,7 @@ class limit:
         self.entered = True
         num_threads, workers = self.num_threads, self.workers
         if self.team_module is not None:
-            self.cap_before = self.team_module.set_thread_cap(num_threads)
+            self.cap = self.team_module.enter_cap(num_threads)
         try:
             if workers is not None:
                 self.team, self.joined = workers.join(num_threads)
@@ -148,8 +148,9 @@ class limit:
                 self.joined = False
                 self.workers.leave(self.team)
         finally:
-            if self.team_module is not None:
-                self.team_module.set_thread_cap(self.cap_before)
+            if self.cap is not None:
+                self.team_module.leave_cap(self.cap)
+                self.cap = None
 
 
 def start_helpers(num_threads: int | None, helpers: bool = True) -> None:
@@ -163,7 +164,8 @@ def start_helpers(num_threads: int | None, helpers: bool = True) -> None:
 @contextlib.contextmanager
 def setup(num_threads: int | None, helpers: bool = True):
     """For a graph's one-time work (building, packing weights for new input shapes): BLAS
-    capped as a forward of ``num_threads`` caps it, without starting helpers.
+    capped as a forward of ``num_threads`` caps it, without starting helpers, and the teams
+    its packings take (algorithms._shared) no wider than the forward's.
 
     Why: after a call that ran on several threads, OpenBLAS's workers spin a while before
     they sleep, and capping the pool does not stop them: a packing product run on every core
@@ -180,14 +182,14 @@ def _team_cap(num_threads: int | None):
     """The body's cap (``num_threads``, None: none) on the teams its kernels may take
     (layers/fast/team.py's thread_cap), where the fast backend is loaded."""
     team = sys.modules.get("layers.fast.team")
-    if team is None or num_threads is None:
+    if team is None:
         yield
         return
-    before = team.set_thread_cap(num_threads)
+    entry = team.enter_cap(num_threads)
     try:
         yield
     finally:
-        team.set_thread_cap(before)
+        team.leave_cap(entry)
 
 
 @contextlib.contextmanager

@@ -272,7 +272,8 @@ def _one_group_im2col(conv: Convolution) -> bool:
 def _im2col_transposed_call(conv: Convolution, pads: Pads, out_hw: Pair,
                             activation: Activation, packing: str = "gemm_transposed") -> Call:
     """im2col, then the transposed product, with the panels of algorithm ``packing``."""
-    if packing == "gemm_transposed" and _large_panels(conv) and not conv.has_packed(packing):
+    later = BY_NAME[packing].packs_later
+    if later is not None and later(conv) and not conv.has_packed(packing):
         return _once_packed(conv, packing, pads, out_hw, activation, _im2col_transposed_call)
     panels, bias = conv.packed(packing), conv.bias
     kernel, stride, dilation = conv.kernel, conv.stride, conv.dilation
@@ -409,10 +410,10 @@ def _f2_at_build(conv: Convolution) -> bool:
     return not (_f4_accurate(conv) and _f4_fits(conv)) and not _f2_large(conv)
 
 
-def _on_every_core(pack: Callable) -> Callable[[Convolution], np.ndarray]:
+def _shared(pack: Callable) -> Callable[[Convolution], np.ndarray]:
     """A Winograd packing of conv's weight (a product per filter, winograd.transform_filters)
-    shared with the helper threads, at build too: on every core (the same bits), but for the
-    background packing thread, which works alone."""
+    shared with helper threads, at build too (the same bits): on every core the calling
+    thread's cap allows (the graph's, team.thread_cap), on the packing thread alone."""
     def pack_shared(conv: Convolution) -> np.ndarray:
         with workers.sharing(None):
             return pack(conv.weight)
@@ -495,12 +496,12 @@ ALGORITHMS: tuple[Algorithm, ...] = (
               pack=_panels, make_call=_transposed_call, warm=_warm_transposed,
               releases_weight=True, pack_at_build=_panels_at_build),
     Algorithm("winograd", fits=_f4_accurate, pays=_f4_pays,
-              pack=_on_every_core(pack_winograd_weight),
+              pack=_shared(pack_winograd_weight),
               make_call=_winograd_call("winograd", winograd_conv2d),
               warm=_warm_winograd(pack_winograd_weight, winograd_conv2d),
               releases_weight=True, pack_at_build=_f4_at_build),
     Algorithm("winograd_f2", fits=_f2_fits, pays=_f2_pays,
-              pack=_on_every_core(pack_winograd_f2_weight),
+              pack=_shared(pack_winograd_f2_weight),
               make_call=_winograd_call("winograd_f2", winograd_f2_conv2d),
               warm=_warm_winograd(pack_winograd_f2_weight, winograd_f2_conv2d),
               releases_weight=True, pack_at_build=_f2_at_build, packs_later=_f2_large),

@@ -4,7 +4,7 @@
     team = team_worth_sharing(work, least)   # the same, or None below ``least`` work
     buffer = scratch(name, shape)            # a float32 work array kept by this thread
     after_sharing(action)                    # run once this thread gives its team back
-    set_thread_cap(n), thread_cap()          # the threads a team taken here may have
+    enter_cap(n), leave_cap(entry)           # the threads a team taken here may have
     work_alone(), works_alone()              # this thread never takes a team
 
 The kernel modules (gemm, pointwise, pointwise_transposed, winograd) read these to share
@@ -39,18 +39,31 @@ def current_team() -> Team | None:
 
 
 def thread_cap() -> int | None:
-    """The most threads a team taken on this thread may have: the cap of the forward or the
-    planning running on it (infer/threads.py's ``limit`` and ``setup``), None for none. A
-    packing that asks for every core's team (workers.sharing(None)) inside a forward capped
-    at 1 then takes none."""
-    return getattr(_local, "cap", None)
+    """The most threads a team taken on this thread may have: the cap of the innermost
+    forward or planning running on it (infer/threads.py's ``limit`` and ``setup``), None for
+    none. A packing that asks for every core's team (workers.sharing(None)) inside a forward
+    capped at 1 then takes none."""
+    caps = getattr(_local, "caps", None)
+    return caps[-1][0] if caps else None
 
 
-def set_thread_cap(cap: int | None) -> int | None:
-    """Set this thread's ``thread_cap``; returns the one before, to set back."""
-    before = getattr(_local, "cap", None)
-    _local.cap = cap
-    return before
+def enter_cap(cap: int | None) -> list:
+    """A body with cap ``cap`` (None: none) begins on this thread; returns its entry, for
+    ``leave_cap``. Entries are taken out by identity, not in order: two bodies that end in
+    the other order than they began (generators, each inside a forward) leave no cap
+    behind."""
+    entry = [cap]
+    _local.__dict__.setdefault("caps", []).append(entry)
+    return entry
+
+
+def leave_cap(entry: list) -> None:
+    """The body of ``entry`` (enter_cap's) ends."""
+    caps = getattr(_local, "caps", [])
+    for i in range(len(caps) - 1, -1, -1):
+        if caps[i] is entry:
+            del caps[i]
+            return
 
 
 def work_alone() -> None:

@@ -325,8 +325,9 @@ def threads_wanted(num_threads: int | None) -> int:
 @contextlib.contextmanager
 def sharing(num_threads: int | None):
     """Share the kernels called in the body over ``num_threads`` threads (None: every usable
-    core), this one and helpers; yields the Team, or None when the work stays on this
-    thread (one thread wanted, no team here, or another forward has the team)."""
+    core; either within this thread's cap, team.thread_cap), this one and helpers; yields the
+    Team, or None when the work stays on this thread (one thread wanted, no team here, or
+    another forward has the team)."""
     team, joined = join(num_threads)
     try:
         yield team

@@ -509,8 +509,9 @@ def test_a_model_gives_the_same_logits_with_or_without_helpers(batch, shared):
 def test_a_team_asked_for_inside_a_capped_body_is_no_wider_than_its_cap(monkeypatch):
     """Inside threads.limit(1) or threads.setup(1) (a forward or a planning capped at one
     thread), a kernel that asks for every core's team (a Winograd packing for a size first
-    met in a forward) takes none; under a cap of 2 it shares with one helper; the cap goes
-    when the body ends."""
+    met in a forward) takes none; under a cap of 2 a team of 2 where there are more cores;
+    an uncapped body inside a capped one is uncapped; the cap goes when the body ends, even
+    where two bodies end in the other order than they began (generators)."""
     from infer import threads
     from layers.fast.team import thread_cap
 
@@ -523,7 +524,20 @@ def test_a_team_asked_for_inside_a_capped_body_is_no_wider_than_its_cap(monkeypa
             assert thread_cap() == 1
             with workers.sharing(None) as team:
                 assert team is None
+            with body(None):                           # a graph of its own, uncapped
+                with workers.sharing(None) as team:
+                    assert team is not None
         assert thread_cap() is None
+
+    def stream(cap):
+        with threads.limit(cap):
+            yield thread_cap()
+    first, second = stream(1), stream(None)
+    assert (next(first), next(second)) == (1, None)
+    list(first)                                        # ends before the one begun after it
+    list(second)
+    assert thread_cap() is None
+    monkeypatch.setattr(workers, "usable_cores", lambda: 3)
     with threads.setup(2):
         with workers.sharing(None) as team:
             assert team is not None and team.threads == 2
