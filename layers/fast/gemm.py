@@ -25,8 +25,8 @@ written.
   cols are small (BATCHED_COLS_MOST), so that one product takes them:
   - a strided or padded 1x1, whose cols are its pixels (fewer than its phases), and cols
     that are small or one band, which stay in cache;
-  - a grouped convolution: one BLAS product per group (``np.matmul`` on the stack), then
-    the epilogue in one pass;
+  - a grouped convolution: one BLAS product per group of each image (``np.matmul`` on the
+    stack), then the epilogue in one pass over the images whose cols were made together;
   - one group on small outputs, where the product runs turned around, output channels in
     the vector lanes (``gemm_transposed_conv2d``: layers/fast/pointwise_transposed.py, whose
     ``transposed_pays`` says when), from the weight packed as that kernel's panels.
@@ -209,11 +209,11 @@ def gemm_conv2d(x: np.ndarray, packed: np.ndarray, bias: np.ndarray | None,
         im2col_product(packed, bias, kernel, stride, pads, dilation, out_hw,
                        activation)(x, residual, y)
         return y
-    for i, cols in _cols_of_each_image(x, groups * group_k, kernel, stride, pads, dilation,
-                                       out_hw):
-        _matmul(team, packed, cols.reshape(groups, group_k, length), y_groups[i])
-        _finish(team, y[i:i + 1], bias, None if residual is None else residual[i:i + 1],
-                activation)
+    for i, j, cols in _cols_in_batches(x, groups * group_k, kernel, stride, pads, dilation,
+                                       out_hw, _im2col):
+        for k in range(i, j):
+            _matmul(team, packed, cols[k - i].reshape(groups, group_k, length), y_groups[k])
+        _finish(team, y[i:j], bias, None if residual is None else residual[i:j], activation)
     return y
 
 
@@ -350,20 +350,6 @@ def _geometry(kernel: tuple[int, int], stride: tuple[int, int], dilation: tuple[
     size = np.zeros(1, np.int64)
     _phase_size(geometry, size)
     return geometry, int(size[0])
-
-
-def _cols_of_each_image(x: np.ndarray, rows: int, kernel: tuple[int, int],
-                        stride: tuple[int, int], pads: tuple[int, int, int, int],
-                        dilation: tuple[int, int], out_hw: tuple[int, int]
-                        ) -> Iterator[tuple[int, np.ndarray]]:
-    """(i, cols (rows, Ho*Wo)) for each image x[i]: its im2col, written into one scratch
-    buffer reused from image to image (so cols stay small), shared with the team's helpers
-    when that pays."""
-    cols = scratch("cols", (rows, out_hw[0] * out_hw[1]))
-    copier = team_worth_sharing(cols.size, IM2COL_SHARED_FROM)
-    for i in range(x.shape[0]):
-        _image_cols(x[i], cols, copier, _im2col, kernel, stride, pads, dilation, out_hw)
-        yield i, cols
 
 
 def _cols_in_batches(x: np.ndarray, rows: int, kernel: tuple[int, int],

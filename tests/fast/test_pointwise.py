@@ -412,6 +412,32 @@ def test_a_large_batch_goes_in_parts_with_the_same_bits(monkeypatch):
     np.testing.assert_allclose(whole, want, rtol=1e-5, atol=1e-5)
 
 
+def test_a_grouped_convolution_takes_its_batch_in_parts_with_the_same_bits(monkeypatch):
+    """A grouped 3x3's cols come a few images at a time too (BATCHED_COLS_MOST; here one,
+    then two): a product per group of each image, the epilogue over the images made
+    together; the bits of the whole batch at once, and torch's values."""
+    from layers.fast import gemm
+
+    rng = np.random.default_rng(10)
+    x = rng.standard_normal((3, 4, 9, 8), dtype=np.float32)
+    weight = rng.standard_normal((6, 2, 3, 3), dtype=np.float32)
+    bias = rng.standard_normal(6, dtype=np.float32)
+    residual = rng.standard_normal((3, 6, 9, 8), dtype=np.float32)
+    packed, relu = gemm.pack_gemm_weight(weight, 2), Activation(RELU)
+
+    def convolve():
+        return gemm.gemm_conv2d(x, packed, bias, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), (9, 8),
+                                relu, residual)
+    whole = convolve()
+    for images in (1, 2):
+        monkeypatch.setattr(gemm, "BATCHED_COLS_MOST", images * 4 * 9 * 9 * 8)
+        np.testing.assert_array_equal(convolve(), whole)
+    want = F.relu(F.conv2d(torch.from_numpy(x), torch.from_numpy(weight),
+                           torch.from_numpy(bias), 1, 1, 1, 2)
+                  + torch.from_numpy(residual)).numpy()
+    np.testing.assert_allclose(whole, want, rtol=1e-5, atol=1e-5)
+
+
 @pytest.mark.parametrize("c_in, c_out, length, cols, packed", [
     (32, 16, 4096, False, False), (33, 16, 4096, False, True),      # 64x64: 4 sets x 8 ways
     (128, 16, 1024, False, False), (129, 16, 1024, False, True),    # 32x32
