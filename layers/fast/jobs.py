@@ -127,6 +127,11 @@ WI_TOP, WI_LEFT, WI_TILES_H, WI_TILES_W, WI_ROW0 = int_fields(5)
 WO_M, WO_Y, WO_BIAS, WO_RESIDUAL = array_fields(4)
 WO_TILES_H, WO_TILES_W, WO_ROW0, WO_CODE = int_fields(4)
 
+# Winograd by strips (_winograd_strips_units): _winograd_strip, all three steps on a strip
+# of rows of tiles of one image per unit (WS_STRIPS strips an image, 1: whole images)
+WS_X, WS_PACKED, WS_BIAS, WS_RESIDUAL, WS_Y, WS_WORK = array_fields(6)
+WS_F2, WS_SPACE, WS_TOP, WS_LEFT, WS_TILES_H, WS_TILES_W, WS_CODE, WS_STRIPS = int_fields(8)
+
 # softmax (_softmax_units): softmax.softmax_rows
 SM_X, = array_fields(1)
 
@@ -376,6 +381,53 @@ def _winograd_f2_output_units(record, reals, slot, first, last):
                                  _get1(record, a[WO_BIAS]), _get4(record, a[WO_RESIDUAL]),
                                  record[WO_TILES_H], record[WO_TILES_W], record[WO_ROW0],
                                  record[WO_CODE], reals[ACT_A], reals[ACT_B], first, last)
+
+
+@kernel(nogil=True)
+def _winograd_strips_units(record, reals, slot, first, last):
+    a = ARRAYS
+    x, packed, y = _get4(record, a[WS_X]), _get3(record, a[WS_PACKED]), _get4(record, a[WS_Y])
+    bias, residual = _get1(record, a[WS_BIAS]), _get4(record, a[WS_RESIDUAL])
+    work = _get2(record, a[WS_WORK])[slot]
+    strips, tiles_h = record[WS_STRIPS], record[WS_TILES_H]
+    for unit in range(first, last):
+        image, strip = unit // strips, unit % strips
+        _winograd_strip(record[WS_F2] != 0, x, packed, bias, residual, y, work,
+                        record[WS_SPACE], image, strip * tiles_h // strips,
+                        (strip + 1) * tiles_h // strips, record[WS_TOP], record[WS_LEFT],
+                        record[WS_TILES_W], record[WS_CODE], reals[ACT_A], reals[ACT_B])
+
+
+@kernel(nogil=True)
+def _winograd_strip(f2, x, packed, bias, residual, y, work, space_floats, image, ty0, ty1,
+                    pad_top, left, tiles_w, code, act_a, act_b):
+    """Rows of tiles ty0 .. ty1 - 1 of one image of a Winograd convolution on one thread, in
+    its own row of work space (winograd.image_buffers): the input transform (F(2x2)'s if
+    ``f2``, else F(4x4)'s), the stack of products, the output transform; the same sums as
+    run_winograd's steps, for a strip as for a chunk of its."""
+    products, c_out, c_in = packed.shape
+    tile, strip = 2 if f2 else 4, ty1 - ty0
+    v, m, space = winograd.image_buffers(work, space_floats, products, c_in, c_out,
+                                         strip * tiles_w)
+    first_row = tile * ty0 - pad_top                  # x's row of the strip's first input
+    top, row0 = max(-first_row, 0), max(first_row, 0)
+    x1, y1 = x[image:image + 1], y[image:image + 1]
+    r1 = residual[image:image + 1] if residual.shape[0] > 0 else residual
+    if f2:
+        winograd_f2.input_planes_f2(x1, v, top, left, strip, tiles_w, row0, 0, c_in)
+    else:
+        winograd.input_planes(x1, v, top, left, strip, tiles_w, row0, 0, c_in)
+    pointwise.forget_band(space)                      # v holds another strip now
+    pointwise.pointwise_blocks(
+        packed, v, np.zeros(c_out, np.float32), np.zeros((0, 0, 0), np.float32), m, space,
+        np.zeros(0, np.int64), epilogue.NONE, np.float32(0.0), np.float32(0.0), 0,
+        pointwise.block_count(c_in, c_out, products, strip * tiles_w, False, True))
+    if f2:
+        winograd_f2.output_planes_f2(m, y1, bias, r1, strip, tiles_w, tile * ty0, code, act_a,
+                                     act_b, 0, c_out)
+    else:
+        winograd.output_planes(m, y1, bias, r1, strip, tiles_w, tile * ty0, code, act_a, act_b,
+                               0, c_out)
 
 
 @kernel(nogil=True)
@@ -665,6 +717,29 @@ def _winograd_input_job(record, reals, f2, x, v, top, left, tiles_h, tiles_w, ro
     _put(record, ARRAYS[WI_V], v)
     record[WI_TOP], record[WI_LEFT] = top, left
     record[WI_TILES_H], record[WI_TILES_W], record[WI_ROW0] = tiles_h, tiles_w, row0
+
+
+@kernel(nogil=True, exported=(RECORD, REALS, INT, array(4), array(3), array(1), array(4),
+                              array(4), array(2), *[INT] * 7, FLOAT, FLOAT))
+def _winograd_strips_job(record, reals, f2, x, packed, bias, residual, y, work, space_floats,
+                         strips, top, left, tiles_h, tiles_w, code, act_a, act_b):
+    """A whole Winograd convolution, F(4x4)'s or (``f2`` not 0) F(2x2)'s, its ``tiles_h``
+    rows of tiles cut into ``strips`` strips an image (units: strips, each run by one
+    thread alone: ``_winograd_strip``; ``work``: a row per thread of the team,
+    winograd.image_work_floats long, the product's ``space_floats`` first; ``top``: the
+    convolution's top padding)."""
+    record[RUN], record[UNITS] = units_address(_winograd_strips_units), x.shape[0] * strips
+    _put(record, ARRAYS[WS_X], x)
+    _put(record, ARRAYS[WS_PACKED], packed)
+    _put(record, ARRAYS[WS_BIAS], bias)
+    _put(record, ARRAYS[WS_RESIDUAL], residual)
+    _put(record, ARRAYS[WS_Y], y)
+    _put(record, ARRAYS[WS_WORK], work)
+    record[WS_F2], record[WS_SPACE], record[WS_TOP], record[WS_LEFT] = (f2, space_floats,
+                                                                        top, left)
+    record[WS_TILES_H], record[WS_TILES_W], record[WS_CODE] = tiles_h, tiles_w, code
+    record[WS_STRIPS] = max(strips, 1)
+    reals[ACT_A], reals[ACT_B] = act_a, act_b
 
 
 @kernel(nogil=True, exported=(RECORD, REALS, INT, array(3), array(4), array(1),

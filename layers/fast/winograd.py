@@ -26,6 +26,11 @@ WINOGRAD_MIN_CHANNELS to WINOGRAD_MAX_CHANNELS input channels, where its largest
 against float64 stays within 4x torch's (tests/fast/test_precision.py). The transforms run
 in float32, with float32 constants. Tiles hanging over the border read zeros and write
 nothing outside the output.
+
+With helper threads (workers.py), either the threads share each step (planes of the
+transforms, blocks of the products), or, for a batch that shares out by whole images or an
+image tall enough for a strip of rows of tiles per thread, each thread runs the three steps
+alone on its part (``strips_apart``), so that its V and M stay in its own core's cache.
 """
 
 from __future__ import annotations
@@ -36,13 +41,16 @@ import numpy as np
 
 from layers.fast.kernel import FLOAT, INT, array, kernel
 from layers.fast.epilogue import IDENTITY, Activation, NO_ARRAY, activate_row, finish_row
-from layers.fast.pointwise import in_panels, pointwise_conv2d
+from layers.fast.pointwise import in_panels, pointwise_conv2d, space_size
 from layers.fast.simd import COLUMNS, ROWS
 from layers.fast.team import current_team, scratch
 
 NO_RESIDUAL = np.zeros((0, 0, 0, 0), np.float32)
 CHUNK_BYTES = 8 * 2 ** 20              # bytes of V and M per chunk of a batch (images, or
                                        # strips of an image's rows of tiles: ``chunks``)
+STRIP_ROWS_LEAST = 4                   # rows of tiles in a strip a thread runs alone, at
+                                       # least, and its V and M at least 1 / this much of
+STRIP_WEIGHT_RATIO = 4                 # the packed weights' bytes (``strips_apart``)
 TILE, TAPS = 4, 6                      # outputs per tile side, inputs per tile side (4 + 3 - 1)
 TRANSFORM_WHOLE_MOST = 12 * 2 ** 20    # bytes of transformed filters made in one product
 TRANSFORM_PART = 2 * 2 ** 20           # ... and in each part of a larger packing (about)
@@ -337,9 +345,12 @@ def run_winograd(input_transform, output_transform, tile: int, x: np.ndarray,
     winograd_f2.py): V from the input transform, M = U @ V as one stack of GEMMs, y from the
     output transform. V and M live in scratch buffers reused from call to call, made for as
     much of the batch as keeps them within CHUNK_BYTES (``chunks``): a few images at a time,
-    or, when one image needs more, a strip of its rows of tiles at a time. Every tile's sums
-    are the same whichever chunk it falls in, so are the bits. ``out`` must not overlap x (a
-    strip reads rows of x that the strips before it have written)."""
+    or, when one image needs more, a strip of its rows of tiles at a time. With a team, each
+    step is shared by its threads, or, where ``strips_apart`` says so, each thread runs all
+    three steps alone on whole images or strips of one, in its own V and M: no thread then
+    waits for the others between steps, nor reads the V and M another core wrote. Every
+    tile's sums are the same whichever chunk or thread it falls in, so are the bits. ``out``
+    must not overlap x (a strip reads rows of x that the strips before it have written)."""
     n, c_in = x.shape[:2]
     products, c_out = packed.shape[:2]
     tiles_h, tiles_w = -(-out_hw[0] // tile), -(-out_hw[1] // tile)
@@ -350,6 +361,17 @@ def run_winograd(input_transform, output_transform, tile: int, x: np.ndarray,
     bias = NO_ARRAY if bias is None else bias
     team = current_team()
     row_bytes = products * (c_in + c_out) * tiles_w * 4      # V and M of a row of tiles
+    strips = (None if team is None
+              else strips_apart(n, tiles_h, team.threads, row_bytes, packed.nbytes))
+    if strips is not None:            # (the buffer of the steps' V: one or the other runs)
+        work = scratch("winograd_v",
+                       (team.threads, image_work_floats(products, c_in, c_out,
+                                                        -(-tiles_h // strips) * tiles_w)))
+        team.winograd_strips(tile != TILE, x, packed, bias,
+                             NO_RESIDUAL if residual is None else residual, y, work,
+                             space_size(c_in), strips, pads[0], pads[2], tiles_h, tiles_w,
+                             activation)
+        return y
     for i, j, ty0, ty1 in chunks(n, tiles_h, row_bytes):
         images, strip = x[i:j], ty1 - ty0
         v = scratch("winograd_v", (products, c_in, (j - i) * strip * tiles_w))
@@ -370,6 +392,47 @@ def run_winograd(input_transform, output_transform, tile: int, x: np.ndarray,
             team.winograd_output(tile != TILE, m, y[i:j], bias, rest, strip, tiles_w,
                                  tile * ty0, activation)
     return y
+
+
+def strips_apart(images: int, tiles_h: int, threads: int, row_bytes: int,
+                 weight_bytes: int) -> int | None:
+    """How many strips of its rows of tiles each image is cut into where a team of
+    ``threads`` runs each strip alone (``run_winograd``), or None where it shares each step
+    instead. Whole images where they share out evenly (or are many: one more on some threads
+    is then little); with fewer images than threads, a strip per thread of each, of
+    STRIP_ROWS_LEAST rows at least. Either way only where a strip's V and M (``row_bytes``
+    a row of tiles) fit in CHUNK_BYTES and outweigh a STRIP_WEIGHT_RATIO-th of the packed
+    weights, which every thread reads whole for each of its strips (where the threads share
+    a step, they read them once for a chunk of several images, half each)."""
+    if threads <= 1 or images <= 0:
+        return None
+    if images >= threads:
+        strips = 1 if images % threads == 0 or images >= 4 * threads else 0
+    else:
+        strips = threads // images if threads % images == 0 else 0
+    rows = tiles_h // max(strips, 1)                  # the shortest strip's
+    if (strips == 0 or rows < STRIP_ROWS_LEAST
+            or row_bytes * -(-tiles_h // strips) > CHUNK_BYTES
+            or weight_bytes > STRIP_WEIGHT_RATIO * rows * row_bytes):
+        return None
+    return strips
+
+
+def image_work_floats(products: int, c_in: int, c_out: int, tiles: int) -> int:
+    """Floats of work space a thread needs to run an image alone (``image_buffers``), in
+    whole 64-byte lines (so that each thread's row starts on one)."""
+    return -(-(space_size(c_in) + products * (c_in + c_out) * tiles) // 16) * 16
+
+
+@kernel(nogil=True)
+def image_buffers(work, space_floats, products, c_in, c_out, tiles):
+    """A thread's row of work space as the product's work space (``space_floats``, first:
+    its strips stay aligned), then the V (products, C_in, T) and M (products, C_out, T) of
+    one image."""
+    v_end = space_floats + products * c_in * tiles
+    v = work[space_floats:v_end].reshape((products, c_in, tiles))
+    m = work[v_end:v_end + products * c_out * tiles].reshape((products, c_out, tiles))
+    return v, m, work[:space_floats]
 
 
 def chunks(images: int, tiles_h: int, row_bytes: int) -> list[tuple[int, int, int, int]]:

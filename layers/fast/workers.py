@@ -151,6 +151,18 @@ class Team:
         self._share(jobs._winograd_output_job, self.chunks, int(f2), m, y, bias, residual,
                     tiles_h, tiles_w, row0, activation.code, activation.a, activation.b)
 
+    def winograd_strips(self, f2: bool, x: np.ndarray, packed: np.ndarray, bias: np.ndarray,
+                        residual: np.ndarray, y: np.ndarray, work: np.ndarray,
+                        space_floats: int, strips: int, top: int, left: int, tiles_h: int,
+                        tiles_w: int, activation: Activation) -> None:
+        """A whole Winograd convolution (F(2x2)'s if ``f2``, else F(4x4)'s), shared by
+        strips of ``tiles_h // strips`` rows of tiles or so: each thread runs its strips
+        alone, in its row of ``work`` (winograd.image_buffers: the product's
+        ``space_floats`` first; bias and residual: empty arrays for none)."""
+        self._share(jobs._winograd_strips_job, x.shape[0] * strips, int(f2), x, packed, bias,
+                    residual, y, work, space_floats, strips, top, left, tiles_h, tiles_w,
+                    activation.code, activation.a, activation.b)
+
     def pointwise(self, weight: np.ndarray, x: np.ndarray, bias: np.ndarray,
                   residual: np.ndarray, y: np.ndarray, space: np.ndarray,
                   geometry: np.ndarray, activation: Activation, checked: bool = True) -> None:

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from layers import kernels
-from layers.fast import backend, jobs, pointwise, pointwise_transposed, workers
+from layers.fast import backend, jobs, pointwise, pointwise_transposed, winograd, workers
 from layers.fast.conv import PackedConv2d
 from layers.fast.epilogue import CLAMP, GELU, IDENTITY, SIGMOID, THEN_AFFINE, Activation
 from layers.fast.simd import ROWS
@@ -70,6 +70,10 @@ CONVOLUTIONS = {     # N, C_in, C_out, H, W, kernel, stride, pads, dilation, gro
     "depthwise 7x7 dilated channels last": (1, 40, 40, 20, 20, 7, 1, (6, 6, 6, 6), 2, 40),
     "winograd F(4x4)": (1, 32, 48, 40, 40, 3, 1, (1, 1, 1, 1), 1, 1),
     "winograd F(2x2)": (2, 64, 64, 14, 14, 3, 1, (1, 1, 1, 1), 1, 1),
+    "winograd F(4x4) x4": (4, 24, 40, 20, 19, 3, 1, (1, 1, 1, 1), 1, 1),
+    "winograd F(4x4) x3": (3, 24, 40, 20, 19, 3, 1, (1, 1, 1, 1), 1, 1),
+    "winograd F(4x4) few rows": (1, 64, 64, 12, 13, 3, 1, (1, 1, 1, 1), 1, 1),
+    "winograd F(2x2) strips": (1, 288, 16, 18, 17, 3, 1, (1, 1, 1, 1), 1, 1),
     "im2col 3x3 s2": (2, 24, 40, 30, 30, 3, 2, (1, 1, 1, 1), 1, 1),
     "im2col stem 7x7": (1, 3, 16, 64, 64, 7, 2, (3, 3, 3, 3), 1, 1),
     "1x1": (3, 48, 80, 14, 14, 1, 1, (0, 0, 0, 0), 1, 1),
@@ -107,6 +111,63 @@ def test_shared_convolutions_give_what_one_thread_gives(case, extras, shared):
         np.testing.assert_array_equal(together, alone)       # the same numba code, per plane
     else:
         np.testing.assert_allclose(together, alone, rtol=1e-5, atol=1e-5)
+
+
+# Winograd cases of CONVOLUTIONS -> the strips a 2-thread team cuts each image into, each
+# thread running all three steps alone on its strips (winograd.strips_apart), or None
+WINOGRAD_STRIPS = {"winograd F(4x4)": 2, "winograd F(2x2)": 1, "winograd F(4x4) x4": 1,
+                   "winograd F(4x4) x3": None, "winograd F(4x4) few rows": None,
+                   "winograd F(2x2) strips": 2}
+
+
+@pytest.mark.parametrize("case", WINOGRAD_STRIPS)
+def test_winograd_runs_strips_alone_where_it_pays(case, shared, monkeypatch):
+    """Whole images or a strip of one per thread, as strips_apart says; torch's answer."""
+    n, c_in, c_out, h, w, k, s, pads, d, groups = CONVOLUTIONS[case]
+    rng = np.random.default_rng(len(case))
+    x = rng.standard_normal((n, c_in, h, w), dtype=np.float32)
+    weight = rng.standard_normal((c_out, c_in, k, k), dtype=np.float32) * 0.2
+    bias = rng.standard_normal(c_out).astype(np.float32)
+    residual = rng.standard_normal((n, c_out, h, w), dtype=np.float32)
+    strips, run_strips = [], workers.Team.winograd_strips
+
+    def spy(team, f2, x, packed, bias, residual, y, work, space, count, *rest):
+        strips.append(count)
+        return run_strips(team, f2, x, packed, bias, residual, y, work, space, count, *rest)
+    monkeypatch.setattr(workers.Team, "winograd_strips", spy)
+    with shared():
+        y, algorithm = convolve(x, weight, bias, (s, s), pads, (d, d), groups, RELU6,
+                                residual)
+    assert algorithm.startswith("winograd")
+    expected = WINOGRAD_STRIPS[case]
+    assert strips == ([] if expected is None else [expected])
+    torch = pytest.importorskip("torch")
+    ref = torch.clamp(torch.nn.functional.conv2d(
+        torch.from_numpy(x).double(), torch.from_numpy(weight).double(),
+        torch.from_numpy(bias).double(), padding=1) + torch.from_numpy(residual).double(), 0, 6)
+    np.testing.assert_allclose(y, ref.numpy(), rtol=1e-4, atol=1e-4)
+
+
+def test_strips_apart_rules():
+    """A team runs strips alone where they share out evenly, are tall enough, fit a chunk,
+    and outweigh their share of the packed weights; else it shares each step."""
+    row, rows = 36 * 128 * 14 * 4, 14             # 64 channels at 56x56, F(4x4)
+    small = 36 * 64 * 64 * 4                      # its packed weights
+    assert winograd.strips_apart(8, rows, 2, row, small) == 1       # 4 images a thread
+    assert winograd.strips_apart(9, rows, 2, row, small) == 1       # many: 5 and 4
+    assert winograd.strips_apart(3, rows, 2, row, small) is None    # 2 and 1: uneven
+    assert winograd.strips_apart(1, rows, 2, row, small) == 2       # a strip a thread
+    assert winograd.strips_apart(1, rows, 3, row, small) == 3
+    assert winograd.strips_apart(2, rows, 4, row, small) == 2
+    assert winograd.strips_apart(3, rows, 4, row, small) is None
+    assert winograd.strips_apart(1, 7, 2, row, small) is None        # strips of 3 rows
+    assert winograd.strips_apart(8, rows, 1, row, small) is None     # no helpers
+    assert winograd.strips_apart(0, rows, 2, row, small) is None     # no images
+    heavy = winograd.STRIP_WEIGHT_RATIO * 7 * row + 1                # weights outweigh
+    assert winograd.strips_apart(1, rows, 2, row, heavy) is None
+    assert winograd.strips_apart(8, rows, 2, row, heavy) == 1        # a whole image outweighs
+    tall = winograd.CHUNK_BYTES // row + 1                           # an image past a chunk
+    assert winograd.strips_apart(2, tall, 2, row, small) is None
 
 
 @pytest.mark.parametrize("case", [(1, 8, 8, 4, 4, 3, 1), (1, 16, 16, 8, 8, 1, 1),
