@@ -48,9 +48,11 @@ from layers.fast.team import current_team, scratch
 NO_RESIDUAL = np.zeros((0, 0, 0, 0), np.float32)
 CHUNK_BYTES = 8 * 2 ** 20              # bytes of V and M per chunk of a batch (images, or
                                        # strips of an image's rows of tiles: ``chunks``)
-STRIP_ROWS_LEAST = 4                   # rows of tiles in a strip a thread runs alone, at
-                                       # least, and its V and M at least 1 / this much of
-STRIP_WEIGHT_RATIO = 4                 # the packed weights' bytes (``strips_apart``)
+STRIPS_CHUNKS = 2                      # CHUNK_BYTES the V and M of the strips threads run
+                                       # alone at once take together, at most ...
+STRIP_ROWS_LEAST = 4                   # ... rows of tiles in a strip, at least, and its V
+                                       # and M at least 1 / this much of the packed
+STRIP_WEIGHT_RATIO = 4                 # weights' bytes
 TILE, TAPS = 4, 6                      # outputs per tile side, inputs per tile side (4 + 3 - 1)
 TRANSFORM_WHOLE_MOST = 12 * 2 ** 20    # bytes of transformed filters made in one product
 TRANSFORM_PART = 2 * 2 ** 20           # ... and in each part of a larger packing (about)
@@ -399,11 +401,12 @@ def strips_apart(images: int, tiles_h: int, threads: int, row_bytes: int,
     """How many strips of its rows of tiles each image is cut into where a team of
     ``threads`` runs each strip alone (``run_winograd``), or None where it shares each step
     instead. Whole images where they share out evenly (or are many: one more on some threads
-    is then little); with fewer images than threads, a strip per thread of each, of
-    STRIP_ROWS_LEAST rows at least. Either way only where a strip's V and M (``row_bytes``
-    a row of tiles) fit in CHUNK_BYTES and outweigh a STRIP_WEIGHT_RATIO-th of the packed
-    weights, which every thread reads whole for each of its strips (where the threads share
-    a step, they read them once for a chunk of several images, half each)."""
+    is then little); with fewer images than threads, a strip per thread of each. Either way
+    only where each strip has STRIP_ROWS_LEAST rows of tiles, the V and M of all threads'
+    strips (``row_bytes`` a row of tiles) fit in STRIPS_CHUNKS times CHUNK_BYTES, and a
+    strip's outweigh a STRIP_WEIGHT_RATIO-th of the packed weights, which every thread reads
+    whole for each of its strips (where the threads share a step, once for a chunk of
+    images, half each)."""
     if threads <= 1 or images <= 0:
         return None
     if images >= threads:
@@ -412,15 +415,16 @@ def strips_apart(images: int, tiles_h: int, threads: int, row_bytes: int,
         strips = threads // images if threads % images == 0 else 0
     rows = tiles_h // max(strips, 1)                  # the shortest strip's
     if (strips == 0 or rows < STRIP_ROWS_LEAST
-            or row_bytes * -(-tiles_h // strips) > CHUNK_BYTES
+            or threads * row_bytes * -(-tiles_h // strips) > STRIPS_CHUNKS * CHUNK_BYTES
             or weight_bytes > STRIP_WEIGHT_RATIO * rows * row_bytes):
         return None
     return strips
 
 
 def image_work_floats(products: int, c_in: int, c_out: int, tiles: int) -> int:
-    """Floats of work space a thread needs to run an image alone (``image_buffers``), in
-    whole 64-byte lines (so that each thread's row starts on one)."""
+    """Floats of work space a thread needs to run a strip of ``tiles`` tiles alone
+    (``image_buffers``), in whole 64-byte lines (rows that follow one another keep the
+    first one's alignment)."""
     return -(-(space_size(c_in) + products * (c_in + c_out) * tiles) // 16) * 16
 
 

@@ -159,6 +159,7 @@ class Team:
         strips of ``tiles_h // strips`` rows of tiles or so: each thread runs its strips
         alone, in its row of ``work`` (winograd.image_buffers: the product's
         ``space_floats`` first; bias and residual: empty arrays for none)."""
+        self._check_space(work, space_floats)
         self._share(jobs._winograd_strips_job, x.shape[0] * strips, int(f2), x, packed, bias,
                     residual, y, work, space_floats, strips, top, left, tiles_h, tiles_w,
                     activation.code, activation.a, activation.b)

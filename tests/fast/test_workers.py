@@ -72,6 +72,7 @@ CONVOLUTIONS = {     # N, C_in, C_out, H, W, kernel, stride, pads, dilation, gro
     "winograd F(2x2)": (2, 64, 64, 14, 14, 3, 1, (1, 1, 1, 1), 1, 1),
     "winograd F(4x4) x4": (4, 24, 40, 20, 19, 3, 1, (1, 1, 1, 1), 1, 1),
     "winograd F(4x4) x3": (3, 24, 40, 20, 19, 3, 1, (1, 1, 1, 1), 1, 1),
+    "winograd F(4x4) x9": (9, 24, 40, 20, 19, 3, 1, (1, 1, 1, 1), 1, 1),
     "winograd F(4x4) few rows": (1, 64, 64, 12, 13, 3, 1, (1, 1, 1, 1), 1, 1),
     "winograd F(2x2) strips": (1, 288, 16, 18, 17, 3, 1, (1, 1, 1, 1), 1, 1),
     "im2col 3x3 s2": (2, 24, 40, 30, 30, 3, 2, (1, 1, 1, 1), 1, 1),
@@ -116,8 +117,21 @@ def test_shared_convolutions_give_what_one_thread_gives(case, extras, shared):
 # Winograd cases of CONVOLUTIONS -> the strips a 2-thread team cuts each image into, each
 # thread running all three steps alone on its strips (winograd.strips_apart), or None
 WINOGRAD_STRIPS = {"winograd F(4x4)": 2, "winograd F(2x2)": 1, "winograd F(4x4) x4": 1,
-                   "winograd F(4x4) x3": None, "winograd F(4x4) few rows": None,
+                   "winograd F(4x4) x3": None, "winograd F(4x4) x9": 1,
+                   "winograd F(4x4) few rows": None,
                    "winograd F(2x2) strips": 2}
+
+
+def spy_on_strips(monkeypatch) -> list[int]:
+    """The strips an image is cut into, for each Winograd convolution the team then runs
+    in strips (Team.winograd_strips)."""
+    strips, run_strips = [], workers.Team.winograd_strips
+
+    def spy(team, f2, x, packed, bias, residual, y, work, space, count, *rest):
+        strips.append(count)
+        return run_strips(team, f2, x, packed, bias, residual, y, work, space, count, *rest)
+    monkeypatch.setattr(workers.Team, "winograd_strips", spy)
+    return strips
 
 
 @pytest.mark.parametrize("case", WINOGRAD_STRIPS)
@@ -129,12 +143,7 @@ def test_winograd_runs_strips_alone_where_it_pays(case, shared, monkeypatch):
     weight = rng.standard_normal((c_out, c_in, k, k), dtype=np.float32) * 0.2
     bias = rng.standard_normal(c_out).astype(np.float32)
     residual = rng.standard_normal((n, c_out, h, w), dtype=np.float32)
-    strips, run_strips = [], workers.Team.winograd_strips
-
-    def spy(team, f2, x, packed, bias, residual, y, work, space, count, *rest):
-        strips.append(count)
-        return run_strips(team, f2, x, packed, bias, residual, y, work, space, count, *rest)
-    monkeypatch.setattr(workers.Team, "winograd_strips", spy)
+    strips = spy_on_strips(monkeypatch)
     with shared():
         y, algorithm = convolve(x, weight, bias, (s, s), pads, (d, d), groups, RELU6,
                                 residual)
@@ -146,6 +155,26 @@ def test_winograd_runs_strips_alone_where_it_pays(case, shared, monkeypatch):
         torch.from_numpy(x).double(), torch.from_numpy(weight).double(),
         torch.from_numpy(bias).double(), padding=1) + torch.from_numpy(residual).double(), 0, 6)
     np.testing.assert_allclose(y, ref.numpy(), rtol=1e-4, atol=1e-4)
+
+
+def test_winograd_strips_of_three_threads_give_one_threads_bits(monkeypatch, blas):
+    """One image cut into a strip for each of 3 threads (heights 4, 4 and 5 rows of tiles),
+    and 4 images on 3 threads (2, 1, 1): the bits of one thread."""
+    monkeypatch.setattr(workers, "usable_cores", lambda: 3)
+    monkeypatch.delenv("PNNX_INFER_HELPERS", raising=False)
+    rng = np.random.default_rng(3)
+    weight = rng.standard_normal((40, 24, 3, 3), dtype=np.float32) * 0.2
+    for n, expected in ((1, 3), (4, None), (12, 1)):
+        x = rng.standard_normal((n, 24, 52, 21), dtype=np.float32)
+        alone, _ = convolve(x, weight, None, (1, 1), (1, 1, 1, 1), (1, 1), 1, RELU6, None)
+        with monkeypatch.context() as patch:
+            strips = spy_on_strips(patch)
+            with workers.sharing(3) as team:
+                assert team is not None and team.threads == 3
+                together, _ = convolve(x, weight, None, (1, 1), (1, 1, 1, 1), (1, 1), 1,
+                                       RELU6, None)
+        assert strips == ([] if expected is None else [expected])
+        np.testing.assert_array_equal(together, alone)
 
 
 def test_strips_apart_rules():
@@ -166,8 +195,10 @@ def test_strips_apart_rules():
     heavy = winograd.STRIP_WEIGHT_RATIO * 7 * row + 1                # weights outweigh
     assert winograd.strips_apart(1, rows, 2, row, heavy) is None
     assert winograd.strips_apart(8, rows, 2, row, heavy) == 1        # a whole image outweighs
-    tall = winograd.CHUNK_BYTES // row + 1                           # an image past a chunk
+    tall = winograd.STRIPS_CHUNKS * winograd.CHUNK_BYTES // (2 * row) + 1    # past them
     assert winograd.strips_apart(2, tall, 2, row, small) is None
+    assert winograd.strips_apart(2, tall - 1, 2, row, small) == 1
+    assert winograd.strips_apart(8, 3, 2, row, small) is None        # images of 3 rows
 
 
 @pytest.mark.parametrize("case", [(1, 8, 8, 4, 4, 3, 1), (1, 16, 16, 8, 8, 1, 1),
