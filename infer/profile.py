@@ -28,11 +28,15 @@ The timed passes run ``forward``'s loop (``g.execute(..., hooks=False, timed=Tru
 where it runs in place, into the memory plan's buffers), without the graph's hooks; the clock
 wraps each layer call alone. So the rows add up to about what ``forward`` takes, and the copies
 a step-by-step debug session makes to keep every intermediate (infer/debug.py) cost nothing here.
+The warm-up passes run as forwards do, and the weights they have packed in the background
+(the large ones of a size first met in a forward) are waited for: the timed runs are the
+steady ones a later forward makes.
 """
 
 from __future__ import annotations
 
 import statistics
+import sys
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Sequence
@@ -201,18 +205,32 @@ _FORMATS = {
     "bytes": fmt_bytes, "FLOPs": fmt_count, "GFLOP/s": lambda v: f"{v:.2f}"}
 
 
+def _background_packings_made() -> None:
+    """Wait for the weights the fast backend packs in the background (large panels of a
+    size first met in a forward: layers/fast/algorithms.py), so that the timed runs are
+    the steady ones; nothing on the reference floor."""
+    conv = sys.modules.get("layers.fast.conv")
+    if conv is not None:
+        conv.background_packings_made()
+
+
 def profile(graph: "RuntimeGraph", *inputs: np.ndarray, repeat: int = 5, warmup: int = 1,
             again: bool = False) -> Profile:
-    """Run the graph ``warmup + repeat`` times and time every operator; with ``again``, each
-    also called again at once (see the module)."""
+    """Run the graph ``warmup`` times, each pass as a forward, wait for the weights those
+    passes had packed in the background, then ``repeat`` times timing every operator; with
+    ``again``, each also called again at once (see the module)."""
     if repeat < 1 or warmup < 0:
         raise GraphError(f"profile needs repeat >= 1 and warmup >= 0, got {repeat}, {warmup}")
     times: list[list[float]] = []
     again_times: list[list[float]] = []
     walls: list[float] = []
     last: list[tuple] = []
+    for _ in range(warmup):                      # each as a forward: what it asks to have
+        with graph.running():                    # packed in the background is asked for
+            graph.execute(*inputs, hooks=False).run_all()   # when it ends ...
+    _background_packings_made()                  # ... and made before the timed runs
     with graph.running():
-        for run_index in range(warmup + repeat):
+        for _ in range(repeat):
             steps: list[tuple] = []
             seconds_again: list[float] = []
             run = graph.execute(*inputs, hooks=False, timed=True)
@@ -225,11 +243,10 @@ def profile(graph: "RuntimeGraph", *inputs: np.ndarray, repeat: int = 5, warmup:
                     seconds_again.append(run.time_again(step, xs, ys))
                 del xs, ys                         # held, they would outlive their step
             wall = time.perf_counter() - start - sum(seconds_again)   # forward's own
-            if run_index >= warmup:
-                times.append([s[-1] for s in steps])
-                again_times.append(seconds_again)
-                walls.append(wall)
-                last = steps
+            times.append([s[-1] for s in steps])
+            again_times.append(seconds_again)
+            walls.append(wall)
+            last = steps
     rows = []
     for i, (op, in_shapes, out_shapes, nbytes, _) in enumerate(last):
         rows.append(OperatorTime(

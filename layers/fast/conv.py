@@ -190,6 +190,7 @@ class PackedConv2d:
 _EVERY: weakref.WeakSet[PackedConv2d] = weakref.WeakSet()   # every PackedConv2d
 _PACKER: list[ThreadPoolExecutor] = []       # the packing thread, once made
 _PACKER_MADE = threading.Lock()
+PACKINGS_WAIT_S = 120.0                      # background_packings_made's wait, at most
 
 
 def _packer() -> ThreadPoolExecutor:
@@ -200,6 +201,20 @@ def _packer() -> ThreadPoolExecutor:
             _PACKER.append(ThreadPoolExecutor(1, thread_name_prefix="pnnx-infer-pack",
                                               initializer=work_alone))
         return _PACKER[0]
+
+
+def background_packings_made(timeout: float = PACKINGS_WAIT_S) -> bool:
+    """Wait until the packing thread has made every packing asked for so far (it takes them
+    in turn); False if it is still at work after ``timeout`` seconds."""
+    with _PACKER_MADE:
+        packer = _PACKER[0] if _PACKER else None
+    if packer is None:
+        return True
+    try:
+        packer.submit(lambda: None).result(timeout)
+    except (TimeoutError, RuntimeError):        # still busy; or no new work at exit
+        return False
+    return True
 
 
 def _forget_packings_after_fork() -> None:

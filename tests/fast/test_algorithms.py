@@ -11,6 +11,7 @@ import subprocess
 import sys
 import threading
 import time
+import zipfile
 from concurrent.futures import wait
 
 import numpy as np
@@ -23,7 +24,9 @@ from layers.fast.algorithms import (ONE_UNIT_PLANES_FROM,
                                     WINOGRAD_F2_MIN_CHANNELS, WINOGRAD_F2_MIN_TILES,
                                     WINOGRAD_MAX_CHANNELS, WINOGRAD_MAX_PACKED,
                                     WINOGRAD_MIN_CHANNELS, WINOGRAD_MIN_TILES)
+from infer import RuntimeGraph
 from layers.base import at_build
+from layers.fast import conv as conv_module
 from layers.fast.conv import PackedConv2d, kernel_layout
 from layers.fast.depthwise import uses_channels_last
 from layers.fast.epilogue import IDENTITY
@@ -274,6 +277,56 @@ def test_large_transposed_panels_are_packed_in_the_background(monkeypatch):
     assert calls == [1] and packed.has_packed("gemm_transposed")
     for y in (first, second, third):
         np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-5)
+
+
+def test_background_packings_made_waits_for_the_packings_asked(monkeypatch):
+    """conv.background_packings_made returns once the packing thread has made what was asked
+    before it (False while a packing is held past its timeout)."""
+    release = threading.Event()
+    packed, x, want, calls = held_panels(monkeypatch, release)
+    try:
+        packed.prepare(1, (7, 7))
+        run_7x7(packed, x)                          # asks for the packing (held)
+        assert not conv_module.background_packings_made(timeout=0.05)
+        threading.Timer(0.1, release.set).start()
+        assert conv_module.background_packings_made(timeout=30)
+        assert packed.has_packed("gemm_transposed")
+    finally:
+        release.set()
+    np.testing.assert_allclose(run_7x7(packed, x), want, rtol=1e-5, atol=1e-5)
+    assert calls == [1]
+
+
+def test_profile_times_what_runs_once_background_packings_are_made(monkeypatch, tmp_path):
+    """A graph whose sizes come at run time: the profile's warm-up pass asks for the large
+    panels (as a forward would, when it ends) and the timed passes run the product they
+    are for, as later forwards do, not the upright one that serves until they are made."""
+    monkeypatch.setattr(algorithms, "PACKED_IN_FORWARD", 0)
+    c_in, c_out = 48, 2 * COLUMNS
+    shape = f"(?,{c_in},?,?)f32"
+    (tmp_path / "m.pnnx.param").write_text(
+        "7767517\n3 2\n"
+        f"pnnx.Input in0 0 1 x #x={shape}\n"
+        f"nn.Conv2d conv 1 1 x y bias=False dilation=(1,1) groups=1 in_channels={c_in} "
+        f"kernel_size=(5,5) out_channels={c_out} padding=(2,2) padding_mode=zeros "
+        f"stride=(1,1) @weight=({c_out},{c_in},5,5)f32 #x={shape} #y=(?,{c_out},?,?)f32\n"
+        f"pnnx.Output out0 1 0 y #y=(?,{c_out},?,?)f32\n")
+    rng = np.random.default_rng(8)
+    weight = rng.standard_normal((c_out, c_in, 5, 5), dtype=np.float32) / 20
+    with zipfile.ZipFile(tmp_path / "m.pnnx.bin", "w") as archive:
+        archive.writestr("conv.weight", weight.tobytes())
+    graph = RuntimeGraph(str(tmp_path / "m.pnnx.param"), str(tmp_path / "m.pnnx.bin"))
+    graph.build()
+    x = rng.standard_normal((1, c_in, 7, 7), dtype=np.float32)
+    packed = graph.operators[1].layer.packed
+    assert packed.algorithm(1, (7, 7)) == "gemm_transposed"
+    assert not packed.has_packed("gemm_transposed")
+    calls = []
+    transposed = algorithms.gemm_transposed_conv2d
+    monkeypatch.setattr(algorithms, "gemm_transposed_conv2d", lambda *args: (
+        calls.append(1) if args[0].shape == x.shape else None, transposed(*args))[1])
+    graph.profile(x, repeat=2, warmup=1)
+    assert packed.has_packed("gemm_transposed") and len(calls) == 2   # both timed passes
 
 
 def test_large_panels_asked_in_a_shared_forward_are_packed_after_it(monkeypatch):
