@@ -647,8 +647,7 @@ class RuntimeGraph(GraphTools):
     # ---------------------------------------------------------------- forward
     def forward(self, *inputs: np.ndarray) -> list[np.ndarray]:
         """Run the graph on NCHW arrays given in pnnx.Input order; one array per output."""
-        if self._kernels_missing == "compiling":
-            self._move_to_fast_floor()
+        self.reach_fast_floor()
         with self.running():
             # refuses bad shapes; a new size's plan packs weights with the helpers' help
             run = self.execute(*inputs).run_all()
@@ -699,6 +698,12 @@ class RuntimeGraph(GraphTools):
         (and helper threads, on the fast floor), and numpy's floating-point warnings off (NaN
         and Inf flow through silently, as in torch)."""
         return Running(self)
+
+    def reach_fast_floor(self) -> None:
+        """Move to the fast floor if its kernels, compiled in the background since build,
+        are ready now: what forward does before each pass (and profile before its own)."""
+        if self._kernels_missing == "compiling":
+            self._move_to_fast_floor()
 
     def _move_to_fast_floor(self) -> None:
         """Once the fast kernels compiled in the background are ready, remake the layers on

@@ -35,6 +35,7 @@ steady ones a later forward makes.
 
 from __future__ import annotations
 
+import logging
 import statistics
 import sys
 import time
@@ -51,6 +52,7 @@ if TYPE_CHECKING:
     from infer.graph import RuntimeGraph
 
 Shape = tuple[int, ...]
+log = logging.getLogger(__name__)
 
 CONVOLUTIONS = {"nn.Conv1d", "nn.Conv2d", "nn.Conv3d", "F.conv1d", "F.conv2d", "F.conv3d"}
 TRANSPOSED = {"nn.ConvTranspose1d", "nn.ConvTranspose2d", "nn.ConvTranspose3d",
@@ -208,19 +210,24 @@ _FORMATS = {
 def _background_packings_made() -> None:
     """Wait for the weights the fast backend packs in the background (large panels of a
     size first met in a forward: layers/fast/algorithms.py), so that the timed runs are
-    the steady ones; nothing on the reference floor."""
+    the steady ones (nothing to wait for where the fast backend was never loaded); a
+    warning if they are still being made after conv.PACKINGS_WAIT_S seconds."""
     conv = sys.modules.get("layers.fast.conv")
-    if conv is not None:
-        conv.background_packings_made()
+    if conv is not None and not conv.background_packings_made():
+        log.warning("profile: weights still being packed in the background after %.0f s; "
+                    "the timed passes may run the product that serves until they are",
+                    conv.PACKINGS_WAIT_S)
 
 
 def profile(graph: "RuntimeGraph", *inputs: np.ndarray, repeat: int = 5, warmup: int = 1,
             again: bool = False) -> Profile:
-    """Run the graph ``warmup`` times, each pass as a forward, wait for the weights those
-    passes had packed in the background, then ``repeat`` times timing every operator; with
-    ``again``, each also called again at once (see the module)."""
+    """Run the graph ``warmup`` times, each pass as a forward without hooks, wait for the
+    weights those passes had packed in the background, then ``repeat`` times timing every
+    operator; with ``again``, each also called again at once (see the module). Called
+    inside ``graph.running()`` on the same thread, the packings wait for that to end."""
     if repeat < 1 or warmup < 0:
         raise GraphError(f"profile needs repeat >= 1 and warmup >= 0, got {repeat}, {warmup}")
+    graph.reach_fast_floor()                     # as forward does first
     times: list[list[float]] = []
     again_times: list[list[float]] = []
     walls: list[float] = []

@@ -19,6 +19,7 @@ import os
 import threading
 import weakref
 from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout   # the builtin from 3.11
 
 import numpy as np
 
@@ -204,15 +205,17 @@ def _packer() -> ThreadPoolExecutor:
 
 
 def background_packings_made(timeout: float = PACKINGS_WAIT_S) -> bool:
-    """Wait until the packing thread has made every packing asked for so far (it takes them
-    in turn); False if it is still at work after ``timeout`` seconds."""
+    """Wait until the packing thread has made every packing handed to it so far (it takes
+    them in turn; a forward hands over what it asked for when it gives back its helper
+    threads); False if it is still at work after ``timeout`` seconds, or takes no more work
+    (at interpreter exit)."""
     with _PACKER_MADE:
         packer = _PACKER[0] if _PACKER else None
     if packer is None:
         return True
     try:
         packer.submit(lambda: None).result(timeout)
-    except (TimeoutError, RuntimeError):        # still busy; or no new work at exit
+    except (FutureTimeout, RuntimeError):       # still busy; or no new work at exit
         return False
     return True
 
