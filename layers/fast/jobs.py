@@ -402,12 +402,12 @@ def _winograd_strips_units(record, reals, slot, first, last):
 def _winograd_strip(f2, x, packed, bias, residual, y, work, space_floats, image, ty0, ty1,
                     pad_top, left, tiles_w, code, act_a, act_b):
     """Rows of tiles ty0 .. ty1 - 1 of one image of a Winograd convolution on one thread, in
-    its own row of work space (winograd.image_buffers): the input transform (F(2x2)'s if
+    its own row of work space (winograd.strip_buffers): the input transform (F(2x2)'s if
     ``f2``, else F(4x4)'s), the stack of products, the output transform; the same sums as
     run_winograd's steps, for a strip as for a chunk of its."""
     products, c_out, c_in = packed.shape
     tile, strip = 2 if f2 else 4, ty1 - ty0
-    v, m, space = winograd.image_buffers(work, space_floats, products, c_in, c_out,
+    v, m, space = winograd.strip_buffers(work, space_floats, products, c_in, c_out,
                                          strip * tiles_w)
     first_row = tile * ty0 - pad_top                  # x's row of the strip's first input
     top, row0 = max(-first_row, 0), max(first_row, 0)
@@ -726,7 +726,7 @@ def _winograd_strips_job(record, reals, f2, x, packed, bias, residual, y, work, 
     """A whole Winograd convolution, F(4x4)'s or (``f2`` not 0) F(2x2)'s, its ``tiles_h``
     rows of tiles cut into ``strips`` strips an image (units: strips, each run by one
     thread alone: ``_winograd_strip``; ``work``: a row per thread of the team,
-    winograd.image_work_floats long, the product's ``space_floats`` first; ``top``: the
+    winograd.strip_work_floats long, the product's ``space_floats`` first; ``top``: the
     convolution's top padding)."""
     record[RUN], record[UNITS] = units_address(_winograd_strips_units), x.shape[0] * strips
     _put(record, ARRAYS[WS_X], x)

@@ -367,7 +367,7 @@ def run_winograd(input_transform, output_transform, tile: int, x: np.ndarray,
               else strips_apart(n, tiles_h, team.threads, row_bytes, packed.nbytes))
     if strips is not None:            # (the buffer of the steps' V: one or the other runs)
         work = scratch("winograd_v",
-                       (team.threads, image_work_floats(products, c_in, c_out,
+                       (team.threads, strip_work_floats(products, c_in, c_out,
                                                         -(-tiles_h // strips) * tiles_w)))
         team.winograd_strips(tile != TILE, x, packed, bias,
                              NO_RESIDUAL if residual is None else residual, y, work,
@@ -421,18 +421,18 @@ def strips_apart(images: int, tiles_h: int, threads: int, row_bytes: int,
     return strips
 
 
-def image_work_floats(products: int, c_in: int, c_out: int, tiles: int) -> int:
+def strip_work_floats(products: int, c_in: int, c_out: int, tiles: int) -> int:
     """Floats of work space a thread needs to run a strip of ``tiles`` tiles alone
-    (``image_buffers``), in whole 64-byte lines (rows that follow one another keep the
+    (``strip_buffers``), in whole 64-byte lines (rows that follow one another keep the
     first one's alignment)."""
     return -(-(space_size(c_in) + products * (c_in + c_out) * tiles) // 16) * 16
 
 
 @kernel(nogil=True)
-def image_buffers(work, space_floats, products, c_in, c_out, tiles):
+def strip_buffers(work, space_floats, products, c_in, c_out, tiles):
     """A thread's row of work space as the product's work space (``space_floats``, first:
     its strips stay aligned), then the V (products, C_in, T) and M (products, C_out, T) of
-    one image."""
+    a strip of T tiles."""
     v_end = space_floats + products * c_in * tiles
     v = work[space_floats:v_end].reshape((products, c_in, tiles))
     m = work[v_end:v_end + products * c_out * tiles].reshape((products, c_out, tiles))

@@ -157,7 +157,7 @@ class Team:
                         tiles_w: int, activation: Activation) -> None:
         """A whole Winograd convolution (F(2x2)'s if ``f2``, else F(4x4)'s), shared by
         strips of ``tiles_h // strips`` rows of tiles or so: each thread runs its strips
-        alone, in its row of ``work`` (winograd.image_buffers: the product's
+        alone, in its row of ``work`` (winograd.strip_buffers: the product's
         ``space_floats`` first; bias and residual: empty arrays for none)."""
         self._check_space(work, space_floats)
         self._share(jobs._winograd_strips_job, x.shape[0] * strips, int(f2), x, packed, bias,
