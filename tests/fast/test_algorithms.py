@@ -11,7 +11,6 @@ import subprocess
 import sys
 import threading
 import time
-import zipfile
 from concurrent.futures import wait
 
 import numpy as np
@@ -32,7 +31,7 @@ from layers.fast.depthwise import uses_channels_last
 from layers.fast.epilogue import IDENTITY
 from layers.fast.simd import COLUMNS, LANES
 from layers.fast.pointwise_transposed import transposed_pays
-from support import REPO
+from support import REPO, write_model
 
 
 def weight_of(shape):
@@ -304,22 +303,19 @@ def test_profile_times_what_runs_once_background_packings_are_made(monkeypatch, 
     monkeypatch.setattr(algorithms, "PACKED_IN_FORWARD", 0)
     c_in, c_out = 48, 2 * COLUMNS
     shape = f"(?,{c_in},?,?)f32"
-    (tmp_path / "m.pnnx.param").write_text(
-        "7767517\n3 2\n"
-        f"pnnx.Input in0 0 1 x #x={shape}\n"
-        f"nn.Conv2d conv 1 1 x y bias=False dilation=(1,1) groups=1 in_channels={c_in} "
-        f"kernel_size=(5,5) out_channels={c_out} padding=(2,2) padding_mode=zeros "
-        f"stride=(1,1) @weight=({c_out},{c_in},5,5)f32 #x={shape} #y=(?,{c_out},?,?)f32\n"
-        f"pnnx.Output out0 1 0 y #y=(?,{c_out},?,?)f32\n")
     rng = np.random.default_rng(8)
     weight = rng.standard_normal((c_out, c_in, 5, 5), dtype=np.float32) / 20
-    with zipfile.ZipFile(tmp_path / "m.pnnx.bin", "w") as archive:
-        archive.writestr("conv.weight", weight.tobytes())
+    param, binary = write_model(
+        tmp_path, f"pnnx.Input in0 0 1 x #x={shape}",
+        f"nn.Conv2d conv 1 1 x y bias=False dilation=(1,1) groups=1 in_channels={c_in} "
+        f"kernel_size=(5,5) out_channels={c_out} padding=(2,2) padding_mode=zeros "
+        f"stride=(1,1) @weight=({c_out},{c_in},5,5)f32 #x={shape} #y=(?,{c_out},?,?)f32",
+        f"pnnx.Output out0 1 0 y #y=(?,{c_out},?,?)f32", weights={"conv.weight": weight})
     monkeypatch.setattr(workers, "usable_cores", lambda: 2)
     monkeypatch.delenv("PNNX_INFER_HELPERS", raising=False)
     if workers.team_for(2) is None:             # the packing is asked when the team is back
         pytest.skip("no team of helper threads here (numpy's OpenBLAS not found)")
-    graph = RuntimeGraph(str(tmp_path / "m.pnnx.param"), str(tmp_path / "m.pnnx.bin"))
+    graph = RuntimeGraph(str(param), str(binary))
     graph.build()
     graph.set_num_threads(2)
     x = rng.standard_normal((1, c_in, 7, 7), dtype=np.float32)
