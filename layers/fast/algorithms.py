@@ -157,6 +157,11 @@ class Algorithm(NamedTuple):
         unless an entry before it in ALGORITHMS applies."""
         return self.fits(conv) and (self.pays is None or self.pays(conv, batch, out_hw))
 
+    def packed_later(self, conv: Convolution) -> bool:
+        """Whether this algorithm's packing of ``conv`` is made after its first call at a size
+        met in a forward (``packs_later``), not when the size is planned."""
+        return self.packs_later is not None and self.packs_later(conv)
+
 
 # ----- depthwise: layers/fast/depthwise.py -------------------------------------------------
 def _is_depthwise(conv: Convolution) -> bool:
@@ -272,8 +277,7 @@ def _one_group_im2col(conv: Convolution) -> bool:
 def _im2col_transposed_call(conv: Convolution, pads: Pads, out_hw: Pair,
                             activation: Activation, packing: str = "gemm_transposed") -> Call:
     """im2col, then the transposed product, with the panels of algorithm ``packing``."""
-    later = BY_NAME[packing].packs_later
-    if later is not None and later(conv) and not conv.has_packed(packing):
+    if BY_NAME[packing].packed_later(conv) and not conv.has_packed(packing):
         return _once_packed(conv, packing, pads, out_hw, activation, _im2col_transposed_call)
     panels, bias = conv.packed(packing), conv.bias
     kernel, stride, dilation = conv.kernel, conv.stride, conv.dilation
@@ -422,8 +426,7 @@ def _shared(pack: Callable) -> Callable[[Convolution], np.ndarray]:
 
 def _winograd_call(name: str, convolve: Callable) -> Callable[..., Call]:
     def make_call(conv: Convolution, pads: Pads, out_hw: Pair, activation: Activation) -> Call:
-        later = BY_NAME[name].packs_later
-        if later is not None and later(conv) and not conv.has_packed(name):
+        if BY_NAME[name].packed_later(conv) and not conv.has_packed(name):
             return _once_packed(conv, name, pads, out_hw, activation, make_call)
         weight, bias = conv.packed(name), conv.bias
 

@@ -146,8 +146,7 @@ class PackedConv2d:
                     if name != algorithm:
                         del self._packs[name]
             self._guessed = []
-        later = BY_NAME[algorithm].packs_later
-        if later is None or not later(self) or building():
+        if not BY_NAME[algorithm].packed_later(self) or building():
             self.packed(algorithm)
         load_kernels(algorithm)
 
