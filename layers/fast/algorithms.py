@@ -26,12 +26,20 @@ packing and each call. The rules, in order:
                              epilogue (EPILOGUE_CHANNELS)
     winograd                 3x3, stride 1, dilation 1, groups 1, with WINOGRAD_MIN_CHANNELS
                              to WINOGRAD_MAX_CHANNELS input channels: F(4x4, 3x3), from
-                             WINOGRAD_MIN_TILES 4x4 tiles, if its packing fits WINOGRAD_MAX_PACKED
+                             WINOGRAD_MIN_TILES 4x4 tiles, if its packing fits
+                             WINOGRAD_MAX_PACKED, and from F4_OVER_DIRECT channels where
+                             direct (below) pays
     winograd_f2              3x3, stride 1, dilation 1, groups 1, from WINOGRAD_F2_MIN_CHANNELS
-                             input channels: F(2x2, 3x3),
+                             input channels (F2_OVER_DIRECT where direct pays): F(2x2, 3x3),
                              from WINOGRAD_F2_MIN_TILES 2x2 tiles (WINOGRAD_F2_LARGE_MIN_TILES
                              if it packs more than WINOGRAD_F2_LARGE bytes; such a packing is
                              made in the background, as below, unless at build)
+    direct                   groups 1, not a 1x1 of stride 1: the convolution without cols
+                             (layers/fast/direct.py), where its tiles, which keep to an output
+                             row, fill DIRECT_LEAST_FILL of their pixels or more (rows of 7 or
+                             8 outputs do not: ``direct.row_fill``); from gemm_transposed's
+                             panels (one packing for both: ``Algorithm.packing``), made in the
+                             background when large, as below
     gemm_transposed          groups 1, not a 1x1 of stride 1 (those padded run im2col and
                              this product from pointwise_transposed's panels): im2col, then
                              the transposed 1x1's product where it pays (as above, with
@@ -43,6 +51,12 @@ packing and each call. The rules, in order:
                              one group on cols made band by band (large images); strided
                              or padded 1x1, small cols and grouped ones through im2col
                              (layers/fast/gemm.py says when)
+
+Against onnxruntime's direct NCHWc kernels, im2col's copies of every window were the cost of
+the strided and few-channel convolutions; the direct convolution reads the input rows
+instead. It beats F(4x4) below 24 input channels and F(2x2) below 192 (where each Winograd
+tile transforms few channels: BENCHMARKS.md has the measurements), hence F4_OVER_DIRECT and
+F2_OVER_DIRECT.
 
 F(4x4)'s channel range is where its largest error against float64 is measured within 4x
 torch's (layers/fast/winograd.py, tests/fast/test_precision.py): its output transform
@@ -75,6 +89,7 @@ from typing import Callable, NamedTuple, Protocol
 import numpy as np
 
 from layers.fast import workers
+from layers.fast.direct import direct_product, row_fill
 from layers.fast.depthwise import (depthwise_conv2d, depthwise_product, pack_channel_blocks,
                                    uses_channels_last)
 from layers.fast.epilogue import IDENTITY, Activation, bias_residual_activation
@@ -108,6 +123,9 @@ WINOGRAD_F2_MIN_CHANNELS = 16            # F(2x2): this many input channels at l
 WINOGRAD_F2_MIN_TILES = 16               # F(2x2): at least this many 2x2 tiles
 WINOGRAD_F2_LARGE = 8 * 2 ** 20          # F(2x2) packings of more bytes than this ...
 WINOGRAD_F2_LARGE_MIN_TILES = 64         # ... need this many tiles (4 images of 7x7)
+DIRECT_LEAST_FILL = 0.7                 # direct: this share of its tiles' pixels at least
+F4_OVER_DIRECT = 24                     # F(4x4) where direct pays: this many input channels
+F2_OVER_DIRECT = 192                    # F(2x2) where direct pays: this many input channels
 ONE_UNIT_PLANES_FROM = 32 * 32          # outputs: one block of one image goes by plane
 PACKED_IN_FORWARD = 2 * 2 ** 20   # bytes of weight whose gemm_transposed panels (a copy: the
                                   # weight stays too unless mapped from the bin file) are
@@ -151,6 +169,7 @@ class Algorithm(NamedTuple):
     releases_weight: bool = False        # packing gives back the pages of the mapped weight
     pack_at_build: Callable[[Convolution], bool] | None = None   # for shapes known late
     packs_later: Callable[[Convolution], bool] | None = None     # after the first call
+    packing: str = ""                    # the algorithm whose packing it reads ("": its own)
 
     def applies(self, conv: Convolution, batch: int, out_hw: Pair) -> bool:
         """Whether ``conv`` runs this algorithm on ``batch`` images of ``out_hw`` outputs,
@@ -294,6 +313,14 @@ def _large_panels(conv: Convolution) -> bool:
     return conv.weight.size * 4 > PACKED_IN_FORWARD
 
 
+def _direct_at_build(conv: Convolution) -> bool:
+    """Panels that a forward would pack (not ``_large_panels``) of a convolution for which
+    no Winograd packing is made at build (most sizes run direct then): at build, for a graph
+    whose sizes come at run time."""
+    return not (_large_panels(conv) or (_f4_accurate(conv) and _f4_at_build(conv))
+                or (_f2_fits(conv) and _f2_at_build(conv)))
+
+
 def _once_packed(conv: Convolution, name: str, pads: Pads, out_hw: Pair,
                  activation: Activation, packed_call: Callable[..., Call]) -> Call:
     """Algorithm ``name`` for a weight whose packing for it is not made yet, and larger than
@@ -345,6 +372,39 @@ def _said_if_failed(conv: Convolution, name: str) -> Callable[[Future], None]:
     return said
 
 
+def _direct_pays(conv: Convolution, batch: int, out_hw: Pair) -> bool:
+    """The convolution without cols runs where its tiles, which stay within an output row,
+    fill DIRECT_LEAST_FILL of their pixels or more (direct.row_fill: not on rows of 7 or 8
+    outputs, where the transposed product on cols fills every lane)."""
+    return row_fill(out_hw[1], conv.c_out) >= DIRECT_LEAST_FILL
+
+
+def _direct_call(conv: Convolution, pads: Pads, out_hw: Pair, activation: Activation) -> Call:
+    """The convolution without cols (layers/fast/direct.py), from the panels of
+    gemm_transposed; a product worked out for each input size it meets."""
+    if BY_NAME["direct"].packed_later(conv) and not conv.has_packed("direct"):
+        return _once_packed(conv, "direct", pads, out_hw, activation, _direct_call)
+    panels, bias = conv.packed("direct"), conv.bias
+    products: dict[Pair, Callable[..., None]] = {}
+
+    def direct(x, residual, y):
+        hw = x.shape[2:]
+        product = products.get(hw)
+        if product is None:
+            product = products[hw] = direct_product(
+                panels, bias, conv.c_in, conv.c_out, conv.kernel, conv.stride, pads,
+                conv.dilation, hw, out_hw, activation)
+        product(x, residual, y)
+    return direct
+
+
+def _warm_direct() -> None:
+    x, y = np.zeros((1, 2, 6, 6), np.float32), np.zeros((1, 2, 6, 6), np.float32)
+    panels = pack_panels(np.zeros((2, 18), np.float32))
+    direct_product(panels, None, 2, 2, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), (6, 6), (6, 6),
+                   IDENTITY)(x, None, y)
+
+
 def _warm_gemm_transposed() -> None:
     x, y = np.zeros((1, 2, 6, 6), np.float32), np.zeros((1, 2, 6, 6), np.float32)
     panels = pack_panels(np.zeros((2, 18), np.float32))
@@ -385,18 +445,21 @@ def _f2_large(conv: Convolution) -> bool:
 
 
 def _f4_pays(conv: Convolution, batch: int, out_hw: Pair) -> bool:
-    return _tiles(batch, out_hw, TILE) >= WINOGRAD_MIN_TILES and _f4_fits(conv)
+    return (_tiles(batch, out_hw, TILE) >= WINOGRAD_MIN_TILES and _f4_fits(conv)
+            and not (conv.c_in < F4_OVER_DIRECT and _direct_pays(conv, batch, out_hw)))
 
 
 def _f2_pays(conv: Convolution, batch: int, out_hw: Pair) -> bool:
     least = WINOGRAD_F2_LARGE_MIN_TILES if _f2_large(conv) else WINOGRAD_F2_MIN_TILES
-    return _tiles(batch, out_hw, TILE_F2) >= least
+    return (_tiles(batch, out_hw, TILE_F2) >= least
+            and not (conv.c_in < F2_OVER_DIRECT and _direct_pays(conv, batch, out_hw)))
 
 
 def _f4_at_build(conv: Convolution) -> bool:
     """Any size of WINOGRAD_MIN_TILES or more 4x4 tiles runs F(4x4) where it fits (its
-    channel range, a packing of at most WINOGRAD_MAX_PACKED bytes): pack it at build."""
-    return _f4_fits(conv)
+    channel range, a packing of at most WINOGRAD_MAX_PACKED bytes) and has F4_OVER_DIRECT
+    input channels (fewer run direct on most sizes): pack it at build."""
+    return _f4_fits(conv) and conv.c_in >= F4_OVER_DIRECT
 
 
 def _panels_at_build(conv: Convolution) -> bool:
@@ -508,12 +571,22 @@ ALGORITHMS: tuple[Algorithm, ...] = (
               make_call=_winograd_call("winograd_f2", winograd_f2_conv2d),
               warm=_warm_winograd(pack_winograd_f2_weight, winograd_f2_conv2d),
               releases_weight=True, pack_at_build=_f2_at_build, packs_later=_f2_large),
+    Algorithm("direct", fits=_one_group_im2col, pays=_direct_pays,
+              pack=_panels, make_call=_direct_call, warm=_warm_direct, releases_weight=True,
+              pack_at_build=_direct_at_build, packs_later=_large_panels,
+              packing="gemm_transposed"),
     Algorithm("gemm_transposed", fits=_one_group_im2col, pays=_lanes_fill_better,
               pack=_panels, make_call=_im2col_transposed_call, warm=_warm_gemm_transposed,
               releases_weight=True, packs_later=_large_panels),
     Algorithm("gemm", fits=_any, pack=_gemm_weight, make_call=_gemm_call, warm=_warm_gemm),
 )
 BY_NAME = {algorithm.name: algorithm for algorithm in ALGORITHMS}
+
+
+def packing_of(name: str) -> str:
+    """The name under which algorithm ``name``'s packing is kept: its own, or that of the
+    algorithm whose packing it reads (``Algorithm.packing``)."""
+    return BY_NAME[name].packing or name
 
 
 def choose(conv: Convolution, batch: int, out_hw: Pair) -> Algorithm:

@@ -37,9 +37,10 @@ def kernel_module_names() -> tuple[str, ...]:
 
 def import_kernel_modules() -> None:
     """Import every kernel module, so that all kernels are declared."""
-    from layers.fast import (atomics, dense, depthwise, epilogue, excitation,  # noqa: F401
-                             gemm, jobs, norm, phases, pointwise, pointwise_transposed, pool,
-                             simd, softmax, upsample, vexp, winograd, winograd_f2)
+    from layers.fast import (atomics, dense, depthwise, direct, epilogue,  # noqa: F401
+                             excitation, gemm, jobs, norm, phases, pointwise,
+                             pointwise_transposed, pool, simd, softmax, upsample, vexp,
+                             winograd, winograd_f2)
 
 
 def declared_kernels() -> list[Declared]:

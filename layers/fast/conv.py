@@ -25,7 +25,7 @@ import numpy as np
 
 from layers.base import building, remember
 from layers.fast import algorithms
-from layers.fast.algorithms import BY_NAME, Call, Pair, Pads
+from layers.fast.algorithms import BY_NAME, Call, Pair, Pads, packing_of
 from layers.fast.epilogue import Activation
 from layers.fast.operands import check
 from layers.fast.team import work_alone
@@ -68,43 +68,46 @@ class PackedConv2d:
         return name
 
     def packed(self, algorithm: str) -> np.ndarray:
-        """The weight packed for ``algorithm``, made on first use (one lock per algorithm: a
-        packing made in the background holds up no other)."""
-        pack = self._packs.get(algorithm)
+        """The weight packed for ``algorithm``, made on first use (one lock per packing: a
+        packing made in the background holds up no other). Algorithms that read another's
+        packing (``Algorithm.packing``) share it: one copy, made once."""
+        name = packing_of(algorithm)
+        pack = self._packs.get(name)
         if pack is None:
             with self._lock:
-                lock = self._pack_locks.setdefault(algorithm, threading.Lock())
+                lock = self._pack_locks.setdefault(name, threading.Lock())
             with lock:
-                pack = self._packs.get(algorithm)
+                pack = self._packs.get(name)
                 if pack is None:
-                    entry = BY_NAME[algorithm]
-                    pack = self._packs[algorithm] = entry.pack(self)
+                    entry = BY_NAME[name]
+                    pack = self._packs[name] = entry.pack(self)
                     if entry.releases_weight:
                         release_pages(self.weight)   # read again only if im2col runs it
         return pack
 
     def has_packed(self, algorithm: str) -> bool:
         """Whether the weight is packed for ``algorithm`` (``packed`` would not pack it)."""
-        return algorithm in self._packs
+        return packing_of(algorithm) in self._packs
 
     def packing_failed(self, algorithm: str) -> bool:
         """Whether packing it in the background (``packing``) was asked and failed."""
-        future = self._packing.get(algorithm)
+        future = self._packing.get(packing_of(algorithm))
         return future is not None and future.done() and future.exception() is not None
 
     def packing(self, algorithm: str) -> Future[np.ndarray]:
         """The weight packed for ``algorithm``, as a future: done if it is packed, else
         packed by a background thread (one for the process), asked once (again in a forked
         child, which has not the parent's thread: ``_forget_packings_after_fork``)."""
+        name = packing_of(algorithm)
         with self._lock:
-            future = self._packing.get(algorithm)
+            future = self._packing.get(name)
             if future is None:
-                if algorithm in self._packs:
+                if name in self._packs:
                     future = Future()
-                    future.set_result(self._packs[algorithm])
+                    future.set_result(self._packs[name])
                 else:
-                    future = _packer().submit(self.packed, algorithm)
-                self._packing[algorithm] = future
+                    future = _packer().submit(self.packed, name)
+                self._packing[name] = future
         return future
 
     def _forget_packings(self) -> None:
@@ -133,18 +136,17 @@ class PackedConv2d:
     def prepare(self, batch: int, out_hw: Pair) -> None:
         """Pack what ``run`` will need for this size now (at build) rather than mid-forward,
         and load its compiled kernels. The first size planned lets go of the Winograd
-        packing made at build for any size if it takes the other one (F(4x4)'s is 4x the
-        weights): before it packs its own, so the two are never held together; a later size
-        that needs it packs it again. A packing the table makes later (``packs_later``:
+        packing made at build for any size if it takes another algorithm (F(4x4)'s is 4x
+        the weights): before it packs its own, so the two are never held together; a later
+        size that needs it packs it again. A packing the table makes later (``packs_later``:
         large gemm_transposed panels and F(2x2) products) is made here only at build
         (``layers.base.building``); a size met first in a forward leaves it to the call,
         which has it made in the background after its first run."""
         algorithm = self.algorithm(batch, out_hw)
         with self._lock:
-            if algorithm in WINOGRAD:
-                for name in self._guessed:
-                    if name != algorithm:
-                        del self._packs[name]
+            for name in self._guessed:
+                if name != algorithm:
+                    del self._packs[name]
             self._guessed = []
         if not BY_NAME[algorithm].packed_later(self) or building():
             self.packed(algorithm)

@@ -43,7 +43,7 @@ from __future__ import annotations
 import numpy as np
 
 # the kernel modules, below this one (none imports it, nor workers.py): their range kernels
-from layers.fast import (dense, depthwise, epilogue, excitation, gemm, pointwise,
+from layers.fast import (dense, depthwise, direct, epilogue, excitation, gemm, pointwise,
                          pointwise_transposed, pool, softmax, upsample, winograd, winograd_f2)
 from layers.fast.phases import GEOMETRY
 from layers.fast.atomics import (NO_TRANS, TRANS, add, compare_swap, float_array, load, pause,
@@ -100,13 +100,15 @@ GEMM_A, GEMM_B, GEMM_C = array_fields(3)
 BY_PRODUCT, BY_ROWS, BY_COLUMNS = 0, 1, 2        # GEMM_CUT: how a product's units are cut
 ALIGN = 16                                       # row and column cuts: multiples of this
 
-# pointwise (_pointwise_units, _pointwise_transposed_units): pointwise.pointwise_blocks /
-# pointwise_transposed.transposed_units; dense (_dense_units): dense.dense_units (no
-# residual; a work space of no rows where the weight is panels)
+# pointwise (_pointwise_units, _pointwise_transposed_units, _direct_units):
+# pointwise.pointwise_blocks / pointwise_transposed.transposed_units / direct.direct_units;
+# dense (_dense_units): dense.dense_units (no residual; a work space of no rows where the
+# weight is panels)
 PW_WEIGHT, PW_X, PW_BIAS, PW_RESIDUAL, PW_Y, PW_SPACE = array_fields(6)
 PW_CODE, PW_BAND, PW_GEOMETRY_SIZE, PW_GEOMETRY, *_ = int_fields(3 + GEOMETRY)   # then
-                                # the geometry's values (pointwise.cols_band); PW_BAND: the
-                                # transposed product's band (pointwise_transposed.band_pixels)
+                                # the geometry's values (pointwise.cols_band, direct's);
+                                # PW_BAND: the transposed product's band
+                                # (pointwise_transposed.band_pixels, direct.direct_band)
 
 # im2col (_im2col_units): gemm.im2col_channels
 IC_X, IC_COLS = array_fields(2)
@@ -321,6 +323,17 @@ def _pointwise_transposed_units(record, reals, slot, first, last):
         _get3(record, a[PW_RESIDUAL]), _get3(record, a[PW_Y]),
         _get2(record, a[PW_SPACE])[slot], record[PW_CODE], reals[ACT_A], reals[ACT_B],
         record[PW_BAND], first, last)
+
+
+@kernel(nogil=True)
+def _direct_units(record, reals, slot, first, last):
+    a = ARRAYS
+    geometry = record[PW_GEOMETRY:PW_GEOMETRY + record[PW_GEOMETRY_SIZE]]
+    direct.direct_units(
+        _get3(record, a[PW_WEIGHT]), _get3(record, a[PW_X]), _get1(record, a[PW_BIAS]),
+        _get3(record, a[PW_RESIDUAL]), _get3(record, a[PW_Y]),
+        _get2(record, a[PW_SPACE])[slot], geometry, record[PW_CODE], reals[ACT_A],
+        reals[ACT_B], record[PW_BAND], first, last)
 
 
 @kernel(nogil=True)
@@ -656,6 +669,24 @@ def _pointwise_transposed_job(record, reals, panels, x, bias, residual, y, space
                       panels, x, bias, residual, y, space, code, act_a, act_b)
     record[PW_BAND] = band
     for row in range(space.shape[0]):                 # no thread holds a copy of this x yet
+        pointwise.forget_band(space[row])
+
+
+@kernel(nogil=True, exported=(RECORD, REALS, array(3), array(3), array(1), array(3),
+                              array(3), array(2), array(1, INT), INT, FLOAT, FLOAT, INT))
+def _direct_job(record, reals, panels, x, bias, residual, y, space, geometry, code, act_a,
+                act_b, threads):
+    """A convolution without cols, as direct._direct (units: bands of output pixels,
+    direct_band's for a team of ``threads``, by panels of channels; ``space``: a row of work
+    space per thread of the team)."""
+    band = direct.direct_band(geometry, x.shape[0], panels.shape[0], threads)
+    _pointwise_record(record, reals, units_address(_direct_units),
+                      direct.unit_count(geometry, x.shape[0], panels.shape[0], band),
+                      panels, x, bias, residual, y, space, code, act_a, act_b)
+    record[PW_BAND] = band
+    record[PW_GEOMETRY_SIZE] = geometry.shape[0]
+    _put_ints(record, PW_GEOMETRY, geometry)
+    for row in range(space.shape[0]):                 # no thread holds a band of this x yet
         pointwise.forget_band(space[row])
 
 

@@ -181,12 +181,11 @@ def transposed_units(panels, x, bias, residual, y, space, code, a, b, band, firs
     call). y must not overlap residual: a band is written into y before the residual is
     read."""
     images, c_in, length = x.shape
-    c_out, panel_count = y.shape[1], panels.shape[0]
+    panel_count = panels.shape[0]
     bands = (length + band - 1) // band
     open_lo, open_hi = np.float32(-np.inf), np.float32(np.inf)
     lo, hi = clamp_bounds(code, a, b)                 # clamped in the epilogue: ReLU, ReLU6
-    has_residual = residual.size > 0
-    ws, xs, ys = panels.reshape(panels.size), x.reshape(x.size), y.reshape(y.size)
+    ws, xs = panels.reshape(panels.size), x.reshape(x.size)
     no_bias, no_residual = np.zeros(ROWS, np.float32), xs[:0]
     held, sums = space[:HEADER], space[HEADER:HEADER + BAND * COLUMNS]
     copy_row = row_of_copy(length)
@@ -234,26 +233,38 @@ def transposed_units(panels, x, bias, residual, y, space, code, a, b, band, firs
                 tile_store(tile, sums, at, COLUMNS, rows, COLUMNS, no_bias, 0, no_residual,
                            open_lo, open_hi)
                 p0 += rows
-        channels, pixels = min(COLUMNS, c_out - c0), stop - start
-        for p in range(0, pixels, LANES):             # the band into y, transposed
-            for j in range(0, channels, LANES):
-                transpose_block(sums, p * COLUMNS + j, COLUMNS, min(LANES, pixels - p),
-                                LANES, ys, ((image * c_out + c0 + j) * length + start + p),
-                                length, min(LANES, channels - j), min(LANES, pixels - p))
-        for c in range(c0, c0 + channels):            # the epilogue, row by row
-            shift, row = bias[c], y[image, c, start:stop]
-            other = residual[image, c, start:stop] if has_residual else no_residual
-            for p in range(pixels):
-                value = row[p] + shift
-                if has_residual:
-                    value += other[p]
-                if value <= lo:                       # max(value, lo): a NaN stays NaN
-                    value = lo
-                if value >= hi:
-                    value = hi
-                row[p] = value
-        if code != NONE and code != RELU and code != CLAMP:       # other activations
-            activate_block(y, image, c0, channels, start, stop, code, a, b)
+        finish_band(sums, y, bias, residual, image, c0, start, stop, lo, hi, code, a, b)
+
+
+@kernel(nogil=True)
+def finish_band(sums, y, bias, residual, image, c0, start, stop, lo, hi, code, a, b):
+    """A band's sums (pixels start .. stop - 1 of ``image`` by COLUMNS channels from c0, a
+    row of COLUMNS a pixel, in ``sums``) into y (N, C_out, L) transposed, LANES x LANES
+    blocks at a time, then bias, residual (y's shape, or no values) and the activation
+    along each of y's rows, in pointwise.py's order (ReLU and ReLU6 as the clamp lo, hi)."""
+    c_out, length = y.shape[1], y.shape[2]
+    ys = y.reshape(y.size)
+    channels, pixels = min(COLUMNS, c_out - c0), stop - start
+    for p in range(0, pixels, LANES):             # the band into y, transposed
+        for j in range(0, channels, LANES):
+            transpose_block(sums, p * COLUMNS + j, COLUMNS, min(LANES, pixels - p),
+                            LANES, ys, ((image * c_out + c0 + j) * length + start + p),
+                            length, min(LANES, channels - j), min(LANES, pixels - p))
+    has_residual = residual.size > 0
+    for c in range(c0, c0 + channels):            # the epilogue, row by row
+        shift, row = bias[c], y[image, c, start:stop]
+        other = residual[image, c, start:stop] if has_residual else row[:0]
+        for p in range(pixels):
+            value = row[p] + shift
+            if has_residual:
+                value += other[p]
+            if value <= lo:                       # max(value, lo): a NaN stays NaN
+                value = lo
+            if value >= hi:
+                value = hi
+            row[p] = value
+    if code != NONE and code != RELU and code != CLAMP:       # other activations
+        activate_block(y, image, c0, channels, start, stop, code, a, b)
 
 
 def _copy_row(length: int) -> int:

@@ -39,7 +39,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from layers.fast import dense, excitation, jobs, pointwise, pointwise_transposed
+from layers.fast import dense, direct, excitation, jobs, pointwise, pointwise_transposed
 from layers.fast.epilogue import Activation, epilogue_operands, nothing_to_finish
 from layers.fast.operands import unchecked
 from layers.fast.team import current_team as current  # workers.current(), as before
@@ -78,7 +78,7 @@ class Team:
         # bound now (a job bound since, by another back end, runs as it is)
         self._trusted = {job: unchecked(job) for job in (
             jobs._pointwise_job, jobs._pointwise_transposed_job, jobs._depthwise_job,
-            jobs._depthwise_blocks_job)}
+            jobs._depthwise_blocks_job, jobs._direct_job)}
         self.in_use = threading.Lock()             # one forward at a time
         self.active = threading.Event()            # set while a forward runs: helpers spin
         self.stopped = False
@@ -194,6 +194,19 @@ class Team:
         self._share(self._job(jobs._pointwise_transposed_job, checked),
                     images * bands if bands else self.chunks, panels, x, bias, residual, y,
                     space, activation.code, activation.a, activation.b, self.threads)
+
+    def direct(self, panels: np.ndarray, x: np.ndarray, bias: np.ndarray,
+               residual: np.ndarray, y: np.ndarray, space: np.ndarray, geometry: np.ndarray,
+               activation: Activation, checked: bool = True) -> None:
+        """direct._direct, shared in CHUNKS per thread (x (N, C_in, H*W), y (N, C_out,
+        Ho*Wo); ``space``: a row of work space per thread, direct.space_size floats)."""
+        if checked:
+            _, copy = direct.direct_plan(tuple(geometry), x.shape[0], panels.shape[0],
+                                         self.threads)
+            self._check_space(space, direct.space_size(x.shape[1], copy))
+        self._share(self._job(jobs._direct_job, checked), self.chunks, panels, x, bias,
+                    residual, y, space, geometry, activation.code, activation.a, activation.b,
+                    self.threads)
 
     def _job(self, job, checked: bool):
         """``job``, or its unchecked form (as bound when the team was made) for a caller

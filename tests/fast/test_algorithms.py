@@ -17,8 +17,8 @@ import numpy as np
 import pytest
 
 from layers.fast import algorithms, jobs, workers
-from layers.fast.algorithms import (ONE_UNIT_PLANES_FROM,
-                                    WINOGRAD_F2_LARGE,
+from layers.fast.algorithms import (DIRECT_LEAST_FILL, F2_OVER_DIRECT, F4_OVER_DIRECT,
+                                    ONE_UNIT_PLANES_FROM, WINOGRAD_F2_LARGE,
                                     WINOGRAD_F2_LARGE_MIN_TILES,
                                     WINOGRAD_F2_MIN_CHANNELS, WINOGRAD_F2_MIN_TILES,
                                     WINOGRAD_MAX_CHANNELS, WINOGRAD_MAX_PACKED,
@@ -29,7 +29,7 @@ from layers.fast import conv as conv_module
 from layers.fast.conv import PackedConv2d, kernel_layout
 from layers.fast.depthwise import uses_channels_last
 from layers.fast.epilogue import IDENTITY
-from layers.fast.simd import COLUMNS, LANES
+from layers.fast.simd import COLUMNS, LANES, ROWS
 from layers.fast.pointwise_transposed import transposed_pays
 from support import REPO, write_model
 
@@ -59,20 +59,34 @@ def documented_rule(c_in, c_out, k, stride, dilation, groups, winograd, batch, o
     if k == 1 and stride == 1 and groups == 1 and transposed_pays(length, c_in, c_out):
         return "pointwise_transposed"
     one_group_im2col = groups == 1 and not (k == 1 and stride == 1)
+    direct = one_group_im2col and tiles_fill(out_hw[1], c_out) >= DIRECT_LEAST_FILL
     im2col = ("gemm_transposed" if one_group_im2col and transposed_pays(length, c_in * k * k,
                                                                        c_out) else "gemm")
+    im2col = "direct" if direct else im2col
     if not (winograd and k == 3 and stride == 1 and dilation == 1 and groups == 1):
         return im2col
     tiles4 = batch * -(-out_hw[0] // 4) * -(-out_hw[1] // 4)
     if (WINOGRAD_MIN_CHANNELS <= c_in <= WINOGRAD_MAX_CHANNELS and tiles4 >= WINOGRAD_MIN_TILES
-            and 36 * c_out * c_in * 4 <= WINOGRAD_MAX_PACKED):
+            and 36 * c_out * c_in * 4 <= WINOGRAD_MAX_PACKED
+            and not (direct and c_in < F4_OVER_DIRECT)):
         return "winograd"
     tiles2 = batch * -(-out_hw[0] // 2) * -(-out_hw[1] // 2)
     large = 16 * c_out * c_in * 4 > WINOGRAD_F2_LARGE
-    if c_in >= WINOGRAD_F2_MIN_CHANNELS and tiles2 >= (WINOGRAD_F2_LARGE_MIN_TILES if large
-                                                       else WINOGRAD_F2_MIN_TILES):
+    if (c_in >= WINOGRAD_F2_MIN_CHANNELS and not (direct and c_in < F2_OVER_DIRECT)
+            and tiles2 >= (WINOGRAD_F2_LARGE_MIN_TILES if large else WINOGRAD_F2_MIN_TILES)):
         return "winograd_f2"
     return im2col
+
+
+def tiles_fill(width, c_out):
+    """The share of pixels the direct convolution's tiles fill on an output row of ``width``:
+    every one where tiles of ROWS and of ROWS - 1 cover it (not for panels of at most LANES
+    channels, whose tiles all have ROWS pixels), else width over whole tiles of ROWS."""
+    for short in range(ROWS):
+        if c_out > LANES and (width - short * (ROWS - 1)) % ROWS == 0 \
+                and width >= short * (ROWS - 1):
+            return 1.0
+    return width / (-(-width // ROWS) * ROWS)
 
 
 def grid():
@@ -107,24 +121,21 @@ def test_the_table_chooses_what_the_documented_rules_say():
 # 1x1 layers whose transposed epilogue costs a little more than its lanes save with 16-float
 # vectors, and less with 8 (AVX2: the upright tiles, 16 pixels wide, fill fewer lanes)
 WIDTH_DEPENDENT = "gemm" if LANES == 16 else "pointwise_transposed"
-# and the other way round: 128 -> 256 1x1 s2 at 14x14 (ResNet's downsample), whose upright
-# tiles 16 pixels wide fill 0.93 of their lanes, too near the transposed 0.99 to pay
-DOWNSAMPLE_14 = "gemm_transposed" if LANES == 16 else "gemm"
 RESNET18 = [   # c_in, c_out, k, stride, out size at 224x224; batch 1, batch 8
-    (3, 64, 7, 2, 112, "gemm", "gemm"),                         # the stem
+    (3, 64, 7, 2, 112, "direct", "direct"),                     # the stem
     (64, 64, 3, 1, 56, "winograd", "winograd"),
-    (64, 128, 3, 2, 28, "gemm", "gemm"),                        # strided
-    (64, 128, 1, 2, 28, "gemm", "gemm"),                        # downsample
+    (64, 128, 3, 2, 28, "direct", "direct"),                    # strided
+    (64, 128, 1, 2, 28, "direct", "direct"),                    # downsample
     (128, 128, 3, 1, 28, "winograd", "winograd"),               # F(4x4): up to 256 channels
-    (128, 256, 3, 2, 14, *["gemm_transposed"] * 2),             # 196 pixels: rows of 6 fill
-    (128, 256, 1, 2, 14, *[DOWNSAMPLE_14] * 2),
-    (256, 512, 1, 2, 7, *["gemm_transposed"] * 2),              # more lanes than 32 wide
+    (128, 256, 3, 2, 14, *["direct"] * 2),                      # rows of 14: 6 + 6 + 2 fill
+    (128, 256, 1, 2, 14, *["direct"] * 2),                      # 0.78 of their pixels
+    (256, 512, 1, 2, 7, *["gemm_transposed"] * 2),              # rows of 7: 0.58 filled
     (256, 256, 3, 1, 14, "winograd", "winograd"),               # F(4x4) packs 9 MiB
     (256, 512, 3, 2, 7, *["gemm_transposed"] * 2),              # panels: 4.5 MiB
     (512, 512, 3, 1, 7, "gemm_transposed", "winograd_f2"),      # F(2x2) packs 16 MiB
 ]
 EFFICIENTNET_LITE0 = [   # c_in, c_out, k, stride, groups, out size at 224x224; batch 1, 8
-    (3, 32, 3, 2, 1, 112, "gemm", "gemm"),                      # the stem
+    (3, 32, 3, 2, 1, 112, "direct", "direct"),                  # the stem
     (32, 32, 3, 1, 32, 112, "depthwise", "depthwise"),
     (32, 16, 1, 1, 1, 112, "gemm", "gemm"),                     # 1x1, a large image
     (144, 144, 5, 2, 144, 28, "depthwise_channels_last", "depthwise_channels_last"),
@@ -182,45 +193,57 @@ def test_the_candidates_are_every_algorithm_some_size_may_choose():
 
 
 def test_what_is_packed_at_build_for_sizes_known_late():
-    """F(4x4) where it runs (16 to 256 channels, a packing within WINOGRAD_MAX_PACKED); else
-    F(2x2) if that packing is not large and it fits (not with fewer than 16 channels: im2col
-    runs those); a 1x1's transposed panels where C_out fills their lanes; both packings of a
-    depthwise layer's few filters."""
+    """F(4x4) where it runs (F4_OVER_DIRECT to 256 channels, a packing within
+    WINOGRAD_MAX_PACKED); else F(2x2) if that packing is not large and it fits (not with
+    fewer than 16 channels); else the direct convolution's panels where they are not large
+    (nor for a 1x1 of stride 1); a 1x1's transposed panels where C_out fills their lanes;
+    both packings of a depthwise layer's few filters."""
     packs = []
-    for c_in, c_out, k, groups in ((64, 64, 3, 1), (256, 512, 3, 1), (512, 512, 3, 1),
-                                   (256, 256, 3, 1), (8, 8, 3, 1), (64, 2 * COLUMNS, 1, 1),
-                                   (64, COLUMNS // 2, 1, 1), (96, 96, 3, 96)):
-        packed = conv(c_in, c_out, k, groups=groups)
+    for c_in, c_out, k, stride, groups in (
+            (64, 64, 3, 1, 1), (256, 512, 3, 1, 1), (512, 512, 3, 1, 1), (256, 256, 3, 1, 1),
+            (8, 8, 3, 1, 1), (16, 16, 3, 1, 1), (64, 128, 3, 2, 1), (256, 512, 3, 2, 1),
+            (64, 128, 1, 2, 1), (64, 2 * COLUMNS, 1, 1, 1), (64, COLUMNS // 2, 1, 1, 1),
+            (96, 96, 3, 1, 96)):
+        packed = conv(c_in, c_out, k, stride, groups=groups)
         chosen = [a.name for a in algorithms.candidates(packed)
                   if a.pack_at_build is not None and a.pack_at_build(packed)]
         packs.append(chosen)
-    assert packs == [["winograd"], ["winograd_f2"], [], ["winograd"], [],
-                     ["pointwise_transposed"], [], ["depthwise_channels_last", "depthwise"]]
+    assert packs == [["winograd"], ["winograd_f2"], [], ["winograd"], ["direct"], ["direct"],
+                     ["direct"], [], ["direct"], ["pointwise_transposed"], [],
+                     ["depthwise_channels_last", "depthwise"]]
 
 
 def test_the_first_size_lets_go_of_the_winograd_packing_it_does_not_take():
     """A free-size graph packs F(4x4) at build for any size; a first size that takes F(2x2)
     (10x10: 9 tiles of 4x4) drops it before packing F(2x2), so the two are not held
     together. A later size that takes F(4x4) packs it again; a first size that takes
-    F(4x4) keeps it."""
-    small_first = conv(128, 128, 3)
+    F(4x4) keeps it. One that takes the direct convolution (fewer channels at 10x10) drops
+    it too."""
+    small_first = conv(256, 256, 3)
     small_first.prepare_for_any_size()
     assert sorted(small_first._packs) == ["winograd"]
     small_first.prepare(1, (10, 10))
     assert sorted(small_first._packs) == ["winograd_f2"]
     small_first.prepare(1, (28, 28))
     assert sorted(small_first._packs) == ["winograd", "winograd_f2"]
-    large_first = conv(128, 128, 3)
+    large_first = conv(256, 256, 3)
     large_first.prepare_for_any_size()
     packing = large_first._packs["winograd"]
     large_first.prepare(1, (28, 28))
     large_first.prepare(1, (10, 10))
     assert large_first._packs["winograd"] is packing
     assert sorted(large_first._packs) == ["winograd", "winograd_f2"]
-    traced = conv(128, 128, 3)                     # a graph of known shapes packs per size
+    traced = conv(256, 256, 3)                     # a graph of known shapes packs per size
     traced.prepare(1, (10, 10))
     traced.prepare(1, (28, 28))
     assert sorted(traced._packs) == ["winograd", "winograd_f2"]
+    direct_first = conv(128, 128, 3)
+    direct_first.prepare_for_any_size()
+    assert sorted(direct_first._packs) == ["winograd"]
+    direct_first.prepare(1, (10, 10))
+    assert "winograd" not in direct_first._packs
+    assert sorted(direct_first._packs) == ["gemm_transposed"]      # direct reads its panels
+    assert direct_first.packed("direct") is direct_first.packed("gemm_transposed")
 
 
 def held_panels(monkeypatch, release=None, fail=False):

@@ -41,6 +41,15 @@ ACTIVATIONS = {          # our layer, the torch function it mirrors
 }
 
 
+@pytest.fixture
+def winograd_from_16(monkeypatch):
+    """The table without the direct convolution, as it chose before it: Winograd from 16
+    input channels (the kernels' smallest case), where direct now takes 16 to 23."""
+    from layers.fast import algorithms
+
+    monkeypatch.setattr(algorithms, "DIRECT_LEAST_FILL", 2.0)
+
+
 def run_packed(x, weight, bias, stride=(1, 1), padding=(0, 0, 0, 0), dilation=(1, 1),
                groups=1, activation=IDENTITY, residual=None, winograd_ok=True, algorithm=None):
     """The fast kernel chosen for this convolution (or ``algorithm``, forced); padding is
@@ -304,7 +313,7 @@ WINOGRAD_F2 = {   # 16 input channels or more, and fewer than 16 tiles of 4x4 (o
                          + [(case, "winograd_f2") for case in WINOGRAD_F2.values()],
                          ids=[f"F(4x4) {name}" for name in WINOGRAD]
                          + [f"F(2x2) {name}" for name in WINOGRAD_F2])
-def test_winograd_matches_reference_and_torch(case, algorithm):
+def test_winograd_matches_reference_and_torch(case, algorithm, winograd_from_16):
     shape, c_out, padding = case
     x = rand(*shape)
     weight, bias = rand(c_out, shape[1], 3, 3), rand(c_out)
@@ -414,7 +423,8 @@ def test_winograd_refuses_a_residual_of_another_shape():
                                               ((1, 16, 7, 7), "winograd_f2")])
 @pytest.mark.parametrize("values", [(np.inf, -np.inf, np.nan), (np.nan,), (-np.inf,)],
                          ids=["inf -inf nan", "nan alone", "-inf alone"])
-def test_winograd_inputs_with_inf_or_nan_give_nan_where_torch_does(shape, algorithm, values):
+def test_winograd_inputs_with_inf_or_nan_give_nan_where_torch_does(shape, algorithm, values,
+                                                                   winograd_from_16):
     """Winograd's transforms would turn one Inf into NaN over whole tiles (inf - inf); the
     input transform sees any one of them, such an input goes through im2col, and NaN, +Inf
     and -Inf land where torch puts them."""
@@ -484,28 +494,29 @@ def test_a_convolution_loads_the_kernels_it_may_run_when_it_is_loaded(monkeypatc
     monkeypatch.setattr(fast_conv, "load_kernels", loaded.append)
     make_layer("nn.Conv2d", dict(in_channels=16, out_channels=4, kernel_size=(3, 3), bias=True),
                {"weight": rand(4, 16, 3, 3), "bias": rand(4)}, fast=True)
-    assert sorted(loaded) == ["gemm", "gemm_transposed", "winograd", "winograd_f2"]
+    assert sorted(loaded) == ["direct", "gemm", "gemm_transposed", "winograd", "winograd_f2"]
     loaded.clear()
     make_layer("nn.Conv2d", dict(in_channels=96, out_channels=4, kernel_size=(3, 3),
                                  bias=True), {"weight": rand(4, 96, 3, 3), "bias": rand(4)},
                fast=True)
-    assert sorted(loaded) == ["gemm", "gemm_transposed", "winograd", "winograd_f2"]
+    assert sorted(loaded) == ["direct", "gemm", "gemm_transposed", "winograd", "winograd_f2"]
     loaded.clear()
     make_layer("nn.Conv2d", dict(in_channels=600, out_channels=4, kernel_size=(3, 3),
                                  bias=True), {"weight": rand(4, 600, 3, 3), "bias": rand(4)},
                fast=True)
-    assert sorted(loaded) == ["gemm", "gemm_transposed", "winograd_f2"]   # F(4x4): to 256
+    assert sorted(loaded) == ["direct", "gemm", "gemm_transposed", "winograd_f2"]   # F(4x4):
+                                                                                   # to 256
     loaded.clear()
     make_layer("nn.Conv2d", dict(in_channels=4, out_channels=4, kernel_size=(3, 3), bias=True),
                {"weight": rand(4, 4, 3, 3), "bias": rand(4)}, fast=True)
-    assert sorted(loaded) == ["gemm", "gemm_transposed"]          # F(2x2): 16 channels up
+    assert sorted(loaded) == ["direct", "gemm", "gemm_transposed"]   # F(2x2): 16 channels up
     loaded.clear()
     make_layer("nn.Conv2d", dict(in_channels=4, out_channels=4, kernel_size=(3, 3), groups=4,
                                  bias=False), {"weight": rand(4, 1, 3, 3)}, fast=True)
     assert sorted(loaded) == ["depthwise", "depthwise_channels_last"]
 
 
-def test_the_winograd_variant_follows_the_tiles_and_the_weights():
+def test_the_winograd_variant_follows_the_tiles_and_the_weights(winograd_from_16):
     packed = PackedConv2d(rand(8, 16, 3, 3), None, (1, 1), (1, 1), 1)
     assert packed.algorithm(8, (7, 7)) == "winograd"          # 32 tiles of 4x4
     assert packed.algorithm(1, (28, 28)) == "winograd"        # 49
@@ -557,14 +568,15 @@ GEMM = {   # (N, C_in, H, W), C_out, kernel, stride, (top, bottom, left, right),
 }
 
 
-@pytest.mark.parametrize("product", ["gemm", "gemm bands", "gemm_transposed"])
+@pytest.mark.parametrize("product", ["gemm", "gemm bands", "gemm_transposed", "direct"])
 @pytest.mark.parametrize("case", GEMM.values(), ids=GEMM.keys())
 def test_gemm_conv_matches_reference_and_torch(case, product, monkeypatch):
     """Each case through im2col (or none, for a plain 1x1) and each product: channels by
     pixels in the register tiles, on im2col's cols or (one group) on cols made band by band
-    at any size ("gemm bands"), or (one group) pixels by channels."""
+    at any size ("gemm bands"), or (one group) pixels by channels, on cols or without them
+    (direct)."""
     shape, c_out, kernel, stride, padding, dilation, groups = case
-    if product == "gemm_transposed" and not BY_NAME[product].fits(
+    if product in ("gemm_transposed", "direct") and not BY_NAME[product].fits(
             PackedConv2d(rand(c_out, shape[1] // groups, *kernel), None, stride, dilation,
                          groups)):
         pytest.skip("the transposed product takes one group, and cols")
@@ -578,19 +590,85 @@ def test_gemm_conv_matches_reference_and_torch(case, product, monkeypatch):
     check_against_both(got, x, weight, bias, stride, padding, dilation, groups)
 
 
+# ----- the direct convolution (no cols) ----------------------------------------------------
+
+DIRECT = {   # (N, C_in, H, W), C_out, kernel, stride, (top, bottom, left, right), dilation
+    "3x3 s2, 2 panels, rows of 6 and 5": ((2, 12, 21, 22), 48, (3, 3), (2, 2), (1, 1, 1, 1),
+                                          (1, 1)),
+    "one vector of channels": ((1, 5, 17, 19), 9, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1)),
+    "a part-filled tile a row": ((2, 7, 9, 9), 40, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1)),
+    "sums in slices of K_BLOCK": ((1, 40, 10, 12), 33, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1)),
+    "rows longer than a band": ((1, 3, 4, 530), 20, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1)),
+    "stride (2, 1), 3x1": ((1, 6, 13, 20), 18, (3, 1), (2, 1), (1, 1, 0, 0), (1, 1)),
+    "stride (1, 3), dilated": ((1, 4, 11, 25), 17, (3, 3), (1, 3), (2, 2, 2, 2), (2, 2)),
+    "pads wider than the kernel": ((1, 3, 5, 6), 10, (3, 3), (1, 1), (3, 4, 4, 3), (1, 1)),
+    "no pads, rows wider than the windows": ((2, 4, 12, 15), 8, (2, 4), (3, 2), (0, 0, 0, 0),
+                                             (1, 1)),
+    "7x7 stem": ((1, 3, 38, 42), 24, (7, 7), (2, 2), (3, 3, 3, 3), (1, 1)),
+    "1x1 stride 2": ((3, 20, 11, 13), 36, (1, 1), (2, 2), (0, 0, 0, 0), (1, 1)),
+    "outputs of one pixel": ((2, 6, 3, 3), 12, (3, 3), (1, 1), (0, 0, 0, 0), (1, 1)),
+}
+
+
+@pytest.mark.parametrize("case", DIRECT.values(), ids=DIRECT.keys())
+@pytest.mark.parametrize("team", [1, 3])
+def test_direct_matches_reference_and_torch_and_the_transposed_products_bits(case, team):
+    """The direct convolution against the numpy reference and torch, with bias, residual
+    and ReLU6, on one thread and shared by three; each output the same chain as the
+    transposed product on im2col's cols (the same panels): the same bits."""
+    shape, c_out, kernel, stride, padding, dilation = case
+    x = rand(*shape)
+    weight, bias = rand(c_out, shape[1], *kernel), rand(c_out)
+    relu6 = activation_of(ReLU6())
+    want = torch_conv(x, weight, bias, stride, padding, dilation, 1)
+    residual = rand(*want.shape)
+    with threads.limit(team):
+        _, got = run_packed(x, weight, bias, stride, padding, dilation, 1, relu6, residual,
+                            algorithm="direct")
+        _, cols = run_packed(x, weight, bias, stride, padding, dilation, 1, relu6, residual,
+                             algorithm="gemm_transposed")
+    np.testing.assert_array_equal(got, cols)
+    _, plain = run_packed(x, weight, bias, stride, padding, dilation, algorithm="direct")
+    check_against_both(plain, x, weight, bias, stride, padding, dilation, 1)
+    np.testing.assert_allclose(got, np.clip(want + residual, 0, 6), atol=1e-4, rtol=1e-4)
+
+
+def test_the_direct_convolutions_bands():
+    """Bands of whole output rows as many as BAND holds, cut where the units (images x
+    bands x panels) are fewer than the threads; the copy holds the rows any band reads."""
+    from layers.fast.direct import BAND, direct_plan
+    from layers.fast.phases import geometry_of
+
+    def plan(out_hw, images=1, panels=1, parts=1, kernel=(3, 3), stride=(1, 1)):
+        hw = tuple((o - 1) * s + k - 2 for o, s, k in zip(out_hw, stride, kernel))
+        return direct_plan(tuple(geometry_of(kernel, stride, (1, 1), 1, 1, hw, out_hw)),
+                           images, panels, parts)
+    assert plan((56, 56))[0] == BAND // 56 * 56
+    assert plan((7, 7))[0] == 49                          # the whole image
+    assert plan((7, 7), parts=2)[0] == 25                 # cut: one unit for two threads
+    assert plan((7, 7), panels=2, parts=2)[0] == 49       # two units already
+    assert plan((2, 300))[0] == BAND                      # a row longer than BAND
+    band, copy = plan((28, 28), stride=(2, 2))            # 8 rows of 28 pixels, which
+    assert band == 8 * 28 and copy == 19 * 57         # could meet 9 rows: 19 input rows of
+                                                      # (28 - 1) * 2 + 3 columns
+
+
 @pytest.mark.parametrize("kernel, stride, padding", [
     ((3, 3), (1, 1), (1, 1, 1, 1)), ((5, 5), (2, 2), (2, 2, 2, 2)), ((3, 3), (1, 1), (0, 0, 0, 0)),
 ], ids=["3x3", "5x5 stride 2", "3x3 no pad"])
-def test_im2col_inf_and_nan_at_the_edges_stay_in_their_windows(kernel, stride, padding):
+@pytest.mark.parametrize("product", ["gemm", "direct"])
+def test_im2col_inf_and_nan_at_the_edges_stay_in_their_windows(kernel, stride, padding,
+                                                               product):
     """im2col reads the neighbouring row where a window passes the left or right edge, and
-    masks that away: an Inf or NaN in the first or last column reaches only the outputs
-    whose windows hold it, as in torch."""
+    masks that away; the direct convolution copies the rows with zeros around them: an Inf
+    or NaN in the first or last column reaches only the outputs whose windows hold it, as in
+    torch."""
     x = rand(1, 2, 9, 10)
     x[0, 0, 2, -1], x[0, 1, 5, 0], x[0, 1, 4, -1] = np.inf, np.nan, -np.inf
     weight, bias = rand(3, 2, *kernel), rand(3)
     with np.errstate(invalid="ignore"):                      # inf * 0 in the product
-        packed, got = run_packed(x, weight, bias, stride, padding, winograd_ok=False)
-    assert packed.algorithm(1, got.shape[2:]) == "gemm"
+        _, got = run_packed(x, weight, bias, stride, padding, winograd_ok=False,
+                            algorithm=product)
     want = torch_conv(x, weight, bias, stride, padding, (1, 1), 1)
     assert np.isfinite(want).sum() >= want.size // 3        # most outputs do not see them
     np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
@@ -654,15 +732,17 @@ def test_unknown_activations_have_no_kernel_code():
 
 
 @pytest.mark.parametrize("algorithm_case", [
-    ("winograd", (1, 16, 24, 24), (8, 16, 3, 3), 1, (1, 1)),
+    ("winograd", (1, 32, 24, 24), (8, 32, 3, 3), 1, (1, 1)),
     ("gemm", (2, 8, 6, 6), (8, 8, 3, 3), 1, (2, 2)),
     ("gemm", (2, 8, 6, 6), (8, 8, 1, 1), 1, (1, 1)),
     ("depthwise", (2, 8, 30, 30), (8, 1, 3, 3), 8, (1, 1)),
     ("depthwise_channels_last", (2, 16, 9, 9), (16, 1, 3, 3), 16, (2, 2)),
     ("winograd_f2", (1, 16, 7, 7), (8, 16, 3, 3), 1, (1, 1)),
     ("gemm_transposed", (2, 32, 14, 14), (32, 32, 3, 3), 1, (2, 2)),
+    ("direct", (2, 8, 20, 20), (40, 8, 3, 3), 1, (2, 2)),
+    ("direct", (1, 16, 24, 24), (8, 16, 3, 3), 1, (1, 1)),
 ], ids=["winograd", "im2col", "1x1", "depthwise", "depthwise channels last", "winograd f2",
-        "im2col transposed"])
+        "im2col transposed", "direct", "direct, one vector of channels"])
 @pytest.mark.parametrize("name", ["relu", "relu6", "silu", "hardswish", "leaky",
                                   "hardswish, then affine", "affine"])
 def test_each_kernel_fuses_residual_and_activation(algorithm_case, name):
@@ -813,7 +893,8 @@ def test_max_pool_fast_path_matches_reference_and_torch(case, nan_every):
 def test_a_dynamic_graph_packs_at_build_what_any_size_will_need(monkeypatch):
     """Shapes unknown at build: a convolution whose F(4x4) packing would be too large runs
     F(2x2) at any size worth it, so that packing is made at build; one that fits F(4x4) gets
-    that packing; others (too few channels for Winograd: im2col) wait for a size."""
+    that packing; others (too few channels for Winograd, or F(2x2) too large) get the direct
+    convolution's panels, which most sizes run."""
     from layers.fast import algorithms
 
     monkeypatch.setattr(algorithms, "WINOGRAD_MAX_PACKED", 36 * 8 * 32 * 4 - 1)
@@ -822,8 +903,8 @@ def test_a_dynamic_graph_packs_at_build_what_any_size_will_need(monkeypatch):
                              for c in (48, 32, 16, 8))
     for packed in (huge, big, small, few):
         packed.prepare_for_any_size()
-    assert list(big._packs) == ["winograd_f2"] and list(small._packs) == ["winograd"]
-    assert huge._packs == {}
-    assert few._packs == {} and few.algorithm(8, (56, 56)) == "gemm"
+    assert list(big._packs) == ["winograd_f2"]
+    assert list(small._packs) == list(few._packs) == list(huge._packs) == ["gemm_transposed"]
+    assert few.algorithm(8, (56, 56)) == "direct" and small.algorithm(8, (56, 56)) == "direct"
     assert big.algorithm(8, (7, 7)) == "winograd_f2" and small.algorithm(8, (7, 7)) == "winograd"
     assert huge.algorithm(1, (7, 7)) == "gemm" and huge.algorithm(4, (7, 7)) == "winograd_f2"

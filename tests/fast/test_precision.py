@@ -190,13 +190,13 @@ def test_linear_is_within_4x_torchs_error(in_features, inputs, shared, rows):
                                   1024])
 def test_f4_never_runs_outside_its_measured_channels(c_in):
     """Outside its channel range (too few channels, or more than 256: its error passes 4x
-    torch's), F(4x4) is no candidate at any size: F(2x2) takes over (im2col below
-    F(2x2)'s channels)."""
+    torch's), F(4x4) is no candidate at any size: F(2x2) takes over (the direct convolution
+    below F(2x2)'s channels)."""
     packed = PackedConv2d(np.zeros((32, c_in, 3, 3), np.float32), None, (1, 1), (1, 1), 1)
     names = [a.name for a in algorithms.candidates(packed)]
     f2 = c_in >= WINOGRAD_F2_MIN_CHANNELS
     assert "winograd" not in names and ("winograd_f2" in names) == f2
-    assert packed.algorithm(8, (56, 56)) == ("winograd_f2" if f2 else "gemm")
+    assert packed.algorithm(8, (56, 56)) == ("winograd_f2" if f2 else "direct")
 
 
 def print_ratios() -> None:

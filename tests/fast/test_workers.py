@@ -73,10 +73,12 @@ CONVOLUTIONS = {     # N, C_in, C_out, H, W, kernel, stride, pads, dilation, gro
     "winograd F(4x4) x4": (4, 24, 40, 20, 19, 3, 1, (1, 1, 1, 1), 1, 1),
     "winograd F(4x4) x3": (3, 24, 40, 20, 19, 3, 1, (1, 1, 1, 1), 1, 1),
     "winograd F(4x4) x9": (9, 24, 40, 20, 19, 3, 1, (1, 1, 1, 1), 1, 1),
-    "winograd F(4x4) few rows": (1, 64, 64, 12, 13, 3, 1, (1, 1, 1, 1), 1, 1),
+    "winograd F(4x4) few rows": (1, 64, 64, 16, 13, 3, 1, (1, 1, 1, 1), 1, 1),
     "winograd F(2x2) strips": (1, 288, 16, 18, 17, 3, 1, (1, 1, 1, 1), 1, 1),
-    "im2col 3x3 s2": (2, 24, 40, 30, 30, 3, 2, (1, 1, 1, 1), 1, 1),
-    "im2col stem 7x7": (1, 3, 16, 64, 64, 7, 2, (3, 3, 3, 3), 1, 1),
+    "direct 3x3 s2": (2, 24, 40, 30, 30, 3, 2, (1, 1, 1, 1), 1, 1),
+    "direct stem 7x7": (1, 3, 16, 64, 64, 7, 2, (3, 3, 3, 3), 1, 1),
+    "direct bands cut mid-row": (1, 20, 16, 13, 17, 3, 1, (1, 1, 1, 1), 1, 1),
+    "im2col 3x3 s2 on 7x7": (2, 24, 40, 14, 14, 3, 2, (1, 1, 1, 1), 1, 1),
     "1x1": (3, 48, 80, 14, 14, 1, 1, (0, 0, 0, 0), 1, 1),
     "1x1 few rows": (1, 96, 24, 56, 56, 1, 1, (0, 0, 0, 0), 1, 1),
     "1x1 widening": (1, 16, 96, 40, 40, 1, 1, (0, 0, 0, 0), 1, 1),
@@ -108,7 +110,7 @@ def test_shared_convolutions_give_what_one_thread_gives(case, extras, shared):
                                residual)
         assert team.control[jobs.TICKET] >> 40 > before      # jobs were shared
     pointwise = k == s == 1 and groups == 1 and not any(pads)    # register tiles, per tile
-    if algorithm.startswith(("depthwise", "winograd")) or pointwise:
+    if algorithm.startswith(("depthwise", "winograd", "direct")) or pointwise:
         np.testing.assert_array_equal(together, alone)       # the same numba code, per plane
     else:
         np.testing.assert_allclose(together, alone, rtol=1e-5, atol=1e-5)
