@@ -185,21 +185,49 @@ def direct_units(panels, x, bias, residual, y, space, geometry, code, a, b, band
                 at = (p0 - start) * COLUMNS
                 x0 = (oh * stride_h - row0) * row_w + ow * stride_w    # tap (0, 0, 0)
                 part = tile_zero()                    # the slice's chain, from zero
+                # strides 1 and 2 and whole tiles pass constants: the ROWS reads of a k are
+                # then fixed offsets from one address (a stride known at run time only
+                # costs an address a row, every k)
                 if p0 < full_end:
                     rows = min(ROWS, full_end - p0)
-                    if narrow:
+                    if narrow and rows == ROWS and stride_w == 1:
+                        for k in range(k0, k1):
+                            part = tile_fma_narrow(part, source, x0 + taps[k], 1, ROWS, ws,
+                                                   w0 + k * COLUMNS, LANES)
+                    elif narrow and rows == ROWS and stride_w == 2:
+                        for k in range(k0, k1):
+                            part = tile_fma_narrow(part, source, x0 + taps[k], 2, ROWS, ws,
+                                                   w0 + k * COLUMNS, LANES)
+                    elif narrow:
                         for k in range(k0, k1):
                             part = tile_fma_narrow(part, source, x0 + taps[k], stride_w, rows,
                                                    ws, w0 + k * COLUMNS, LANES)
+                    elif rows == ROWS and stride_w == 1:
+                        for k in range(k0, k1):
+                            part = tile_fma(part, source, x0 + taps[k], 1, ROWS, ws,
+                                            w0 + k * COLUMNS, COLUMNS)
+                    elif rows == ROWS and stride_w == 2:
+                        for k in range(k0, k1):
+                            part = tile_fma(part, source, x0 + taps[k], 2, ROWS, ws,
+                                            w0 + k * COLUMNS, COLUMNS)
                     else:
                         for k in range(k0, k1):
                             part = tile_fma(part, source, x0 + taps[k], stride_w, rows, ws,
                                             w0 + k * COLUMNS, COLUMNS)
                 else:
                     rows = ROWS - 1
-                    for k in range(k0, k1):
-                        part = tile_fma_short(part, source, x0 + taps[k], stride_w, rows, ws,
-                                              w0 + k * COLUMNS, COLUMNS)
+                    if stride_w == 1:
+                        for k in range(k0, k1):
+                            part = tile_fma_short(part, source, x0 + taps[k], 1, ROWS - 1, ws,
+                                                  w0 + k * COLUMNS, COLUMNS)
+                    elif stride_w == 2:
+                        for k in range(k0, k1):
+                            part = tile_fma_short(part, source, x0 + taps[k], 2, ROWS - 1, ws,
+                                                  w0 + k * COLUMNS, COLUMNS)
+                    else:
+                        for k in range(k0, k1):
+                            part = tile_fma_short(part, source, x0 + taps[k], stride_w, rows,
+                                                  ws, w0 + k * COLUMNS, COLUMNS)
                 # carried on from the slices before, read after the chain (as pointwise.py)
                 tile = part if k0 == 0 else tile_add(tile_load(sums, at, COLUMNS, rows,
                                                                COLUMNS), part)
