@@ -37,9 +37,11 @@ packing and each call. The rules, in order:
     direct                   groups 1, not a 1x1 of stride 1: the convolution without cols
                              (layers/fast/direct.py), where its tiles, which keep to an output
                              row, fill DIRECT_LEAST_FILL of their pixels or more (rows of 7 or
-                             8 outputs do not: ``direct.row_fill``); from gemm_transposed's
-                             panels (one packing for both: ``Algorithm.packing``), made in the
-                             background when large, as below
+                             8 outputs do not: ``direct.row_fill``) and DIRECT_LEAST_LANES of
+                             their lanes (``direct.lane_fill``), and a band's copy holds at
+                             most DIRECT_COPY_MOST floats; from gemm_transposed's panels (one
+                             packing for both: ``Algorithm.packing``), made in the background
+                             when large, as below
     gemm_transposed          groups 1, not a 1x1 of stride 1 (those padded run im2col and
                              this product from pointwise_transposed's panels): im2col, then
                              the transposed 1x1's product where it pays (as above, with
@@ -89,7 +91,7 @@ from typing import Callable, NamedTuple, Protocol
 import numpy as np
 
 from layers.fast import workers
-from layers.fast.direct import direct_product, row_fill
+from layers.fast.direct import copy_size, direct_product, lane_fill, row_fill
 from layers.fast.depthwise import (depthwise_conv2d, depthwise_product, pack_channel_blocks,
                                    uses_channels_last)
 from layers.fast.epilogue import IDENTITY, Activation, bias_residual_activation
@@ -123,7 +125,9 @@ WINOGRAD_F2_MIN_CHANNELS = 16            # F(2x2): this many input channels at l
 WINOGRAD_F2_MIN_TILES = 16               # F(2x2): at least this many 2x2 tiles
 WINOGRAD_F2_LARGE = 8 * 2 ** 20          # F(2x2) packings of more bytes than this ...
 WINOGRAD_F2_LARGE_MIN_TILES = 64         # ... need this many tiles (4 images of 7x7)
-DIRECT_LEAST_FILL = 0.7                 # direct: this share of its tiles' pixels at least
+DIRECT_LEAST_FILL = 0.7                 # direct: this share of its tiles' pixels at least,
+DIRECT_LEAST_LANES = 0.5                # this share of their lanes at least,
+DIRECT_COPY_MOST = 1 << 20              # and at most this many floats of a band's copy
 F4_OVER_DIRECT = 24                     # F(4x4) where direct pays: this many input channels
 F2_OVER_DIRECT = 192                    # F(2x2) where direct pays: this many input channels
 ONE_UNIT_PLANES_FROM = 32 * 32          # outputs: one block of one image goes by plane
@@ -147,6 +151,7 @@ class Convolution(Protocol):
     depthwise: bool                      # groups == C_in > 1, one input channel per group
     pointwise: bool                      # 1x1, stride 1, groups 1
     winograd_ok: bool                    # 3x3, stride 1, dilation 1, groups 1, Winograd allowed
+    once: bool                           # packed for one call: nothing in the background
 
     def packed(self, algorithm: str) -> np.ndarray: ...
 
@@ -178,8 +183,9 @@ class Algorithm(NamedTuple):
 
     def packed_later(self, conv: Convolution) -> bool:
         """Whether this algorithm's packing of ``conv`` is made after its first call at a size
-        met in a forward (``packs_later``), not when the size is planned."""
-        return self.packs_later is not None and self.packs_later(conv)
+        met in a forward (``packs_later``), not when the size is planned (nor for a
+        convolution packed for one call, ``conv.once``: its packing is made there)."""
+        return self.packs_later is not None and not conv.once and self.packs_later(conv)
 
 
 # ----- depthwise: layers/fast/depthwise.py -------------------------------------------------
@@ -375,8 +381,14 @@ def _said_if_failed(conv: Convolution, name: str) -> Callable[[Future], None]:
 def _direct_pays(conv: Convolution, batch: int, out_hw: Pair) -> bool:
     """The convolution without cols runs where its tiles, which stay within an output row,
     fill DIRECT_LEAST_FILL of their pixels or more (direct.row_fill: not on rows of 7 or 8
-    outputs, where the transposed product on cols fills every lane)."""
-    return row_fill(out_hw[1], conv.c_out) >= DIRECT_LEAST_FILL
+    outputs, where the transposed product on cols fills every lane), their output channels
+    DIRECT_LEAST_LANES of their lanes or more (direct.lane_fill: not for a head of a few
+    channels, a lane each), and a thread's copy of a band's input holds at most
+    DIRECT_COPY_MOST floats."""
+    return (row_fill(out_hw[1], conv.c_out) >= DIRECT_LEAST_FILL
+            and lane_fill(conv.c_out) >= DIRECT_LEAST_LANES
+            and conv.c_in * copy_size(conv.kernel, conv.stride, conv.dilation, out_hw)
+            <= DIRECT_COPY_MOST)
 
 
 def _direct_call(conv: Convolution, pads: Pads, out_hw: Pair, activation: Activation) -> Call:
@@ -471,10 +483,12 @@ def _panels_at_build(conv: Convolution) -> bool:
 
 def _f2_at_build(conv: Convolution) -> bool:
     """Any size of 16 or more 2x2 tiles runs F(2x2) when F(4x4) never runs (too many or too
-    few channels, or a packing that does not fit): pack it at build, unless that packing is
-    large too (then the first forward at a size that takes it has it made in the background,
+    few channels, or a packing that does not fit) and it has F2_OVER_DIRECT input channels
+    (fewer run direct on most sizes): pack it at build, unless that packing is large too
+    (then the first forward at a size that takes it has it made in the background,
     ``_once_packed``, and a graph whose shapes are known at build packs it then)."""
-    return not (_f4_accurate(conv) and _f4_fits(conv)) and not _f2_large(conv)
+    return (not (_f4_accurate(conv) and _f4_fits(conv)) and not _f2_large(conv)
+            and conv.c_in >= F2_OVER_DIRECT)
 
 
 def _shared(pack: Callable) -> Callable[[Convolution], np.ndarray]:

@@ -39,7 +39,7 @@ class PackedConv2d:
     """The weight of one convolution in the layouts its kernels read; bias as float32."""
 
     def __init__(self, weight: np.ndarray, bias: np.ndarray | None, stride: Pair,
-                 dilation: Pair, groups: int, winograd: bool = True):
+                 dilation: Pair, groups: int, winograd: bool = True, once: bool = False):
         self.weight, self.stride, self.dilation, self.groups = weight, stride, dilation, groups
         self.c_out, c_group, *kernel = weight.shape
         self.c_in, self.kernel = c_group * groups, tuple(kernel)
@@ -48,6 +48,7 @@ class PackedConv2d:
         self.pointwise = self.kernel == (1, 1) and stride == (1, 1) and groups == 1
         self.winograd_ok = winograd and (self.kernel == (3, 3) and stride == (1, 1)
                             and dilation == (1, 1) and groups == 1)
+        self.once = once                         # run once: packed in the call, not later
         self._packs: dict[str, np.ndarray] = {}
         self._packing: dict[str, Future[np.ndarray]] = {}   # packed in the background
         self._pack_locks: dict[str, threading.Lock] = {}
@@ -136,17 +137,19 @@ class PackedConv2d:
     def prepare(self, batch: int, out_hw: Pair) -> None:
         """Pack what ``run`` will need for this size now (at build) rather than mid-forward,
         and load its compiled kernels. The first size planned lets go of the Winograd
-        packing made at build for any size if it takes another algorithm (F(4x4)'s is 4x
-        the weights): before it packs its own, so the two are never held together; a later
-        size that needs it packs it again. A packing the table makes later (``packs_later``:
-        large gemm_transposed panels and F(2x2) products) is made here only at build
-        (``layers.base.building``); a size met first in a forward leaves it to the call,
-        which has it made in the background after its first run."""
+        packing made at build for any size if it takes another algorithm that packs a copy
+        of its own (F(4x4)'s is 4x the weights; gemm's is the weight): before it packs its
+        own, so the two are never held together; a later size that needs it packs it again.
+        A packing the table makes later (``packs_later``: large gemm_transposed panels and
+        F(2x2) products) is made here only at build (``layers.base.building``); a size met
+        first in a forward leaves it to the call, which has it made in the background after
+        its first run."""
         algorithm = self.algorithm(batch, out_hw)
         with self._lock:
-            for name in self._guessed:
-                if name != algorithm:
-                    del self._packs[name]
+            if packing_of(algorithm) != "gemm":   # gemm's packing is the weight itself
+                for name in self._guessed:
+                    if name != algorithm:
+                        del self._packs[name]
             self._guessed = []
         if not BY_NAME[algorithm].packed_later(self) or building():
             self.packed(algorithm)

@@ -15,8 +15,9 @@ per band and thread into the work space with the padding's zeros around them
 (``copy_band``), at an offset per k worked out once a call (``taps``).
 
 Units are pointwise_transposed.py's: one image's band of output pixels (whole output rows
-where they fit in BAND) by one panel of COLUMNS channels, the panel changing fastest, so
-that consecutive units read the same copy; the sums, their slices of K_BLOCK, the short
+where they fit in BAND, else a segment of a row, whose copy holds only the columns its
+windows read) by one panel of COLUMNS channels, the panel changing fastest, so that
+consecutive units read the same copy; the sums, their slices of K_BLOCK, the short
 tiles that cover a row without a part-filled one and the epilogue (``finish_band``) are its
 too. Each output is the same chain of fused multiply-adds as in im2col's products (upright
 or transposed): the same bits, on any number of threads. A panel of at most LANES channels
@@ -44,9 +45,12 @@ from layers.fast.team import scratch, team_worth_sharing
 
 
 @kernel(nogil=True, inline="always")
-def copy_width(geometry):
-    """Floats of a row of a band's copy: the padded input columns the windows read."""
-    return (geometry[OUT_W] - 1) * geometry[STRIDE_W] + (geometry[KW] - 1) * geometry[DIL_W] + 1
+def copy_width(geometry, band):
+    """Floats of a row of a band's copy: the padded input columns that the windows of a
+    whole output row read, or (rows longer than BAND, cut into segments of ``band``) those
+    of one segment."""
+    out_w = min(geometry[OUT_W], band) if geometry[OUT_W] > BAND else geometry[OUT_W]
+    return (out_w - 1) * geometry[STRIDE_W] + (geometry[KW] - 1) * geometry[DIL_W] + 1
 
 
 @kernel(nogil=True, inline="always")
@@ -58,26 +62,42 @@ def band_rows(geometry, first_row, last_row):
 
 @kernel(nogil=True)
 def direct_band(geometry, images, panel_count, parts):
-    """Output pixels of a band: as many whole output rows as BAND holds (BAND where one row
-    is longer), cut smaller where the units (images x bands x panels) would be fewer than
-    the ``parts`` threads sharing them."""
-    out_w, length = max(geometry[OUT_W], 1), geometry[OUT_H] * geometry[OUT_W]
-    band = max(1, BAND // out_w) * out_w if out_w <= BAND else BAND
-    band = min(band, max(length, 1))
-    bands = (length + band - 1) // band
-    if images * bands * panel_count < parts and length > 1:
-        wanted = min((parts + images * panel_count - 1) // (images * panel_count), length)
+    """Output pixels of a band: as many whole output rows as BAND holds, or, for rows
+    longer than BAND, a segment of one row (the fewest equal ones of at most BAND); cut
+    smaller where the units (images x bands x panels) would be fewer than the ``parts``
+    threads sharing them."""
+    out_h, out_w = geometry[OUT_H], max(geometry[OUT_W], 1)
+    length = out_h * out_w
+    few = images * panel_count                       # units of one band each
+    if out_w > BAND:                                 # segments of rows
+        segments = (out_w + BAND - 1) // BAND
+        if few * out_h * segments < parts:
+            segments = min(max(segments, (parts + few * out_h - 1) // (few * out_h)), out_w)
+        return (out_w + segments - 1) // segments
+    band = min(BAND // out_w * out_w, max(length, 1))
+    if few * ((length + band - 1) // band) < parts and length > 1:
+        wanted = min((parts + few - 1) // few, length)
         band = (length + wanted - 1) // wanted
     return band
+
+
+@kernel(nogil=True, inline="always")
+def band_count(geometry, band):
+    """Bands of ``band`` pixels an image's output is cut into: segments of each row, for
+    rows longer than BAND (``direct_band``), else runs of the flattened output."""
+    out_h, out_w = geometry[OUT_H], geometry[OUT_W]
+    if out_w > BAND:
+        return out_h * ((out_w + band - 1) // band)
+    return (out_h * out_w + band - 1) // band
 
 
 @kernel(nogil=True)
 def copy_floats(geometry, band):
     """Floats of a band's copy, for C_in = 1: the rows a band of ``band`` pixels can read
-    (however it falls on the output rows) by copy_width."""
+    (however it falls on the output rows; a segment keeps to one) by copy_width."""
     out_w = max(geometry[OUT_W], 1)
-    spans = max(min((band + out_w - 2) // out_w + 1, geometry[OUT_H]), 1)
-    return band_rows(geometry, 0, spans - 1) * copy_width(geometry)
+    spans = 1 if out_w > BAND else max(min((band + out_w - 2) // out_w + 1, geometry[OUT_H]), 1)
+    return band_rows(geometry, 0, spans - 1) * copy_width(geometry, band)
 
 
 @kernel(nogil=True, exported=(array(1, INT), INT, INT, INT, array(1, INT)))
@@ -88,13 +108,13 @@ def _direct_plan(geometry, images, panel_count, parts, plan):
 
 
 @kernel(nogil=True, inline="always")
-def copy_band(xs, x0, c_in, geometry, row0, rows, plane, source):
-    """Padded input rows row0 .. row0 + rows - 1 of every channel of the image at xs[x0:]
-    (C_in, H*W) into source[c * plane + r * copy_width:], zeros where a row or column lies
-    in the padding."""
+def copy_band(xs, x0, c_in, geometry, row0, rows, col0, row_w, plane, source):
+    """Padded input rows row0 .. row0 + rows - 1, columns col0 .. col0 + row_w - 1, of every
+    channel of the image at xs[x0:] (C_in, H*W) into source[c * plane + r * row_w:], zeros
+    where a row or column lies in the padding."""
     height, width, top, left = geometry[HEIGHT], geometry[WIDTH], geometry[TOP], geometry[LEFT]
-    row_w = copy_width(geometry)
-    inside_from, inside_to = min(left, row_w), min(row_w, left + width)   # copied columns
+    inside_from = min(max(left - col0, 0), row_w)                  # the copied columns
+    inside_to = min(max(left + width - col0, inside_from), row_w)
     zero = np.float32(0.0)
     for c in range(c_in):
         for r in range(rows):
@@ -104,9 +124,9 @@ def copy_band(xs, x0, c_in, geometry, row0, rows, plane, source):
                 continue
             source[at:at + inside_from] = zero
             if inside_to > inside_from:
-                copy_run(xs, x0 + (c * height + line) * width, source, at + inside_from,
-                         inside_to - inside_from)
-            source[at + max(inside_to, inside_from):at + row_w] = zero
+                copy_run(xs, x0 + (c * height + line) * width + col0 + inside_from - left,
+                         source, at + inside_from, inside_to - inside_from)
+            source[at + inside_to:at + row_w] = zero
 
 
 @kernel(nogil=True, exported=(array(3), array(3), array(1), array(3), array(3), array(1),
@@ -123,8 +143,7 @@ def _direct(panels, x, bias, residual, y, space, geometry, code, a, b):
 @kernel(nogil=True)
 def unit_count(geometry, images, panel_count, band):
     """Units of work: every image's bands of ``band`` output pixels, by panels."""
-    length = geometry[OUT_H] * geometry[OUT_W]
-    return images * ((length + band - 1) // band) * panel_count
+    return images * band_count(geometry, band) * panel_count
 
 
 @kernel(nogil=True)
@@ -142,13 +161,14 @@ def direct_units(panels, x, bias, residual, y, space, geometry, code, a, b, band
     dil_h, dil_w, out_w = geometry[DIL_H], geometry[DIL_W], geometry[OUT_W]
     depth, length = c_in * kh * kw, geometry[OUT_H] * out_w
     c_out, panel_count = y.shape[1], panels.shape[0]
-    bands = (length + band - 1) // band
+    bands = band_count(geometry, band)
+    segments = (out_w + band - 1) // band if out_w > BAND else 0   # a row's, if cut
     open_lo, open_hi = np.float32(-np.inf), np.float32(np.inf)
     lo, hi = clamp_bounds(code, a, b)                 # clamped in the epilogue: ReLU, ReLU6
     ws, xs = panels.reshape(panels.size), x.reshape(x.size)
     no_bias, no_residual = np.zeros(ROWS, np.float32), xs[:0]
     held, sums = space[:HEADER], space[HEADER:HEADER + BAND * COLUMNS]
-    row_w = copy_width(geometry)
+    row_w = copy_width(geometry, band)
     plane = copy_floats(geometry, band)
     source = space[HEADER + BAND * COLUMNS:HEADER + BAND * COLUMNS + c_in * plane]
     taps = np.empty(depth, np.int64)                  # k = (c, i, j): its offset in the copy
@@ -159,16 +179,21 @@ def direct_units(panels, x, bias, residual, y, space, geometry, code, a, b, band
     for unit in range(first, last):
         image, index = unit // (bands * panel_count), unit % (bands * panel_count)
         at_band, panel = index // panel_count, index % panel_count
-        start = at_band * band
-        stop = min(length, start + band)
+        if segments:                                  # a segment of one row
+            start = at_band // segments * out_w + at_band % segments * band
+            stop = min(start + band, (at_band // segments + 1) * out_w)
+        else:
+            start = at_band * band
+            stop = min(length, start + band)
         first_row = start // out_w
         row0 = first_row * stride_h                   # the copy's first padded input row
+        col0 = (start - first_row * out_w) * stride_w if segments else 0   # and column
         held_band = np.float32(image * bands + at_band + 1)
         if not keep or held[0] != held_band:          # not yet, by this thread
             held[0] = held_band
             copy_band(xs, image * c_in * geometry[HEIGHT] * geometry[WIDTH], c_in, geometry,
-                      row0, band_rows(geometry, first_row, (stop - 1) // out_w), plane,
-                      source)
+                      row0, band_rows(geometry, first_row, (stop - 1) // out_w), col0, row_w,
+                      plane, source)
         c0 = panel * COLUMNS
         w0 = panel * depth * COLUMNS                  # panels[panel, 0, 0]
         narrow = c_out - c0 <= LANES                  # one vector a row is enough
@@ -183,7 +208,7 @@ def direct_units(panels, x, bias, residual, y, space, geometry, code, a, b, band
                 if not narrow:                        # tiles of ROWS - 1 end the row's part
                     full_end -= short_tiles(row_end - max(start, oh * out_w)) * (ROWS - 1)
                 at = (p0 - start) * COLUMNS
-                x0 = (oh * stride_h - row0) * row_w + ow * stride_w    # tap (0, 0, 0)
+                x0 = (oh * stride_h - row0) * row_w + ow * stride_w - col0   # tap (0, 0, 0)
                 part = tile_zero()                    # the slice's chain, from zero
                 # strides 1 and 2 and whole tiles pass constants: the ROWS reads of a k are
                 # then fixed offsets from one address (a stride known at run time only
@@ -256,6 +281,20 @@ def row_fill(out_w: int, c_out: int) -> float:
     if c_out > LANES and short * (ROWS - 1) <= out_w:
         return 1.0
     return out_w / (tiles * ROWS)
+
+
+def lane_fill(c_out: int) -> float:
+    """The share of its tiles' lanes ``c_out`` output channels fill: panels of COLUMNS, or
+    one vector of LANES for at most LANES channels (3 of 16 fill 3/16)."""
+    width = LANES if c_out <= LANES else COLUMNS
+    return c_out / (-(-c_out // width) * width)
+
+
+def copy_size(kernel: tuple[int, int], stride: tuple[int, int], dilation: tuple[int, int],
+              out_hw: tuple[int, int]) -> int:
+    """Floats of a band's copy for each input channel, on one thread (its largest band)."""
+    geometry = geometry_of(kernel, stride, dilation, 0, 0, (0, 0), out_hw)
+    return direct_plan(tuple(int(v) for v in geometry), 1, 1, 1)[1]
 
 
 def space_size(c_in: int, copy: int) -> int:

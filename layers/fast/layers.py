@@ -232,13 +232,14 @@ class FastConv1d(Conv1d, FastConv2d):
 @register_fast_layer("F.conv2d")
 class FastFunctionalConv2d(FunctionalConv2d):
     """F.conv2d with the weight as an input: it may change from call to call, so it is packed
-    on every call, and never for Winograd (whose packing costs as much as a convolution)."""
+    on every call (inside it, never in the background), and never for Winograd (whose
+    packing costs as much as a convolution)."""
 
     def _conv(self, x: np.ndarray, weight: np.ndarray, bias: np.ndarray | None) -> np.ndarray:
         if x.ndim != 4 or weight.ndim != 4:
             return super()._conv(x, weight, bias)
         packed = PackedConv2d(weight, bias, self.stride, self.dilation, self.groups,
-                              winograd=False)
+                              winograd=False, once=True)
         out_hw = self._output_shape(x.shape, weight.shape)[2:]
         return packed.run(x, self._pads(weight.shape[2:]), out_hw, IDENTITY)
 

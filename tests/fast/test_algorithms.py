@@ -17,7 +17,8 @@ import numpy as np
 import pytest
 
 from layers.fast import algorithms, jobs, workers
-from layers.fast.algorithms import (DIRECT_LEAST_FILL, F2_OVER_DIRECT, F4_OVER_DIRECT,
+from layers.fast.algorithms import (DIRECT_COPY_MOST, DIRECT_LEAST_FILL, DIRECT_LEAST_LANES,
+                                    F2_OVER_DIRECT, F4_OVER_DIRECT,
                                     ONE_UNIT_PLANES_FROM, WINOGRAD_F2_LARGE,
                                     WINOGRAD_F2_LARGE_MIN_TILES,
                                     WINOGRAD_F2_MIN_CHANNELS, WINOGRAD_F2_MIN_TILES,
@@ -28,6 +29,7 @@ from layers.base import at_build
 from layers.fast import conv as conv_module
 from layers.fast.conv import PackedConv2d, kernel_layout
 from layers.fast.depthwise import uses_channels_last
+from layers.fast.direct import copy_size
 from layers.fast.epilogue import IDENTITY
 from layers.fast.simd import COLUMNS, LANES, ROWS
 from layers.fast.pointwise_transposed import transposed_pays
@@ -59,7 +61,11 @@ def documented_rule(c_in, c_out, k, stride, dilation, groups, winograd, batch, o
     if k == 1 and stride == 1 and groups == 1 and transposed_pays(length, c_in, c_out):
         return "pointwise_transposed"
     one_group_im2col = groups == 1 and not (k == 1 and stride == 1)
-    direct = one_group_im2col and tiles_fill(out_hw[1], c_out) >= DIRECT_LEAST_FILL
+    lanes = LANES if c_out <= LANES else COLUMNS             # one vector, or panels
+    copy = c_in * copy_size((k, k), (stride, stride), (dilation, dilation), out_hw)
+    direct = (one_group_im2col and tiles_fill(out_hw[1], c_out) >= DIRECT_LEAST_FILL
+              and c_out / (-(-c_out // lanes) * lanes) >= DIRECT_LEAST_LANES
+              and copy <= DIRECT_COPY_MOST)
     im2col = ("gemm_transposed" if one_group_im2col and transposed_pays(length, c_in * k * k,
                                                                        c_out) else "gemm")
     im2col = "direct" if direct else im2col
@@ -94,7 +100,7 @@ def grid():
     (with a channel multiplier) and 1x1 convolutions of many widths."""
     for c, k, stride, dilation, winograd in itertools.product(
             (3, 16, 64, 192, 256, 512, 1152), (1, 3, 5, 7), (1, 2), (1, 2), (True, False)):
-        for c_out in (c, 2 * c, 112):
+        for c_out in (c, 2 * c, 112, 3):                  # 3: a head (direct fills 3 lanes)
             yield c, c_out, k, stride, dilation, 1, winograd
         if c % 2 == 0:
             yield c, c, k, stride, dilation, 2, winograd                  # grouped
@@ -244,6 +250,10 @@ def test_the_first_size_lets_go_of_the_winograd_packing_it_does_not_take():
     assert "winograd" not in direct_first._packs
     assert sorted(direct_first._packs) == ["gemm_transposed"]      # direct reads its panels
     assert direct_first.packed("direct") is direct_first.packed("gemm_transposed")
+    gemm_first = conv(128, 3, 3)                   # a head: direct fills 3 of its lanes
+    gemm_first.prepare_for_any_size()
+    gemm_first.prepare(1, (5, 5))                  # gemm, whose packing is the weight:
+    assert sorted(gemm_first._packs) == ["gemm", "winograd"]       # F(4x4) stays
 
 
 def held_panels(monkeypatch, release=None, fail=False):

@@ -607,6 +607,17 @@ DIRECT = {   # (N, C_in, H, W), C_out, kernel, stride, (top, bottom, left, right
     "7x7 stem": ((1, 3, 38, 42), 24, (7, 7), (2, 2), (3, 3, 3, 3), (1, 1)),
     "1x1 stride 2": ((3, 20, 11, 13), 36, (1, 1), (2, 2), (0, 0, 0, 0), (1, 1)),
     "outputs of one pixel": ((2, 6, 3, 3), 12, (3, 3), (1, 1), (0, 0, 0, 0), (1, 1)),
+    "outputs one pixel wide": ((1, 5, 9, 1), 18, (3, 1), (1, 1), (1, 1, 0, 0), (1, 1)),
+    "a left pad past the copied columns": ((1, 4, 6, 1), 20, (1, 1), (1, 3), (0, 0, 5, 0),
+                                           (1, 1)),
+    "strided and dilated both ways": ((1, 5, 23, 21), 24, (3, 3), (2, 3), (3, 2, 1, 4),
+                                      (3, 2)),
+    "a signal, rows cut into segments": ((1, 6, 1, 1000), 20, (1, 7), (1, 1), (0, 0, 3, 3),
+                                         (1, 1)),
+    "a dilated signal in segments": ((2, 4, 1, 613), 18, (1, 7), (1, 1), (0, 0, 15, 15),
+                                     (1, 5)),
+    "wide rows in segments, stride 2": ((1, 3, 5, 701), 40, (3, 3), (2, 2), (1, 1, 1, 1),
+                                        (1, 1)),
 }
 
 
@@ -633,6 +644,54 @@ def test_direct_matches_reference_and_torch_and_the_transposed_products_bits(cas
     np.testing.assert_allclose(got, np.clip(want + residual, 0, 6), atol=1e-4, rtol=1e-4)
 
 
+def test_direct_reads_nothing_it_did_not_write(monkeypatch):
+    """The work space filled with NaN before each call, and two inputs of one shape in
+    turn (a copy held from the call before must not be taken for this one's): torch's
+    values, on one thread and on three."""
+    from layers.fast import direct
+
+    scratch = direct.scratch
+
+    def poisoned(name, shape):
+        space = scratch(name, shape)
+        space[...] = np.nan
+        return space
+    monkeypatch.setattr(direct, "scratch", poisoned)
+    weight, bias = rand(40, 12, 3, 3), rand(40)
+    for team in (1, 3):
+        for x in (rand(2, 12, 21, 22), rand(2, 12, 21, 22)):
+            with threads.limit(team):
+                _, got = run_packed(x, weight, bias, (2, 2), (1, 1, 1, 1),
+                                    algorithm="direct")
+            check_against_both(got, x, weight, bias, (2, 2), (1, 1, 1, 1), (1, 1), 1)
+
+
+def test_direct_through_panels_packed_in_the_background():
+    """Panels of more than PACKED_IN_FORWARD bytes at a size met in a forward: the first
+    calls run the upright product while they are packed in the background, then direct
+    (torch's values throughout); a convolution packed for one call (F.conv2d's) packs them
+    there, no background packing asked."""
+    from layers.fast import algorithms
+
+    x, weight = rand(1, 600, 12, 12), rand(256, 600, 3, 3)          # panels: 5.3 MiB
+    want = torch_conv(x, weight, None, (1, 1), (1, 1, 1, 1), (1, 1), 1)
+    packed = PackedConv2d(weight, None, (1, 1), (1, 1), 1, winograd=False)
+    assert algorithms.BY_NAME["direct"].packed_later(packed)
+    assert packed.algorithm(1, (12, 12)) == "direct"
+    for _ in range(3):
+        got = packed.run(x, (1, 1, 1, 1), (12, 12), IDENTITY)
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=2e-3)
+    packed.packing("direct").result(timeout=60)
+    assert packed.has_packed("direct") and packed.has_packed("gemm_transposed")
+    np.testing.assert_allclose(packed.run(x, (1, 1, 1, 1), (12, 12), IDENTITY), want,
+                               rtol=1e-4, atol=2e-3)
+    once = PackedConv2d(weight, None, (1, 1), (1, 1), 1, winograd=False, once=True)
+    assert not algorithms.BY_NAME["direct"].packed_later(once)
+    np.testing.assert_allclose(once.run(x, (1, 1, 1, 1), (12, 12), IDENTITY), want,
+                               rtol=1e-4, atol=2e-3)
+    assert once.has_packed("direct") and not once._packing
+
+
 def test_the_direct_convolutions_bands():
     """Bands of whole output rows as many as BAND holds, cut where the units (images x
     bands x panels) are fewer than the threads; the copy holds the rows any band reads."""
@@ -647,7 +706,9 @@ def test_the_direct_convolutions_bands():
     assert plan((7, 7))[0] == 49                          # the whole image
     assert plan((7, 7), parts=2)[0] == 25                 # cut: one unit for two threads
     assert plan((7, 7), panels=2, parts=2)[0] == 49       # two units already
-    assert plan((2, 300))[0] == BAND                      # a row longer than BAND
+    assert plan((2, 300)) == (150, 3 * 152)               # rows longer than BAND: halves,
+    assert plan((1, 300), parts=3)[0] == 100              # thirds for 3 threads; the copy
+    assert plan((1, 10_000)) == (239, 3 * 241)            # holds a segment's columns only
     band, copy = plan((28, 28), stride=(2, 2))            # 8 rows of 28 pixels, which
     assert band == 8 * 28 and copy == 19 * 57         # could meet 9 rows: 19 input rows of
                                                       # (28 - 1) * 2 + 3 columns
@@ -892,19 +953,22 @@ def test_max_pool_fast_path_matches_reference_and_torch(case, nan_every):
 
 def test_a_dynamic_graph_packs_at_build_what_any_size_will_need(monkeypatch):
     """Shapes unknown at build: a convolution whose F(4x4) packing would be too large runs
-    F(2x2) at any size worth it, so that packing is made at build; one that fits F(4x4) gets
-    that packing; others (too few channels for Winograd, or F(2x2) too large) get the direct
-    convolution's panels, which most sizes run."""
+    F(2x2) at any size worth it (with F2_OVER_DIRECT channels: fewer run direct on most), so
+    that packing is made at build; one that fits F(4x4) with F4_OVER_DIRECT channels gets
+    that packing; others (fewer channels, or F(2x2) too large) get the direct convolution's
+    panels, which most sizes run."""
     from layers.fast import algorithms
 
     monkeypatch.setattr(algorithms, "WINOGRAD_MAX_PACKED", 36 * 8 * 32 * 4 - 1)
     monkeypatch.setattr(algorithms, "WINOGRAD_F2_LARGE", 16 * 8 * 48 * 4 - 1)
-    huge, big, small, few = (PackedConv2d(rand(8, c, 3, 3), None, (1, 1), (1, 1), 1)
-                             for c in (48, 32, 16, 8))
-    for packed in (huge, big, small, few):
+    monkeypatch.setattr(algorithms, "F2_OVER_DIRECT", 32)
+    huge, big, middle, small, few = (PackedConv2d(rand(8, c, 3, 3), None, (1, 1), (1, 1), 1)
+                                     for c in (48, 32, 24, 16, 8))
+    for packed in (huge, big, middle, small, few):
         packed.prepare_for_any_size()
-    assert list(big._packs) == ["winograd_f2"]
+    assert list(big._packs) == ["winograd_f2"] and list(middle._packs) == ["winograd"]
     assert list(small._packs) == list(few._packs) == list(huge._packs) == ["gemm_transposed"]
     assert few.algorithm(8, (56, 56)) == "direct" and small.algorithm(8, (56, 56)) == "direct"
+    assert big.algorithm(8, (56, 56)) == "winograd_f2"
     assert big.algorithm(8, (7, 7)) == "winograd_f2" and small.algorithm(8, (7, 7)) == "winograd"
     assert huge.algorithm(1, (7, 7)) == "gemm" and huge.algorithm(4, (7, 7)) == "winograd_f2"
