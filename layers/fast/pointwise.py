@@ -72,9 +72,10 @@ from layers.fast.epilogue import CLAMP, NONE, RELU, Activation, activate_block, 
 from layers.fast.phases import (DIL_W, GEOMETRY, KH, KW, LEFT, OUT_H, OUT_W, STRIDE_W, WIDTH,
                                 columns_inside,
                                 geometry_layout)
-from layers.fast.simd import (COLUMNS, LANES, ROWS, tile_add, tile_dot_pair, tile_fma,
-                              tile_fma_narrow, tile_fold_dots, tile_load, tile_store,
-                              tile_zero, vector_copy_part, vector_load, vector_store)
+from layers.fast.simd import (COLUMNS, LANES, ROWS, STEPS, tile_add, tile_dot_pair,
+                              tile_fma, tile_fma_narrow, tile_fma_steps, tile_fold_dots,
+                              tile_load, tile_store, tile_zero, vector_copy_part, vector_load,
+                              vector_store)
 from layers.fast.operands import check, check_sizes, unchecked
 from layers.fast.team import scratch, team_worth_sharing
 from parser.errors import ShapeError
@@ -424,7 +425,15 @@ def pointwise_blocks(weight, x, bias, residual, y, space, geometry, code, a, b, 
                         for k in range(k0, k1):
                             tile = tile_fma(tile, w, w0 + k * rows, 1, rows, source,
                                             x0 + k * step, COLUMNS)
-                    else:                             # a matrix as it is (most 1x1 layers)
+                    elif pack and not cols:           # a matrix as it is, x in strips:
+                        # STEPS k at a time (tile_fma_steps), a strip's rows COLUMNS apart
+                        for k in range(k0, k1 - STEPS + 1, STEPS):
+                            tile = tile_fma_steps(tile, w, w0 + k, c_in, rows, source,
+                                                  x0 + k * COLUMNS, COLUMNS, 1, COLUMNS)
+                        for k in range(k0 + (k1 - k0) // STEPS * STEPS, k1):
+                            tile = tile_fma(tile, w, w0 + k, c_in, rows, source,
+                                            x0 + k * COLUMNS, COLUMNS)
+                    else:                             # x in place, or cols
                         for k in range(k0, k1):
                             tile = tile_fma(tile, w, w0 + k, c_in, rows, source,
                                             x0 + k * step, COLUMNS)

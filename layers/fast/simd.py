@@ -17,6 +17,7 @@ vectors that the compiler keeps in registers, and these intrinsics work on it::
 
     tile = tile_zero()                                    # or tile_load(c, ...): carry on
     tile = tile_fma(tile, a, a_first, a_step, rows, b, b_first, count)
+    tile = tile_fma_steps(tile, ..., count, a_k, b_k)     # STEPS k at once
     tile = tile_fma_narrow(...)                           # the same, first vector only
     tile = tile_fma_short(...)                            # the same, ROWS - 1 rows only
     dots = tile_dot_pair(dots, a, ..., b_step, count)     # k in the lanes: dot products
@@ -277,24 +278,31 @@ def tile_load():
     return tile_load
 
 
-def _tile_fma_codegen(vectors, computed_rows=ROWS):
+def _tile_fma_codegen(vectors, computed_rows=ROWS, steps=1):
     """The code of tile_fma on the first ``vectors`` vectors of the first ``computed_rows``
-    rows (the others kept)."""
+    rows (the others kept); with ``steps``, that many k in turn, a and b moved on by the
+    arguments 8 and 9 each."""
     def codegen(context, builder, signature, args):
         emit = _Emit(context, builder, signature, args)
         tile = args[0]
-        b_pointer = emit.pointer(5, emit.int(6))
         count = emit.int(7)
-        columns = [emit.load(builder.gep(b_pointer, [emit.const(v * LANES)]),
-                             builder.sub(count, emit.const(v * LANES)))
-                   for v in range(vectors)]
         offsets = emit.row_offsets(emit.int(2), emit.int(3), emit.int(4))
-        for r, offset in enumerate(offsets[:computed_rows]):
-            a_value = emit.splat(builder.load(emit.pointer(1, offset)))
-            for v in range(vectors):
-                slot = r * VECTORS + v
-                total = emit.fma(a_value, columns[v], builder.extract_value(tile, slot))
-                tile = builder.insert_value(tile, total, slot)
+        for step in range(steps):
+            b_first, moved = emit.int(6), offsets
+            if step:
+                b_first = builder.add(b_first, builder.mul(emit.const(step), emit.int(9)))
+                a_moved = builder.mul(emit.const(step), emit.int(8))
+                moved = [builder.add(offset, a_moved) for offset in offsets]
+            b_pointer = emit.pointer(5, b_first)
+            columns = [emit.load(builder.gep(b_pointer, [emit.const(v * LANES)]),
+                                 builder.sub(count, emit.const(v * LANES)))
+                       for v in range(vectors)]
+            for r, offset in enumerate(moved[:computed_rows]):
+                a_value = emit.splat(builder.load(emit.pointer(1, offset)))
+                for v in range(vectors):
+                    slot = r * VECTORS + v
+                    total = emit.fma(a_value, columns[v], builder.extract_value(tile, slot))
+                    tile = builder.insert_value(tile, total, slot)
         return tile
     return codegen
 
@@ -311,6 +319,24 @@ def tile_fma():
         return (tile(tile, a, a_first, a_step, rows, b, b_first, count),
                 _tile_fma_codegen(VECTORS))
     return tile_fma
+
+
+STEPS = 4               # the k a tile_fma_steps takes
+
+
+@intrinsic
+def tile_fma_steps():
+    from numba.extending import intrinsic as numba_intrinsic
+
+    @numba_intrinsic
+    def tile_fma_steps(typingctx, tile, a, a_first, a_step, rows, b, b_first, count, a_k,
+                       b_k):
+        """STEPS tile_fma in turn, the s-th at a_first + s * a_k and b_first + s * b_k: the
+        same sums, each read at a fixed offset from the first's addresses (per k, a loop
+        moves each row's address on, and those additions share the multiply-adds' ports)."""
+        return (tile(tile, a, a_first, a_step, rows, b, b_first, count, a_k, b_k),
+                _tile_fma_codegen(VECTORS, steps=STEPS))
+    return tile_fma_steps
 
 
 @intrinsic
