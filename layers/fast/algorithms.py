@@ -321,10 +321,11 @@ def _large_panels(conv: Convolution) -> bool:
 
 def _direct_at_build(conv: Convolution) -> bool:
     """Panels that a forward would pack (not ``_large_panels``) of a convolution for which
-    no Winograd packing is made at build (most sizes run direct then): at build, for a graph
-    whose sizes come at run time."""
+    no Winograd packing is made at build and whose output channels fill DIRECT_LEAST_LANES
+    (most sizes run direct then): at build, for a graph whose sizes come at run time."""
     return not (_large_panels(conv) or (_f4_accurate(conv) and _f4_at_build(conv))
-                or (_f2_fits(conv) and _f2_at_build(conv)))
+                or (_f2_fits(conv) and _f2_at_build(conv))
+                or lane_fill(conv.c_out) < DIRECT_LEAST_LANES)
 
 
 def _once_packed(conv: Convolution, name: str, pads: Pads, out_hw: Pair,

@@ -63,9 +63,9 @@ def band_rows(geometry, first_row, last_row):
 @kernel(nogil=True)
 def direct_band(geometry, images, panel_count, parts):
     """Output pixels of a band: as many whole output rows as BAND holds, or, for rows
-    longer than BAND, a segment of one row (the fewest equal ones of at most BAND); cut
-    smaller where the units (images x bands x panels) would be fewer than the ``parts``
-    threads sharing them."""
+    longer than BAND, a segment of one row (the fewest of at most BAND, all as long but the
+    last); cut smaller where the units (images x bands x panels) would be fewer than the
+    ``parts`` threads sharing them."""
     out_h, out_w = geometry[OUT_H], max(geometry[OUT_W], 1)
     length = out_h * out_w
     few = images * panel_count                       # units of one band each
@@ -275,7 +275,9 @@ def row_fill(out_w: int, c_out: int) -> float:
     """The share of its tiles' pixels an output row of ``out_w`` fills (direct_units's
     tiling: ROWS, then short tiles of ROWS - 1 where they cover the row exactly; the last
     ROWS-pixel tile part-filled otherwise, and always for a panel of at most LANES
-    channels): 7 in tiles of 6 fills 7/12, 10 in 5 + 5 all."""
+    channels): 7 in tiles of 6 fills 7/12, 10 in 5 + 5 all (no row: 0)."""
+    if out_w <= 0:
+        return 0.0
     tiles = -(-out_w // ROWS)
     short = (ROWS - out_w % ROWS) % ROWS
     if c_out > LANES and short * (ROWS - 1) <= out_w:
@@ -284,10 +286,12 @@ def row_fill(out_w: int, c_out: int) -> float:
 
 
 def lane_fill(c_out: int) -> float:
-    """The share of its tiles' lanes ``c_out`` output channels fill: panels of COLUMNS, or
-    one vector of LANES for at most LANES channels (3 of 16 fill 3/16)."""
-    width = LANES if c_out <= LANES else COLUMNS
-    return c_out / (-(-c_out // width) * width)
+    """The share of its tiles' lanes ``c_out`` output channels fill: panels of COLUMNS, the
+    last one a single vector of LANES if it has at most LANES channels (3 of 16 fill 3/16;
+    33 of 32 + 16 fill 33/48; none: 0)."""
+    whole, rest = divmod(max(c_out, 0), COLUMNS)
+    used = whole * COLUMNS + (0 if rest == 0 else LANES if rest <= LANES else COLUMNS)
+    return c_out / used if used else 0.0
 
 
 def copy_size(kernel: tuple[int, int], stride: tuple[int, int], dilation: tuple[int, int],

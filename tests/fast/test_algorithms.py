@@ -29,10 +29,9 @@ from layers.base import at_build
 from layers.fast import conv as conv_module
 from layers.fast.conv import PackedConv2d, kernel_layout
 from layers.fast.depthwise import uses_channels_last
-from layers.fast.direct import copy_size
 from layers.fast.epilogue import IDENTITY
+from layers.fast.pointwise_transposed import BAND, transposed_pays
 from layers.fast.simd import COLUMNS, LANES, ROWS
-from layers.fast.pointwise_transposed import transposed_pays
 from support import REPO, write_model
 
 
@@ -62,7 +61,7 @@ def documented_rule(c_in, c_out, k, stride, dilation, groups, winograd, batch, o
         return "pointwise_transposed"
     one_group_im2col = groups == 1 and not (k == 1 and stride == 1)
     lanes = LANES if c_out <= LANES else COLUMNS             # one vector, or panels
-    copy = c_in * copy_size((k, k), (stride, stride), (dilation, dilation), out_hw)
+    copy = c_in * band_copy(k, stride, dilation, out_hw)
     direct = (one_group_im2col and tiles_fill(out_hw[1], c_out) >= DIRECT_LEAST_FILL
               and c_out / (-(-c_out // lanes) * lanes) >= DIRECT_LEAST_LANES
               and copy <= DIRECT_COPY_MOST)
@@ -82,6 +81,20 @@ def documented_rule(c_in, c_out, k, stride, dilation, groups, winograd, batch, o
             and tiles2 >= (WINOGRAD_F2_LARGE_MIN_TILES if large else WINOGRAD_F2_MIN_TILES)):
         return "winograd_f2"
     return im2col
+
+
+def band_copy(k, stride, dilation, out_hw):
+    """Floats of a band's copy, a channel, on one thread: the input rows and columns of the
+    windows of BAND // width whole output rows (wherever such a band starts, so one more),
+    or of a segment of at most BAND pixels of a longer row."""
+    height, width = out_hw
+    span = (k - 1) * dilation + 1                            # a window's rows or columns
+    if width > BAND:
+        segment = -(-width // -(-width // BAND))
+        return span * ((segment - 1) * stride + span)
+    band = min(BAND // width * width, height * width)
+    rows = min(-(-(band - 1) // width) + 1, height)
+    return ((rows - 1) * stride + span) * ((width - 1) * stride + span)
 
 
 def tiles_fill(width, c_out):
@@ -200,23 +213,23 @@ def test_the_candidates_are_every_algorithm_some_size_may_choose():
 
 def test_what_is_packed_at_build_for_sizes_known_late():
     """F(4x4) where it runs (F4_OVER_DIRECT to 256 channels, a packing within
-    WINOGRAD_MAX_PACKED); else F(2x2) if that packing is not large and it fits (not with
-    fewer than 16 channels); else the direct convolution's panels where they are not large
-    (nor for a 1x1 of stride 1); a 1x1's transposed panels where C_out fills their lanes;
-    both packings of a depthwise layer's few filters."""
+    WINOGRAD_MAX_PACKED); else F(2x2) if that packing is not large and it has
+    F2_OVER_DIRECT channels; else the direct convolution's panels where they are not large
+    and C_out fills half their lanes (nor for a 1x1 of stride 1); a 1x1's transposed panels
+    where C_out fills their lanes; both packings of a depthwise layer's few filters."""
     packs = []
     for c_in, c_out, k, stride, groups in (
             (64, 64, 3, 1, 1), (256, 512, 3, 1, 1), (512, 512, 3, 1, 1), (256, 256, 3, 1, 1),
             (8, 8, 3, 1, 1), (16, 16, 3, 1, 1), (64, 128, 3, 2, 1), (256, 512, 3, 2, 1),
             (64, 128, 1, 2, 1), (64, 2 * COLUMNS, 1, 1, 1), (64, COLUMNS // 2, 1, 1, 1),
-            (96, 96, 3, 1, 96)):
+            (96, 96, 3, 1, 96), (128, 960, 3, 1, 1), (8, 3, 3, 1, 1)):
         packed = conv(c_in, c_out, k, stride, groups=groups)
         chosen = [a.name for a in algorithms.candidates(packed)
                   if a.pack_at_build is not None and a.pack_at_build(packed)]
         packs.append(chosen)
     assert packs == [["winograd"], ["winograd_f2"], [], ["winograd"], ["direct"], ["direct"],
                      ["direct"], [], ["direct"], ["pointwise_transposed"], [],
-                     ["depthwise_channels_last", "depthwise"]]
+                     ["depthwise_channels_last", "depthwise"], [], []]
 
 
 def test_the_first_size_lets_go_of_the_winograd_packing_it_does_not_take():

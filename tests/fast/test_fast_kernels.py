@@ -618,6 +618,8 @@ DIRECT = {   # (N, C_in, H, W), C_out, kernel, stride, (top, bottom, left, right
                                      (1, 5)),
     "wide rows in segments, stride 2": ((1, 3, 5, 701), 40, (3, 3), (2, 2), (1, 1, 1, 1),
                                         (1, 1)),
+    "segments with a wide left pad": ((1, 2, 2, 260), 20, (1, 3), (1, 1), (0, 0, 250, 2),
+                                      (1, 1)),
 }
 
 
@@ -645,25 +647,31 @@ def test_direct_matches_reference_and_torch_and_the_transposed_products_bits(cas
 
 
 def test_direct_reads_nothing_it_did_not_write(monkeypatch):
-    """The work space filled with NaN before each call, and two inputs of one shape in
-    turn (a copy held from the call before must not be taken for this one's): torch's
-    values, on one thread and on three."""
+    """The work space filled with NaN before its first call (the kernel reads only what it
+    wrote), then a second input of the same shape in the same space (a copy held from the
+    call before must not be taken for this one's: forget_band): torch's values, on one
+    thread and on three."""
     from layers.fast import direct
 
-    scratch = direct.scratch
+    scratch, poisoned = direct.scratch, set()
 
-    def poisoned(name, shape):
+    def poison_once(name, shape):
         space = scratch(name, shape)
-        space[...] = np.nan
+        if shape not in poisoned:
+            poisoned.add(shape)
+            space[...] = np.nan
         return space
-    monkeypatch.setattr(direct, "scratch", poisoned)
+    monkeypatch.setattr(direct, "scratch", poison_once)
     weight, bias = rand(40, 12, 3, 3), rand(40)
+    packed = PackedConv2d(weight, bias, (2, 2), (1, 1), 1)
     for team in (1, 3):
         for x in (rand(2, 12, 21, 22), rand(2, 12, 21, 22)):
             with threads.limit(team):
-                _, got = run_packed(x, weight, bias, (2, 2), (1, 1, 1, 1),
-                                    algorithm="direct")
-            check_against_both(got, x, weight, bias, (2, 2), (1, 1, 1, 1), (1, 1), 1)
+                got = BY_NAME["direct"].make_call(packed, (1, 1, 1, 1), (11, 11), IDENTITY)
+                y = np.empty((2, 40, 11, 11), np.float32)
+                got(x, None, y)
+            check_against_both(y, x, weight, bias, (2, 2), (1, 1, 1, 1), (1, 1), 1)
+    assert len(poisoned) == 2                            # one space, then three rows
 
 
 def test_direct_through_panels_packed_in_the_background():
@@ -693,8 +701,9 @@ def test_direct_through_panels_packed_in_the_background():
 
 
 def test_the_direct_convolutions_bands():
-    """Bands of whole output rows as many as BAND holds, cut where the units (images x
-    bands x panels) are fewer than the threads; the copy holds the rows any band reads."""
+    """Bands of whole output rows as many as BAND holds, or segments of rows longer than
+    BAND, cut where the units (images x bands x panels) are fewer than the threads; the
+    copy holds the rows and columns any band reads."""
     from layers.fast.direct import BAND, direct_plan
     from layers.fast.phases import geometry_of
 
@@ -709,6 +718,7 @@ def test_the_direct_convolutions_bands():
     assert plan((2, 300)) == (150, 3 * 152)               # rows longer than BAND: halves,
     assert plan((1, 300), parts=3)[0] == 100              # thirds for 3 threads; the copy
     assert plan((1, 10_000)) == (239, 3 * 241)            # holds a segment's columns only
+    assert plan((1, 241), parts=100)[0] == 3              # as many segments as pixels allow
     band, copy = plan((28, 28), stride=(2, 2))            # 8 rows of 28 pixels, which
     assert band == 8 * 28 and copy == 19 * 57         # could meet 9 rows: 19 input rows of
                                                       # (28 - 1) * 2 + 3 columns
