@@ -8,7 +8,8 @@ with positions outside the image ignored (torch pads with -inf) and NaN winning,
 x (N, C, H, W) and y (N, C, Ho, Wo) are C-contiguous float32.
 
 Max is separable: for each output row, first the max of its kh input rows over the whole
-width (unit stride; the usual 3 rows in one pass), into a row buffer with -inf on both sides;
+width (unit stride; the usual 2 or 3 rows in one pass), into a row buffer with -inf on both
+sides;
 then each output takes the max of its kw taps along that row. For 2x2 and 3x3 windows with
 stride 2 the row is first split into its even and odd columns (``phases.split_row``), so
 that the second pass reads at unit stride too. With stride 1 in both directions (a YOLO's
@@ -134,6 +135,11 @@ def max_pool_planes(x, y, kh, kw, stride_h, stride_w, dil_h, dil_w, top, left, f
                 inner = inners[0]
                 for k in range(width):                # the usual 3 rows: one pass
                     inner[k] = _nan_max(_nan_max(r0[k], r1[k]), r2[k])
+            elif kh == 2 and first_row >= 0 and first_row + dil_h < height:
+                r0, r1 = src[first_row], src[first_row + dil_h]
+                inner = inners[0]
+                for k in range(width):                # 2 rows (a UNet's 2x2): one pass
+                    inner[k] = _nan_max(r0[k], r1[k])
             else:
                 started = False
                 for i in range(kh):

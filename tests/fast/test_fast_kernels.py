@@ -914,6 +914,8 @@ def test_linear_on_16_rows_or_more_runs_the_tiles_with_its_activation(activation
 MAX_POOL = {   # kernel, stride, padding, dilation, ceil_mode, (N, C, H, W)
     "resnet stem 3x3 s2 p1": ((3, 3), (2, 2), (1, 1), (1, 1), False, (1, 4, 16, 16)),
     "2x2": ((2, 2), (2, 2), (0, 0), (1, 1), False, (2, 3, 9, 8)),
+    "2x2 ceil mode, a last row alone": ((2, 2), (2, 2), (0, 0), (1, 1), True, (1, 3, 9, 9)),
+    "2x2 s2, rows dilated": ((2, 2), (2, 2), (0, 0), (2, 1), False, (1, 2, 11, 8)),
     "ceil mode": ((3, 3), (2, 2), (0, 0), (1, 1), True, (1, 2, 10, 11)),
     "ceil mode padded": ((3, 2), (2, 3), (1, 1), (1, 1), True, (2, 2, 9, 13)),
     "dilated": ((3, 3), (1, 2), (1, 1), (2, 2), False, (1, 3, 12, 12)),
@@ -936,7 +938,7 @@ MAX_POOL = {   # kernel, stride, padding, dilation, ceil_mode, (N, C, H, W)
 @pytest.mark.parametrize("nan_every", [0, 7, 61], ids=["no NaN", "NaN in every row", "few NaN"])
 def test_max_pool_fast_path_matches_reference_and_torch(case, nan_every):
     """NaN wins its windows, as in torch, on every path of the kernel: whole planes for
-    stride 1; otherwise three rows in one pass or row by row, then even and odd columns for
+    stride 1; otherwise two or three rows in one pass or row by row, then even and odd columns for
     stride 2, tap by tap along the row for stride 1 across, the general loop over the taps."""
     kernel, stride, padding, dilation, ceil_mode, shape = case
     x = rand(*shape)
