@@ -19,9 +19,10 @@ where they fit in BAND, else a segment of a row, whose copy holds only the colum
 windows read) by one panel of COLUMNS channels, the panel changing fastest, so that
 consecutive units read the same copy; the sums, their slices of K_BLOCK, the short
 tiles that cover a row without a part-filled one and the epilogue (``finish_band``) are its
-too. Each output is the same chain of fused multiply-adds as in im2col's products (upright
-or transposed): the same bits, on any number of threads. A panel of at most LANES channels
-runs one vector a row (half the multiply-adds).
+too. Each output is the same chain of fused multiply-adds as in the transposed product on
+im2col's cols (and in the upright one's tiles, but for a tail it sums as dot products):
+the same bits, on any number of threads. A panel of at most LANES channels runs one vector
+a row (half the multiply-adds).
 """
 
 from __future__ import annotations
