@@ -50,7 +50,7 @@ def copy_width(geometry, band):
     """Floats of a row of a band's copy: the padded input columns that the windows of a
     whole output row read, or (rows longer than BAND, cut into segments of ``band``) those
     of one segment."""
-    out_w = min(geometry[OUT_W], band) if geometry[OUT_W] > BAND else geometry[OUT_W]
+    out_w = band if geometry[OUT_W] > BAND else geometry[OUT_W]   # a segment: band <= OUT_W
     return (out_w - 1) * geometry[STRIDE_W] + (geometry[KW] - 1) * geometry[DIL_W] + 1
 
 
@@ -322,6 +322,7 @@ def direct_product(panels: np.ndarray, bias: np.ndarray | None, c_in: int, c_out
     bias = _zeros(c_out) if bias is None else bias
     check(bias, (c_out,), "direct convolution bias")
     geometry = geometry_of(kernel, stride, dilation, pads[0], pads[2], hw, out_hw)
+    plan_key = tuple(int(v) for v in geometry)     # direct_plan's cache key, made once
     in_size, length = hw[0] * hw[1], out_hw[0] * out_hw[1]
     work = depth * length * c_out                  # multiply-adds of one image
     run, code, a, b = unchecked(_direct), activation.code, activation.a, activation.b
@@ -336,7 +337,7 @@ def direct_product(panels: np.ndarray, bias: np.ndarray | None, c_in: int, c_out
         residual = NO_RESIDUAL if residual is None else residual.reshape(y.shape)
         team = team_worth_sharing(images * work, SHARED_FROM)
         parts = 1 if team is None else team.threads
-        _, copy = direct_plan(tuple(geometry), images, panels.shape[0], parts)
+        _, copy = direct_plan(plan_key, images, panels.shape[0], parts)
         floats = space_size(c_in, copy)
         if team is None:
             run(panels, x, bias, residual, y, scratch("direct", (floats,)), geometry, code,

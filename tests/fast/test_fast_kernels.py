@@ -667,9 +667,9 @@ def test_direct_reads_nothing_it_did_not_write(monkeypatch):
     for team in (1, 3):
         for x in (rand(2, 12, 21, 22), rand(2, 12, 21, 22)):
             with threads.limit(team):
-                got = BY_NAME["direct"].make_call(packed, (1, 1, 1, 1), (11, 11), IDENTITY)
+                call = BY_NAME["direct"].make_call(packed, (1, 1, 1, 1), (11, 11), IDENTITY)
                 y = np.empty((2, 40, 11, 11), np.float32)
-                got(x, None, y)
+                call(x, None, y)
             check_against_both(y, x, weight, bias, (2, 2), (1, 1, 1, 1), (1, 1), 1)
     assert len(poisoned) == 2                            # one space, then three rows
 
