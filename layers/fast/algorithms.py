@@ -28,7 +28,10 @@ packing and each call. The rules, in order:
                              to WINOGRAD_MAX_CHANNELS input channels: F(4x4, 3x3), from
                              WINOGRAD_MIN_TILES 4x4 tiles, if its packing fits
                              WINOGRAD_MAX_PACKED, and from F4_OVER_DIRECT channels where
-                             direct (below) pays
+                             direct (below) pays; where its packing is larger than a core's
+                             level-2 cache, only on tiles enough to pay for reading 36 values
+                             a filter where F(2x2) reads 16, if F(2x2) would run
+                             (``_f4_outruns_streaming``)
     winograd_f2              3x3, stride 1, dilation 1, groups 1, from WINOGRAD_F2_MIN_CHANNELS
                              input channels (F2_OVER_DIRECT where direct pays): F(2x2, 3x3),
                              from WINOGRAD_F2_MIN_TILES 2x2 tiles (WINOGRAD_F2_LARGE_MIN_TILES
@@ -59,6 +62,11 @@ the strided and few-channel convolutions; the direct convolution reads the input
 instead. It beats F(4x4) below 24 input channels and F(2x2) below 192 (where each Winograd
 tile transforms few channels: BENCHMARKS.md has the measurements), hence F4_OVER_DIRECT and
 F2_OVER_DIRECT.
+
+A forward reads every layer's weights from beyond the level-2 cache (the model's other
+weights pass through it in between), and F(4x4)'s packing is 4x the weights, F(2x2)'s 16/9x:
+on few tiles (one 14x14 image) the bytes F(4x4) reads cost more than the multiply-adds it
+saves (BENCHMARKS.md has the measurements), hence STREAMED_MACS.
 
 F(4x4)'s channel range is where its largest error against float64 is measured within 4x
 torch's (layers/fast/winograd.py, tests/fast/test_precision.py): its output transform
@@ -91,6 +99,7 @@ from typing import Callable, NamedTuple, Protocol
 import numpy as np
 
 from layers.fast import workers
+from layers.fast.cpu import level2_cache_bytes
 from layers.fast.direct import copy_size, direct_product, lane_fill, row_fill
 from layers.fast.depthwise import (depthwise_conv2d, depthwise_product, pack_channel_blocks,
                                    uses_channels_last)
@@ -130,6 +139,8 @@ DIRECT_LEAST_LANES = 0.5                # this share of their lanes at least,
 DIRECT_COPY_MOST = 1 << 20              # and at most this many floats of a band's copy
 F4_OVER_DIRECT = 24                     # F(4x4) where direct pays: this many input channels
 F2_OVER_DIRECT = 192                    # F(2x2) where direct pays: this many input channels
+STREAMED_MACS = 16     # F(4x4) over F(2x2) where its packing streams: multiply-adds it saves
+                       # per extra packed value read, at least
 ONE_UNIT_PLANES_FROM = 32 * 32          # outputs: one block of one image goes by plane
 PACKED_IN_FORWARD = 2 * 2 ** 20   # bytes of weight whose gemm_transposed panels (a copy: the
                                   # weight stays too unless mapped from the bin file) are
@@ -459,7 +470,23 @@ def _f2_large(conv: Convolution) -> bool:
 
 def _f4_pays(conv: Convolution, batch: int, out_hw: Pair) -> bool:
     return (_tiles(batch, out_hw, TILE) >= WINOGRAD_MIN_TILES and _f4_fits(conv)
-            and not (conv.c_in < F4_OVER_DIRECT and _direct_pays(conv, batch, out_hw)))
+            and not (conv.c_in < F4_OVER_DIRECT and _direct_pays(conv, batch, out_hw))
+            and (_f4_outruns_streaming(conv, batch, out_hw)
+                 or not (_f2_fits(conv) and _f2_pays(conv, batch, out_hw))))
+
+
+def _f4_outruns_streaming(conv: Convolution, batch: int, out_hw: Pair) -> bool:
+    """Whether F(4x4) pays for the bytes of its packing, which a forward reads from beyond
+    the level-2 cache when it is larger (the model's other weights pass through it between
+    two forwards). For each pair of input and output channels F(4x4) reads 36 packed values
+    and does 36 multiply-adds a 4x4 tile, F(2x2) 16 and 16 a 2x2 tile: F(4x4) pays where it
+    saves STREAMED_MACS multiply-adds or more for each of the 20 values more it reads (one
+    image of 14x14: 16 x 49 - 36 x 16 = 208 saved, 10 a value; of 16x16 22, two of 14x14 21)."""
+    if TAPS * TAPS * conv.c_out * conv.c_in * 4 <= level2_cache_bytes():
+        return True
+    saved = (TAPS_F2 * TAPS_F2 * _tiles(batch, out_hw, TILE_F2)
+             - TAPS * TAPS * _tiles(batch, out_hw, TILE))
+    return saved >= STREAMED_MACS * (TAPS * TAPS - TAPS_F2 * TAPS_F2)
 
 
 def _f2_pays(conv: Convolution, batch: int, out_hw: Pair) -> bool:

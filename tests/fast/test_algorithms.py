@@ -16,10 +16,10 @@ from concurrent.futures import wait
 import numpy as np
 import pytest
 
-from layers.fast import algorithms, jobs, workers
+from layers.fast import algorithms, cpu, jobs, workers
 from layers.fast.algorithms import (DIRECT_COPY_MOST, DIRECT_LEAST_FILL, DIRECT_LEAST_LANES,
                                     F2_OVER_DIRECT, F4_OVER_DIRECT,
-                                    ONE_UNIT_PLANES_FROM, WINOGRAD_F2_LARGE,
+                                    ONE_UNIT_PLANES_FROM, STREAMED_MACS, WINOGRAD_F2_LARGE,
                                     WINOGRAD_F2_LARGE_MIN_TILES,
                                     WINOGRAD_F2_MIN_CHANNELS, WINOGRAD_F2_MIN_TILES,
                                     WINOGRAD_MAX_CHANNELS, WINOGRAD_MAX_PACKED,
@@ -28,6 +28,7 @@ from infer import RuntimeGraph
 from layers.base import at_build
 from layers.fast import conv as conv_module
 from layers.fast.conv import PackedConv2d, kernel_layout
+from layers.fast.cpu import level2_cache_bytes
 from layers.fast.depthwise import uses_channels_last
 from layers.fast.epilogue import IDENTITY
 from layers.fast.pointwise_transposed import BAND, transposed_pays
@@ -71,16 +72,20 @@ def documented_rule(c_in, c_out, k, stride, dilation, groups, winograd, batch, o
     if not (winograd and k == 3 and stride == 1 and dilation == 1 and groups == 1):
         return im2col
     tiles4 = batch * -(-out_hw[0] // 4) * -(-out_hw[1] // 4)
-    if (WINOGRAD_MIN_CHANNELS <= c_in <= WINOGRAD_MAX_CHANNELS and tiles4 >= WINOGRAD_MIN_TILES
-            and 36 * c_out * c_in * 4 <= WINOGRAD_MAX_PACKED
-            and not (direct and c_in < F4_OVER_DIRECT)):
-        return "winograd"
     tiles2 = batch * -(-out_hw[0] // 2) * -(-out_hw[1] // 2)
     large = 16 * c_out * c_in * 4 > WINOGRAD_F2_LARGE
-    if (c_in >= WINOGRAD_F2_MIN_CHANNELS and not (direct and c_in < F2_OVER_DIRECT)
-            and tiles2 >= (WINOGRAD_F2_LARGE_MIN_TILES if large else WINOGRAD_F2_MIN_TILES)):
-        return "winograd_f2"
-    return im2col
+    f2 = (c_in >= WINOGRAD_F2_MIN_CHANNELS and not (direct and c_in < F2_OVER_DIRECT)
+          and tiles2 >= (WINOGRAD_F2_LARGE_MIN_TILES if large else WINOGRAD_F2_MIN_TILES))
+    # F(4x4)'s packing read from beyond the level-2 cache: 20 more values than F(2x2)'s for
+    # each pair of channels, paid for by the multiply-adds it saves
+    streams = 36 * c_out * c_in * 4 > level2_cache_bytes()
+    saves = (16 * tiles2 - 36 * tiles4) / 20
+    if (WINOGRAD_MIN_CHANNELS <= c_in <= WINOGRAD_MAX_CHANNELS and tiles4 >= WINOGRAD_MIN_TILES
+            and 36 * c_out * c_in * 4 <= WINOGRAD_MAX_PACKED
+            and not (direct and c_in < F4_OVER_DIRECT)
+            and not (f2 and streams and saves < STREAMED_MACS)):
+        return "winograd"
+    return "winograd_f2" if f2 else im2col
 
 
 def band_copy(k, stride, dilation, out_hw):
@@ -137,6 +142,38 @@ def test_the_table_chooses_what_the_documented_rules_say():
     assert checked > 10_000
 
 
+def test_f4_yields_to_f2_on_few_tiles_only_where_its_packing_streams(monkeypatch):
+    """256 -> 256 on one 14x14 image: F(4x4)'s 9 MiB packing read each forward costs more
+    than the multiply-adds its 16 tiles save; in a level-2 cache that holds it, F(4x4) runs."""
+    for level2, at_14, at_16 in ((64 << 20, "winograd", "winograd"),
+                                 (256 << 10, "winograd_f2", "winograd")):
+        monkeypatch.setattr(algorithms, "level2_cache_bytes", lambda size=level2: size)
+        assert conv(256, 256, 3).algorithm(1, (14, 14)) == at_14
+        assert conv(256, 256, 3).algorithm(1, (16, 16)) == at_16
+        assert conv(256, 256, 3).algorithm(2, (14, 14)) == "winograd"
+        # where F(2x2) yields to direct (fewer than F2_OVER_DIRECT channels), F(4x4) stays
+        assert conv(128, 128, 3).algorithm(1, (14, 14)) == "winograd"
+
+
+def test_the_level2_cache_is_read_from_sysfs(monkeypatch, tmp_path):
+    for index, (level, kind, size) in enumerate((("1", "Data", "48K"), ("1", "Instruction",
+                                                  "32K"), ("2", "Unified", "2048K"))):
+        folder = tmp_path / f"index{index}"
+        folder.mkdir()
+        for name, text in (("level", level), ("type", kind), ("size", size)):
+            (folder / name).write_text(text + "\n")
+    monkeypatch.setattr(cpu, "CACHES", tmp_path)
+    cpu.level2_cache_bytes.cache_clear()
+    try:
+        assert cpu.level2_cache_bytes() == 2 << 20
+        monkeypatch.setattr(cpu, "CACHES", tmp_path / "missing")
+        cpu.level2_cache_bytes.cache_clear()
+        assert cpu.level2_cache_bytes() == cpu.LEVEL2_UNKNOWN
+    finally:
+        cpu.level2_cache_bytes.cache_clear()
+    assert [cpu._bytes(s) for s in ("512K", "1M", "4096")] == [512 << 10, 1 << 20, 4096]
+
+
 # 1x1 layers whose transposed epilogue costs a little more than its lanes save with 16-float
 # vectors, and less with 8 (AVX2: the upright tiles, 16 pixels wide, fill fewer lanes)
 WIDTH_DEPENDENT = "gemm" if LANES == 16 else "pointwise_transposed"
@@ -149,7 +186,8 @@ RESNET18 = [   # c_in, c_out, k, stride, out size at 224x224; batch 1, batch 8
     (128, 256, 3, 2, 14, *["direct"] * 2),                      # rows of 14: 6 + 6 + 2 fill
     (128, 256, 1, 2, 14, *["direct"] * 2),                      # 0.78 of their pixels
     (256, 512, 1, 2, 7, *["gemm_transposed"] * 2),              # rows of 7: 0.58 filled
-    (256, 256, 3, 1, 14, "winograd", "winograd"),               # F(4x4) packs 9 MiB
+    (256, 256, 3, 1, 14, "winograd_f2", "winograd"),            # F(4x4) packs 9 MiB: on
+                                                                # 16 tiles F(2x2)'s 4 pay
     (256, 512, 3, 2, 7, *["gemm_transposed"] * 2),              # panels: 4.5 MiB
     (512, 512, 3, 1, 7, "gemm_transposed", "winograd_f2"),      # F(2x2) packs 16 MiB
 ]
