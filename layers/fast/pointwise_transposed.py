@@ -45,8 +45,9 @@ from layers.fast.kernel import FLOAT, INT, array, kernel
 from layers.fast.epilogue import CLAMP, NONE, RELU, Activation, activate_block, clamp_bounds
 from layers.fast.pointwise import (HEADER, K_BLOCK, LINE_FLOATS, NO_RESIDUAL, SHARED_FROM,
                                    _zeros, copy_run, forget_band)
-from layers.fast.simd import (COLUMNS, LANES, ROWS, prefetch, tile_add, tile_fma,
-                              tile_fma_short, tile_load, tile_store, tile_zero, transpose_block)
+from layers.fast.simd import (COLUMNS, LANES, ROWS, aligned_empty, prefetch, tile_add,
+                              tile_fma, tile_fma_short, tile_load, tile_store, tile_zero,
+                              transpose_block)
 from layers.fast.operands import check, check_sizes, unchecked
 from layers.fast.team import scratch, team_worth_sharing
 
@@ -83,7 +84,8 @@ def pack_panels(weight: np.ndarray) -> np.ndarray:
     panels[q, k, j] = weight[q * COLUMNS + j, k], zeros past C_out."""
     c_out, c_in = weight.shape
     whole, rest = divmod(c_out, COLUMNS)
-    panels = np.empty((whole + (rest > 0), c_in, COLUMNS), np.float32)   # one copy, no more
+    # one copy, no more, from a vector's boundary: each k's COLUMNS loads lie in whole lines
+    panels = aligned_empty((whole + (rest > 0), c_in, COLUMNS))
     panels[:whole] = weight[:whole * COLUMNS].reshape(whole, COLUMNS, c_in).transpose(0, 2, 1)
     if rest:
         panels[whole, :, rest:] = 0.0

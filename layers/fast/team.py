@@ -115,7 +115,8 @@ def actions_after_sharing() -> list[Callable[[], None]]:
 def scratch(name: str, shape: tuple[int, ...]) -> np.ndarray:
     """A float32 work array of ``shape`` (contents undefined), from a buffer that this thread
     keeps under ``name`` and grows when needed: the kernels allocate nothing per call. The
-    same shape gets the same array object again (a forward asks for the same few)."""
+    same shape gets the same array object again (a forward asks for the same few). Every
+    one starts on a cache line (LINE_FLOATS)."""
     arrays = getattr(_local, "arrays", None)          # (name, shape) -> array
     if arrays is None:
         arrays = _local.arrays = {}
@@ -132,9 +133,15 @@ def scratch(name: str, shape: tuple[int, ...]) -> np.ndarray:
             del arrays[key]             # arrays over the old buffer
         buffers.pop(name, None)
         buffer = None                   # the smaller buffer's pages go before the new ones come
-        buffer = buffers[name] = fresh_pages(size * 4).view(np.float32)
+        raw = fresh_pages((size + LINE_FLOATS) * 4).view(np.float32)
+        skip = -raw.ctypes.data % (LINE_FLOATS * 4) // 4      # from a cache line's start
+        buffer = buffers[name] = raw[skip:skip + size]
     array = arrays[(name, shape)] = buffer[:size].reshape(shape)
     return array
+
+
+LINE_FLOATS = 16     # a cache line: a scratch array starts on one, so that the kernels' vector
+                     # loads at multiples of 16 floats from its start lie in one line, not two
 
 
 MAX_SCRATCH_ARRAYS = 256    # arrays scratch keeps per thread (each shape asked for is one)

@@ -589,6 +589,15 @@ def test_panels_hold_the_weight_transposed_and_padded():
     assert not panels[0, :, 5:].any()
 
 
+@pytest.mark.parametrize("c_out, c_in", [(5, 3), (64, 7), (100, 576)])
+def test_panels_start_on_a_vector_boundary(c_out, c_in):
+    """Each k's COLUMNS weights are whole vectors, each in one cache line (a load across two
+    costs about twice as much)."""
+    for _ in range(4):                           # (np.empty's addresses vary)
+        panels = pointwise_transposed.pack_panels(np.ones((c_out, c_in), np.float32))
+        assert panels.ctypes.data % (LANES * 4) == 0 and panels.flags.c_contiguous
+
+
 def test_a_padded_1x1_runs_through_im2col():
     """A 1x1 convolution with padding (zeros around the image) is not a plain product."""
     x, weight, bias, _ = data("widening, EfficientNet's 7x7")

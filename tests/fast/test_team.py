@@ -46,6 +46,17 @@ def test_a_scratch_array_is_made_once_per_shape_and_follows_its_buffer():
         _forget("test shapes")
 
 
+def test_every_scratch_array_starts_on_a_cache_line():
+    """The kernels load vectors at multiples of 16 floats from a work array's start: each
+    must lie in one cache line, not straddle two (twice the cost a load)."""
+    try:
+        for size in (1, 3, 17, 1000, 1 << 20):
+            array = team.scratch("test lines", (size,))
+            assert array.ctypes.data % (team.LINE_FLOATS * 4) == 0 and array.size == size
+    finally:
+        _forget("test lines")
+
+
 def _forget(name):
     """Drop this thread's scratch buffer ``name`` and the arrays over it."""
     team._local.buffers.pop(name, None)
