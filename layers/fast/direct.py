@@ -36,8 +36,8 @@ from layers.fast.kernel import FLOAT, INT, array, kernel
 from layers.fast.epilogue import Activation, clamp_bounds
 from layers.fast.phases import (DIL_H, DIL_W, HEIGHT, KH, KW, LEFT, OUT_H, OUT_W,
                                 STRIDE_H, STRIDE_W, TOP, WIDTH, geometry_of)
-from layers.fast.pointwise import (HEADER, K_BLOCK, NO_RESIDUAL, SHARED_FROM, _zeros, copy_run,
-                                   forget_band)
+from layers.fast.pointwise import (HEADER, K_BLOCK, LINE_FLOATS, NO_RESIDUAL, SHARED_FROM,
+                                   _zeros, copy_run, forget_band)
 from layers.fast.pointwise_transposed import BAND, finish_band, short_tiles
 from layers.fast.simd import (COLUMNS, LANES, ROWS, tile_add, tile_fma, tile_fma_narrow,
                               tile_fma_short, tile_load, tile_store, tile_zero)
@@ -304,8 +304,10 @@ def copy_size(kernel: tuple[int, int], stride: tuple[int, int], dilation: tuple[
 
 def space_size(c_in: int, copy: int) -> int:
     """Floats of work space a thread running direct_units needs (its row): a header, a
-    band's sums and the copy of its input rows (``copy`` floats a channel)."""
-    return HEADER + BAND * COLUMNS + c_in * copy
+    band's sums and the copy of its input rows (``copy`` floats a channel), rounded up to
+    whole cache lines (every thread's row then starts on one, as the first does)."""
+    floats = HEADER + BAND * COLUMNS + c_in * copy
+    return -(-floats // LINE_FLOATS) * LINE_FLOATS
 
 
 def direct_product(panels: np.ndarray, bias: np.ndarray | None, c_in: int, c_out: int,
