@@ -475,6 +475,11 @@ def _f4_pays(conv: Convolution, batch: int, out_hw: Pair) -> bool:
                  or not (_f2_fits(conv) and _f2_pays(conv, batch, out_hw))))
 
 
+def _f4_streams(conv: Convolution) -> bool:
+    """F(4x4)'s packing (36 values a pair of channels) is larger than a core's level-2 cache."""
+    return TAPS * TAPS * conv.c_out * conv.c_in * 4 > level2_cache_bytes()
+
+
 def _f4_outruns_streaming(conv: Convolution, batch: int, out_hw: Pair) -> bool:
     """Whether F(4x4) pays for the bytes of its packing, which a forward reads from beyond
     the level-2 cache when it is larger (the model's other weights pass through it between
@@ -482,7 +487,7 @@ def _f4_outruns_streaming(conv: Convolution, batch: int, out_hw: Pair) -> bool:
     and does 36 multiply-adds a 4x4 tile, F(2x2) 16 and 16 a 2x2 tile: F(4x4) pays where it
     saves STREAMED_MACS multiply-adds or more for each of the 20 values more it reads (one
     image of 14x14: 16 x 49 - 36 x 16 = 208 saved, 10 a value; of 16x16 22, two of 14x14 21)."""
-    if TAPS * TAPS * conv.c_out * conv.c_in * 4 <= level2_cache_bytes():
+    if not _f4_streams(conv):
         return True
     saved = (TAPS_F2 * TAPS_F2 * _tiles(batch, out_hw, TILE_F2)
              - TAPS * TAPS * _tiles(batch, out_hw, TILE))
@@ -511,12 +516,14 @@ def _panels_at_build(conv: Convolution) -> bool:
 
 def _f2_at_build(conv: Convolution) -> bool:
     """Any size of 16 or more 2x2 tiles runs F(2x2) when F(4x4) never runs (too many or too
-    few channels, or a packing that does not fit) and it has F2_OVER_DIRECT input channels
-    (fewer run direct on most sizes): pack it at build, unless that packing is large too
-    (then the first forward at a size that takes it has it made in the background,
-    ``_once_packed``, and a graph whose shapes are known at build packs it then)."""
-    return (not (_f4_accurate(conv) and _f4_fits(conv)) and not _f2_large(conv)
-            and conv.c_in >= F2_OVER_DIRECT)
+    few channels, or a packing that does not fit), and small ones (one 14x14 image) do where
+    F(4x4)'s packing is larger than the level-2 cache (``_f4_outruns_streaming``), if it has
+    F2_OVER_DIRECT input channels (fewer run direct on most sizes): pack it at build, beside
+    F(4x4)'s in the second case (the first size planned keeps the one it takes), unless that
+    packing is large too (then the first forward at a size that takes it has it made in the
+    background, ``_once_packed``, and a graph whose shapes are known at build packs it then)."""
+    return ((not (_f4_accurate(conv) and _f4_fits(conv)) or _f4_streams(conv))
+            and not _f2_large(conv) and conv.c_in >= F2_OVER_DIRECT)
 
 
 def _shared(pack: Callable) -> Callable[[Convolution], np.ndarray]:

@@ -251,8 +251,9 @@ def test_the_candidates_are_every_algorithm_some_size_may_choose():
 
 def test_what_is_packed_at_build_for_sizes_known_late():
     """F(4x4) where it runs (F4_OVER_DIRECT to 256 channels, a packing within
-    WINOGRAD_MAX_PACKED); else F(2x2) if that packing is not large and it has
-    F2_OVER_DIRECT channels; else the direct convolution's panels where they are not large
+    WINOGRAD_MAX_PACKED); F(2x2) where F(4x4) does not, or where F(4x4)'s packing is larger
+    than the level-2 cache (small images run F(2x2) then), if that packing is not large and
+    it has F2_OVER_DIRECT channels; else the direct convolution's panels where they are not large
     and C_out fills half their lanes (nor for a 1x1 of stride 1); a 1x1's transposed panels
     where C_out fills their lanes; both packings of a depthwise layer's few filters."""
     packs = []
@@ -265,20 +266,23 @@ def test_what_is_packed_at_build_for_sizes_known_late():
         chosen = [a.name for a in algorithms.candidates(packed)
                   if a.pack_at_build is not None and a.pack_at_build(packed)]
         packs.append(chosen)
-    assert packs == [["winograd"], ["winograd_f2"], [], ["winograd"], ["direct"], ["direct"],
-                     ["direct"], [], ["direct"], ["pointwise_transposed"], [],
+    streams = ["winograd_f2"] if 36 * 256 * 256 * 4 > level2_cache_bytes() else []
+    assert packs == [["winograd"], ["winograd_f2"], [], ["winograd", *streams], ["direct"],
+                     ["direct"], ["direct"], [], ["direct"], ["pointwise_transposed"], [],
                      ["depthwise_channels_last", "depthwise"], [], []]
 
 
-def test_the_first_size_lets_go_of_the_winograd_packing_it_does_not_take():
-    """A free-size graph packs F(4x4) at build for any size; a first size that takes F(2x2)
-    (10x10: 9 tiles of 4x4) drops it before packing F(2x2), so the two are not held
-    together. A later size that takes F(4x4) packs it again; a first size that takes
-    F(4x4) keeps it. One that takes the direct convolution (fewer channels at 10x10) drops
-    it too."""
+def test_the_first_size_lets_go_of_the_winograd_packing_it_does_not_take(monkeypatch):
+    """A free-size graph packs F(4x4) at build for any size (and F(2x2) too where F(4x4)'s
+    packing is larger than the level-2 cache: small images take F(2x2) then); a first size
+    that takes F(2x2) (10x10: 9 tiles of 4x4) drops F(4x4), one that takes F(4x4) drops
+    F(2x2), so the two are not held together after it. A later size that takes the other
+    packs it again. One that takes the direct convolution (fewer channels at 10x10) drops
+    F(4x4) too."""
+    monkeypatch.setattr(algorithms, "level2_cache_bytes", lambda: 2 << 20)
     small_first = conv(256, 256, 3)
     small_first.prepare_for_any_size()
-    assert sorted(small_first._packs) == ["winograd"]
+    assert sorted(small_first._packs) == ["winograd", "winograd_f2"]
     small_first.prepare(1, (10, 10))
     assert sorted(small_first._packs) == ["winograd_f2"]
     small_first.prepare(1, (28, 28))
@@ -287,6 +291,7 @@ def test_the_first_size_lets_go_of_the_winograd_packing_it_does_not_take():
     large_first.prepare_for_any_size()
     packing = large_first._packs["winograd"]
     large_first.prepare(1, (28, 28))
+    assert sorted(large_first._packs) == ["winograd"]
     large_first.prepare(1, (10, 10))
     assert large_first._packs["winograd"] is packing
     assert sorted(large_first._packs) == ["winograd", "winograd_f2"]
