@@ -27,17 +27,18 @@
     workers.py     the team of helper threads sharing each kernel call with the caller
     team.py        the calling thread's team and work buffers, as the kernels read them
     kernel.py      @kernel, @intrinsic and the type names: the declarations, bound later
-    cpu.py         this CPU's model and instruction sets
+    cpu.py         this CPU's model, instruction sets and level-2 cache
     binding.py     the kernel modules found and imported, compiled functions put in place
     aot.py         the kernels compiled ahead of time into extension modules, once per machine
     backend.py     start(): the choice between the compiled modules and the JIT
 
 No module imports one that imports it back (tests/runtime/test_imports.py). The kernel modules
 import the declarations from kernel.py, not backend.py, and read the helper team from
-team.py, not workers.py (which imports them, through jobs.py); simd.py and aot.py read the
-CPU from cpu.py; binding.py finds the kernel modules on disk and imports them by name; aot.py
-builds on binding.py; backend.py, which chooses and binds, is imported only by this package,
-workers.py (to start the kernels) and the users outside (infer).
+team.py, not workers.py (which imports them, through jobs.py); simd.py, aot.py and
+algorithms.py read the CPU from cpu.py; binding.py finds the kernel modules on disk and
+imports them by name; aot.py builds on binding.py; backend.py, which chooses and binds, is
+imported only by this package, workers.py (to start the kernels) and the users outside
+(infer).
 
 Every kernel takes C-contiguous, aligned float32 arrays (NCHW) and writes into arrays it is
 given. The numba kernels are compiled once per machine into extension modules that later

@@ -501,9 +501,10 @@ def _f2_pays(conv: Convolution, batch: int, out_hw: Pair) -> bool:
 
 
 def _f4_at_build(conv: Convolution) -> bool:
-    """Any size of WINOGRAD_MIN_TILES or more 4x4 tiles runs F(4x4) where it fits (its
+    """Most sizes of WINOGRAD_MIN_TILES or more 4x4 tiles run F(4x4) where it fits (its
     channel range, a packing of at most WINOGRAD_MAX_PACKED bytes) and has F4_OVER_DIRECT
-    input channels (fewer run direct on most sizes): pack it at build."""
+    input channels (fewer run direct on most sizes; few tiles run F(2x2) where its packing
+    streams, ``_f2_at_build``): pack it at build."""
     return _f4_fits(conv) and conv.c_in >= F4_OVER_DIRECT
 
 

@@ -137,9 +137,11 @@ class PackedConv2d:
     def prepare(self, batch: int, out_hw: Pair) -> None:
         """Pack what ``run`` will need for this size now (at build) rather than mid-forward,
         and load its compiled kernels. The first size planned lets go of the Winograd
-        packing made at build for any size if it takes another algorithm that packs a copy
-        of its own (F(4x4)'s is 4x the weights; gemm's is the weight): before it packs its
-        own, so the two are never held together; a later size that needs it packs it again.
+        packings made at build for any size (F(4x4)'s, and F(2x2)'s beside it where
+        algorithms.py packs both) that it does not take if it takes an algorithm that packs
+        a copy of its own (F(4x4)'s is 4x the weights; gemm's is the weight): before it packs
+        its own, so no two are held together after it; a later size that needs one packs it
+        again.
         A packing the table makes later (``packs_later``: large gemm_transposed panels and
         F(2x2) products) is made here only at build (``layers.base.building``); a size met
         first in a forward leaves it to the call, which has it made in the background after

@@ -2,8 +2,8 @@
 
 ``cpu_description()`` gives the CPU's model and instruction sets: aot.py hashes it into the
 name of the modules it compiles for exactly this CPU, and simd.py reads the width of the
-vector registers from it. ``level2_cache_bytes()`` is one core's level-2 cache, which the
-table of convolution algorithms reads (algorithms.py). It imports nothing of layers.fast.
+vector registers from it. ``level2_cache_bytes()`` is the level-2 cache, which the table
+of convolution algorithms reads (algorithms.py). It imports nothing of layers.fast.
 """
 
 from __future__ import annotations
@@ -30,15 +30,16 @@ CACHES = Path("/sys/devices/system/cpu/cpu0/cache")
 
 @functools.cache
 def level2_cache_bytes() -> int:
-    """The size of one core's level-2 cache (data or unified), as Linux's sysfs gives it
-    (``index2/size``: "2048K"); LEVEL2_UNKNOWN where it is not there or not readable."""
-    try:
-        for index in sorted(CACHES.glob("index*")):
+    """The level-2 cache (data or unified) of the first core, as Linux's sysfs gives it
+    (``index2/size``: "2048K"; a core's own, or the whole of one its cluster shares);
+    LEVEL2_UNKNOWN where no readable entry says (another OS)."""
+    for index in sorted(CACHES.glob("index*")):
+        try:
             if ((index / "level").read_text().strip() == "2"
                     and (index / "type").read_text().strip() in ("Data", "Unified")):
                 return _bytes((index / "size").read_text().strip())
-    except (OSError, ValueError):
-        pass
+        except (OSError, ValueError):        # an entry not readable: the next one
+            continue
     return LEVEL2_UNKNOWN
 
 

@@ -77,7 +77,7 @@ from layers.fast.simd import (COLUMNS, LANES, ROWS, STEPS, tile_add, tile_dot_pa
                               tile_load, tile_store, tile_zero, vector_copy_part, vector_load,
                               vector_store)
 from layers.fast.operands import check, check_sizes, unchecked
-from layers.fast.team import scratch, team_worth_sharing
+from layers.fast.team import LINE_FLOATS, scratch, team_worth_sharing
 from parser.errors import ShapeError
 
 X_BLOCK = 1 << 16      # floats of x a band of pixels reads (256 KiB)
@@ -88,8 +88,8 @@ SHARED_FROM = 1 << 18  # multiply-adds: a smaller product runs faster alone than
 STACK_CHAIN = 16       # channels per chain of a stack's sums (Winograd's products) ...
 LONG_CHAINS_FROM = 128 # ... twice as many from this many input channels on, four times as
                        # many from twice as many (``stack_chain``)
-LINE_FLOATS = 16       # floats in a 64-byte cache line: rows of x whose length is not a
-                       # multiple of it are packed (a vector across two lines costs two)
+# LINE_FLOATS (team.py): floats in a cache line; rows of x whose length is not a multiple
+# of it are packed (a vector across two lines costs two)
 SET_FLOATS = 1 << 14   # the cache packs_x models: ways of this many floats (64 KiB) ...
 CACHE_WAYS = 8         # ... and this many ways (a 512 KiB L2: the model whose rule paid)
 HEADER = 16            # floats before a row of work space's band: (band + 1, k0) it holds,

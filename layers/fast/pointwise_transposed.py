@@ -84,7 +84,7 @@ def pack_panels(weight: np.ndarray) -> np.ndarray:
     panels[q, k, j] = weight[q * COLUMNS + j, k], zeros past C_out."""
     c_out, c_in = weight.shape
     whole, rest = divmod(c_out, COLUMNS)
-    # one copy, no more, from a vector's boundary: each k's COLUMNS loads lie in whole lines
+    # one copy, no more, from a vector's boundary: no load of a k's COLUMNS spans two lines
     panels = aligned_empty((whole + (rest > 0), c_in, COLUMNS))
     panels[:whole] = weight[:whole * COLUMNS].reshape(whole, COLUMNS, c_in).transpose(0, 2, 1)
     if rest:

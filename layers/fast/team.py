@@ -140,8 +140,8 @@ def scratch(name: str, shape: tuple[int, ...]) -> np.ndarray:
     return array
 
 
-LINE_FLOATS = 16     # a cache line: a scratch array starts on one, so that the kernels' vector
-                     # loads at multiples of 16 floats from its start lie in one line, not two
+LINE_FLOATS = 16     # floats in a 64-byte cache line: a scratch array starts on one, so that
+                     # vectors at multiples of 16 floats from its start lie in one line each
 
 
 MAX_SCRATCH_ARRAYS = 256    # arrays scratch keeps per thread (each shape asked for is one)

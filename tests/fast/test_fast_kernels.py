@@ -724,6 +724,17 @@ def test_the_direct_convolutions_bands():
                                                       # (28 - 1) * 2 + 3 columns
 
 
+def test_every_threads_row_of_direct_work_space_starts_on_a_cache_line():
+    """A thread's row (header, band sums, copy) is whole cache lines: the next thread's
+    row, where its tiles store and load their sums, starts on one too."""
+    from layers.fast.direct import BAND, COLUMNS, HEADER, space_size
+    from layers.fast.team import LINE_FLOATS
+    for c_in, copy in ((3, 19 * 57), (64, 3 * 152), (7, 1), (1, 0)):
+        needed = HEADER + BAND * COLUMNS + c_in * copy
+        floats = space_size(c_in, copy)
+        assert floats % LINE_FLOATS == 0 and needed <= floats < needed + LINE_FLOATS
+
+
 @pytest.mark.parametrize("kernel, stride, padding", [
     ((3, 3), (1, 1), (1, 1, 1, 1)), ((5, 5), (2, 2), (2, 2, 2, 2)), ((3, 3), (1, 1), (0, 0, 0, 0)),
 ], ids=["3x3", "5x5 stride 2", "3x3 no pad"])
