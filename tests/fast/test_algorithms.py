@@ -189,8 +189,8 @@ RESNET18 = [   # c_in, c_out, k, stride, out size at 224x224; batch 1, batch 8
     (128, 256, 3, 2, 14, *["direct"] * 2),                      # rows of 14: 6 + 6 + 2 fill
     (128, 256, 1, 2, 14, *["direct"] * 2),                      # 0.78 of their pixels
     (256, 512, 1, 2, 7, *["gemm_transposed"] * 2),              # rows of 7: 0.58 filled
-    (256, 256, 3, 1, 14, "winograd_f2", "winograd"),            # F(4x4) packs 9 MiB: on
-                                                                # 16 tiles F(2x2)'s 4 pay
+    (256, 256, 3, 1, 14, "winograd_f2", "winograd"),            # F(4x4)'s 9 MiB read for
+                                                                # 16 tiles: F(2x2)'s 4 MiB
     (256, 512, 3, 2, 7, *["gemm_transposed"] * 2),              # panels: 4.5 MiB
     (512, 512, 3, 1, 7, "gemm_transposed", "winograd_f2"),      # F(2x2) packs 16 MiB
 ]
