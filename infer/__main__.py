@@ -463,7 +463,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Run a command; the project's errors are one line on stderr and exit code 2, Ctrl-C
-    the line "interrupted" and exit code 130."""
+    the line "interrupted" and exit code 130 (also where the interrupt, unwinding, made a
+    library raise something else: tqdm, stopped inside its lock, releases it unheld)."""
     try:
         parser = build_parser()
         args = parser.parse_args(argv)
@@ -472,12 +473,30 @@ def main(argv: list[str] | None = None) -> int:
         logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                             format="%(levelname)s %(name)s: %(message)s")
         return int(args.run(args))
-    except InferError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except Exception as err:
+        if _raised_by_an_interrupt(err):
+            print("interrupted", file=sys.stderr)
+            return 130
+        if isinstance(err, InferError):
+            print(f"error: {err}", file=sys.stderr)
+            return 2
+        raise
+
+
+def _raised_by_an_interrupt(err: BaseException) -> bool:
+    """Whether ``err`` was raised while a KeyboardInterrupt was being handled (its chain of
+    causes and contexts holds one)."""
+    seen: set[int] = set()
+    link: BaseException | None = err
+    while link is not None and id(link) not in seen:
+        if isinstance(link, KeyboardInterrupt):
+            return True
+        seen.add(id(link))
+        link = link.__cause__ or link.__context__
+    return False
 
 
 if __name__ == "__main__":

@@ -218,6 +218,37 @@ def test_ctrl_c_while_loading_ends_with_one_line():
     assert (done.returncode, done.stderr) == (130, "interrupted\n")
 
 
+def test_an_error_raised_while_ctrl_c_unwinds_still_ends_with_one_line(monkeypatch, capsys):
+    """A library stopped by Ctrl-C may raise something else as it unwinds (tqdm's write,
+    interrupted inside its lock, releases the lock unheld: RuntimeError): still the line
+    "interrupted" and exit code 130; the same error without an interrupt is not hidden, and
+    the project's own errors stay one line and exit code 2."""
+    import infer.__main__ as cli
+    from parser.errors import InferError
+
+    def interrupted_then_broken(args):
+        try:
+            raise KeyboardInterrupt
+        except KeyboardInterrupt:
+            raise RuntimeError("cannot release un-acquired lock")  # noqa: B904 (as tqdm does)
+
+    def broken(args):
+        raise RuntimeError("a bug")
+
+    def refused(args):
+        raise InferError("no such model")
+
+    monkeypatch.setattr(cli, "_ops", interrupted_then_broken)
+    assert cli.main(["ops"]) == 130
+    assert capsys.readouterr().err == "interrupted\n"
+    monkeypatch.setattr(cli, "_ops", broken)
+    with pytest.raises(RuntimeError, match="a bug"):
+        cli.main(["ops"])
+    monkeypatch.setattr(cli, "_ops", refused)
+    assert cli.main(["ops"]) == 2
+    assert capsys.readouterr().err == "error: no such model\n"
+
+
 def test_import_infer_loads_nothing_until_used():
     code = ("import sys, infer, parser\n"
             "assert 'numpy' not in sys.modules, 'import infer loaded numpy'\n"
