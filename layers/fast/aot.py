@@ -87,11 +87,14 @@ PARTS = 2     # modules, compiled side by side by as many child processes: kerne
 # two groups. numba compiles a kernel in each process that compiles an exported kernel
 # calling it, so the ones that call the same kernels are compiled together: the matrix
 # products (pointwise_blocks and the Winograd transforms, which the 1x1, im2col, dense and
-# Winograd kernels share) with their jobs in the first module, all the other kernels (the
-# transposed 1x1 among them, which balances the two) in the second
-PRODUCT_MODULES = ("pointwise", "dense", "gemm", "winograd", "winograd_f2")
+# Winograd kernels share) with their jobs in the first module, and the direct and depthwise
+# convolutions (phases.py's helpers, which im2col calls too), which balances the two; all the
+# other kernels (Winograd's strips job, whose inlined transforms take the most) in the second
+PRODUCT_MODULES = ("pointwise", "dense", "gemm", "winograd", "winograd_f2", "direct",
+                   "depthwise")
 PRODUCT_JOBS = ("pointwise_job", "dense_job", "gemm_job", "im2col_job", "split_planes_job",
-                "winograd_input_job", "winograd_output_job")
+                "winograd_input_job", "winograd_output_job", "direct_job", "depthwise_job",
+                "depthwise_blocks_job")
 BUILD_TIMEOUT = 600   # seconds; a build that takes longer is given up (the JIT takes over)
 STILL = 30            # seconds between the build's "still compiling" lines
 
