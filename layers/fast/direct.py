@@ -38,9 +38,9 @@ from layers.fast.phases import (DIL_H, DIL_W, HEIGHT, KH, KW, LEFT, OUT_H, OUT_W
                                 STRIDE_H, STRIDE_W, TOP, WIDTH, geometry_of)
 from layers.fast.pointwise import (HEADER, K_BLOCK, LINE_FLOATS, NO_RESIDUAL, SHARED_FROM,
                                    _zeros, copy_run, forget_band)
-from layers.fast.pointwise_transposed import BAND, finish_band, short_tiles
-from layers.fast.simd import (COLUMNS, LANES, ROWS, tile_add, tile_fma, tile_fma_narrow,
-                              tile_fma_short, tile_load, tile_store, tile_zero)
+from layers.fast.pointwise_transposed import BAND, finish_band, short_tiles, store_slice
+from layers.fast.simd import (COLUMNS, LANES, ROWS, tile_fma, tile_fma_narrow, tile_fma_short,
+                              tile_zero)
 from layers.fast.operands import check, check_sizes, unchecked
 from layers.fast.team import scratch, team_worth_sharing
 
@@ -254,11 +254,7 @@ def direct_units(panels, x, bias, residual, y, space, geometry, code, a, b, band
                         for k in range(k0, k1):
                             part = tile_fma_short(part, source, x0 + taps[k], stride_w, rows,
                                                   ws, w0 + k * COLUMNS, COLUMNS)
-                # carried on from the slices before, read after the chain (as pointwise.py)
-                tile = part if k0 == 0 else tile_add(tile_load(sums, at, COLUMNS, rows,
-                                                               COLUMNS), part)
-                tile_store(tile, sums, at, COLUMNS, rows, COLUMNS, no_bias, 0, no_residual,
-                           open_lo, open_hi)
+                store_slice(part, sums, at, rows, k0, no_bias, no_residual, open_lo, open_hi)
                 p0 += rows
         finish_band(sums, y, bias, residual, image, c0, start, stop, lo, hi, code, a, b)
 

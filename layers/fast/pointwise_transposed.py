@@ -229,13 +229,17 @@ def transposed_units(panels, x, bias, residual, y, space, code, a, b, band, firs
                         part = tile_fma_short(part, source, base + k * step + p0, 1, rows, ws,
                                               w0 + k * COLUMNS, COLUMNS)
                         ahead = panel_ahead(ws, ahead, ahead_end, k)
-                # carried on from the slices before, read after the chain (as pointwise.py)
-                tile = part if k0 == 0 else tile_add(tile_load(sums, at, COLUMNS, rows,
-                                                               COLUMNS), part)
-                tile_store(tile, sums, at, COLUMNS, rows, COLUMNS, no_bias, 0, no_residual,
-                           open_lo, open_hi)
+                store_slice(part, sums, at, rows, k0, no_bias, no_residual, open_lo, open_hi)
                 p0 += rows
         finish_band(sums, y, bias, residual, image, c0, start, stop, lo, hi, code, a, b)
+
+
+@kernel(nogil=True, inline="always")
+def store_slice(part, sums, at, rows, k0, no_bias, no_residual, lo, hi):
+    """Store a slice's chain of sums (a tile over ``rows`` pixels from ``at`` of ``sums``),
+    added to the slices before it (k0 > 0), read after the chain as pointwise.py does."""
+    tile = part if k0 == 0 else tile_add(tile_load(sums, at, COLUMNS, rows, COLUMNS), part)
+    tile_store(tile, sums, at, COLUMNS, rows, COLUMNS, no_bias, 0, no_residual, lo, hi)
 
 
 @kernel(nogil=True)
