@@ -34,7 +34,7 @@ import numpy as np
 from layers.fast.kernel import FLOAT, INT, array, kernel
 from layers.fast.epilogue import Activation, NO_ARRAY, activate_row
 from layers.fast.phases import phase_layout, phase_targets, split_plane
-from layers.fast.simd import (LANES, aligned_array, aligned_empty, transpose_block,
+from layers.fast.simd import (LANES, aligned_array, aligned_empty, full_width, transpose_block,
                               vector_fma, vector_load, vector_store)
 from layers.fast.operands import check, check_sizes, unchecked
 from layers.fast.team import current_team
@@ -49,6 +49,7 @@ _FMA = {"contract"}
 def _taps_3x3(phases, starts, column_ok, filt, out, length, shift):
     """out[t] = shift + the 9 taps, all in one pass (each output is written once): the taps
     of each kernel column are summed, then kept where that column lies in the image."""
+    full_width()
     s00, s01, s02 = phases[starts[0, 0]:], phases[starts[0, 1]:], phases[starts[0, 2]:]
     s10, s11, s12 = phases[starts[1, 0]:], phases[starts[1, 1]:], phases[starts[1, 2]:]
     s20, s21, s22 = phases[starts[2, 0]:], phases[starts[2, 1]:], phases[starts[2, 2]:]
@@ -71,6 +72,7 @@ def _taps_5x5(phases, starts, column_ok, filt, out, length, shift):
     """out[t] = shift + the 25 taps, by kernel column as in _taps_3x3: one pass per column,
     which adds its 5 taps to out (25 taps in one loop kept more values live than the
     registers hold)."""
+    full_width()
     zero = np.float32(0.0)
     for j in range(5):
         s0, s1, s2, s3, s4 = (phases[starts[0, j]:], phases[starts[1, j]:],
@@ -91,6 +93,7 @@ def _taps_5x5(phases, starts, column_ok, filt, out, length, shift):
 @kernel(nogil=True, fastmath=_FMA)
 def _taps_any(phases, starts, column_ok, filt, out, length, shift):
     """Any kernel size: out = shift, then one pass per tap."""
+    full_width()
     zero = np.float32(0.0)
     for t in range(length):
         out[t] = shift

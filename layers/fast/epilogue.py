@@ -44,6 +44,7 @@ from layers.registry import is_built_in
 from layers.fast.kernel import FLOAT, INT, array, kernel
 from layers.fast.operands import unchecked
 from layers.fast.vexp import exp32, tanh32
+from layers.fast.simd import full_width
 
 NONE, RELU, CLAMP, LEAKY, SIGMOID, SILU, HARDSWISH, HARDSIGMOID, TANH, GELU = range(10)
 THEN_AFFINE = 16                    # a flag added to a code: then y = a * y + b
@@ -124,7 +125,8 @@ def activate_row(row, code, a, b, shift=-0.0):
     A function of its own, called once per row, not inlined: numba inlines by copying a
     function's IR, and these ten loops copied into every kernel that ends in an epilogue
     made the kernels' build much longer (BENCHMARKS.md). Compiled with contract (the smooth
-    activations' polynomials as fused multiply-adds), whichever kernel calls it."""
+    activations' polynomials as fused multiply-adds), whichever kernel calls it. The smooth
+    ones run in ``smooth_row``."""
     n = row.shape[0]
     slope, s = np.float32(a), np.float32(shift)
     one, zero = np.float32(1.0), np.float32(0.0)
@@ -149,7 +151,27 @@ def activate_row(row, code, a, b, shift=-0.0):
     elif code == HARDSIGMOID:
         for i in range(n):
             row[i] = min(max(row[i] + s + three, zero), six) / six
-    elif code == SIGMOID:
+    elif code == SIGMOID or code == SILU or code == TANH or code == GELU:
+        smooth_row(row, code, s)
+    if affine:                                   # a * y + b, rounded twice as torch's:
+        scale, offset = np.float32(a), np.float32(b)
+        for i in range(n):                       # two loops, which the kernels compiled
+            row[i] = row[i] * scale              # with contract cannot fuse into one
+        for i in range(n):                       # multiply-add
+            row[i] = row[i] + offset
+
+
+@kernel(nogil=True, fastmath={"contract"})
+def smooth_row(row, code, s):
+    """row <- activation ``code`` of (row + s) for the activations computed by polynomials
+    (SIGMOID, SILU, TANH, GELU), activate_row's. Their loops do enough arithmetic a value
+    that vectors of LANES floats pay (simd.full_width); a function of its own, because the
+    width applies to a whole function, and loops that only clamp or add run no faster at 16
+    floats on short rows (Winograd's output transform finishes rows of a tile's width)."""
+    full_width()
+    n = row.shape[0]
+    one = np.float32(1.0)
+    if code == SIGMOID:
         for i in range(n):
             row[i] = one / (one + exp32(-(row[i] + s)))
     elif code == SILU:
@@ -169,12 +191,6 @@ def activate_row(row, code, a, b, shift=-0.0):
                   + ERF_P1) * t + ERF_P0)
             q = (((ERF_Q4 * t + ERF_Q3) * t + ERF_Q2) * t + ERF_Q1) * t + one
             row[i] = half * v * (one + min(max(z * p / q, -one), one))
-    if affine:                                   # a * y + b, rounded twice as torch's:
-        scale, offset = np.float32(a), np.float32(b)
-        for i in range(n):                       # two loops, which the kernels compiled
-            row[i] = row[i] * scale              # with contract cannot fuse into one
-        for i in range(n):                       # multiply-add
-            row[i] = row[i] + offset
 
 
 @kernel(nogil=True)

@@ -36,6 +36,7 @@ import numpy as np
 
 from layers.fast.kernel import INT, array, kernel
 from layers.fast.phases import split_row
+from layers.fast.simd import full_width
 from layers.fast.softmax import row_sum
 from layers.fast.team import current_team
 
@@ -101,6 +102,7 @@ def _stride_one_plane(src, dst, kh, kw, dil_h, dil_w, top, left, padded, padded_
 def max_pool_planes(x, y, kh, kw, stride_h, stride_w, dil_h, dil_w, top, left, first, last):
     """Planes first .. last - 1 of _max_pool2d's, counted over (n, c): a chunk of the work
     (layers/fast/jobs.py)."""
+    full_width()
     n, channels, height, width = x.shape
     out_h, out_w = y.shape[2], y.shape[3]
     if stride_h == 1 and stride_w == 1:               # whole-plane passes

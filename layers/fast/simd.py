@@ -39,7 +39,9 @@ share one: ``vector_load``, ``vector_fma``, ``vector_store``, ``vector_copy_part
 first lanes of a vector, masked), and ``transpose_block`` (a LANES x LANES block, between
 planes and channels last; pointwise_transposed.py's epilogue and the vector copies of
 pointwise.py use them too). ``prefetch`` asks for a cache line ahead of the loads that read
-it (pointwise_transposed.py's weights). A vector load that crosses a cache line costs about
+it (pointwise_transposed.py's weights). ``full_width`` has LLVM vectorise the loops it writes
+itself (the smooth activations, the depthwise taps, max pooling) with vectors of LANES floats,
+not the 8 it prefers on some AVX-512 CPUs. A vector load that crosses a cache line costs about
 twice one that does not: ``aligned_empty`` (in Python) and ``aligned_array`` (in a kernel)
 give arrays that start on a vector's boundary.
 
@@ -620,6 +622,30 @@ def vector_fma():
             return _Emit(context, builder, signature, args).fma(*args)
         return _vector_type()(a, b, c), codegen
     return vector_fma
+
+
+@intrinsic
+def full_width():
+    from numba import types
+    from numba.extending import intrinsic as numba_intrinsic
+
+    @numba_intrinsic
+    def full_width(typingctx):
+        """Have LLVM vectorise the loops of the function that calls this with vectors of
+        LANES floats: on CPUs with 512-bit vectors it otherwise prefers 256-bit ones for the
+        loops it vectorises itself (the register tiles here are explicit, and full width
+        anyway). A function attribute, which LLVM drops when it inlines the function into
+        another, so the function is also kept from being inlined (a kernel declared
+        inline="always" must not call this). It changes no value."""
+        def codegen(context, builder, signature, args):
+            attributes = builder.function.attributes
+            attributes.add("noinline")
+            # llvmlite knows only LLVM's enumerated attributes: a string one is added to the
+            # set as it is printed in the function's definition
+            set.add(attributes, f'"prefer-vector-width"="{LANES * 32}"')
+            return context.get_dummy_value()
+        return types.void(), codegen
+    return full_width
 
 
 @intrinsic

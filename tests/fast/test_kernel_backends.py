@@ -320,6 +320,26 @@ def test_the_tile_width_follows_the_cpu_or_the_setting(monkeypatch):
         simd.vector_lanes()
 
 
+def test_full_width_has_llvm_vectorise_a_loop_at_the_tiles_width():
+    """The smooth activations' loops ask for vectors of LANES floats (simd.full_width): LLVM,
+    which takes 8-float vectors for the loops it vectorises on CPUs it tunes for 256-bit ones
+    (Intel AVX-512 servers), then takes 16 where the tiles do. The values are the same."""
+    import numba
+
+    from layers.fast import epilogue, simd
+
+    backend.use_jit()                      # what smooth_row calls, as numba functions
+    declared = next(k for k in backend.declared_kernels() if k.name == "smooth_row")
+    smooth_row = numba.njit(**declared.options)(declared.func)    # compiled here: its IR
+    row = np.linspace(-4, 4, 100, dtype=np.float32)
+    expected = row / (1 + np.exp(-row.astype(np.float64)))
+    smooth_row(row, epilogue.SILU, np.float32(-0.0))
+    np.testing.assert_allclose(row, expected, rtol=1e-6, atol=1e-7)
+    ir = "".join(smooth_row.inspect_llvm().values())
+    assert f'"prefer-vector-width"="{simd.LANES * 32}"' in ir
+    assert f"<{simd.LANES} x float>" in ir
+
+
 def test_the_module_name_follows_the_tile_width(monkeypatch):
     from layers.fast import simd
 
