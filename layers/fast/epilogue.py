@@ -124,9 +124,8 @@ def activate_row(row, code, a, b, shift=-0.0):
 
     A function of its own, called once per row, not inlined: numba inlines by copying a
     function's IR, and these ten loops copied into every kernel that ends in an epilogue
-    made the kernels' build much longer (BENCHMARKS.md). Compiled with contract (the smooth
-    activations' polynomials as fused multiply-adds), whichever kernel calls it. The smooth
-    ones run in ``smooth_row``."""
+    made the kernels' build much longer (BENCHMARKS.md). The smooth activations run in
+    ``smooth_row``."""
     n = row.shape[0]
     slope, s = np.float32(a), np.float32(shift)
     one, zero = np.float32(1.0), np.float32(0.0)
@@ -164,10 +163,12 @@ def activate_row(row, code, a, b, shift=-0.0):
 @kernel(nogil=True, fastmath={"contract"})
 def smooth_row(row, code, s):
     """row <- activation ``code`` of (row + s) for the activations computed by polynomials
-    (SIGMOID, SILU, TANH, GELU), activate_row's. Their loops do enough arithmetic a value
-    that vectors of LANES floats pay (simd.full_width); a function of its own, because the
-    width applies to a whole function, and loops that only clamp or add run no faster at 16
-    floats on short rows (Winograd's output transform finishes rows of a tile's width)."""
+    (SIGMOID, SILU, TANH, GELU), activate_row's. Compiled with contract (the polynomials as
+    fused multiply-adds), whichever kernel calls it. Their loops do enough arithmetic a
+    value that vectors of LANES floats pay (simd.full_width); a function of its own, because
+    the width applies to a whole function, and loops that only clamp or add run no faster
+    at 16 floats on short rows (Winograd's output transform finishes rows of a tile's
+    width)."""
     full_width()
     n = row.shape[0]
     one = np.float32(1.0)

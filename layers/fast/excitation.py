@@ -36,7 +36,7 @@ def _squeeze_excitation(x, y, reduce, reduce_bias, act_code, act_a, act_b,
     """x (N, C, L) -> y (N, C, L) (the module docstring); reduce (S, C), expand (C, S);
     ``keep``: 1 to add x back; ``residual``: y's shape, or no values for none. Each step
     of the sums rounded as torch rounds it (no fused multiply-add; the activations' own
-    polynomials have theirs: epilogue.activate_row)."""
+    polynomials have theirs: epilogue.smooth_row)."""
     channels = x.shape[1]
     gates = np.empty((x.shape[0], channels), np.float32)
     for n in range(x.shape[0]):            # image by image: x read twice while in cache

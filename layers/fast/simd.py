@@ -632,11 +632,12 @@ def full_width():
     @numba_intrinsic
     def full_width(typingctx):
         """Have LLVM vectorise the loops of the function that calls this with vectors of
-        LANES floats: on CPUs with 512-bit vectors it otherwise prefers 256-bit ones for the
-        loops it vectorises itself (the register tiles here are explicit, and full width
-        anyway). A function attribute, which LLVM drops when it inlines the function into
-        another, so the function is also kept from being inlined (a kernel declared
-        inline="always" must not call this). It changes no value."""
+        LANES floats: on some CPUs with 512-bit vectors (its prefer-256-bit tuning, Intel's)
+        it otherwise takes 256-bit ones for the loops it vectorises itself (the register
+        tiles here are explicit, and full width anyway). A function attribute, which LLVM
+        drops when it inlines the function into another, so the function is also kept from
+        being inlined (a kernel declared inline="always" must not call this). It changes no
+        value."""
         def codegen(context, builder, signature, args):
             attributes = builder.function.attributes
             attributes.add("noinline")
