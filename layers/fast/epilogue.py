@@ -43,8 +43,8 @@ from layers import activation as act
 from layers.registry import is_built_in
 from layers.fast.kernel import FLOAT, INT, array, kernel
 from layers.fast.operands import unchecked
-from layers.fast.vexp import exp32, tanh32
 from layers.fast.simd import full_width
+from layers.fast.vexp import exp32, tanh32
 
 NONE, RELU, CLAMP, LEAKY, SIGMOID, SILU, HARDSWISH, HARDSIGMOID, TANH, GELU = range(10)
 THEN_AFFINE = 16                    # a flag added to a code: then y = a * y + b

@@ -39,8 +39,8 @@ share one: ``vector_load``, ``vector_fma``, ``vector_store``, ``vector_copy_part
 first lanes of a vector, masked), and ``transpose_block`` (a LANES x LANES block, between
 planes and channels last; pointwise_transposed.py's epilogue and the vector copies of
 pointwise.py use them too). ``prefetch`` asks for a cache line ahead of the loads that read
-it (pointwise_transposed.py's weights). ``full_width`` has LLVM vectorise the loops it writes
-itself (the smooth activations, the depthwise taps, max pooling) with vectors of LANES floats,
+it (pointwise_transposed.py's weights). ``full_width`` has LLVM vectorise a function's plain
+loops (the smooth activations, the depthwise taps, max pooling) with vectors of LANES floats,
 not the 8 it prefers on some AVX-512 CPUs. A vector load that crosses a cache line costs about
 twice one that does not: ``aligned_empty`` (in Python) and ``aligned_array`` (in a kernel)
 give arrays that start on a vector's boundary.

@@ -284,7 +284,8 @@ def output_planes(m, y, bias, residual, tiles_h, tiles_w, row0, code, a, b, firs
     bias and activation its tiles before they are gathered. The same operations on each
     value either way.
     Compiled with contract: in A^T a multiply and the add after it as one fused multiply-add,
-    one rounding less (the activations are epilogue.activate_row's, smooth_row's with it too)."""
+    one rounding less (the activations are epilogue.activate_row's and smooth_row's, compiled
+    with it too)."""
     n, c_out, height, out_w = y.shape
     out_h = min(height - row0, TILE * tiles_h)
     length = tiles_h * tiles_w

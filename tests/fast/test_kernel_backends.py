@@ -324,7 +324,9 @@ def test_full_width_has_llvm_vectorise_a_loop_at_the_tiles_width():
     """The smooth activations' loops ask for vectors of LANES floats (simd.full_width): LLVM,
     which takes 8-float vectors for the loops it vectorises on CPUs it tunes for 256-bit ones
     (Intel AVX-512 servers), then takes 16 where the tiles do. The values are the same."""
+    import llvmlite.binding as llvm
     import numba
+    from numba.core import config
 
     from layers.fast import epilogue, simd
 
@@ -339,9 +341,6 @@ def test_full_width_has_llvm_vectorise_a_loop_at_the_tiles_width():
     assert f'"prefer-vector-width"="{simd.LANES * 32}"' in ir
     # the width itself where the target's vectors hold LANES floats (not PNNX_INFER_LANES=16
     # on an AVX2 machine, nor NEON's 4)
-    import llvmlite.binding as llvm
-    from numba.core import config
-
     features = (config.CPU_FEATURES or llvm.get_host_cpu_features().flatten()).split(",")
     native = 16 if "+avx512f" in features else 8 if "+avx" in features else None
     if native == simd.LANES:
