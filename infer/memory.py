@@ -17,6 +17,13 @@ Planning (``plan_memory``)
     enough (best fit); if none is, the largest free buffer grows to its size; if no buffer is
     free, a new one opens. After the step, every buffer whose operands are all dead is free.
     A step's outputs never take its inputs' buffers: the inputs are read while it writes.
+  - Joins (a cat without copies): where every dim before a cat's dim has size 1 (a batch-1
+    cat of NCHW maps along channels), each input is a contiguous piece of the cat's output.
+    An input that a forward_into step writes and that nobody reads after the cat is planned
+    as that piece of the output's buffer: its producer writes in place and the cat copies
+    only the inputs it finds elsewhere. The pieces of a split or chunk that the cat takes
+    in order are planned so too, through the operand they were cut from. The output's
+    buffer lives from the step that writes its first piece to the output's last reader.
 
 Running (``Arena``, ``ArenaPool``)
   A forward call takes an arena, one set of buffers, for itself alone (calls from several
@@ -64,7 +71,9 @@ Shape = tuple[int, ...]
 MAX_POOLED_ARENAS = 4        # idle arenas a graph keeps between calls (one per concurrent
                              # caller), whatever input sizes they were last used for
 MAX_ARENA_ARRAYS = 1024      # slot arrays an arena keeps made (slots of many sizes' plans)
-INTO, IN_PLACE, OWN = "into", "in place", "layer"   # how a step fills an operand's memory
+# how a step fills an operand's memory: writes into its buffer, over its input, allocates its
+# own; a cat whose inputs were written into their pieces of its output (see Joins)
+INTO, IN_PLACE, OWN, JOINED = "into", "in place", "layer", "joined"
 # what forward_into writes: layers that write into given arrays compute in float32 (the
 # execution loop calls forward_into only when the inputs are float32 too)
 INTO_DTYPE = np.dtype(np.float32)
@@ -73,12 +82,15 @@ INTO_DTYPE = np.dtype(np.float32)
 @dataclass(frozen=True, eq=False)
 class Slot:
     """Where one output of a forward_into step goes: a buffer of the arena (-1: a fresh
-    array, for graph outputs and operands the plan does not cover). Each is its own key
-    (compared by identity: an arena keeps an array per slot of its plan)."""
+    array, for graph outputs and operands the plan does not cover), from ``offset`` bytes on.
+    ``join`` names the cat output whose piece (or whole) it is, "" for none. Each slot is its
+    own key (compared by identity: an arena keeps an array per slot of its plan)."""
 
     buffer: int
     shape: Shape
     dtype: np.dtype
+    offset: int = 0
+    join: str = ""
 
 
 class PlannedOperand(NamedTuple):
@@ -91,8 +103,11 @@ class PlannedOperand(NamedTuple):
     buffer: int
     first: int          # step that writes it
     last: int           # step of its last reader (of the last array sharing its buffer)
-    how: str            # INTO: the layer writes into the buffer; IN_PLACE; OWN: it allocates
+    how: str            # INTO: the layer writes into the buffer; IN_PLACE; OWN: it allocates;
+                        # JOINED: a cat whose inputs' producers wrote its pieces
     writer: str         # the operator that writes it
+    offset: int = 0     # where it starts in its buffer (bytes): a piece of a cat's output
+    piece_of: str = ""  # that cat's output ("" for none)
 
 
 class MemoryPlan:
@@ -114,7 +129,7 @@ class MemoryPlan:
                 if slot.buffer >= 0:
                     self.written_sizes[slot.buffer] = max(
                         self.written_sizes[slot.buffer],
-                        math.prod(slot.shape) * slot.dtype.itemsize)
+                        slot.offset + math.prod(slot.shape) * slot.dtype.itemsize)
         # the most bytes alive at once in a forward pass, the step where that happens, and
         # the bytes of every operand together (what a pass that keeps them all holds)
         self.peak_bytes, self.peak_step, self.total_bytes = live
@@ -138,6 +153,7 @@ class MemoryPlan:
         """An arena for one forward call, fitted to this plan (from the pool, or a new one)."""
         arena = self.arenas.take(self.written_sizes)
         arena.fitted_for = self
+        arena.joins.clear()                 # a new call: none of its joins has begun
         return arena
 
     def give_back(self, arena: "Arena") -> None:
@@ -154,17 +170,21 @@ class MemoryPlan:
 
     def rows(self) -> list[tuple[str, ...]]:
         return [(o.name, "x".join(map(str, o.shape)) or "()", str(o.dtype), f"{o.nbytes:,}",
-                 str(o.buffer), f"{o.first}..{o.last}", o.how, o.writer) for o in self.operands]
+                 f"{o.buffer}+{o.offset:,}" if o.offset else str(o.buffer),
+                 f"{o.first}..{o.last}", f"{o.how}, piece of {o.piece_of}" if o.piece_of
+                 else o.how, o.writer) for o in self.operands]
 
     def summary(self) -> str:
         arena, total = self.arena_bytes, self.intermediate_bytes
         saving = f", {total / arena:.1f}x less" if arena else ""
         into = sum(o.how == INTO for o in self.operands)
+        joined = sum(o.how == JOINED for o in self.operands)
         return (f"{len(self.operands)} intermediate operands, {_mib(total)} together; planned "
                 f"arena {_mib(arena)} in {len(self.buffer_sizes)} buffers{saving}; peak of a "
                 f"forward pass {_mib(self.peak_bytes)} (at {self.peak_step}). "
                 f"{into} operands are written into the arena by their layers now "
-                f"(forward_into); in place: {sum(o.how == IN_PLACE for o in self.operands)}.")
+                f"(forward_into); in place: {sum(o.how == IN_PLACE for o in self.operands)}"
+                + (f"; cats that copy nothing: {joined}." if joined else "."))
 
     def __str__(self) -> str:
         rows = [self.HEADER, *self.rows()]
@@ -208,6 +228,8 @@ class Arena:
         # per array of _arrays over it
         self._own_refs: list[int] = []
         self._idle_refs: list[int] = []
+        # the joins this call has begun: cat output -> whether its pieces got the buffer
+        self.joins: dict[str, bool] = {}
         self.fitted_for: MemoryPlan | None = None      # the plan it last served (pooled_bytes)
         self.fit(sizes)
 
@@ -237,7 +259,8 @@ class Arena:
 
     def array(self, slot: Slot) -> np.ndarray:
         """An array of ``slot``'s shape and dtype over its buffer, or a fresh one if the
-        buffer is still referenced from outside the arena (or the slot has none)."""
+        buffer is still referenced from outside the arena (or the slot has none). The pieces
+        of a join follow the first one asked for in this call."""
         if slot.buffer < 0:
             return np.empty(slot.shape, slot.dtype)
         made = self._arrays.get(slot)
@@ -246,9 +269,12 @@ class Arena:
                 self._arrays.clear()             # (an array still held outside counts on)
                 self._idle_refs = list(self._own_refs)
             made = self._arrays[slot] = self._make(slot)
-        if sys.getrefcount(self.buffers[slot.buffer]) > self._idle_refs[slot.buffer]:
-            return np.empty(slot.shape, slot.dtype)       # someone still reads this memory
-        return made.view()
+        taken = self.joins.get(slot.join) if slot.join else None
+        if taken is None:       # nobody may read this memory but the arena (and an open join)
+            taken = sys.getrefcount(self.buffers[slot.buffer]) <= self._idle_refs[slot.buffer]
+            if slot.join:
+                self.joins[slot.join] = taken
+        return made.view() if taken else np.empty(slot.shape, slot.dtype)
 
     def _make(self, slot: Slot) -> np.ndarray:
         """``slot``'s array over its buffer (allocated now if it is the buffer's first)."""
@@ -258,7 +284,7 @@ class Arena:
             self._idle_refs[slot.buffer] = self._own_refs[slot.buffer]
         buffer = self.buffers[slot.buffer]
         assert buffer is not None
-        start = -buffer.ctypes.data % ALIGNMENT
+        start = -buffer.ctypes.data % ALIGNMENT + slot.offset
         nbytes = math.prod(slot.shape) * slot.dtype.itemsize
         made = buffer[start:start + nbytes].view(slot.dtype).reshape(slot.shape)
         self._idle_refs[slot.buffer] += 1   # ``made`` holds the buffer too
@@ -348,6 +374,8 @@ def plan_memory(steps: Sequence[RunStep], shapes: dict[str, Shape],
     end: dict[str, int] = {}                          # owner -> step after which it is free
     for name, owner in group.items():
         end[owner] = max(end.get(owner, 0), len(steps) if name in keep else last[name])
+    pieces = _plan_joins(steps, shapes, dtypes, group, end)
+    joined = {cat for cat, _ in pieces.values()}
 
     sizes: list[int] = []
     free: list[int] = []                              # buffer ids
@@ -365,20 +393,85 @@ def plan_memory(steps: Sequence[RunStep], shapes: dict[str, Shape],
                 buffer = buffer_of[owner]
                 sizes[buffer] = max(sizes[buffer], nbytes)
                 how = IN_PLACE
+            elif name in pieces or name in joined:    # a piece of a cat's output, or the output
+                cat = pieces[name][0] if name in pieces else name
+                if cat not in buffer_of:              # its first piece: the output's buffer
+                    buffer_of[cat] = _best_fit(_float32_bytes(shapes[cat]), free, sizes)
+                    ending.setdefault(end[cat], []).append(buffer_of[cat])
+                buffer = buffer_of[cat]
+                how = JOINED if name in joined else INTO
             else:
                 buffer = _best_fit(nbytes, free, sizes)
                 ending.setdefault(end[owner], []).append(buffer)
                 how = INTO if step.into else OWN
             buffer_of[name] = buffer
+            cat, offset = pieces.get(owner, ("", 0))
             rows.append(PlannedOperand(name, shapes[name], dtype, nbytes, buffer, index,
-                                       end[owner], how, step.label))
+                                       end[owner], how, step.label, offset, cat))
         free.extend(ending.pop(index, []))
 
-    slots = [tuple(Slot(buffer_of.get(name, -1), shapes[name], INTO_DTYPE)
-                   for name in step.outputs)
-             if step.into and not step.in_place and _float32(step.outputs, dtypes) else None
+    def slot(name: str) -> Slot:
+        cat, offset = pieces.get(name, (name if name in joined else "", 0))
+        return Slot(buffer_of.get(name, -1), shapes[name], INTO_DTYPE, offset, cat)
+
+    slots = [tuple(slot(name) for name in step.outputs) if _writes_into(step, dtypes) else None
              for step in steps]
     return MemoryPlan(rows, sizes, slots, peak_live(steps, shapes, dtypes, inputs))
+
+
+def _plan_joins(steps: Sequence[RunStep], shapes: dict[str, Shape],
+                dtypes: dict[str, str | None], group: dict[str, str],
+                end: dict[str, int]) -> dict[str, tuple[str, int]]:
+    """Operand -> (cat output, byte offset): the operands planned as pieces of a cat's output
+    (Joins in the module docstring). A piece is the owner of an input's memory (``group``),
+    or of the operand a split cut the cat's consecutive inputs from; it is written by a
+    forward_into step, read by nobody after the cat (``end``), and a piece of one cat only.
+    The cat's output must be written into the arena, and nothing may run in place over it
+    (that would change what views of its pieces read)."""
+    into = {name for step in steps if _writes_into(step, dtypes) for name in step.outputs}
+    written_over = {owner for name, owner in group.items() if name != owner}
+    cut_by = {name: step for step in steps for name in step.outputs}
+    pieces: dict[str, tuple[str, int]] = {}
+    taken: tuple[str, ...]
+    joined: set[str] = set()
+    for index, step in enumerate(steps):
+        out = step.outputs[0] if step.outputs else ""
+        shape = shapes.get(out, ())
+        axis = step.layer.joins_along(len(shape)) if shape else None
+        if (axis is None or group.get(out) != out or out not in into or out in written_over
+                or math.prod(shape[:axis]) != 1):
+            continue
+        row_bytes = _float32_bytes(shape[axis + 1:])  # bytes of one index along the axis
+        offset, i = 0, 0
+        while i < len(step.inputs):
+            name = step.inputs[i]
+            source, taken = group.get(name), (name,)       # taken: the inputs it stands for
+            cut = cut_by.get(name)
+            whole = shapes.get(cut.inputs[0], ()) if cut is not None and cut.inputs else ()
+            if (cut is not None and len(whole) == len(shape)
+                    and cut.layer.cuts_along(len(shape)) == axis
+                    and step.inputs[i:i + len(cut.outputs)] == cut.outputs
+                    and whole[axis] == sum(shapes[p][axis] for p in cut.outputs)):
+                source, taken = group.get(cut.inputs[0]), cut.outputs
+            size = sum(shapes[p][axis] for p in taken)
+            if (source is not None and source in into and source not in pieces
+                    and source not in joined and end[source] <= index
+                    and all(p in group and end[group[p]] <= index for p in taken)
+                    and _float32_bytes(shapes[source]) == size * row_bytes):
+                pieces[source] = (out, offset * row_bytes)
+                joined.add(out)
+            offset += size
+            i += len(taken)
+    return pieces
+
+
+def _writes_into(step: RunStep, dtypes: dict[str, str | None]) -> bool:
+    """Whether the step gets slots: it writes its outputs into given float32 arrays."""
+    return step.into and not step.in_place and _float32(step.outputs, dtypes)
+
+
+def _float32_bytes(shape: Sequence[int]) -> int:
+    return math.prod(shape) * INTO_DTYPE.itemsize
 
 
 def peak_live(steps: Sequence[RunStep], shapes: dict[str, Shape],

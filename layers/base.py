@@ -255,6 +255,17 @@ class Layer:
             return
         raise NotImplementedError(f"{type(self).__name__} does not support forward_into")
 
+    # ----- what the memory plan may lay out in place (infer/memory.py, Joins) ---------------
+    def joins_along(self, rank: int) -> int | None:
+        """The dim along which the output is the inputs laid end to end (a cat; its
+        ``forward_into`` then copies no input that already is its piece), else None."""
+        return None
+
+    def cuts_along(self, rank: int) -> int | None:
+        """The dim along which the outputs are views of the input's consecutive pieces, from
+        its start to its end (a split), else None."""
+        return None
+
     def __repr__(self) -> str:
         shown = ", ".join(f"{k}={_short(getattr(self, k, None))}" for k in self.PARAMS)
         return f"{type(self).__name__}({shown})"

@@ -260,8 +260,27 @@ class Cat(KnownValues, Layer):
         return [np.concatenate(inputs, axis=normalize_dim(self.dim, inputs[0].ndim))]
 
     def forward_into(self, inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray]) -> None:
-        self.infer_shapes([x.shape for x in inputs])
-        np.concatenate(inputs, axis=normalize_dim(self.dim, inputs[0].ndim), out=outputs[0])
+        """Into the planned buffer. Where every dim before ``dim`` has size 1, each input's
+        piece of the output is contiguous, and the memory plan may have had an input's
+        producer write it there already (infer/memory.py, Joins): only the others are copied.
+        """
+        out = outputs[0]
+        shape = self.infer_shapes([x.shape for x in inputs])[0]
+        if shape != out.shape:
+            raise ShapeError(f"the inputs make a {shape} output, the given array is {out.shape}")
+        axis = normalize_dim(self.dim, out.ndim)
+        if any(size != 1 for size in shape[:axis]) or not out.flags.c_contiguous:
+            np.concatenate(inputs, axis=axis, out=out)
+            return
+        address, lead, start = out.ctypes.data, (slice(None),) * axis, 0
+        for x in inputs:
+            size = x.shape[axis]
+            if not (x.flags.c_contiguous and x.ctypes.data == address + start * out.strides[axis]):
+                out[lead + (slice(start, start + size),)] = x      # not in its piece yet
+            start += size
+
+    def joins_along(self, rank: int) -> int:
+        return normalize_dim(self.dim, rank)
 
 
 @register_layer("torch.stack")
@@ -315,6 +334,9 @@ class SplitLayer(KnownValues, NamedArgumentLayer):
         x = inputs[0]
         axis = normalize_dim(self.dim, x.ndim)
         return split_pieces(x, axis, self._bounds(x.shape[axis], inputs))
+
+    def cuts_along(self, rank: int) -> int:
+        return normalize_dim(self.dim, rank)
 
 
 @register_layer("torch.split", "Tensor.split")

@@ -93,6 +93,35 @@ def write_model(folder: Path, *lines: str, weights: dict[str, np.ndarray] | None
     return write_pnnx(folder, model_text(*lines), weights, name=name)
 
 
+def assert_plan_sound(plan) -> None:
+    """A memory plan (infer.memory.MemoryPlan) never gives two operands alive at once the same
+    bytes of a buffer: an in-place chain is one group with its owner, a cat's pieces one group
+    with the cat's output, inside which the pieces lie side by side within the output."""
+    groups: dict[str, list] = {}                    # group key -> its rows
+    key_of: dict[int, str] = {}                     # buffer -> the key of its last group
+    for row in plan.operands:
+        assert plan.buffer_sizes[row.buffer] >= row.offset + row.nbytes
+        if row.piece_of or row.how == "joined":
+            key = row.piece_of or row.name
+        elif row.how == "in place":
+            key = key_of[row.buffer]
+        else:
+            key = row.name
+        groups.setdefault(key, []).append(row)
+        key_of[row.buffer] = key
+    spans = []
+    for key, rows in groups.items():
+        pieces = sorted((r.offset, r.offset + r.nbytes) for r in rows
+                        if r.piece_of and r.how != "in place")
+        for (_, end), (start, _) in zip(pieces, pieces[1:]):
+            assert end <= start, f"pieces of {key} overlap"
+        spans.append((rows[0].buffer, min(r.first for r in rows), max(r.last for r in rows),
+                      key))
+    spans.sort()
+    for (buffer, _, end, key), (other, start, _, next_key) in zip(spans, spans[1:]):
+        assert buffer != other or end < start, f"{key} and {next_key} share live memory"
+
+
 def expect_error(kind: type[InferError], action: Callable[[], object], *words: str
                  ) -> InferError:
     """Run ``action``; it must raise exactly an error of ``kind`` (the project's own) whose

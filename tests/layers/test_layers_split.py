@@ -161,6 +161,27 @@ def test_cat_writes_into_a_given_buffer_as_torch():
         layer.forward_into([xs[0], rand(3, 3, 4)], [out])
 
 
+@pytest.mark.parametrize("batch", [1, 2])
+def test_cat_copies_only_the_inputs_not_already_in_their_piece(batch):
+    """The memory plan may have an input's producer write it into its piece of the output
+    (batch 1: each piece is contiguous): the cat leaves it there and copies the others. An
+    array over the same memory with another layout is an input like any other."""
+    layer = make_layer("torch.cat", {"dim": 1})
+    pieces = [rand(batch, 2, 3), rand(batch, 1, 3), rand(batch, 3, 3), rand(batch, 2, 3)]
+    out = np.full((batch, 8, 3), np.nan, np.float32)
+    placed = out[:, 3:6]
+    placed[...] = pieces[2]
+    layer.forward_into([pieces[0], pieces[1], placed, pieces[3]], [out])
+    np.testing.assert_array_equal(out, np.concatenate(pieces, 1))
+    # the last piece's memory, read column by column: same start, another layout
+    swapped = np.lib.stride_tricks.as_strided(out[:, 6:], (batch, 2, 3), (out.strides[0], 4, 8))
+    want = np.concatenate([pieces[0], pieces[1], pieces[2], swapped.copy()], 1)
+    layer.forward_into([pieces[0], pieces[1], placed, swapped], [out])
+    np.testing.assert_array_equal(out, want)
+    with pytest.raises(ShapeError, match=r"the given array is \(%d, 9, 3\)" % batch):
+        layer.forward_into(pieces, [np.empty((batch, 9, 3), np.float32)])
+
+
 def test_cat_of_mismatched_shapes_is_a_shape_error():
     with pytest.raises(ShapeError, match=r"\(2, 3, 4\), \(2, 3, 5\)"):
         make_layer("torch.cat", {"dim": 1}).infer_shapes([(2, 3, 4), (2, 3, 5)])

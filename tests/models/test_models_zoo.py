@@ -21,6 +21,7 @@ from torch import nn
 
 from infer import RuntimeGraph
 from infer.export import randomize
+from support import assert_plan_sound
 
 pytestmark = pytest.mark.filterwarnings("ignore::torch.jit.TracerWarning")
 
@@ -57,8 +58,10 @@ def assert_close(got: np.ndarray, want: np.ndarray, what: str) -> None:
                            f"error {error.max():.3g}")
 
 
-def check_model(pnnx_export, model: nn.Module, inputs: list[torch.Tensor], name: str) -> None:
-    """Export ``model`` (once per session), run the files, compare every output with torch."""
+def check_model(pnnx_export, model: nn.Module, inputs: list[torch.Tensor], name: str
+                ) -> RuntimeGraph:
+    """Export ``model`` (once per session), run the files, compare every output with torch;
+    the graph for more checks."""
     param, binary = pnnx_export(model, tuple(inputs), name)
     graph = RuntimeGraph(param, binary).build()
     with torch.no_grad():
@@ -68,6 +71,7 @@ def check_model(pnnx_export, model: nn.Module, inputs: list[torch.Tensor], name:
     assert len(got) == len(want)
     for index, (g, w) in enumerate(zip(got, want)):
         assert_close(g, w.numpy(), f"{name} output {index}")
+    return graph
 
 
 def image(*shape: int, seed: int = 1) -> torch.Tensor:
@@ -339,7 +343,10 @@ class YOLOv5(nn.Module):
 
 
 def test_yolov5s_style_detector(pnnx_export):
-    check_model(pnnx_export, seeded(YOLOv5()), [image(1, 3, 128, 128)], "zoo_yolov5")
+    graph = check_model(pnnx_export, seeded(YOLOv5()), [image(1, 3, 128, 128)], "zoo_yolov5")
+    plan = graph.memory_plan((1, 3, 128, 128))     # the C3 blocks' and the neck's cats
+    assert sum(row.how == "joined" for row in plan.operands) >= 8
+    assert_plan_sound(plan)
 
 
 def test_yolov5s_style_detector_exported_dynamic_runs_at_other_sizes(pnnx_export):
@@ -418,7 +425,10 @@ class UNet(nn.Module):
 
 
 def test_unet(pnnx_export):
-    check_model(pnnx_export, seeded(UNet()), [image(1, 3, 64, 64)], "zoo_unet")
+    graph = check_model(pnnx_export, seeded(UNet()), [image(1, 3, 64, 64)], "zoo_unet")
+    plan = graph.memory_plan((1, 3, 64, 64))       # the skips, written into the cats' outputs
+    assert sum(row.how == "joined" for row in plan.operands) == 4
+    assert_plan_sound(plan)
 
 
 # ================================================================ ViT

@@ -12,8 +12,8 @@ import torch
 import torch.nn.functional as F
 
 from infer import Layer, LayerError, RuntimeGraph
-from infer.memory import IN_PLACE, INTO, Arena, Slot
-from support import REPO, mappings, write_pnnx
+from infer.memory import IN_PLACE, INTO, JOINED, Arena, Slot
+from support import REPO, assert_plan_sound, mappings, write_pnnx
 
 
 class Double(Layer):
@@ -361,20 +361,7 @@ def test_shipped_model_plan_never_overlaps_live_operands():
     graph = RuntimeGraph(REPO / "model_file/efficientnet_lite0/efficientnet_lite0.pnnx.param")
     plan = graph.build().memory_plan((2, 3, 224, 224))
     assert plan.arena_bytes < plan.intermediate_bytes / 3
-    by_buffer: dict[int, list] = {}
-    for row in plan.operands:
-        assert plan.buffer_sizes[row.buffer] >= row.nbytes
-        by_buffer.setdefault(row.buffer, []).append(row)
-    for rows in by_buffer.values():
-        groups: list[list] = []                          # in-place chains are one group
-        for row in rows:
-            if row.how == IN_PLACE:
-                groups[-1].append(row)
-            else:
-                groups.append([row])
-        spans = sorted((g[0].first, g[0].last) for g in groups)
-        for (_, end), (start, _) in zip(spans, spans[1:]):
-            assert end < start
+    assert_plan_sound(plan)
 
 
 FLIPPED = """
@@ -428,6 +415,158 @@ def test_an_arena_hands_out_its_memory_only_while_nobody_else_holds_it():
         assert np.shares_memory(view, arena.buffers[0]) and view.ctypes.data == address
         del view
     assert arena.array(Slot(-1, (3,), f32)).shape == (3,)   # no buffer: a fresh array
+
+
+# b is cut in two by a chunk; the cat takes both halves in order, then e (also read by d3)
+# and f: every input can be written straight into its piece of g
+JOINS = """
+7767517
+8 8
+pnnx.Input   in0   0 1 a #a=(1,4,3,5)f32
+my.Double    d1    1 1 a b #b=(1,4,3,5)f32
+torch.chunk  ch    1 2 b c d chunks=2 dim=1 #c=(1,2,3,5)f32 #d=(1,2,3,5)f32
+my.Double    d2    1 1 d e #e=(1,2,3,5)f32
+my.Double    d3    1 1 e f #f=(1,2,3,5)f32
+torch.cat    cat   4 1 c d e f g dim=1 #g=(1,8,3,5)f32
+my.Double    d4    1 1 g h #h=(1,8,3,5)f32
+pnnx.Output  out0  1 0 h
+"""
+
+
+def joins_torch(x):
+    b = 2 * x
+    c, d = torch.chunk(b, 2, dim=1)
+    e = 2 * d
+    return 2 * torch.cat([c, d, e, 2 * e], dim=1)
+
+
+def test_a_cat_of_batch_1_is_planned_as_its_inputs_pieces(tmp_path):
+    """b (through the chunk), e and f are planned as pieces of g's buffer, at the bytes
+    where the cat puts them; their producers write there and the cat copies nothing."""
+    graph = build(tmp_path, JOINS.replace("(1,", "(?,"))
+    plan = graph.memory_plan((1, 4, 3, 5))
+    rows = {o.name: o for o in plan.operands}
+    assert rows["g"].how == JOINED
+    piece = 3 * 5 * 4                                   # bytes of one channel
+    assert {name: (rows[name].buffer, rows[name].offset) for name in "bef"} == {
+        "b": (rows["g"].buffer, 0), "e": (rows["g"].buffer, 4 * piece),
+        "f": (rows["g"].buffer, 6 * piece)}
+    assert rows["e"].how == INTO and "cats that copy nothing: 1" in str(plan)
+    assert f"{rows['g'].buffer}+{4 * piece:,}" in str(plan) and "into, piece of g" in str(plan)
+    assert_plan_sound(plan)
+    x = np.random.default_rng(3).standard_normal((1, 4, 3, 5), dtype=np.float32)
+    copied = []
+    cat = graph.operator("cat").layer
+    original = type(cat).forward_into
+
+    def counting(inputs, outputs):
+        before = outputs[0].copy()
+        original(cat, inputs, outputs)
+        copied.append(not np.array_equal(before, outputs[0]))
+    cat.forward_into = counting
+    for _ in range(3):
+        (got,) = graph.forward(x)
+        np.testing.assert_allclose(got, joins_torch(torch.from_numpy(x)).numpy(), rtol=1e-6)
+    assert copied == [False] * 3                        # the pieces were in place already
+    (batch,) = graph.forward(np.concatenate([x, -x]))   # batch 2: pieces are not contiguous
+    np.testing.assert_allclose(batch, joins_torch(torch.from_numpy(np.concatenate([x, -x])))
+                               .numpy(), rtol=1e-6)
+    assert JOINED not in {o.how for o in graph.memory_plan((2, 4, 3, 5)).operands}
+
+
+READ_LATE = """
+7767517
+7 6
+pnnx.Input   in0   0 1 a #a=(1,1,3,5)f32
+my.Double    d1    1 1 a b #b=(1,1,3,5)f32
+my.Double    d2    1 1 b c #c=(1,1,3,5)f32
+torch.cat    cat   2 1 b c g dim=1 #g=(1,2,3,5)f32
+my.Double    d3    1 1 g h #h=(1,2,3,5)f32
+my.Add       late  2 1 h c k #k=(1,2,3,5)f32
+pnnx.Output  out0  1 0 k
+"""
+
+CUT_ACROSS = """
+7767517
+7 7
+pnnx.Input   in0   0 1 a #a=(1,4,3,5)f32
+my.Double    d1    1 1 a b #b=(1,4,3,5)f32
+torch.chunk  ch    1 2 b c d chunks=2 dim=3 #c=(1,4,3,3)f32 #d=(1,4,3,2)f32
+my.Double    d2    1 1 d e #e=(1,4,3,2)f32
+torch.cat    cat   3 1 c d e g dim=3 #g=(1,4,3,7)f32
+my.Double    d3    1 1 g h #h=(1,4,3,7)f32
+pnnx.Output  out0  1 0 h
+"""
+
+
+def test_what_a_cat_must_copy_keeps_its_own_memory(tmp_path):
+    """What the cat must copy keeps memory of its own: an input read again after the cat (c,
+    by late), the inputs of a cat whose output is written over in place (views of its
+    pieces would see the change), the pieces of a cut along a dim whose pieces are not
+    contiguous (dim 3 of a 4-channel tensor)."""
+    rng = np.random.default_rng(4)
+    graph = build(tmp_path / "late", READ_LATE)
+    rows = {o.name: o for o in graph.memory_plan((1, 1, 3, 5)).operands}
+    assert rows["b"].buffer == rows["g"].buffer and rows["c"].buffer != rows["g"].buffer
+    x = rng.standard_normal((1, 1, 3, 5), dtype=np.float32)
+    b = 2 * torch.from_numpy(x)
+    for _ in range(2):
+        (got,) = graph.forward(x)
+        np.testing.assert_allclose(got, (2 * torch.cat([b, 2 * b], dim=1) + 2 * b).numpy(),
+                                   rtol=1e-6)
+
+    relu = JOINS.replace("my.Double    d4", "nn.ReLU      d4")
+    graph = build(tmp_path / "relu", relu)
+    assert JOINED not in {o.how for o in graph.memory_plan((1, 4, 3, 5)).operands}
+    x = rng.standard_normal((1, 4, 3, 5), dtype=np.float32)
+    (got,) = graph.forward(x)
+    np.testing.assert_allclose(got, F.relu(joins_torch(torch.from_numpy(x)) / 2).numpy(),
+                               rtol=1e-6)
+
+    graph = build(tmp_path / "across", CUT_ACROSS)
+    rows = {o.name: o for o in graph.memory_plan((1, 4, 3, 5)).operands}
+    assert rows["b"].buffer != rows["g"].buffer    # its halves are not contiguous pieces
+    assert JOINED not in {o.how for o in rows.values()}   # nor, with 4 channels, is e
+    b = 2 * torch.from_numpy(x)
+    for _ in range(2):
+        (got,) = graph.forward(x)
+        want = 2 * torch.cat([b[..., :3], b[..., 3:], 2 * b[..., 3:]], dim=3)
+        np.testing.assert_allclose(got, want.numpy(), rtol=1e-6)
+
+
+def test_a_join_whose_buffer_is_held_outside_gives_every_piece_a_fresh_array():
+    """The first piece of a join asked for in a call decides for all of them: while an array
+    over the buffer is held outside, every piece and the whole are fresh arrays (the cat then
+    copies them), even once the holder has let go; the next call begins again."""
+    f32 = np.dtype(np.float32)
+    arena = Arena([64])
+    plain = Slot(0, (16,), f32)
+    first, second = Slot(0, (8,), f32, 0, "g"), Slot(0, (8,), f32, 32, "g")
+    whole = Slot(0, (16,), f32, 0, "g")
+    held = arena.array(plain)
+    arena.joins.clear()
+    a = arena.array(first)
+    del held
+    b, g = arena.array(second), arena.array(whole)
+    assert not any(np.shares_memory(v, arena.buffers[0]) for v in (a, b, g))
+    del a, b, g
+    arena.joins.clear()                                 # the next call
+    a, b, g = arena.array(first), arena.array(second), arena.array(whole)
+    assert np.shares_memory(a, g) and np.shares_memory(b, g)
+    assert b.ctypes.data == a.ctypes.data + 32 and g.ctypes.data == a.ctypes.data
+
+
+def test_a_stepped_pass_holding_records_still_joins_right(tmp_path):
+    """The debugger and profiler hold each step's arrays one step longer: a join may find
+    its buffer held and fall back to copies, never to a wrong answer."""
+    graph = build(tmp_path, JOINS)
+    x = np.random.default_rng(5).standard_normal((1, 4, 3, 5), dtype=np.float32)
+    with graph.running():
+        run = graph.execute(x, timed=True)
+        records = list(run)
+    np.testing.assert_allclose(run.outputs()[0], joins_torch(torch.from_numpy(x)).numpy(),
+                               rtol=1e-6)
+    assert len(records) == 6
 
 
 KEPT = """
