@@ -17,13 +17,14 @@ Planning (``plan_memory``)
     enough (best fit); if none is, the largest free buffer grows to its size; if no buffer is
     free, a new one opens. After the step, every buffer whose operands are all dead is free.
     A step's outputs never take its inputs' buffers: the inputs are read while it writes.
-  - Joins (a cat without copies): where every dim before a cat's dim has size 1 (a batch-1
-    cat of NCHW maps along channels), each input is a contiguous piece of the cat's output.
-    An input that a forward_into step writes and that nobody reads after the cat is planned
-    as that piece of the output's buffer: its producer writes in place and the cat copies
-    only the inputs it finds elsewhere. The pieces of a split or chunk that the cat takes
-    in order are planned so too, through the operand they were cut from. The output's
-    buffer lives from the step that writes its first piece to the output's last reader.
+  - Joins (a cat's inputs written in place): where every dim before a cat's dim has size 1
+    (a batch-1 cat of NCHW maps along channels), each input is a contiguous piece of the
+    cat's output. An input that a forward_into step writes and that nobody reads after the
+    cat is planned as that piece of the output's buffer: its producer writes it there and
+    the cat copies only the inputs it finds elsewhere. The pieces of a split or chunk that
+    the cat takes in order are planned so too, through the operand they were cut from. The
+    output's buffer lives from the step that writes its first piece to the output's last
+    reader. No join where a step runs in place over the cat's output.
 
 Running (``Arena``, ``ArenaPool``)
   A forward call takes an arena, one set of buffers, for itself alone (calls from several
@@ -184,7 +185,7 @@ class MemoryPlan:
                 f"forward pass {_mib(self.peak_bytes)} (at {self.peak_step}). "
                 f"{into} operands are written into the arena by their layers now "
                 f"(forward_into); in place: {sum(o.how == IN_PLACE for o in self.operands)}"
-                + (f"; cats that copy nothing: {joined}." if joined else "."))
+                + (f"; cats with inputs written in place: {joined}." if joined else "."))
 
     def __str__(self) -> str:
         rows = [self.HEADER, *self.rows()]
@@ -269,12 +270,12 @@ class Arena:
                 self._arrays.clear()             # (an array still held outside counts on)
                 self._idle_refs = list(self._own_refs)
             made = self._arrays[slot] = self._make(slot)
-        taken = self.joins.get(slot.join) if slot.join else None
-        if taken is None:       # nobody may read this memory but the arena (and an open join)
-            taken = sys.getrefcount(self.buffers[slot.buffer]) <= self._idle_refs[slot.buffer]
+        free = self.joins.get(slot.join) if slot.join else None   # decided at the first piece
+        if free is None:         # the buffer is free if only the arena's own arrays hold it
+            free = sys.getrefcount(self.buffers[slot.buffer]) <= self._idle_refs[slot.buffer]
             if slot.join:
-                self.joins[slot.join] = taken
-        return made.view() if taken else np.empty(slot.shape, slot.dtype)
+                self.joins[slot.join] = free
+        return made.view() if free else np.empty(slot.shape, slot.dtype)
 
     def _make(self, slot: Slot) -> np.ndarray:
         """``slot``'s array over its buffer (allocated now if it is the buffer's first)."""
@@ -375,7 +376,7 @@ def plan_memory(steps: Sequence[RunStep], shapes: dict[str, Shape],
     for name, owner in group.items():
         end[owner] = max(end.get(owner, 0), len(steps) if name in keep else last[name])
     pieces = _plan_joins(steps, shapes, dtypes, group, end)
-    joined = {cat for cat, _ in pieces.values()}
+    joined = {cat for cat, _ in pieces.values()}      # the cats' outputs
 
     sizes: list[int] = []
     free: list[int] = []                              # buffer ids
@@ -394,25 +395,25 @@ def plan_memory(steps: Sequence[RunStep], shapes: dict[str, Shape],
                 sizes[buffer] = max(sizes[buffer], nbytes)
                 how = IN_PLACE
             elif name in pieces or name in joined:    # a piece of a cat's output, or the output
-                cat = pieces[name][0] if name in pieces else name
-                if cat not in buffer_of:              # its first piece: the output's buffer
-                    buffer_of[cat] = _best_fit(_float32_bytes(shapes[cat]), free, sizes)
-                    ending.setdefault(end[cat], []).append(buffer_of[cat])
-                buffer = buffer_of[cat]
+                output = pieces[name][0] if name in pieces else name
+                if output not in buffer_of:           # its first piece: the output's buffer
+                    buffer_of[output] = _best_fit(_float32_bytes(shapes[output]), free, sizes)
+                    ending.setdefault(end[output], []).append(buffer_of[output])
+                buffer = buffer_of[output]
                 how = JOINED if name in joined else INTO
             else:
                 buffer = _best_fit(nbytes, free, sizes)
                 ending.setdefault(end[owner], []).append(buffer)
                 how = INTO if step.into else OWN
             buffer_of[name] = buffer
-            cat, offset = pieces.get(owner, ("", 0))
+            piece_of, offset = pieces.get(owner, ("", 0))
             rows.append(PlannedOperand(name, shapes[name], dtype, nbytes, buffer, index,
-                                       end[owner], how, step.label, offset, cat))
+                                       end[owner], how, step.label, offset, piece_of))
         free.extend(ending.pop(index, []))
 
     def slot(name: str) -> Slot:
-        cat, offset = pieces.get(name, (name if name in joined else "", 0))
-        return Slot(buffer_of.get(name, -1), shapes[name], INTO_DTYPE, offset, cat)
+        join, offset = pieces.get(name, (name if name in joined else "", 0))
+        return Slot(buffer_of.get(name, -1), shapes[name], INTO_DTYPE, offset, join)
 
     slots = [tuple(slot(name) for name in step.outputs) if _writes_into(step, dtypes) else None
              for step in steps]
@@ -430,9 +431,9 @@ def _plan_joins(steps: Sequence[RunStep], shapes: dict[str, Shape],
     (that would change what views of its pieces read)."""
     into = {name for step in steps if _writes_into(step, dtypes) for name in step.outputs}
     written_over = {owner for name, owner in group.items() if name != owner}
-    cut_by = {name: step for step in steps for name in step.outputs}
+    producer = {name: step for step in steps for name in step.outputs}
     pieces: dict[str, tuple[str, int]] = {}
-    taken: tuple[str, ...]
+    covered: tuple[str, ...]
     joined: set[str] = set()
     for index, step in enumerate(steps):
         out = step.outputs[0] if step.outputs else ""
@@ -445,23 +446,25 @@ def _plan_joins(steps: Sequence[RunStep], shapes: dict[str, Shape],
         offset, i = 0, 0
         while i < len(step.inputs):
             name = step.inputs[i]
-            source, taken = group.get(name), (name,)       # taken: the inputs it stands for
-            cut = cut_by.get(name)
+            # the operand planned as a piece, and the cat's inputs it covers: the input's
+            # memory owner, or what a split cut the next inputs from, in order, wholly
+            source, covered = group.get(name), (name,)
+            cut = producer.get(name)
             whole = shapes.get(cut.inputs[0], ()) if cut is not None and cut.inputs else ()
             if (cut is not None and len(whole) == len(shape)
                     and cut.layer.cuts_along(len(shape)) == axis
                     and step.inputs[i:i + len(cut.outputs)] == cut.outputs
                     and whole[axis] == sum(shapes[p][axis] for p in cut.outputs)):
-                source, taken = group.get(cut.inputs[0]), cut.outputs
-            size = sum(shapes[p][axis] for p in taken)
+                source, covered = group.get(cut.inputs[0]), cut.outputs
+            size = sum(shapes[p][axis] for p in covered)
             if (source is not None and source in into and source not in pieces
                     and source not in joined and end[source] <= index
-                    and all(p in group and end[group[p]] <= index for p in taken)
+                    and all(p in group and end[group[p]] <= index for p in covered)
                     and _float32_bytes(shapes[source]) == size * row_bytes):
                 pieces[source] = (out, offset * row_bytes)
                 joined.add(out)
             offset += size
-            i += len(taken)
+            i += len(covered)
     return pieces
 
 

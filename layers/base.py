@@ -11,7 +11,9 @@ Following ncnn, a layer is configured in two separate steps and then run:
 A layer states its capabilities as class flags: ``one_blob_only`` (one input, one output: it
 implements ``forward_one(x) -> y``), ``support_inplace`` (it can overwrite its input:
 ``forward_inplace(x)``) and ``support_forward_into`` (it can write into given output arrays:
-``forward_into(inputs, outputs)``, so the graph's memory plan can reuse buffers).
+``forward_into(inputs, outputs)``, so the graph's memory plan can reuse buffers). A layer
+whose output may be a view of its input returns it read-only (layers/shape.py's
+``read_only_alias``): the graph runs an in-place step over any writeable array it is given.
 Parameters are declared once, as class attributes ``stride = Param(1, at_least(1, as_tuple(2)))``
 (typed by their converter, so the type checker knows ``self.stride``); the class's ``PARAMS``
 collects them, and ``load_param`` reads, converts and checks them all, so no layer looks values
@@ -255,15 +257,16 @@ class Layer:
             return
         raise NotImplementedError(f"{type(self).__name__} does not support forward_into")
 
-    # ----- what the memory plan may lay out in place (infer/memory.py, Joins) ---------------
+    # ----- what the graph's memory plan may lay out in place -------------------------------
     def joins_along(self, rank: int) -> int | None:
-        """The dim along which the output is the inputs laid end to end (a cat; its
-        ``forward_into`` then copies no input that already is its piece), else None."""
+        """The dim along which the output is the inputs laid end to end (a cat), else None.
+        A layer that gives one must take, in ``forward_into``, inputs that already lie in
+        their piece of the output (the plan may have had their producers write them there)."""
         return None
 
     def cuts_along(self, rank: int) -> int | None:
-        """The dim along which the outputs are views of the input's consecutive pieces, from
-        its start to its end (a split), else None."""
+        """The dim along which the outputs are read-only views of the input's consecutive
+        pieces, in order (a split), else None."""
         return None
 
     def __repr__(self) -> str:

@@ -27,6 +27,7 @@ import numpy as np
 from layers.base import (Layer, NamedArgumentLayer, Param, Shape, as_bool, as_float, as_int,
                          as_ints, as_str, optional)
 from layers.registry import register_layer
+from layers.shape import read_only_alias
 from parser.errors import LayerError, ShapeError
 
 MODES = {"nearest": None, "nearest-exact": None, "linear": 1, "bilinear": 2, "bicubic": 2,
@@ -415,7 +416,7 @@ class PixelShuffle(Layer):
         y = x.reshape(*lead, c, r, r, h // r, w // r)             # (*, C, i, j, H, W)
         k = len(lead)
         y = y.transpose(*range(k), k, k + 3, k + 1, k + 4, k + 2)  # (*, C, H, i, W, j)
-        return np.ascontiguousarray(y).reshape(*lead, c, h, w)
+        return read_only_alias(np.ascontiguousarray(y).reshape(*lead, c, h, w), x)  # r=1: x
 
 
 @register_layer("F.pixel_unshuffle", "nn.PixelUnshuffle")
@@ -441,4 +442,5 @@ class PixelUnshuffle(Layer):
         y = x.reshape(*lead, c, h, r, w, r)                       # (*, C, H, i, W, j)
         k = len(lead)
         y = y.transpose(*range(k), k, k + 2, k + 4, k + 1, k + 3)  # (*, C, i, j, H, W)
-        return np.ascontiguousarray(y).reshape(*lead, c * r * r, h, w)
+        y = np.ascontiguousarray(y).reshape(*lead, c * r * r, h, w)
+        return read_only_alias(y, x)                                # r = 1: x itself

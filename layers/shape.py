@@ -599,4 +599,5 @@ class ChannelShuffle(ArgumentInputLayer):
         x, groups = inputs[0], self._groups(inputs)
         n, c, *rest = self._checked(x.shape, groups)
         y = x.reshape(n, groups, c // groups, *rest).swapaxes(1, 2)    # (N, k, g, *)
-        return [np.ascontiguousarray(y).reshape(x.shape)]
+        # one group or one channel a group: the same order, x itself
+        return [read_only_alias(np.ascontiguousarray(y).reshape(x.shape), x)]

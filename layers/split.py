@@ -261,9 +261,8 @@ class Cat(KnownValues, Layer):
 
     def forward_into(self, inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray]) -> None:
         """Into the planned buffer. Where every dim before ``dim`` has size 1, each input's
-        piece of the output is contiguous, and the memory plan may have had an input's
-        producer write it there already (infer/memory.py, Joins): only the others are copied.
-        """
+        piece of the output is contiguous, and the graph's memory plan may have had an
+        input's producer write it there already: only the others are copied."""
         out = outputs[0]
         shape = self.infer_shapes([x.shape for x in inputs])[0]
         if shape != out.shape:

@@ -222,6 +222,17 @@ def test_pixel_unshuffle_matches_torch(factor, shape):
                 {"downscale_factor": factor})
 
 
+@pytest.mark.parametrize("type_name, params", [("F.pixel_shuffle", {"upscale_factor": 1}),
+                                                ("F.pixel_unshuffle", {"downscale_factor": 1})])
+def test_a_shuffle_by_1_returns_its_input_read_only(type_name, params):
+    """By 1 the output is x itself: read-only, or the graph would run an in-place step over
+    it, and over whatever else reads x."""
+    x = rand(1, 4, 3, 3)
+    (y,) = make_layer(type_name, params).forward([x])
+    np.testing.assert_array_equal(y, x)
+    assert not (np.shares_memory(x, y) and y.flags.writeable)
+
+
 def test_pixel_shuffle_shapes_that_do_not_divide_are_shape_errors():
     with pytest.raises(ShapeError, match="C\\*4"):
         make_layer("F.pixel_shuffle", {"upscale_factor": 2}).infer_shapes([(1, 6, 2, 2)])

@@ -303,6 +303,16 @@ def test_channel_shuffle_matches_torch(groups, shape):
     check_layer("nn.ChannelShuffle", nn.ChannelShuffle(groups), [shape], {"groups": groups})
 
 
+@pytest.mark.parametrize("groups", [1, 6])
+def test_a_channel_shuffle_that_moves_nothing_returns_its_input_read_only(groups):
+    """One group, or one channel a group: the output is x itself, read-only (else the graph
+    would run an in-place step over it, and over whatever else reads x)."""
+    x = rand(1, 6, 2, 2)
+    (y,) = make_layer("nn.ChannelShuffle", {"groups": groups}).forward([x])
+    np.testing.assert_array_equal(y, x)
+    assert not (np.shares_memory(x, y) and y.flags.writeable)
+
+
 def test_channel_shuffle_groups_as_a_second_input():
     """F.channel_shuffle(x, g) is written aten::channel_shuffle, g from a pnnx.Expression."""
     x = rand(2, 6, 3, 4)

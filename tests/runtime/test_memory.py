@@ -4,6 +4,7 @@ views that outlive their operand, outputs the caller keeps, several threads at o
 
 from __future__ import annotations
 
+import contextlib
 import threading
 
 import numpy as np
@@ -440,6 +441,25 @@ def joins_torch(x):
     return 2 * torch.cat([c, d, e, 2 * e], dim=1)
 
 
+@contextlib.contextmanager
+def record_addresses(graph, *names):
+    """Where the forward_into of each named operator wrote its first output, in the calls
+    made inside: {operator name: address}."""
+    written: dict[str, int] = {}
+    for name in names:
+        layer = graph.operator(name).layer
+
+        def recording(inputs, outputs, layer=layer, name=name):
+            written[name] = outputs[0].ctypes.data
+            type(layer).forward_into(layer, inputs, outputs)
+        layer.forward_into = recording
+    try:
+        yield written
+    finally:
+        for name in names:
+            del graph.operator(name).layer.forward_into
+
+
 def test_a_cat_of_batch_1_is_planned_as_its_inputs_pieces(tmp_path):
     """b (through the chunk), e and f are planned as pieces of g's buffer, at the bytes
     where the cat puts them; their producers write there and the cat copies nothing."""
@@ -451,23 +471,17 @@ def test_a_cat_of_batch_1_is_planned_as_its_inputs_pieces(tmp_path):
     assert {name: (rows[name].buffer, rows[name].offset) for name in "bef"} == {
         "b": (rows["g"].buffer, 0), "e": (rows["g"].buffer, 4 * piece),
         "f": (rows["g"].buffer, 6 * piece)}
-    assert rows["e"].how == INTO and "cats that copy nothing: 1" in str(plan)
+    assert rows["e"].how == INTO and "cats with inputs written in place: 1" in str(plan)
     assert f"{rows['g'].buffer}+{4 * piece:,}" in str(plan) and "into, piece of g" in str(plan)
     assert_plan_sound(plan)
     x = np.random.default_rng(3).standard_normal((1, 4, 3, 5), dtype=np.float32)
-    copied = []
-    cat = graph.operator("cat").layer
-    original = type(cat).forward_into
-
-    def counting(inputs, outputs):
-        before = outputs[0].copy()
-        original(cat, inputs, outputs)
-        copied.append(not np.array_equal(before, outputs[0]))
-    cat.forward_into = counting
     for _ in range(3):
-        (got,) = graph.forward(x)
+        with record_addresses(graph, "d1", "d2", "d3", "cat") as written:
+            (got,) = graph.forward(x)
         np.testing.assert_allclose(got, joins_torch(torch.from_numpy(x)).numpy(), rtol=1e-6)
-    assert copied == [False] * 3                        # the pieces were in place already
+        start = written["cat"]                          # the cat's output: b, e, f lie in it
+        assert (written["d1"], written["d2"], written["d3"]) == (
+            start, start + 4 * piece, start + 6 * piece)
     (batch,) = graph.forward(np.concatenate([x, -x]))   # batch 2: pieces are not contiguous
     np.testing.assert_allclose(batch, joins_torch(torch.from_numpy(np.concatenate([x, -x])))
                                .numpy(), rtol=1e-6)
@@ -532,6 +546,79 @@ def test_what_a_cat_must_copy_keeps_its_own_memory(tmp_path):
         (got,) = graph.forward(x)
         want = 2 * torch.cat([b[..., :3], b[..., 3:], 2 * b[..., 3:]], dim=3)
         np.testing.assert_allclose(got, want.numpy(), rtol=1e-6)
+
+
+SWAPPED = JOINS.replace("torch.cat    cat   4 1 c d e f g", "torch.cat    cat   4 1 d c e f g")
+
+
+def test_halves_of_a_chunk_taken_out_of_order_are_copied(tmp_path):
+    """cat([d, c, ...]) of c, d = chunk(b): b's halves are not where the cat wants them, so b
+    is no piece (e and f still are), and the cat copies them."""
+    graph = build(tmp_path, SWAPPED)
+    rows = {o.name: o for o in graph.memory_plan((1, 4, 3, 5)).operands}
+    assert rows["b"].piece_of == "" and rows["e"].piece_of == "g"
+    x = np.random.default_rng(6).standard_normal((1, 4, 3, 5), dtype=np.float32)
+    b = 2 * torch.from_numpy(x)
+    c, d = b[:, :2], b[:, 2:]
+    for _ in range(2):
+        (got,) = graph.forward(x)
+        np.testing.assert_allclose(got, 2 * torch.cat([d, c, 2 * d, 4 * d], 1).numpy(),
+                                   rtol=1e-6)
+
+
+# t, a graph output, is written in place over m, which takes the join's buffer once g is
+# dead: a caller who keeps t holds that buffer when the next call's join begins
+HELD_BY_OUTPUT = """
+7767517
+9 8
+pnnx.Input   in0   0 1 a #a=(1,2,3,5)f32
+my.Double    d1    1 1 a b #b=(1,2,3,5)f32
+my.Double    d2    1 1 a c #c=(1,2,3,5)f32
+torch.cat    cat   2 1 b c g dim=1 #g=(1,4,3,5)f32
+my.Double    d3    1 1 g h #h=(1,4,3,5)f32
+my.Double    d4    1 1 h m #m=(1,4,3,5)f32
+nn.ReLU      relu  1 1 m t #t=(1,4,3,5)f32
+my.Double    d5    1 1 h u #u=(1,4,3,5)f32
+pnnx.Output  out0  2 0 t u
+"""
+
+
+def test_outputs_the_caller_keeps_are_not_overwritten_by_a_join(tmp_path):
+    graph = build(tmp_path, HELD_BY_OUTPUT)
+    rows = {o.name: o for o in graph.memory_plan((1, 2, 3, 5)).operands}
+    assert rows["g"].how == JOINED and rows["m"].buffer == rows["g"].buffer
+    rng = np.random.default_rng(7)
+    kept = []
+    for _ in range(3):
+        x = rng.standard_normal((1, 2, 3, 5), dtype=np.float32)
+        h = 4 * torch.cat([torch.from_numpy(x)] * 2, 1)
+        t, u = graph.forward(x)
+        kept.append((t, F.relu(2 * h).numpy()))
+        np.testing.assert_allclose(u, (2 * h).numpy(), rtol=1e-6)
+        for got, want in kept:
+            np.testing.assert_allclose(got, want, rtol=1e-6)
+
+
+# c is b itself (a shuffle by 1); the ReLU is c's only reader, so it may run in place, but
+# over b, which the flatten's view e (a graph output) still shows
+ALIASED = """
+7767517
+6 5
+pnnx.Input       in0   0 1 a #a=(1,4,3,3)f32
+my.Double        d1    1 1 a b #b=(1,4,3,3)f32
+F.pixel_shuffle  ps    1 1 b c upscale_factor=1 #c=(1,4,3,3)f32
+nn.ReLU          relu  1 1 c d #d=(1,4,3,3)f32
+torch.flatten    flat  1 1 b e start_dim=1 end_dim=-1 #e=(1,36)f32
+pnnx.Output      out0  2 0 d e
+"""
+
+
+def test_no_step_runs_in_place_over_an_array_another_operand_shows(tmp_path):
+    graph = build(tmp_path, ALIASED)
+    x = np.random.default_rng(8).standard_normal((1, 4, 3, 3), dtype=np.float32)
+    d, e = graph.forward(x)
+    np.testing.assert_array_equal(d, np.maximum(2 * x, 0))
+    np.testing.assert_array_equal(e, (2 * x).reshape(1, 36))
 
 
 def test_a_join_whose_buffer_is_held_outside_gives_every_piece_a_fresh_array():
