@@ -34,7 +34,10 @@ Running (``Arena``, ``ArenaPool``)
   that allocate their own outputs cost nothing. numpy counts the owners of every array, so a
   buffer still seen from outside the arena - through a view that outlived its operand (a
   reshape of it), or an output the caller kept - is not handed out again while it is: the
-  step gets a fresh array instead.
+  step gets a fresh array instead. A join's pieces are written by several steps: the first
+  of them checks the buffer, and then every piece (and the cat's output) gets its place in
+  it, or all get fresh arrays (the cat then copies them). A cat whose every input was
+  handed its place has nothing left to do: the execution loop does not call it.
   The pool's arenas serve every input size: a call at a new size takes an idle arena made
   for another and fits it to its plan (``Arena.fit``), keeping each buffer that is big
   enough. Buffer i of one size's plan is mostly buffer i of another's, scaled, so after a
@@ -84,14 +87,18 @@ INTO_DTYPE = np.dtype(np.float32)
 class Slot:
     """Where one output of a forward_into step goes: a buffer of the arena (-1: a fresh
     array, for graph outputs and operands the plan does not cover), from ``offset`` bytes on.
-    ``join`` names the cat output whose piece (or whole) it is, "" for none. Each slot is its
-    own key (compared by identity: an arena keeps an array per slot of its plan)."""
+    ``join`` names the cat output whose piece (``piece``) or whole it is, "" for none; the
+    whole's ``pieces`` counts its pieces where they are all the cat's inputs, else 0. Each
+    slot is its own key (compared by identity: an arena keeps an array per slot of its
+    plan)."""
 
     buffer: int
     shape: Shape
     dtype: np.dtype
     offset: int = 0
     join: str = ""
+    piece: bool = False
+    pieces: int = 0
 
 
 class PlannedOperand(NamedTuple):
@@ -229,8 +236,9 @@ class Arena:
         # per array of _arrays over it
         self._own_refs: list[int] = []
         self._idle_refs: list[int] = []
-        # the joins this call has begun: cat output -> whether its pieces got the buffer
-        self.joins: dict[str, bool] = {}
+        # the joins this call has begun: cat output -> the pieces handed out over its
+        # buffer so far, or -1 where the buffer was held (fresh arrays for all)
+        self.joins: dict[str, int] = {}
         self.fitted_for: MemoryPlan | None = None      # the plan it last served (pooled_bytes)
         self.fit(sizes)
 
@@ -270,12 +278,24 @@ class Arena:
                 self._arrays.clear()             # (an array still held outside counts on)
                 self._idle_refs = list(self._own_refs)
             made = self._arrays[slot] = self._make(slot)
-        free = self.joins.get(slot.join) if slot.join else None   # decided at the first piece
-        if free is None:         # the buffer is free if only the arena's own arrays hold it
+        if not slot.join:        # the buffer is free if only the arena's own arrays hold it
+            if sys.getrefcount(self.buffers[slot.buffer]) > self._idle_refs[slot.buffer]:
+                return np.empty(slot.shape, slot.dtype)
+            return made.view()
+        given = self.joins.get(slot.join)                 # decided at the first piece
+        if given is None:
             free = sys.getrefcount(self.buffers[slot.buffer]) <= self._idle_refs[slot.buffer]
-            if slot.join:
-                self.joins[slot.join] = free
-        return made.view() if free else np.empty(slot.shape, slot.dtype)
+            given = 0 if free else -1
+        if given < 0:
+            self.joins[slot.join] = given
+            return np.empty(slot.shape, slot.dtype)
+        self.joins[slot.join] = given + slot.piece
+        return made.view()
+
+    def joined(self, slot: Slot) -> bool:
+        """Whether ``slot`` is the whole of a join whose every piece - every input of its
+        cat - was handed its place in this call: the cat has nothing to copy."""
+        return slot.pieces > 0 and self.joins.get(slot.join) == slot.pieces
 
     def _make(self, slot: Slot) -> np.ndarray:
         """``slot``'s array over its buffer (allocated now if it is the buffer's first)."""
@@ -375,7 +395,7 @@ def plan_memory(steps: Sequence[RunStep], shapes: dict[str, Shape],
     end: dict[str, int] = {}                          # owner -> step after which it is free
     for name, owner in group.items():
         end[owner] = max(end.get(owner, 0), len(steps) if name in keep else last[name])
-    pieces = _plan_joins(steps, shapes, dtypes, group, end)
+    pieces, complete = _plan_joins(steps, shapes, dtypes, group, end)
     joined = {cat for cat, _ in pieces.values()}      # the cats' outputs
 
     sizes: list[int] = []
@@ -413,7 +433,8 @@ def plan_memory(steps: Sequence[RunStep], shapes: dict[str, Shape],
 
     def slot(name: str) -> Slot:
         join, offset = pieces.get(name, (name if name in joined else "", 0))
-        return Slot(buffer_of.get(name, -1), shapes[name], INTO_DTYPE, offset, join)
+        return Slot(buffer_of.get(name, -1), shapes[name], INTO_DTYPE, offset, join,
+                    name in pieces, complete.get(name, 0))
 
     slots = [tuple(slot(name) for name in step.outputs) if _writes_into(step, dtypes) else None
              for step in steps]
@@ -421,12 +442,14 @@ def plan_memory(steps: Sequence[RunStep], shapes: dict[str, Shape],
 
 
 def _plan_joins(steps: Sequence[RunStep], shapes: dict[str, Shape],
-                dtypes: dict[str, str | None], group: dict[str, str],
-                end: dict[str, int]) -> dict[str, tuple[str, int]]:
+                dtypes: dict[str, str | None], group: dict[str, str], end: dict[str, int]
+                ) -> tuple[dict[str, tuple[str, int]], dict[str, int]]:
     """Operand -> (cat output, byte offset): the operands planned as pieces of a cat's output
-    (Joins in the module docstring). A piece is the owner of an input's memory (``group``),
-    or of the operand a split cut the cat's consecutive inputs from; it is written by a
-    forward_into step, read by nobody after the cat (``end``), and a piece of one cat only.
+    (Joins in the module docstring); and cat output -> its number of pieces, for the cats
+    whose every input is (or is cut from) a piece. A piece is the owner of an input's memory
+    (``group``), or of the operand a split cut the cat's consecutive inputs from; it is
+    written by a forward_into step, read by nobody after the cat (``end``), and a piece of
+    one cat only.
     The cat's output must be written into the arena, and nothing may run in place over it
     (that would change what views of its pieces read)."""
     into = {name for step in steps if _writes_into(step, dtypes) for name in step.outputs}
@@ -435,6 +458,7 @@ def _plan_joins(steps: Sequence[RunStep], shapes: dict[str, Shape],
     pieces: dict[str, tuple[str, int]] = {}
     covered: tuple[str, ...]
     joined: set[str] = set()
+    complete: dict[str, int] = {}
     for index, step in enumerate(steps):
         out = step.outputs[0] if step.outputs else ""
         shape = shapes.get(out, ())
@@ -443,7 +467,7 @@ def _plan_joins(steps: Sequence[RunStep], shapes: dict[str, Shape],
                 or math.prod(shape[:axis]) != 1):
             continue
         row_bytes = _float32_bytes(shape[axis + 1:])  # bytes of one index along the axis
-        offset, i = 0, 0
+        offset, i, placed, copied = 0, 0, 0, 0
         while i < len(step.inputs):
             name = step.inputs[i]
             # the operand planned as a piece, and the cat's inputs it covers: the input's
@@ -463,9 +487,14 @@ def _plan_joins(steps: Sequence[RunStep], shapes: dict[str, Shape],
                     and _float32_bytes(shapes[source]) == size * row_bytes):
                 pieces[source] = (out, offset * row_bytes)
                 joined.add(out)
+                placed += 1
+            else:
+                copied += 1
             offset += size
             i += len(covered)
-    return pieces
+        if placed and not copied:
+            complete[out] = placed
+    return pieces, complete
 
 
 def _writes_into(step: RunStep, dtypes: dict[str, str | None]) -> bool:

@@ -443,14 +443,14 @@ def joins_torch(x):
 
 @contextlib.contextmanager
 def record_addresses(graph, *names):
-    """Where the forward_into of each named operator wrote its first output, in the calls
-    made inside: {operator name: address}."""
-    written: dict[str, int] = {}
+    """Where the forward_into of each named operator read its first input and wrote its
+    first output, in the calls made inside: {operator name: (address, address)}."""
+    written: dict[str, tuple[int, int]] = {}
     for name in names:
         layer = graph.operator(name).layer
 
         def recording(inputs, outputs, layer=layer, name=name):
-            written[name] = outputs[0].ctypes.data
+            written[name] = (inputs[0].ctypes.data, outputs[0].ctypes.data)
             type(layer).forward_into(layer, inputs, outputs)
         layer.forward_into = recording
     try:
@@ -476,12 +476,13 @@ def test_a_cat_of_batch_1_is_planned_as_its_inputs_pieces(tmp_path):
     assert_plan_sound(plan)
     x = np.random.default_rng(3).standard_normal((1, 4, 3, 5), dtype=np.float32)
     for _ in range(3):
-        with record_addresses(graph, "d1", "d2", "d3", "cat") as written:
+        with record_addresses(graph, "d1", "d2", "d3", "cat", "d4") as written:
             (got,) = graph.forward(x)
         np.testing.assert_allclose(got, joins_torch(torch.from_numpy(x)).numpy(), rtol=1e-6)
-        start = written["cat"]                          # the cat's output: b, e, f lie in it
-        assert (written["d1"], written["d2"], written["d3"]) == (
+        start = written["d4"][0]                        # g, the cat's output: b, e, f lie in it
+        assert (written["d1"][1], written["d2"][1], written["d3"][1]) == (
             start, start + 4 * piece, start + 6 * piece)
+        assert "cat" not in written                     # with nothing to copy, never called
     (batch,) = graph.forward(np.concatenate([x, -x]))   # batch 2: pieces are not contiguous
     np.testing.assert_allclose(batch, joins_torch(torch.from_numpy(np.concatenate([x, -x])))
                                .numpy(), rtol=1e-6)
