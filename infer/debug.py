@@ -17,7 +17,9 @@
 All of these run ``g.execute(...)``, the loop ``forward`` drains (infer/execution.py): the same
 input checks and plans (a bad input shape is refused before anything runs) and the same layer
 calls - ``forward_inplace`` for an in-place step, ``forward_into`` for a step the memory plan
-gives slots, ``forward`` otherwise - so what you step through is what runs.
+gives slots, ``forward`` otherwise - so what you step through is what runs. (A debug session
+keeps every array, so each step writes arrays of its own: a cat copies its inputs, where a
+plain forward may have had their producers write them into the cat's output already.)
 
 With fusion on (the default), an operator folded into another (a ReLU into the convolution
 before it) does not run on its own: ``run_to``, ``break_on`` (by its name or its type) and

@@ -10,17 +10,21 @@
 profiler and the comparison with torch run it too. Each step calls the layer method forward
 calls: ``forward_inplace`` for an in-place step (when its input array is writeable),
 ``forward_into`` for a step the memory plan gives output slots, ``forward`` otherwise (and
-for every step after a hook replaced arrays: they may not have the planned shapes).
+for every step after a hook replaced arrays: they may not have the planned shapes). One step
+is not called: a cat whose every input its producer wrote into its place in the cat's output
+(a join, infer/memory.py) has nothing left to do.
 
 The layer methods are the same in both ways of running; the arrays differ:
 
 - plain (``forward``, the profiler): an in-place step overwrites its input, a forward_into step
-  writes into the arena's buffers, which later steps reuse, and an operand is dropped after its
-  last consumer. A record's arrays may change once the loop moves on.
+  writes into the arena's buffers, which later steps reuse (a join's cat may have nothing to
+  do), and an operand is dropped after its last consumer. A record's arrays may change once
+  the loop moves on.
 - isolated (``keep_all=True``, or hooks set): an array a step reads stays as it was and an array
   it writes is its own: an in-place step runs on a copy of its input, a forward_into step writes
-  into new arrays, and the layer gets read-only views of its inputs (a layer that writes into
-  one fails, named). ``keep_all`` also keeps every operand to the end (a debug session).
+  into new arrays (every cat copies), and the layer gets read-only views of its inputs (a layer
+  that writes into one fails, named). ``keep_all`` also keeps every operand to the end (a debug
+  session).
 """
 
 from __future__ import annotations
@@ -141,7 +145,9 @@ class Execution:
                     elif slots is not None and planned and _all_float32(xs):  # into the plan
                         self._call = "into"
                         ys = [arena.array(slot) for slot in slots]
-                        if not arena.joined(slots[0]):      # a cat with nothing left to copy
+                        if arena.joined(slots[0]):          # a cat with nothing left to copy
+                            self._call = "joined"
+                        else:
                             step.layer.forward_into(
                                 [read_only(x) for x in xs] if isolated else xs, ys)
                     else:
@@ -179,9 +185,12 @@ class Execution:
         the same arrays (``step, xs, ys`` of its record): its code and data are now in cache,
         so set against the record's seconds the difference is the step's cold start. The pass
         goes on unchanged: an in-place step runs again on a copy of its input, and a forward
-        step's new arrays are dropped (a forward_into step writes the same values again)."""
+        step's new arrays are dropped (a forward_into step writes the same values again). A
+        joined cat, which the loop did not call, is not called again: 0."""
         if self.position == 0 or step is not self.steps[self.position - 1]:
             raise GraphError(f"time_again takes the last step's record, not {step.label}'s")
+        if self._call == "joined":
+            return 0.0
         inputs = [read_only(x) for x in xs] if self.isolated else xs
         copy = at_least_1d(xs[0].copy()) if self._call == "inplace" else None
         with operator_context(step.op):                         # name the operator

@@ -261,7 +261,8 @@ class Layer:
     def joins_along(self, rank: int) -> int | None:
         """The dim along which the output is the inputs laid end to end (a cat), else None.
         A layer that gives one must take, in ``forward_into``, inputs that already lie in
-        their piece of the output (the plan may have had their producers write them there)."""
+        their piece of the output (the plan may have had their producers write them there),
+        and must do nothing else: where every input lies there, it is not called at all."""
         return None
 
     def cuts_along(self, rank: int) -> int | None:

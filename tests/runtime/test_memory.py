@@ -64,8 +64,28 @@ class Triple(Layer):
         return x * np.float32(3)
 
 
+class ToFloat64(Layer):
+    """y = x as float64 (whatever the file's annotation says)."""
+
+    def forward_one(self, x):
+        return x.astype(np.float64)
+
+
+class ToFloat32(Layer):
+    """y = x as float32, into a given array too (from float64 inputs the graph calls
+    forward: forward_into takes float32 inputs only)."""
+
+    support_forward_into = True
+
+    def forward_one(self, x):
+        return x.astype(np.float32)
+
+    def forward_into(self, inputs, outputs):
+        np.copyto(outputs[0], inputs[0])
+
+
 CUSTOM = {"my.Double": Double, "my.Add": Add, "my.Flip": Flip, "my.Broken": Broken,
-          "my.Triple": Triple}
+          "my.Triple": Triple, "my.ToFloat64": ToFloat64, "my.ToFloat32": ToFloat32}
 
 
 def build(tmp_path, text, name="model"):
@@ -646,15 +666,64 @@ def test_a_join_whose_buffer_is_held_outside_gives_every_piece_a_fresh_array():
 
 def test_a_stepped_pass_holding_records_still_joins_right(tmp_path):
     """The debugger and profiler hold each step's arrays one step longer: a join may find
-    its buffer held and fall back to copies, never to a wrong answer."""
+    its buffer held and fall back to copies, never to a wrong answer. Passes that keep
+    every array (hooks, forward_all, a debug session) give each step arrays of its own: the
+    cat copies its inputs there."""
     graph = build(tmp_path, JOINS)
     x = np.random.default_rng(5).standard_normal((1, 4, 3, 5), dtype=np.float32)
+    want = joins_torch(torch.from_numpy(x)).numpy()
     with graph.running():
         run = graph.execute(x, timed=True)
         records = list(run)
-    np.testing.assert_allclose(run.outputs()[0], joins_torch(torch.from_numpy(x)).numpy(),
-                               rtol=1e-6)
+    np.testing.assert_allclose(run.outputs()[0], want, rtol=1e-6)
     assert len(records) == 6
+    with graph.add_hook(after=lambda op, inputs, outputs: None):
+        np.testing.assert_allclose(graph.forward(x)[0], want, rtol=1e-6)
+    np.testing.assert_allclose(graph.forward_all(x)["h"], want, rtol=1e-6)
+    np.testing.assert_allclose(graph.debug(x).finish()[0], want, rtol=1e-6)
+
+
+def test_the_profiler_times_a_cat_it_did_not_call_as_nothing(tmp_path):
+    """time_again on a joined cat's record: the loop called nothing, so nothing runs again."""
+    graph = build(tmp_path, JOINS)
+    x = np.random.default_rng(6).standard_normal((1, 4, 3, 5), dtype=np.float32)
+    graph.forward(x)
+    with graph.running():
+        run = graph.execute(x, timed=True)
+        again = {}
+        for step, inputs, outputs, seconds in run:
+            again[step.label] = (run._call, run.time_again(step, inputs, outputs))
+            del inputs, outputs                      # hold no array into the next step
+    assert again["torch.cat cat"] == ("joined", 0.0)
+    assert again["my.Double d4"][0] == "into" and again["my.Double d4"][1] > 0
+
+
+# b's producer has a slot in g (a piece) but runs forward: its input is float64
+FROM_FLOAT64 = """
+7767517
+7 6
+pnnx.Input      in0   0 1 a #a=(1,2,3,5)f32
+my.ToFloat64    f64   1 1 a p #p=(1,2,3,5)f32
+my.ToFloat32    f32   1 1 p b #b=(1,2,3,5)f32
+my.Double       d1    1 1 a c #c=(1,2,3,5)f32
+torch.cat       cat   2 1 b c g dim=1 #g=(1,4,3,5)f32
+my.Double       d2    1 1 g h #h=(1,4,3,5)f32
+pnnx.Output     out0  1 0 h
+"""
+
+
+def test_a_cat_whose_piece_was_written_elsewhere_copies_it(tmp_path):
+    """b is planned as a piece of g, but its step runs forward (a float64 input) and makes
+    an array of its own: the cat is called, and copies it."""
+    graph = build(tmp_path, FROM_FLOAT64)
+    rows = {o.name: o for o in graph.memory_plan((1, 2, 3, 5)).operands}
+    assert rows["b"].piece_of == rows["c"].piece_of == "g"
+    x = np.random.default_rng(9).standard_normal((1, 2, 3, 5), dtype=np.float32)
+    for _ in range(2):
+        with record_addresses(graph, "cat") as written:
+            (got,) = graph.forward(x)
+        np.testing.assert_allclose(got, 2 * np.concatenate([x, 2 * x], 1), rtol=1e-6)
+        assert "cat" in written
 
 
 KEPT = """
