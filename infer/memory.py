@@ -12,7 +12,9 @@ Planning (``plan_memory``)
     Graph inputs and outputs, constants (operators without inputs) and operands whose dtype
     the param file does not give are not planned.
   - A step that runs in place writes its output over its input: the two share one buffer,
-    which lives until the last of them has been read.
+    which lives until the last of them has been read. A view of an operand (a reshape, a
+    slice, a split: ``Layer.views_input``) shows its memory: that buffer lives until the
+    last view of it has been read too.
   - Walking the steps in order, each new operand takes the smallest free buffer that is big
     enough (best fit); if none is, the largest free buffer grows to its size; if no buffer is
     free, a new one opens. After the step, every buffer whose operands are all dead is free.
@@ -395,6 +397,8 @@ def plan_memory(steps: Sequence[RunStep], shapes: dict[str, Shape],
     end: dict[str, int] = {}                          # owner -> step after which it is free
     for name, owner in group.items():
         end[owner] = max(end.get(owner, 0), len(steps) if name in keep else last[name])
+    for name, owner in _views(steps, group).items():  # views keep the memory they show
+        end[owner] = max(end[owner], len(steps) if name in keep else last[name])
     pieces, complete = _plan_joins(steps, shapes, dtypes, group, end)
     joined = {cat for cat, _ in pieces.values()}      # the cats' outputs
 
@@ -559,6 +563,20 @@ def _in_place_groups(steps: Sequence[RunStep], planned: set[str]) -> dict[str, s
             elif name in planned:
                 owner[name] = name
     return owner
+
+
+def _views(steps: Sequence[RunStep], group: dict[str, str]) -> dict[str, str]:
+    """View operand -> the planned operand whose buffer it shows: the outputs of view steps
+    (``Layer.views_input``) whose input lives in a planned buffer (``group``), or is such a
+    view itself. A view that turns out to be a copy only keeps that buffer a while longer."""
+    views: dict[str, str] = {}
+    for step in steps:
+        if step.layer.views_input and step.inputs:
+            shown = views.get(step.inputs[0], group.get(step.inputs[0]))
+            if shown is not None:
+                for name in step.outputs:
+                    views[name] = shown
+    return views
 
 
 def _best_fit(nbytes: int, free: list[int], sizes: list[int]) -> int:

@@ -14,6 +14,8 @@ implements ``forward_one(x) -> y``), ``support_inplace`` (it can overwrite its i
 ``forward_into(inputs, outputs)``, so the graph's memory plan can reuse buffers). A layer
 whose output may be a view of its input returns it read-only (layers/shape.py's
 ``read_only_alias``): the graph runs an in-place step over any writeable array it is given.
+It also sets ``views_input``, so that the memory plan keeps the input's buffer for as long
+as the view is read.
 Parameters are declared once, as class attributes ``stride = Param(1, at_least(1, as_tuple(2)))``
 (typed by their converter, so the type checker knows ``self.stride``); the class's ``PARAMS``
 collects them, and ``load_param`` reads, converts and checks them all, so no layer looks values
@@ -136,6 +138,7 @@ class Layer:
     one_blob_only: bool = True                    # a class flag (fusion may change one layer's)
     support_inplace: ClassVar[bool] = False
     support_forward_into: ClassVar[bool] = False  # can write into given arrays: forward_into
+    views_input: ClassVar[bool] = False           # its outputs may show its first input's memory
     pnnx_types: ClassVar[tuple[str, ...]] = ()
     # How many outputs the operator has in the param file, set by the graph (pnnx drops unused
     # trailing outputs: ``torch.max(x, 1)[0]`` is written with one output). None: torch's count.

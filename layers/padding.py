@@ -23,6 +23,8 @@ class _Padding(NamedArgumentLayer):
     """What F.pad and the padding modules share: the checks of ``pad``, ``mode`` and
     ``value`` (parameters of F.pad; a padding module derives pad and mode) and the padding."""
 
+    views_input = True                  # no padding at all: x itself
+
     pad: tuple[int, ...] | None
     mode: str
     value: float | None

@@ -398,6 +398,8 @@ class PixelShuffle(Layer):
     """``F.pixel_shuffle(x, r)``: (*, C*r*r, H, W) -> (*, C, H*r, W*r); out[c, h*r + i, w*r + j]
     = x[c*r*r + i*r + j, h, w]."""
 
+    views_input = True
+
     upscale_factor = Param(convert=as_int)
 
     def check_params(self) -> None:
@@ -423,6 +425,8 @@ class PixelShuffle(Layer):
 class PixelUnshuffle(Layer):
     """``F.pixel_unshuffle(x, r)``: the inverse of pixel_shuffle, (*, C, H*r, W*r) ->
     (*, C*r*r, H, W)."""
+
+    views_input = True
 
     downscale_factor = Param(convert=as_int)
 

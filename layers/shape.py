@@ -63,6 +63,8 @@ class Identity(KnownValues, Layer):
     when it exports, but a hand-written graph may still contain them. A clone may share the
     input's memory here, because the output is read-only."""
 
+    views_input = True
+
     def forward_one(self, x: np.ndarray) -> np.ndarray:
         return read_only_alias(x, x)
 
@@ -84,6 +86,8 @@ def flatten_output_shape(shape: Shape, start_dim: int, end_dim: int) -> Shape:
 class Flatten(KnownValues, Layer):
     """``torch.flatten(x, start_dim=0, end_dim=-1)``: dims start..end become one dim, e.g.
     (N, C, H, W) with start_dim=1 -> (N, C*H*W)."""
+
+    views_input = True
 
     start_dim = Param(0, as_int)
     end_dim = Param(-1, as_int)
@@ -129,6 +133,8 @@ class Unflatten(KnownValues, NamedArgumentLayer):
     """``x.unflatten(dim, sizes)``: dim ``dim`` becomes the dims ``sizes`` (one may be -1),
     e.g. (N, 12, L) with dim=1, sizes=(3, -1) -> (N, 3, 4, L)."""
 
+    views_input = True
+
     dim = Param(convert=as_int)
     sizes = Param(None, as_ints)
     INPUTS = ("input", "sizes")
@@ -153,6 +159,8 @@ class Reshape(KnownValues, NamedArgumentLayer):
     when it depends on the input size, as a second input computed by a pnnx.Expression
     (``x.view(x.size(0), -1)`` -> ``[size(@0,0),-1]``)."""
 
+    views_input = True
+
     shape = Param(None, as_ints)
     INPUTS = ("input", "shape")
 
@@ -176,6 +184,8 @@ class Reshape(KnownValues, NamedArgumentLayer):
 class ReshapeAs(Layer):
     """``x.reshape_as(other)`` / ``x.view_as(other)``: x's elements in other's shape."""
 
+    views_input = True
+
     one_blob_only = False
 
     def infer_shapes(self, input_shapes: Sequence[Shape]) -> list[Shape]:
@@ -194,6 +204,8 @@ class ReshapeAs(Layer):
 class Permute(KnownValues, Layer):
     """``x.permute(dims)``: output dim i is input dim dims[i] (negative dims count from the
     end), e.g. (N, C, H, W) with dims=(0, 2, 3, 1) -> (N, H, W, C)."""
+
+    views_input = True
 
     dims = Param(convert=as_ints)
 
@@ -215,6 +227,8 @@ class MoveDim(NamedArgumentLayer):
     """torch.movedim(x, source, destination): dims ``source`` (one or several) move to the
     positions ``destination``, the others keep their order; a view, as np.moveaxis. pnnx
     writes both arguments as inputs (pnnx.Expression constants)."""
+
+    views_input = True
 
     INPUTS = ("input", "source", "destination")
     source = Param(None, optional(as_ints))
@@ -267,6 +281,8 @@ class Triangle(NamedArgumentLayer):
 @register_layer("torch.transpose", "Tensor.transpose")
 class Transpose(KnownValues, Layer):
     """``torch.transpose(x, dim0, dim1)``: swap two dims (negative dims count from the end)."""
+
+    views_input = True
 
     dim0 = Param(convert=as_int)
     dim1 = Param(convert=as_int)
@@ -327,6 +343,8 @@ class Squeeze(KnownValues, Layer):
     the end) that have size 1, or every size-1 dim when no dim is given. A named dim of another
     size stays, as in torch."""
 
+    views_input = True
+
     dim = Param(None, as_ints)
 
     def _axes(self, shape: Shape) -> tuple[int, ...]:
@@ -348,6 +366,8 @@ class Squeeze(KnownValues, Layer):
 class Unsqueeze(KnownValues, Layer):
     """``torch.unsqueeze(x, dim)``: insert a size-1 dim at ``dim`` of the OUTPUT (-1 appends
     one at the end), e.g. (C, H, W) with dim=0 -> (1, C, H, W)."""
+
+    views_input = True
 
     dim = Param(convert=as_int)
 
@@ -393,6 +413,8 @@ class Expand(NamedArgumentLayer):
     add leading dims), e.g. (N, 1, W) with sizes=(N, 3, -1) -> (N, 3, W). No copy is made: the
     output is a read-only broadcast view. The sizes may be an input computed in the graph."""
 
+    views_input = True
+
     sizes = Param(None, as_ints)
     INPUTS = ("input", "sizes")
 
@@ -414,6 +436,8 @@ class Expand(NamedArgumentLayer):
 @register_layer("Tensor.expand_as")
 class ExpandAs(Layer):
     """``x.expand_as(other)``: x broadcast to other's shape (a read-only view)."""
+
+    views_input = True
 
     one_blob_only = False
 
@@ -529,6 +553,8 @@ class Tile(Layer):
 class Flip(KnownValues, Layer):
     """``torch.flip(x, dims)``: reverse the order of elements along each of ``dims``."""
 
+    views_input = True
+
     dims = Param(convert=as_ints)
 
     def infer_shape(self, shape: Shape) -> Shape:
@@ -573,6 +599,8 @@ class ChannelShuffle(ArgumentInputLayer):
     nn.ChannelShuffle for the module and for the ``view, transpose(1, 2), view`` idiom it
     recognises; ``F.channel_shuffle(x, g)`` becomes ``aten::channel_shuffle`` with the groups
     as a second input."""
+
+    views_input = True
 
     groups = Param(None, as_int)
 

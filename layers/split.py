@@ -85,6 +85,8 @@ class Slice(KnownValues, NamedArgumentLayer):
     bound may instead be an input computed in the graph (``$end``, ``$starts``, ...).
     """
 
+    views_input = True
+
     dim = Param(None, as_int)                        # one slice (or select)
     start = Param(None, as_int)
     end = Param(None, as_int)
@@ -173,6 +175,8 @@ class Select(KnownValues, NamedArgumentLayer):
     """``x.select(dim, index)`` = ``x[..., index, ...]``: one index along ``dim`` (negative
     counts from the end); the dim goes away. The index may be an input computed in the graph."""
 
+    views_input = True
+
     dim = Param(convert=as_int)
     index = Param(None, as_int)
     INPUTS = ("input", "index")
@@ -200,6 +204,8 @@ class Select(KnownValues, NamedArgumentLayer):
 class Narrow(KnownValues, NamedArgumentLayer):
     """``torch.narrow(x, dim, start, length)`` = x[..., start:start + length, ...]; a negative
     start counts from the end; the range must lie inside the dim."""
+
+    views_input = True
 
     dim = Param(convert=as_int)
     start = Param(None, as_int)
@@ -317,6 +323,8 @@ class SplitLayer(KnownValues, NamedArgumentLayer):
     """Base of the layers that cut a tensor into pieces along ``dim``: a subclass gives the
     piece boundaries ``_bounds(size, items)`` (0, b1, b2, ..., size)."""
 
+    views_input = True
+
     dim: int                                         # a parameter of each subclass
 
     def _bounds(self, size: int, items: Sequence[Any]) -> list[int]:
@@ -428,6 +436,8 @@ class TensorSplit(SplitLayer):
 class Unbind(KnownValues, Layer):
     """``torch.unbind(x, dim)``: one output per index along ``dim``, that dim removed, e.g.
     (N, 3, L) with dim=1 -> three (N, L)."""
+
+    views_input = True
 
     dim = Param(0, as_int)
     one_blob_only = False

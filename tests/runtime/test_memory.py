@@ -412,6 +412,26 @@ def test_a_view_that_outlives_its_operand_keeps_its_buffer(tmp_path):
         np.testing.assert_array_equal(got, (2 * c + c).numpy())
 
 
+def test_a_view_layer_keeps_the_buffer_it_shows_for_its_readers(tmp_path):
+    """The same graph with a registered view layer (a reshape: ``views_input``): the plan
+    itself keeps b's buffer until add, the view's last reader, so d takes another one and
+    the arena hands every slot its buffer (no fresh array)."""
+    graph = build(tmp_path, FLIPPED.replace("my.Flip      flip  1 1 b c #c=(2,8)f32",
+                                            "Tensor.reshape view 1 1 b c shape=(2,8) #c=(2,8)f32"))
+    plan = graph.memory_plan((2, 8))
+    rows = {o.name: o for o in plan.operands}
+    assert rows["d"].buffer != rows["b"].buffer and rows["b"].last == 3      # add is step 3
+    assert_plan_sound(plan)
+    x = np.arange(16, dtype=np.float32).reshape(2, 8)
+    for _ in range(2):
+        with record_addresses(graph, "d2") as written:
+            (got,) = graph.forward(x)
+        np.testing.assert_array_equal(got, 3 * (2 * x))
+        buffer = plan.arenas.idle[-1].buffers[rows["d"].buffer]   # d2 wrote into the arena
+        assert address(buffer) <= written["d2"][1] < address(buffer) + buffer.nbytes
+        del buffer                                        # (held, the arena would not lend it)
+
+
 def test_an_arena_hands_out_its_memory_only_while_nobody_else_holds_it():
     """Arena.array gives each slot a view of the same memory every call (made once), and a
     fresh array whenever an array over the buffer is still held outside the arena: one it
@@ -461,6 +481,10 @@ def joins_torch(x):
     return 2 * torch.cat([c, d, e, 2 * e], dim=1)
 
 
+def address(array: np.ndarray) -> int:
+    return array.__array_interface__["data"][0]
+
+
 @contextlib.contextmanager
 def record_addresses(graph, *names):
     """Where the forward_into of each named operator read its first input and wrote its
@@ -470,7 +494,7 @@ def record_addresses(graph, *names):
         layer = graph.operator(name).layer
 
         def recording(inputs, outputs, layer=layer, name=name):
-            written[name] = (inputs[0].ctypes.data, outputs[0].ctypes.data)
+            written[name] = (address(inputs[0]), address(outputs[0]))
             type(layer).forward_into(layer, inputs, outputs)
         layer.forward_into = recording
     try:
@@ -691,7 +715,7 @@ def test_the_profiler_times_a_cat_it_did_not_call_as_nothing(tmp_path):
     with graph.running():
         run = graph.execute(x, timed=True)
         again = {}
-        for step, inputs, outputs, seconds in run:
+        for step, inputs, outputs, _seconds in run:
             again[step.label] = (run._call, run.time_again(step, inputs, outputs))
             del inputs, outputs                      # hold no array into the next step
     assert again["torch.cat cat"] == ("joined", 0.0)
