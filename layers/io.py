@@ -15,19 +15,21 @@ import numpy as np
 
 from layers.base import Layer, Shape
 from layers.registry import register_layer
+from layers.shape import read_only_alias
 from parser.errors import ShapeError
 
 
 class _PassThrough(Layer):
-    """Outputs its inputs unchanged."""
+    """Outputs its inputs unchanged (read-only views of them, as every view layer)."""
 
     one_blob_only = False
+    views_input = True
 
     def infer_shapes(self, input_shapes: Sequence[Shape]) -> list[Shape]:
         return [tuple(shape) for shape in input_shapes]
 
     def forward(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
-        return list(inputs)
+        return [read_only_alias(x, x) for x in inputs]
 
 
 @register_layer("pnnx.Input")

@@ -19,6 +19,7 @@ from layers.base import (FusesActivation, Layer, Param, Shape, as_bool, as_float
                          as_str, at_least, bias_is_an_input, check_bias_flag, expect_shape,
                          split_weight_inputs)
 from layers.registry import register_layer
+from layers.shape import read_only_alias
 from parser.errors import LayerError, ShapeError
 
 
@@ -227,6 +228,7 @@ class Einsum(Layer):
 
     equation = Param(convert=as_str)
     one_blob_only = False
+    views_input = True            # one operand only reordered: numpy's result is a view of it
 
     def check_params(self) -> None:
         self.equation = self.equation.replace(" ", "")
@@ -239,7 +241,8 @@ class Einsum(Layer):
         return [einsum_output_shape(self.equation, input_shapes)]
 
     def forward(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
-        return [np.asarray(np.einsum(self.equation, *inputs, optimize=len(inputs) > 2))]
+        y = np.asarray(np.einsum(self.equation, *inputs, optimize=len(inputs) > 2))
+        return [read_only_alias(y, inputs[0])]
 
 
 def einsum_output_shape(equation: str, shapes: Sequence[Shape]) -> Shape:

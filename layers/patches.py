@@ -111,6 +111,8 @@ class TensorUnfold(NamedArgumentLayer):
     """``x.unfold(dimension, size, step)``: dim ``dimension`` of length n -> (n - size) // step
     + 1 windows, each window's ``size`` elements in a new last dim (a 0-d x is one window)."""
 
+    views_input = True         # windows already contiguous: a read-only view of x
+
     dimension = Param(None, as_int)
     size = Param(None, at_least(0, as_int))
     step = Param(None, at_least(1, as_int))

@@ -70,6 +70,9 @@ def check_layer(type_name: str, torch_fn: Callable[..., Any],
     * the outputs have torch's dtypes (float32 for float32 inputs; bool, int64 ... where torch
       gives those) and are close to torch's values;
     * the inputs are left untouched;
+    * an output that shares memory with an input is read-only (the graph runs in place over
+      any writeable array) and its layer says so (``views_input``: the memory plan keeps the
+      input's buffer while the view is read);
     * a ``support_inplace`` layer's ``forward_inplace`` gives the same values;
 
     for the reference layer and, if ``type_name`` has one, the fast layer (which must also
@@ -107,6 +110,10 @@ def _check_floor(layer: Layer, arrays: list[np.ndarray], expected: list[np.ndarr
         np.testing.assert_allclose(out, want, atol=atol, rtol=rtol)
     for before, after in zip(originals, arrays):
         np.testing.assert_array_equal(before, after, err_msg="forward wrote into its input")
+    for out in outputs:
+        if any(np.shares_memory(out, a) for a in arrays):
+            assert not out.flags.writeable, "an output over an input's memory is writeable"
+            assert type(layer).views_input, "an output shows an input: views_input must say so"
 
     if layer.support_inplace:
         x = arrays[0].copy()
